@@ -1,0 +1,57 @@
+"""sparklog's log engine: partition logs of Arrow segment objects on object storage.
+
+Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
+
+    from storage import open_root
+    root = open_root("/tmp/sparklog")
+    root.create_topic("events", partitions=3)
+    topic = root.topic("events")
+    topic.append(0, make_batch([b"hello"]))
+    topic.partition(0).read(0)
+"""
+
+from storage.errors import (
+    CommitConflictError,
+    CorruptionError,
+    FencedError,
+    InvalidConfigError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    ProducerSequenceError,
+    StorageError,
+    StoreUnavailableError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from storage.log import AppendResult, PartitionLog, ProducerBatch
+from storage.objectstore import ObjectStore
+from storage.records import RECORD_SCHEMA, make_batch, record_schema
+from storage.segments import Segment
+from storage.topics import LogRoot, Topic, TopicInfo, open_root, validate_topic_name
+
+__all__ = [
+    "RECORD_SCHEMA",
+    "AppendResult",
+    "CommitConflictError",
+    "CorruptionError",
+    "FencedError",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "LogRoot",
+    "ObjectStore",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "ProducerBatch",
+    "ProducerSequenceError",
+    "Segment",
+    "StorageError",
+    "StoreUnavailableError",
+    "Topic",
+    "TopicExistsError",
+    "TopicInfo",
+    "UnknownTopicError",
+    "make_batch",
+    "open_root",
+    "record_schema",
+    "validate_topic_name",
+]

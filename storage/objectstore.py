@@ -1,0 +1,299 @@
+"""Object store access over any fsspec URL, with atomic create-only writes.
+
+The log's correctness rests on one primitive: *create this key only if it does
+not exist*, atomically, so that of several racing writers exactly one wins and
+no reader ever sees a partial object.  fsspec's generic ``mode="create"`` is
+not atomic on local files, so each backend gets the mechanism that is:
+``os.link`` of a fully written temp file locally, ``If-None-Match: *`` on S3
+(s3fs), a process-wide lock for ``memory://``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+from fsspec.core import url_to_fs
+
+from storage.errors import StoreUnavailableError
+
+_MEMORY_CREATE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """Size and modification time of one stored object."""
+
+    key: str
+    size_bytes: int
+    modified_ms: int
+
+
+def normalize_url(url: str) -> str:
+    """Turn a plain path into a ``file://`` URL; leave other URLs alone."""
+    if "://" not in url:
+        return "file://" + os.path.abspath(os.path.expanduser(url))
+    return url
+
+
+class ObjectStore:
+    """A key/value view of one root URL: keys are '/'-separated relative paths.
+
+    Instances pickle as (url, storage options) and rebuild their filesystem on
+    first use, so Spark can ship them to executors.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self.url = normalize_url(url).rstrip("/")
+        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self.fsync = fsync
+        self._fs: fsspec.AbstractFileSystem | None = None
+        self._root = ""
+        self.protocol = self.url.split("://", 1)[0]
+
+    # -- pickling ----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options, "fsync": self.fsync}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["storage_options"], state["fsync"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    # -- plumbing ----------------------------------------------------------
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        if self._fs is None:
+            try:
+                fs, root = url_to_fs(self.url, **self.storage_options)
+            except (ValueError, TypeError, ImportError) as exc:
+                raise StoreUnavailableError(
+                    f"cannot open storage root {self.url!r}: {exc}; accepted: a local path, "
+                    "file://, memory:// or s3://bucket/prefix URL with valid storage options"
+                ) from exc
+            self._fs, self._root = fs, root.rstrip("/")
+        return self._fs
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol in ("file", "local")
+
+    def _path(self, key: str) -> str:
+        _ = self.fs
+        return f"{self._root}/{key}" if key else self._root
+
+    def local_path(self, key: str) -> str | None:
+        """The filesystem path of ``key`` on a local root, else None."""
+        return self._path(key) if self.is_local else None
+
+    def child(self, prefix: str) -> ObjectStore:
+        """A store rooted at ``prefix`` below this one."""
+        return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)
+
+    def _unavailable(self, op: str, key: str, exc: BaseException) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
+        )
+
+    # -- writes ------------------------------------------------------------
+    def create(self, key: str, data: bytes | memoryview | pa.Buffer) -> bool:
+        """Write ``key`` only if absent, atomically.  False if it existed."""
+        try:
+            if self.is_local:
+                return self._create_local(self._path(key), data)
+            if self.protocol == "memory":
+                with _MEMORY_CREATE_LOCK:
+                    path = self._path(key)
+                    if self.fs.exists(path):
+                        return False
+                    self.fs.pipe_file(path, bytes(data))
+                    return True
+            self.fs.pipe_file(self._path(key), bytes(data), mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if "pre-condition" in str(exc) or "PreconditionFailed" in str(exc):
+                return False
+            raise self._unavailable("create", key, exc) from exc
+
+    def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write or overwrite ``key`` (for best-effort hints only)."""
+        try:
+            if self.is_local:
+                path = self._path(key)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            else:
+                self.fs.pipe_file(self._path(key), data)
+        except OSError as exc:
+            raise self._unavailable("write", key, exc) from exc
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; absent keys are fine."""
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise self._unavailable("delete", key, exc) from exc
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove everything below ``prefix``."""
+        path = self._path(prefix)
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise self._unavailable("delete", prefix, exc) from exc
+
+    # -- reads -------------------------------------------------------------
+    def get(self, key: str) -> bytes:
+        """The whole object; FileNotFoundError if absent."""
+        try:
+            data = self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._unavailable("read", key, exc) from exc
+        return bytes(data)
+
+    def get_or_none(self, key: str) -> bytes | None:
+        try:
+            return self.get(key)
+        except FileNotFoundError:
+            return None
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """Several whole objects at once (concurrently on S3); None where absent."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        if self.is_local or self.protocol == "memory":
+            return {k: self.get_or_none(k) for k in keys}
+        paths = [self._path(k) for k in keys]
+        try:
+            found = self.fs.cat(paths, on_error="return")
+        except OSError as exc:
+            raise self._unavailable("read", keys[0], exc) from exc
+        out: dict[str, bytes | None] = {}
+        for key, path in zip(keys, paths, strict=False):
+            value = found.get(path) if isinstance(found, dict) else found
+            if isinstance(value, FileNotFoundError) or value is None:
+                out[key] = None
+            elif isinstance(value, BaseException):
+                raise self._unavailable("read", key, value)
+            else:
+                out[key] = bytes(value)
+        return out
+
+    def get_range(self, key: str, start: int, end: int) -> pa.Buffer:
+        """Bytes ``[start, end)`` of ``key``: memory-mapped locally, a range GET elsewhere."""
+        try:
+            if self.is_local:
+                with pa.memory_map(self._path(key), "r") as mm:
+                    mm.seek(start)
+                    return mm.read_buffer(end - start)
+            return pa.py_buffer(self.fs.cat_file(self._path(key), start=start, end=end))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._unavailable("read", key, exc) from exc
+
+    def exists(self, key: str) -> bool:
+        try:
+            return bool(self.fs.exists(self._path(key)))
+        except OSError as exc:
+            raise self._unavailable("stat", key, exc) from exc
+
+    def list_objects(self, prefix: str) -> list[ObjectInfo]:
+        """Every object below ``prefix`` (recursively), keys relative to the root."""
+        base = self._path(prefix)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._unavailable("list", prefix, exc) from exc
+        cut = len(self._root) + 1 if self._root else 0
+        out = []
+        for path, info in found.items():
+            rel = path[cut:] if path.startswith(self._root) else path
+            if ".tmp-" in rel:
+                continue
+            out.append(ObjectInfo(rel, int(info.get("size") or 0), _mtime_ms(info)))
+        return sorted(out, key=lambda i: i.key)
+
+    def list_names(self, prefix: str) -> list[str]:
+        """Names of the direct children (files or folders) of ``prefix``."""
+        base = self._path(prefix)
+        try:
+            entries = self.fs.ls(base, detail=False)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._unavailable("list", prefix, exc) from exc
+        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+        return sorted(n for n in names if n and ".tmp-" not in n)
+
+    def ensure_root(self) -> None:
+        """Fail early, with the URL in the message, if the root cannot be reached."""
+        try:
+            if self.is_local:
+                os.makedirs(self._path(""), exist_ok=True)
+            else:
+                self.fs.ls(self._path(""), detail=False)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                self.fs.mkdirs(self._path(""), exist_ok=True)
+        except OSError as exc:
+            raise self._unavailable("reach", "", exc) from exc
+
+
+def _mtime_ms(info: Mapping[str, Any]) -> int:
+    for name in ("mtime", "LastModified", "created", "last_modified"):
+        value = info.get(name)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return int(value.timestamp() * 1000)
+        try:
+            return int(float(value) * 1000)
+        except (TypeError, ValueError):
+            continue
+    return 0

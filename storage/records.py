@@ -1,0 +1,247 @@
+"""The record model (DESIGN.md §2) as Arrow schemas, and input normalisation.
+
+A record is Kafka's: key and value bytes (nullable), a millisecond timestamp and
+headers.  Offsets are never stored by writers; they are added when reading.
+On a typed topic ``value`` is a struct of the topic's schema instead of bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.errors import InvalidRecordError
+
+HEADER_TYPE = pa.list_(
+    pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+)
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+OFFSET_FIELD = pa.field("offset", pa.int64(), nullable=False)
+
+Header = tuple[str, bytes | None]
+
+
+def record_schema(value_type: pa.DataType | None = None) -> pa.Schema:
+    """Schema of stored records; ``value_type`` is a struct on typed topics."""
+    return pa.schema(
+        [
+            pa.field("key", pa.binary()),
+            pa.field("value", value_type if value_type is not None else pa.binary()),
+            pa.field("timestamp", TIMESTAMP_TYPE),
+            pa.field("headers", HEADER_TYPE),
+        ]
+    )
+
+
+RECORD_SCHEMA = record_schema()
+
+
+def with_offset(schema: pa.Schema) -> pa.Schema:
+    """The schema with the ``offset`` column first, as reads return it."""
+    return pa.schema([OFFSET_FIELD, *schema])
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def make_batch(
+    values: Sequence[Any],
+    keys: Sequence[bytes | None] | None = None,
+    timestamps_ms: Sequence[int | None] | None = None,
+    headers: Sequence[Sequence[Header] | None] | None = None,
+    value_type: pa.DataType | None = None,
+) -> pa.RecordBatch:
+    """Build a record batch from Python lists (convenience for clients and tests)."""
+    n = len(values)
+    schema = record_schema(value_type)
+    header_rows = [
+        None if h is None else [{"key": k, "value": v} for k, v in h]
+        for h in (headers or [None] * n)
+    ]
+    return pa.record_batch(
+        [
+            pa.array(keys if keys is not None else [None] * n, pa.binary()),
+            pa.array(values, schema.field("value").type),
+            pa.array(timestamps_ms if timestamps_ms is not None else [None] * n, pa.int64()).cast(
+                TIMESTAMP_TYPE
+            ),
+            pa.array(header_rows, HEADER_TYPE),
+        ],
+        schema=schema,
+    )
+
+
+def normalize(
+    data: pa.RecordBatch | pa.Table,
+    schema: pa.Schema,
+    *,
+    log_append_time: bool = False,
+    max_message_bytes: int | None = None,
+    append_time_ms: int | None = None,
+) -> list[pa.RecordBatch]:
+    """Conform producer input to the topic's stored schema, or raise InvalidRecordError.
+
+    ``value`` is required; ``key``, ``timestamp`` and ``headers`` may be absent
+    (null).  Strings become bytes, integer or any-unit timestamps become
+    ``timestamp[ms, UTC]``; missing timestamps (and every timestamp under
+    LogAppendTime) become the append time.  Other columns are refused so that a
+    typo never drops data silently.
+    """
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    names = set(table.column_names)
+    extra = names - {"key", "value", "timestamp", "headers", "offset"}
+    if extra:
+        raise InvalidRecordError(
+            f"unknown record column(s) {sorted(extra)}; accepted: key, value, timestamp, headers"
+        )
+    if "value" not in names:
+        raise InvalidRecordError("record batch has no 'value' column; 'value' is required")
+    n = table.num_rows
+    stamp = append_time_ms if append_time_ms is not None else now_ms()
+    columns = []
+    for field in schema:
+        if field.name not in names:
+            columns.append(pa.nulls(n, field.type))
+            continue
+        column = table.column(field.name)
+        columns.append(_conform(field, column, stamp, log_append_time))
+    out = pa.Table.from_arrays(columns, schema=schema)
+    if max_message_bytes is not None and n:
+        _check_sizes(out, max_message_bytes)
+    return out.combine_chunks().to_batches() or [
+        pa.RecordBatch.from_pylist([], schema=schema)
+    ]
+
+
+def _conform(
+    field: pa.Field, column: pa.ChunkedArray, stamp_ms: int, log_append_time: bool
+) -> pa.ChunkedArray:
+    name, target = field.name, field.type
+    if name == "timestamp":
+        if log_append_time:
+            return pa.chunked_array([pa.array([stamp_ms] * len(column), pa.int64())]).cast(target)
+        if pa.types.is_integer(column.type):
+            column = column.cast(pa.int64()).cast(target)
+        elif pa.types.is_timestamp(column.type):
+            if column.type.tz is None:
+                column = column.cast(pa.timestamp(column.type.unit, tz="UTC"))
+            column = column.cast(target, safe=False)
+        elif not pa.types.is_null(column.type):
+            raise InvalidRecordError(
+                f"column 'timestamp' has type {column.type}; accepted: timestamp or int64 ms"
+            )
+        else:
+            column = column.cast(target)
+        if column.null_count:
+            column = pc.fill_null(column, pa.scalar(stamp_ms, pa.int64()).cast(target))
+        return column
+    if column.type.equals(target):
+        return column
+    if pa.types.is_null(column.type):
+        return column.cast(target)
+    if name in ("key", "value") and pa.types.is_binary(target):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or (
+            pa.types.is_large_binary(column.type)
+        ):
+            return column.cast(target)
+        raise InvalidRecordError(
+            f"column {name!r} has type {column.type}; accepted: binary or string"
+        )
+    if name == "value" and pa.types.is_struct(target):
+        return _conform_struct(column, target)
+    try:
+        return column.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidRecordError(
+            f"column {name!r} has type {column.type}; accepted: {target}"
+        ) from exc
+
+
+def _conform_struct(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    if not pa.types.is_struct(column.type):
+        raise InvalidRecordError(
+            f"column 'value' has type {column.type}; this typed topic accepts struct {target}"
+        )
+    given = {column.type.field(i).name for i in range(column.type.num_fields)}
+    wanted = {target.field(i).name for i in range(target.num_fields)}
+    unknown = given - wanted
+    if unknown:
+        raise InvalidRecordError(
+            f"value field(s) {sorted(unknown)} are not in the topic schema; accepted: {target}"
+        )
+    missing = [
+        target.field(i)
+        for i in range(target.num_fields)
+        if target.field(i).name not in given and not target.field(i).nullable
+    ]
+    if missing:
+        raise InvalidRecordError(
+            f"value lacks required field(s) {[f.name for f in missing]}; schema: {target}"
+        )
+    chunks = []
+    for chunk in column.chunks:
+        arrays = []
+        for i in range(target.num_fields):
+            f = target.field(i)
+            if f.name in given:
+                child = chunk.field(f.name)
+                try:
+                    arrays.append(child.cast(f.type, safe=True))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise InvalidRecordError(
+                        f"value field {f.name!r} has type {child.type}; accepted: {f.type}"
+                    ) from exc
+            else:
+                arrays.append(pa.nulls(len(chunk), f.type))
+        chunks.append(
+            pa.StructArray.from_arrays(arrays, fields=list(target), mask=chunk.is_null())
+        )
+    return pa.chunked_array(chunks, type=target)
+
+
+def record_sizes(table: pa.Table) -> pa.Array:
+    """Approximate serialized size of each record: key + value + header bytes."""
+    n = table.num_rows
+    size = pa.array([0] * n, pa.int64())
+    for name in ("key", "value"):
+        col = table.column(name)
+        if pa.types.is_binary(col.type):
+            size = pc.add(size, pc.fill_null(pc.binary_length(col), 0).cast(pa.int64()))
+    heads = table.column("headers")
+    if heads.null_count < n:
+        flat = pc.list_flatten(heads)
+        if len(flat):
+            parents = pc.list_parent_indices(heads)
+            lens = pc.add(
+                pc.fill_null(pc.binary_length(pc.struct_field(flat, "key")), 0),
+                pc.fill_null(pc.binary_length(pc.struct_field(flat, "value")), 0),
+            )
+            per_row = [0] * n
+            for p, ln in zip(parents.to_pylist(), lens.to_pylist(), strict=False):
+                per_row[p] += ln
+            size = pc.add(size, pa.array(per_row, pa.int64()))
+    return size
+
+
+def _check_sizes(table: pa.Table, max_message_bytes: int) -> None:
+    sizes = record_sizes(table)
+    biggest = pc.max(sizes).as_py() or 0
+    if biggest > max_message_bytes:
+        index = pc.index(sizes, biggest).as_py()
+        raise InvalidRecordError(
+            f"record {index} of the batch is {biggest} bytes; max.message.bytes accepts at most "
+            f"{max_message_bytes}"
+        )
+
+
+def rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """Records as Python dicts (for tests and the console consumer)."""
+    out: list[dict[str, Any]] = []
+    for batch in batches:
+        out.extend(batch.to_pylist())
+    return out

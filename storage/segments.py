@@ -1,0 +1,242 @@
+"""Segment objects: immutable Arrow IPC files holding batches for many partitions.
+
+One flush writes one object per topic.  Inside it, each partition's record
+batches are contiguous, so a partition's share of the object is one byte range:
+a *segment*.  The object is a valid Arrow IPC file (any Arrow tool reads it);
+its footer metadata names each partition's batch range.  No offsets are stored
+(offsets are assigned at commit), except in objects written by compaction,
+which carry an ``offset`` column because compaction leaves gaps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.errors import CorruptionError, InvalidConfigError
+from storage.objectstore import ObjectStore
+from storage.records import OFFSET_FIELD, now_ms
+
+COMPRESSIONS = ("none", "lz4", "zstd")
+FOOTER_KEY = b"sparklog.partitions"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A partition's byte range inside one object, as a log commit records it.
+
+    ``base_offset`` is -1 while the segment is staged (written, not committed).
+    ``offset_span`` is how many offsets the segment covers; it equals
+    ``record_count`` except after compaction, which leaves gaps.
+    """
+
+    object_key: str
+    byte_start: int
+    byte_end: int
+    batch_count: int
+    record_count: int
+    offset_span: int
+    min_timestamp_ms: int
+    max_timestamp_ms: int
+    checksum: int
+    created_ms: int
+    base_offset: int = -1
+    has_offsets: bool = False
+    schema_id: str = ""
+
+    @property
+    def size_bytes(self) -> int:
+        return self.byte_end - self.byte_start
+
+    @property
+    def end_offset(self) -> int:
+        """One past the last offset the segment covers."""
+        return self.base_offset + self.offset_span
+
+    def at(self, base_offset: int) -> Segment:
+        return replace(self, base_offset=base_offset)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Segment:
+        return cls(**data)
+
+
+SEGMENT_ARROW_SCHEMA = pa.schema(
+    [
+        ("object_key", pa.string()),
+        ("byte_start", pa.int64()),
+        ("byte_end", pa.int64()),
+        ("batch_count", pa.int64()),
+        ("record_count", pa.int64()),
+        ("offset_span", pa.int64()),
+        ("min_timestamp_ms", pa.int64()),
+        ("max_timestamp_ms", pa.int64()),
+        ("checksum", pa.int64()),
+        ("created_ms", pa.int64()),
+        ("base_offset", pa.int64()),
+        ("has_offsets", pa.bool_()),
+        ("schema_id", pa.string()),
+    ]
+)
+
+
+def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
+    columns = {name: [getattr(s, name) for s in segments] for name in SEGMENT_ARROW_SCHEMA.names}
+    return pa.table(columns, schema=SEGMENT_ARROW_SCHEMA)
+
+
+def segments_from_table(table: pa.Table) -> list[Segment]:
+    return [Segment(**row) for row in table.to_pylist()]
+
+
+def _check_compression(compression: str) -> str | None:
+    if compression not in COMPRESSIONS:
+        raise InvalidConfigError(
+            f"compression {compression!r} is not supported; accepted: {', '.join(COMPRESSIONS)}"
+        )
+    return None if compression == "none" else compression
+
+
+def object_key_for(created_ms: int) -> str:
+    day = dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.timezone.utc).strftime("%Y%m%d")
+    return f"objects/{day}/{uuid.uuid4().hex}.arrow"
+
+
+def write_object(
+    store: ObjectStore,
+    parts: Mapping[int, Sequence[pa.RecordBatch]],
+    schema: pa.Schema,
+    *,
+    compression: str = "none",
+    schema_id: str = "",
+    has_offsets: bool = False,
+) -> dict[int, Segment]:
+    """Upload one object holding every partition's batches; return staged segments.
+
+    ``store`` is rooted at the topic's id directory.  The object is written
+    create-only under a fresh UUID; nothing is visible to readers until the
+    segments are committed to partition logs.
+    """
+    codec = _check_compression(compression)
+    created = now_ms()
+    key = object_key_for(created)
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    order = sorted(p for p, batches in parts.items() if any(b.num_rows for b in batches))
+    footer: dict[str, dict[str, int]] = {}
+    first = 0
+    for p in order:
+        n = sum(1 for b in parts[p] if b.num_rows)
+        rows = sum(b.num_rows for b in parts[p])
+        footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
+        first += n
+    sink = pa.BufferOutputStream()
+    position = 8 + schema.serialize().size  # magic + schema message precede the first batch
+    writer = pa.ipc.new_file(
+        sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
+    )
+    spans: dict[int, tuple[int, int, int, int, int]] = {}
+    for p in order:
+        start = position
+        ts_min, ts_max = None, None
+        for batch in parts[p]:
+            if not batch.num_rows:
+                continue
+            writer.write_batch(batch)
+            bounds = pc.min_max(batch.column("timestamp"))
+            lo, hi = bounds["min"].value, bounds["max"].value
+            ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
+            ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
+            position = sink.tell()
+        spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
+    writer.close()
+    data = sink.getvalue()
+    if order:
+        _expect_batch_at(data, spans[order[0]][0], key)
+    store.create(key, data)
+    out = {}
+    for p in order:
+        start, end, rows, ts_lo, ts_hi = spans[p]
+        span = rows
+        if has_offsets:
+            span = _offset_span(parts[p])
+        out[p] = Segment(
+            object_key=key,
+            byte_start=start,
+            byte_end=end,
+            batch_count=footer[str(p)]["batch_count"],
+            record_count=rows,
+            offset_span=span,
+            min_timestamp_ms=ts_lo,
+            max_timestamp_ms=ts_hi,
+            checksum=zlib.crc32(memoryview(data.slice(start, end - start))),
+            created_ms=created,
+            has_offsets=has_offsets,
+            schema_id=schema_id,
+        )
+    return out
+
+
+def _ms(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, dt.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def _offset_span(batches: Sequence[pa.RecordBatch]) -> int:
+    first = batches[0].column("offset")[0].as_py()
+    last = batches[-1].column("offset")[-1].as_py()
+    return int(last) - int(first) + 1
+
+
+def _expect_batch_at(data: pa.Buffer, start: int, key: str) -> None:
+    message = pa.ipc.read_message(pa.BufferReader(data.slice(start)))
+    if message.type != "record batch":
+        raise CorruptionError(f"object {key!r} was laid out unexpectedly ({message.type} first)")
+
+
+def read_segment(
+    store: ObjectStore, segment: Segment, schema: pa.Schema, verify: bool = True
+) -> list[pa.RecordBatch]:
+    """The segment's record batches, checksum verified; offsets not yet added."""
+    try:
+        data = store.get_range(segment.object_key, segment.byte_start, segment.byte_end)
+    except FileNotFoundError as exc:
+        raise CorruptionError(
+            f"object {store.url}/{segment.object_key} referenced by a committed segment is missing"
+        ) from exc
+    if data.size != segment.size_bytes:
+        raise CorruptionError(
+            f"object {store.url}/{segment.object_key} is truncated: read {data.size} of "
+            f"{segment.size_bytes} bytes at {segment.byte_start}"
+        )
+    if verify and zlib.crc32(memoryview(data)) != segment.checksum:
+        raise CorruptionError(
+            f"object {store.url}/{segment.object_key} bytes {segment.byte_start}-"
+            f"{segment.byte_end} fail their checksum"
+        )
+    if segment.has_offsets:
+        schema = pa.schema([OFFSET_FIELD, *schema])
+    stream = pa.BufferReader(data)
+    out = []
+    try:
+        for _ in range(segment.batch_count):
+            message = pa.ipc.read_message(stream)
+            out.append(pa.ipc.read_record_batch(message, schema))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptionError(
+            f"object {store.url}/{segment.object_key} cannot be decoded: {exc}"
+        ) from exc
+    return out

@@ -1,0 +1,439 @@
+"""Topics: names, ids, partitions, configs and value schemas; and the root that holds them.
+
+A topic's metadata is a versioned document ``topics/<name>/meta/<v>.json``.
+Each incarnation of a name gets a fresh UUID and keeps its data under
+``topics/<name>/<id>/``, so a topic deleted and created again never mixes with
+its old data, and a handle on the old incarnation notices.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
+from storage.documents import VersionedDocument
+from storage.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from storage.log import (
+    DEFAULT_SNAPSHOT_INTERVAL,
+    AppendResult,
+    PartitionLog,
+    ProducerBatch,
+)
+from storage.objectstore import ObjectStore
+from storage.records import RECORD_SCHEMA, normalize, now_ms, record_schema
+from storage.segments import Segment, write_object
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+
+
+def validate_topic_name(name: str) -> str:
+    """Kafka's rule: ``[a-zA-Z0-9._-]``, 1-249 characters, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not TOPIC_NAME_RE.match(name) or name in (".", ".."):
+        raise InvalidConfigError(
+            f"invalid topic name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-], "
+            "not '.' or '..'"
+        )
+    return name
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def schema_id_of(value_type: pa.DataType) -> str:
+    return hashlib.sha256(schema_to_text(pa.schema([("value", value_type)])).encode()).hexdigest()[
+        :16
+    ]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's metadata at one version."""
+
+    name: str
+    topic_id: str
+    partitions: int
+    config: dict[str, Any]
+    version: int
+    created_ms: int
+    value_type: pa.DataType | None = None
+    value_schema_id: str = ""
+    value_types: dict[str, pa.DataType] = field(default_factory=dict)
+
+    @property
+    def effective_config(self) -> dict[str, Any]:
+        return effective_config(self.config)
+
+    @property
+    def record_schema(self) -> pa.Schema:
+        return record_schema(self.value_type)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "id": self.topic_id,
+            "partitions": self.partitions,
+            "config": self.config,
+            "created_ms": self.created_ms,
+            "value_schema_id": self.value_schema_id,
+            "value_schemas": {
+                k: schema_to_text(pa.schema([("value", t)])) for k, t in self.value_types.items()
+            },
+        }
+
+    @classmethod
+    def from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        types = {
+            k: schema_from_text(v).field("value").type
+            for k, v in doc.get("value_schemas", {}).items()
+        }
+        sid = doc.get("value_schema_id", "")
+        return cls(
+            name=doc["name"],
+            topic_id=doc["id"],
+            partitions=doc["partitions"],
+            config=dict(doc["config"]),
+            version=version,
+            created_ms=doc["created_ms"],
+            value_type=types.get(sid) if sid else None,
+            value_schema_id=sid,
+            value_types=types,
+        )
+
+
+class Topic:
+    """A handle on one incarnation of a topic: writes objects, opens partition logs."""
+
+    def __init__(self, root: LogRoot, info: TopicInfo) -> None:
+        self.root = root
+        self.info = info
+        self.store = root.store.child(f"topics/{info.name}/{info.topic_id}")
+        self._logs: dict[int, PartitionLog] = {}
+
+    def __repr__(self) -> str:
+        return f"Topic({self.info.name!r}, partitions={self.info.partitions})"
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def partitions(self) -> int:
+        return self.info.partitions
+
+    def schema_for(self, schema_id: str) -> pa.Schema:
+        """Record schema of objects written under ``schema_id`` ('' = the current one)."""
+        if not schema_id:
+            return self.info.record_schema
+        value_type = self.info.value_types.get(schema_id)
+        if value_type is None:
+            self.reload()
+            value_type = self.info.value_types.get(schema_id)
+        return record_schema(value_type)
+
+    def reload(self) -> TopicInfo:
+        """Re-read metadata (partitions added, config altered); fail if deleted."""
+        info = self.root.describe_topic(self.name)
+        if info.topic_id != self.info.topic_id:
+            raise UnknownTopicError(
+                f"topic {self.name!r} (id {self.info.topic_id}) was deleted; a new topic of that "
+                f"name has id {info.topic_id}"
+            )
+        self.info = info
+        return info
+
+    def partition(self, partition: int) -> PartitionLog:
+        if not 0 <= partition < self.info.partitions:
+            self.reload()
+            if not 0 <= partition < self.info.partitions:
+                raise UnknownTopicError(
+                    f"topic {self.name!r} has no partition {partition}; accepted: 0-"
+                    f"{self.info.partitions - 1}"
+                )
+        log = self._logs.get(partition)
+        if log is None:
+            log = PartitionLog(
+                self.store,
+                partition,
+                self.schema_for,
+                topic=self.name,
+                snapshot_interval=self.root.snapshot_interval,
+            )
+            self._logs[partition] = log
+        return log
+
+    def normalize(self, data: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+        """Validate and conform producer input to this topic's schema and limits."""
+        config = self.info.effective_config
+        return normalize(
+            data,
+            self.info.record_schema,
+            log_append_time=config["message.timestamp.type"] == "LogAppendTime",
+            max_message_bytes=config["max.message.bytes"],
+        )
+
+    def write(
+        self,
+        parts: Mapping[int, pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]],
+        compression: str = "none",
+        *,
+        validated: bool = False,
+    ) -> dict[int, Segment]:
+        """Upload one object holding every partition's records; return staged segments."""
+        ready: dict[int, list[pa.RecordBatch]] = {}
+        for p, data in parts.items():
+            if not 0 <= p < self.info.partitions:
+                self.partition(p)  # raises with the accepted range
+            if validated:
+                batches = [data] if isinstance(data, pa.RecordBatch) else list(data)
+            elif isinstance(data, pa.RecordBatch | pa.Table):
+                batches = self.normalize(data)
+            else:
+                batches = [b for d in data for b in self.normalize(d)]
+            ready[p] = batches
+        topic_codec = self.info.effective_config["compression.type"]
+        codec = compression if topic_codec == "producer" else topic_codec
+        return write_object(
+            self.store,
+            ready,
+            self.info.record_schema,
+            compression=codec,
+            schema_id=self.info.value_schema_id,
+        )
+
+    def append(
+        self,
+        partition: int,
+        data: pa.RecordBatch | pa.Table,
+        *,
+        compression: str = "none",
+        producer: ProducerBatch | None = None,
+        txn: tuple[str, int] | None = None,
+        leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """Write and commit records to one partition (the embedded, brokerless path)."""
+        staged = self.write({partition: data}, compression)
+        if partition not in staged:
+            log = self.partition(partition)
+            return AppendResult(log.high_watermark, 0, log.state.version)
+        return self.partition(partition).append(
+            [staged[partition]], producer=producer, txn=txn, leader_epoch=leader_epoch
+        )
+
+    def produce(
+        self,
+        parts: Mapping[int, pa.RecordBatch | pa.Table],
+        *,
+        compression: str = "none",
+        txn: tuple[str, int] | None = None,
+    ) -> dict[int, AppendResult]:
+        """Write one object for many partitions, then commit each partition."""
+        staged = self.write(parts, compression)
+        return {p: self.partition(p).append([seg], txn=txn) for p, seg in staged.items()}
+
+
+class LogRoot:
+    """A storage root: the topics it holds and the stores below it.
+
+    This is the embedded, brokerless entry point (as a pyiceberg catalog is):
+    ``open_root("file:///tmp/sl").create_topic("events", partitions=3)``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        fsync: bool = False,
+    ) -> None:
+        self.store = ObjectStore(url, storage_options, fsync=fsync)
+        self.snapshot_interval = snapshot_interval
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def __repr__(self) -> str:
+        return f"LogRoot({self.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store, "snapshot_interval": self.snapshot_interval}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.store = state["store"]
+        self.snapshot_interval = state["snapshot_interval"]
+
+    def _meta(self, name: str) -> VersionedDocument:
+        return VersionedDocument(self.store, f"topics/{validate_topic_name(name)}/meta")
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        value_type: pa.DataType | None = None,
+    ) -> TopicInfo:
+        """Create a topic; TopicExistsError if a live topic has the name."""
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidConfigError(
+                f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
+            )
+        parsed = validate_config(config)
+        if value_type is not None and not pa.types.is_struct(value_type):
+            raise InvalidConfigError(
+                f"value schema {value_type} is not accepted; a typed topic's value is a struct"
+            )
+        sid = schema_id_of(value_type) if value_type is not None else ""
+        doc = TopicInfo(
+            name=name,
+            topic_id=uuid.uuid4().hex,
+            partitions=partitions,
+            config=parsed,
+            version=0,
+            created_ms=now_ms(),
+            value_type=value_type,
+            value_schema_id=sid,
+            value_types={sid: value_type} if value_type is not None else {},
+        ).to_doc()
+        meta = self._meta(name)
+        version, current = meta.latest()
+        if current is not None and not current.get("deleted"):
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if not meta.write(version + 1, doc):
+            raise TopicExistsError(f"topic {name!r} was created concurrently")
+        return TopicInfo.from_doc(version + 1, doc)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        version, doc = self._meta(name).latest()
+        if doc is None or doc.get("deleted"):
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return TopicInfo.from_doc(version, doc)
+
+    def topic(self, name: str) -> Topic:
+        return Topic(self, self.describe_topic(name))
+
+    def list_topics(self) -> list[str]:
+        names = []
+        for name in self.store.list_names("topics"):
+            _, doc = self._meta(name).latest()
+            if doc is not None and not doc.get("deleted"):
+                names.append(name)
+        return names
+
+    def _update(self, name: str, change: Any) -> TopicInfo:
+        def apply(doc: dict[str, Any] | None) -> dict[str, Any]:
+            if doc is None or doc.get("deleted"):
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            return change(dict(doc))
+
+        self._meta(name).update(apply)
+        return self.describe_topic(name)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> TopicInfo:
+        """Set (and remove, returning to defaults) topic config keys."""
+        parsed = validate_config(updates)
+        unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
+            )
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            config = {k: v for k, v in doc["config"].items() if k not in remove}
+            config.update(parsed)
+            doc["config"] = config
+            return doc
+
+        return self._update(name, change)
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow a topic to ``total`` partitions (never shrink, as in Kafka)."""
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
+                raise InvalidConfigError(
+                    f"partitions={total!r} is not accepted for topic {name!r}; accepted: more "
+                    f"than the current {doc['partitions']} and at most {MAX_PARTITIONS}"
+                )
+            doc["partitions"] = total
+            return doc
+
+        return self._update(name, change)
+
+    def evolve_value_type(self, name: str, value_type: pa.DataType) -> TopicInfo:
+        """Change a typed topic's value struct by adding nullable fields only."""
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            info = TopicInfo.from_doc(0, doc)
+            old = info.value_type
+            if old is None or not pa.types.is_struct(value_type):
+                raise InvalidConfigError(
+                    f"topic {name!r} is not typed or {value_type} is not a struct; only typed "
+                    "topics' struct schemas can evolve"
+                )
+            new_fields = {f.name: f for f in value_type}
+            for f in old:
+                if f.name not in new_fields or not new_fields[f.name].type.equals(f.type):
+                    raise InvalidConfigError(
+                        f"value field {f.name!r} must stay as {f.type}; accepted changes: add "
+                        "nullable fields"
+                    )
+            added = [f for f in value_type if f.name not in {g.name for g in old}]
+            if any(not f.nullable for f in added):
+                raise InvalidConfigError(
+                    f"new value fields {[f.name for f in added if not f.nullable]} must be "
+                    "nullable"
+                )
+            sid = schema_id_of(value_type)
+            doc["value_schema_id"] = sid
+            doc["value_schemas"] = {
+                **doc["value_schemas"],
+                sid: schema_to_text(pa.schema([("value", value_type)])),
+            }
+            return doc
+
+        return self._update(name, change)
+
+    def delete_topic(self, name: str) -> None:
+        """Mark the topic deleted and remove its data."""
+        info = self.describe_topic(name)
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            if doc["id"] != info.topic_id:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            return {"name": name, "id": doc["id"], "deleted": True, "deleted_ms": now_ms()}
+
+        self._meta(name).update(lambda doc: change(doc) if doc and not doc.get("deleted") else
+                                _raise_unknown(name))
+        self.store.delete_prefix(f"topics/{name}/{info.topic_id}")
+
+
+def _raise_unknown(name: str) -> dict[str, Any]:
+    raise UnknownTopicError(f"unknown topic {name!r}")
+
+
+def open_root(
+    url: str, storage_options: Mapping[str, Any] | None = None, **settings: Any
+) -> LogRoot:
+    """Open a storage root (a local path, ``file://``, ``memory://`` or ``s3://`` URL)."""
+    return LogRoot(url, storage_options, **settings)
+
+
+__all__ = ["RECORD_SCHEMA", "LogRoot", "Topic", "TopicInfo", "open_root", "validate_topic_name"]

@@ -1,0 +1,36 @@
+"""Shared fixtures: storage roots on every backend, and a real S3 endpoint (moto server)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.s3 import MotoS3
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    """A moto S3 server on 127.0.0.1, port chosen by the OS, for the whole run."""
+    server = MotoS3.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
+def root_spec(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
+    """(url, storage_options) of a fresh, empty root on each storage backend."""
+    if request.param == "file":
+        return f"file://{tmp_path}/root", {}
+    if request.param == "memory":
+        return f"memory://sparklog-{uuid.uuid4().hex}", {}
+    s3: MotoS3 = request.getfixturevalue("moto_s3")
+    return s3.fresh_root(), s3.storage_options
+
+
+@pytest.fixture
+def s3_root_spec(moto_s3: MotoS3) -> tuple[str, dict]:
+    return moto_s3.fresh_root(), moto_s3.storage_options

@@ -1,0 +1,321 @@
+"""The storage conformance suite: every test runs on file://, memory:// and s3:// (moto)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pyarrow as pa
+import pytest
+
+from storage import (
+    CorruptionError,
+    FencedError,
+    InvalidConfigError,
+    InvalidRecordError,
+    ObjectStore,
+    OffsetOutOfRangeError,
+    ProducerBatch,
+    ProducerSequenceError,
+    TopicExistsError,
+    UnknownTopicError,
+    make_batch,
+    open_root,
+)
+
+
+@pytest.fixture
+def root(root_spec):
+    url, options = root_spec
+    return open_root(url, options, snapshot_interval=4)
+
+
+def values(table: pa.Table) -> list[bytes]:
+    return table.column("value").to_pylist()
+
+
+# -- object store --
+
+
+def test_create_only_has_exactly_one_winner(root_spec):
+    url, options = root_spec
+    store = ObjectStore(url, options)
+    results: dict[int, bool] = {}
+    barrier = threading.Barrier(6)
+
+    def attempt(i: int) -> None:
+        mine = ObjectStore(url, options)
+        barrier.wait()
+        results[i] = mine.create("race/key", f"writer-{i}".encode() * 1000)
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, won in results.items() if won]
+    assert len(winners) == 1
+    assert store.get("race/key") == f"writer-{winners[0]}".encode() * 1000
+
+
+def test_store_pickles_and_reads_ranges(root_spec):
+    url, options = root_spec
+    store = ObjectStore(url, options)
+    assert store.create("a/b.bin", bytes(range(200)))
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.get_range("a/b.bin", 10, 20).to_pybytes() == bytes(range(10, 20))
+    assert [i.key for i in clone.list_objects("a")] == ["a/b.bin"]
+    assert clone.get_or_none("a/missing") is None
+
+
+# -- topics --
+
+
+def test_topic_lifecycle(root):
+    info = root.create_topic("orders", 2, {"retention.ms": "1000", "cleanup.policy": "compact"})
+    assert info.partitions == 2 and info.config["retention.ms"] == 1000
+    with pytest.raises(TopicExistsError):
+        root.create_topic("orders", 1)
+    assert root.list_topics() == ["orders"]
+    altered = root.alter_topic_config("orders", {"retention.bytes": 10_000})
+    assert altered.config == {"retention.ms": 1000, "cleanup.policy": "compact",
+                              "retention.bytes": 10_000}
+    assert root.add_partitions("orders", 5).partitions == 5
+    with pytest.raises(InvalidConfigError, match="more than the current 5"):
+        root.add_partitions("orders", 3)
+    root.delete_topic("orders")
+    assert root.list_topics() == []
+    with pytest.raises(UnknownTopicError, match="orders"):
+        root.describe_topic("orders")
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a b", "x" * 250, "topic/sub", "ü"])
+def test_invalid_topic_names_are_refused(root, name):
+    with pytest.raises(InvalidConfigError, match=r"accepted: 1-249 characters"):
+        root.create_topic(name)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"retention.ms": "soon"}, "retention.ms='soon' is not an integer"),
+        ({"retention.ms": -5}, "retention.ms=-5 is out of range"),
+        ({"cleanup.policy": "shred"}, "accepted: delete, compact"),
+        ({"message.timestamp.type": "Now"}, "accepted: CreateTime, LogAppendTime"),
+        ({"retention.hours": 1}, "unknown topic config key 'retention.hours'"),
+    ],
+)
+def test_bad_config_names_key_and_accepted_values(root, config, message):
+    with pytest.raises(InvalidConfigError, match=message):
+        root.create_topic("t", 1, config)
+    assert root.list_topics() == []
+
+
+def test_recreated_topic_never_mixes_with_old_data(root):
+    root.create_topic("t", 1)
+    old = root.topic("t")
+    old.append(0, make_batch([b"old"]))
+    root.delete_topic("t")
+    root.create_topic("t", 1)
+    new = root.topic("t")
+    assert new.partition(0).high_watermark == 0
+    with pytest.raises(UnknownTopicError, match="was deleted"):
+        old.reload()
+
+
+# -- append and read --
+
+
+def test_round_trip_keys_headers_timestamps(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    first = topic.append(
+        0,
+        make_batch(
+            [b"v0", None, b""],
+            keys=[b"k0", b"k1", None],
+            timestamps_ms=[1_000, 2_000, 3_000],
+            headers=[[("h", b"1"), ("h2", None)], None, []],
+        ),
+    )
+    second = topic.append(0, make_batch([b"v3"], timestamps_ms=[4_000]), compression="zstd")
+    assert (first.base_offset, second.base_offset) == (0, 3)
+    table = open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
+    rows = table.to_pylist()
+    assert [r["offset"] for r in rows] == [0, 1, 2, 3]
+    assert [r["value"] for r in rows] == [b"v0", None, b"", b"v3"]
+    assert [r["key"] for r in rows] == [b"k0", b"k1", None, None]
+    assert rows[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "h2", "value": None}]
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [1000, 2000, 3000, 4000]
+    assert values(topic.partition(0).read(1, 3)) == [None, b""]
+
+
+def test_reads_out_of_range_name_the_valid_range(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    topic.append(0, make_batch([b"a", b"b"]))
+    assert topic.partition(0).read(2).num_rows == 0
+    with pytest.raises(OffsetOutOfRangeError, match=r"valid: \[0, 2\]"):
+        topic.partition(0).read(3)
+    with pytest.raises(UnknownTopicError, match="accepted: 0-0"):
+        topic.partition(1)
+
+
+def test_many_partitions_one_object(root):
+    root.create_topic("t", 4)
+    topic = root.topic("t")
+    results = topic.produce({p: make_batch([f"p{p}-{i}".encode() for i in range(p + 1)])
+                             for p in range(4)})
+    assert {p: r.base_offset for p, r in results.items()} == {0: 0, 1: 0, 2: 0, 3: 0}
+    objects = {s.object_key for p in range(4) for s in topic.partition(p).segments()}
+    assert len(objects) == 1
+    assert values(topic.partition(3).read(0)) == [b"p3-0", b"p3-1", b"p3-2", b"p3-3"]
+
+
+def test_oversized_record_is_refused_and_nothing_written(root):
+    root.create_topic("t", 1, {"max.message.bytes": 100})
+    topic = root.topic("t")
+    with pytest.raises(InvalidRecordError, match="max.message.bytes accepts at most 100"):
+        topic.append(0, make_batch([b"x" * 50, b"y" * 101]))
+    assert topic.partition(0).high_watermark == 0
+
+
+def test_offset_for_timestamp(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    topic.append(0, make_batch([b"a", b"b"], timestamps_ms=[100, 200]))
+    topic.append(0, make_batch([b"c", b"d"], timestamps_ms=[300, 400]))
+    log = topic.partition(0)
+    assert [log.offset_for_timestamp(t) for t in (0, 100, 150, 300, 301, 401)] == [0, 0, 1, 2, 3, 4]
+
+
+def test_log_append_time_overrides_producer_timestamps(root):
+    root.create_topic("t", 1, {"message.timestamp.type": "LogAppendTime"})
+    topic = root.topic("t")
+    topic.append(0, make_batch([b"a"], timestamps_ms=[5]))
+    assert topic.partition(0).read(0).column("timestamp")[0].value > 1_000_000_000_000
+
+
+# -- commit protocol --
+
+
+def test_open_after_many_commits_uses_snapshots(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    for i in range(11):
+        topic.append(0, make_batch([f"v{i}".encode()]))
+    names = root.store.list_names(f"topics/t/{topic.info.topic_id}/partitions/00000/log")
+    assert "_latest.json" in names and any(n.endswith(".snapshot") for n in names)
+    fresh = open_root(root.url, root.store.storage_options).topic("t").partition(0)
+    assert fresh.high_watermark == 11
+    assert values(fresh.read(9)) == [b"v9", b"v10"]
+
+
+def test_two_handles_race_and_both_land(root):
+    root.create_topic("t", 1)
+    a = root.topic("t")
+    b = open_root(root.url, root.store.storage_options).topic("t")
+    a.partition(0).refresh()
+    b.partition(0).refresh()
+    ra = a.append(0, make_batch([b"a1", b"a2"]))
+    rb = b.append(0, make_batch([b"b1"]))  # b's view is stale: it loses the race, re-reads
+    assert (ra.base_offset, rb.base_offset) == (0, 2)
+    assert values(a.partition(0).refresh() and a.partition(0).read(0)) == [b"a1", b"a2", b"b1"]
+
+
+def test_stale_leader_epoch_is_fenced(root):
+    root.create_topic("t", 1)
+    old_leader = root.topic("t").partition(0)
+    epoch = old_leader.bump_epoch()
+    new_leader = open_root(root.url, root.store.storage_options).topic("t").partition(0)
+    new_epoch = new_leader.bump_epoch()
+    assert new_epoch == epoch + 1
+    staged = root.topic("t").write({0: make_batch([b"late"])})[0]
+    with pytest.raises(FencedError, match=f"epoch {epoch} is fenced by epoch {new_epoch}"):
+        old_leader.append([staged], leader_epoch=epoch)
+    assert new_leader.append([staged], leader_epoch=new_epoch).base_offset == 0
+
+
+def test_idempotent_producer_duplicates_are_not_appended(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    log = topic.partition(0)
+    batch = make_batch([b"a", b"b"])
+    first = log.append([topic.write({0: batch})[0]], producer=ProducerBatch(7, 0, 0, 2))
+    retry = log.append([topic.write({0: batch})[0]], producer=ProducerBatch(7, 0, 0, 2))
+    assert retry.duplicate and retry.base_offset == first.base_offset == 0
+    with pytest.raises(ProducerSequenceError, match="expected 2"):
+        log.append([topic.write({0: batch})[0]], producer=ProducerBatch(7, 0, 5, 2))
+    log.append([topic.write({0: batch})[0]], producer=ProducerBatch(7, 1, 0, 2))
+    with pytest.raises(FencedError, match="producer 7 epoch 0 is fenced"):
+        log.append([topic.write({0: batch})[0]], producer=ProducerBatch(7, 0, 2, 2))
+    assert log.high_watermark == 4
+
+
+def test_transaction_marker_makes_repeat_a_noop(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    assert not topic.append(0, make_batch([b"a"]), txn=("query-1", 0)).duplicate
+    again = topic.append(0, make_batch([b"a"]), txn=("query-1", 0))
+    assert again.duplicate
+    topic.append(0, make_batch([b"b"]), txn=("query-1", 1))
+    fresh = open_root(root.url, root.store.storage_options).topic("t").partition(0)
+    assert values(fresh.read(0)) == [b"a", b"b"]
+
+
+# -- typed topics --
+
+CLICK = pa.struct([pa.field("user", pa.string(), nullable=False), pa.field("ms", pa.int64())])
+
+
+def test_typed_topic_validates_and_evolves(root):
+    root.create_topic("clicks", 1, value_type=CLICK)
+    topic = root.topic("clicks")
+    topic.append(0, make_batch([{"user": "u1", "ms": 5}], value_type=CLICK))
+    with pytest.raises(InvalidRecordError, match="value field 'ms' has type string"):
+        topic.append(0, pa.table({"value": pa.array([{"user": "u", "ms": "x"}])}))
+    with pytest.raises(InvalidRecordError, match=r"not in the topic schema"):
+        topic.append(0, pa.table({"value": pa.array([{"user": "u", "page": "x"}])}))
+    with pytest.raises(InvalidConfigError, match="must be nullable"):
+        root.evolve_value_type("clicks", pa.struct([*CLICK, pa.field("p", pa.string(), False)]))
+    wider = pa.struct([*CLICK, pa.field("page", pa.string())])
+    root.evolve_value_type("clicks", wider)
+    topic = root.topic("clicks")
+    topic.append(0, pa.table({"value": pa.array([{"user": "u2", "ms": 6, "page": "/"}], wider)}))
+    assert values(topic.partition(0).read(0)) == [
+        {"user": "u1", "ms": 5, "page": None},
+        {"user": "u2", "ms": 6, "page": "/"},
+    ]
+
+
+# -- corruption --
+
+
+def _corrupt(root, topic, mutate) -> None:
+    seg = topic.partition(0).segments()[0]
+    data = bytearray(topic.store.get(seg.object_key))
+    topic.store.delete(seg.object_key)
+    topic.store.create(seg.object_key, bytes(mutate(data, seg)))
+
+
+def test_flipped_byte_is_detected(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    topic.append(0, make_batch([b"payload" * 20]))
+
+    def flip(data, seg):
+        data[seg.byte_end - 20] ^= 0xFF
+        return data
+
+    _corrupt(root, topic, flip)
+    with pytest.raises(CorruptionError, match="fail their checksum"):
+        open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
+
+
+def test_truncated_object_is_detected(root):
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    topic.append(0, make_batch([b"payload" * 20]))
+    _corrupt(root, topic, lambda data, seg: data[: seg.byte_end - 10])
+    with pytest.raises(CorruptionError, match="truncated"):
+        open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
