@@ -8,7 +8,11 @@ import time
 import typer
 from rich.console import Console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="sparklog: Kafka's model on object storage, for Spark.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="sparklog: Kafka's model on object storage, for Spark.",
+)
 console = Console()
 
 
@@ -31,7 +35,9 @@ def demo(
         topic.append(p, make_batch([b"x" * 100] * per_partition, keys=[b"k" * 16] * per_partition))
     elapsed = time.perf_counter() - started
     total = sum(topic.partition(p).read(0).num_rows for p in range(3))
-    console.print(f"appended and read back {total} records ({total / elapsed:,.0f} records/s append)")
+    console.print(
+        f"appended and read back {total} records ({total / elapsed:,.0f} records/s append)"
+    )
 
 
 def main() -> None:

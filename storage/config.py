@@ -54,23 +54,62 @@ class ConfigKey:
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
-        ConfigKey("retention.ms", 604_800_000, "Delete segments older than this; -1 keeps forever",
-                  "int", minimum=-1),
-        ConfigKey("retention.bytes", -1, "Delete oldest segments while a partition is larger; "
-                  "-1 means no size limit", "int", minimum=-1),
-        ConfigKey("cleanup.policy", "delete", "delete, compact, or compact,delete", "choice",
-                  choices=("delete", "compact", "compact,delete")),
-        ConfigKey("delete.retention.ms", 86_400_000, "How long compaction keeps tombstones",
-                  "int", minimum=0),
-        ConfigKey("max.message.bytes", 1_048_588, "Largest record accepted (key+value+headers)",
-                  "int", minimum=1),
-        ConfigKey("message.timestamp.type", "CreateTime", "CreateTime keeps the producer's "
-                  "timestamp; LogAppendTime stamps the write time", "choice",
-                  choices=("CreateTime", "LogAppendTime")),
-        ConfigKey("segment.bytes", 67_108_864, "Target size when merging small segments",
-                  "int", minimum=1024),
-        ConfigKey("compression.type", "producer", "Compression of stored objects", "choice",
-                  choices=("producer", "none", "lz4", "zstd")),
+        ConfigKey(
+            "retention.ms",
+            604_800_000,
+            "Delete segments older than this; -1 keeps forever",
+            "int",
+            minimum=-1,
+        ),
+        ConfigKey(
+            "retention.bytes",
+            -1,
+            "Delete oldest segments while a partition is larger; -1 means no size limit",
+            "int",
+            minimum=-1,
+        ),
+        ConfigKey(
+            "cleanup.policy",
+            "delete",
+            "delete, compact, or compact,delete",
+            "choice",
+            choices=("delete", "compact", "compact,delete"),
+        ),
+        ConfigKey(
+            "delete.retention.ms",
+            86_400_000,
+            "How long compaction keeps tombstones",
+            "int",
+            minimum=0,
+        ),
+        ConfigKey(
+            "max.message.bytes",
+            1_048_588,
+            "Largest record accepted (key+value+headers)",
+            "int",
+            minimum=1,
+        ),
+        ConfigKey(
+            "message.timestamp.type",
+            "CreateTime",
+            "CreateTime keeps the producer's timestamp; LogAppendTime stamps the write time",
+            "choice",
+            choices=("CreateTime", "LogAppendTime"),
+        ),
+        ConfigKey(
+            "segment.bytes",
+            67_108_864,
+            "Target size when merging small segments",
+            "int",
+            minimum=1024,
+        ),
+        ConfigKey(
+            "compression.type",
+            "producer",
+            "Compression of stored objects",
+            "choice",
+            choices=("producer", "none", "lz4", "zstd"),
+        ),
     ]
 }
 

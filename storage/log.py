@@ -286,8 +286,9 @@ class PartitionLog:
             )
             state.commits_since_snapshot = 0
         except StorageError as exc:  # a snapshot is an optimisation; the commit stands
-            log.warning("partition %s: snapshot at version %d failed: %s", self.name,
-                        state.version, exc)
+            log.warning(
+                "partition %s: snapshot at version %d failed: %s", self.name, state.version, exc
+            )
 
     def append(
         self,
@@ -501,8 +502,9 @@ class PartitionLog:
                 ts = batch.column("timestamp").cast(pa.int64())
                 hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp_ms))
                 if len(hits):
-                    return max(int(batch.column("offset")[hits[0].as_py()].as_py()),
-                               state.log_start_offset)
+                    return max(
+                        int(batch.column("offset")[hits[0].as_py()].as_py()), state.log_start_offset
+                    )
             later = state.segments.overlapping(seg.end_offset, state.high_watermark)
             seg = next((s for s in later if s.max_timestamp_ms >= timestamp_ms), None)
         return state.high_watermark
@@ -519,12 +521,14 @@ def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if not column.type.equals(f.type) and pa.types.is_struct(f.type):
             present = {column.type.field(i).name for i in range(column.type.num_fields)}
             children = [
-                column.field(c.name).cast(c.type) if c.name in present
+                column.field(c.name).cast(c.type)
+                if c.name in present
                 else pa.nulls(len(column), c.type)
                 for c in f.type
             ]
-            column = pa.StructArray.from_arrays(children, fields=list(f.type),
-                                                mask=column.is_null())
+            column = pa.StructArray.from_arrays(
+                children, fields=list(f.type), mask=column.is_null()
+            )
         elif not column.type.equals(f.type):
             column = column.cast(f.type)
         columns.append(column)

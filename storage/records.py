@@ -113,9 +113,7 @@ def normalize(
     out = pa.Table.from_arrays(columns, schema=schema)
     if max_message_bytes is not None and n:
         _check_sizes(out, max_message_bytes)
-    return out.combine_chunks().to_batches() or [
-        pa.RecordBatch.from_pylist([], schema=schema)
-    ]
+    return out.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
 
 
 def _conform(
@@ -145,8 +143,10 @@ def _conform(
     if pa.types.is_null(column.type):
         return column.cast(target)
     if name in ("key", "value") and pa.types.is_binary(target):
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or (
-            pa.types.is_large_binary(column.type)
+        if (
+            pa.types.is_string(column.type)
+            or pa.types.is_large_string(column.type)
+            or (pa.types.is_large_binary(column.type))
         ):
             return column.cast(target)
         raise InvalidRecordError(
@@ -198,9 +198,7 @@ def _conform_struct(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedA
                     ) from exc
             else:
                 arrays.append(pa.nulls(len(chunk), f.type))
-        chunks.append(
-            pa.StructArray.from_arrays(arrays, fields=list(target), mask=chunk.is_null())
-        )
+        chunks.append(pa.StructArray.from_arrays(arrays, fields=list(target), mask=chunk.is_null()))
     return pa.chunked_array(chunks, type=target)
 
 

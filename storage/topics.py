@@ -21,6 +21,7 @@ import pyarrow as pa
 from storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
 from storage.documents import VersionedDocument
 from storage.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from storage.groups import GroupStore
 from storage.log import (
     DEFAULT_SNAPSHOT_INTERVAL,
     AppendResult,
@@ -277,6 +278,11 @@ class LogRoot:
         self.store = state["store"]
         self.snapshot_interval = state["snapshot_interval"]
 
+    @property
+    def groups(self) -> GroupStore:
+        """Committed offsets of the consumer groups in this root."""
+        return GroupStore(self.store)
+
     def _meta(self, name: str) -> VersionedDocument:
         return VersionedDocument(self.store, f"topics/{validate_topic_name(name)}/meta")
 
@@ -398,8 +404,7 @@ class LogRoot:
             added = [f for f in value_type if f.name not in {g.name for g in old}]
             if any(not f.nullable for f in added):
                 raise InvalidConfigError(
-                    f"new value fields {[f.name for f in added if not f.nullable]} must be "
-                    "nullable"
+                    f"new value fields {[f.name for f in added if not f.nullable]} must be nullable"
                 )
             sid = schema_id_of(value_type)
             doc["value_schema_id"] = sid
@@ -420,8 +425,9 @@ class LogRoot:
                 raise UnknownTopicError(f"unknown topic {name!r}")
             return {"name": name, "id": doc["id"], "deleted": True, "deleted_ms": now_ms()}
 
-        self._meta(name).update(lambda doc: change(doc) if doc and not doc.get("deleted") else
-                                _raise_unknown(name))
+        self._meta(name).update(
+            lambda doc: change(doc) if doc and not doc.get("deleted") else _raise_unknown(name)
+        )
         self.store.delete_prefix(f"topics/{name}/{info.topic_id}")
 
 

@@ -78,8 +78,11 @@ def test_topic_lifecycle(root):
         root.create_topic("orders", 1)
     assert root.list_topics() == ["orders"]
     altered = root.alter_topic_config("orders", {"retention.bytes": 10_000})
-    assert altered.config == {"retention.ms": 1000, "cleanup.policy": "compact",
-                              "retention.bytes": 10_000}
+    assert altered.config == {
+        "retention.ms": 1000,
+        "cleanup.policy": "compact",
+        "retention.bytes": 10_000,
+    }
     assert root.add_partitions("orders", 5).partitions == 5
     with pytest.raises(InvalidConfigError, match="more than the current 5"):
         root.add_partitions("orders", 3)
@@ -164,8 +167,9 @@ def test_reads_out_of_range_name_the_valid_range(root):
 def test_many_partitions_one_object(root):
     root.create_topic("t", 4)
     topic = root.topic("t")
-    results = topic.produce({p: make_batch([f"p{p}-{i}".encode() for i in range(p + 1)])
-                             for p in range(4)})
+    results = topic.produce(
+        {p: make_batch([f"p{p}-{i}".encode() for i in range(p + 1)]) for p in range(4)}
+    )
     assert {p: r.base_offset for p, r in results.items()} == {0: 0, 1: 0, 2: 0, 3: 0}
     objects = {s.object_key for p in range(4) for s in topic.partition(p).segments()}
     assert len(objects) == 1
@@ -319,3 +323,18 @@ def test_truncated_object_is_detected(root):
     _corrupt(root, topic, lambda data, seg: data[: seg.byte_end - 10])
     with pytest.raises(CorruptionError, match="truncated"):
         open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
+
+
+# -- group offsets --
+
+
+def test_group_offsets_are_durable_and_merge(root):
+    root.groups.commit("g1", {("t", 0): 5, ("t", 1): 7})
+    root.groups.commit("g1", {("t", 1): 9})
+    fresh = open_root(root.url, root.store.storage_options).groups
+    assert {k: v.offset for k, v in fresh.fetch("g1").items()} == {("t", 0): 5, ("t", 1): 9}
+    assert fresh.list_groups() == ["g1"]
+    fresh.delete("g1")
+    assert fresh.fetch("g1") == {} and fresh.list_groups() == []
+    with pytest.raises(InvalidConfigError, match="invalid group name"):
+        fresh.commit("bad name", {("t", 0): 1})
