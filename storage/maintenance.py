@@ -135,7 +135,7 @@ def apply_retention(
 
 
 def _read_with_offsets(log: PartitionLog, segments: list[Segment]) -> pa.Table:
-    batches = []
+    batches: list[pa.RecordBatch] = []
     for seg in segments:
         batches.extend(log._segment_batches(seg, seg.base_offset, seg.end_offset))
     if not batches:
@@ -199,10 +199,7 @@ def _rewrite(
             schema_id=topic.info.value_schema_id,
             has_offsets=keep_offsets,
         )[log.partition]
-        if i + 1 < len(pieces):
-            end = int(pieces[i + 1].column("offset")[0].as_py())
-        else:
-            end = range_end
+        end = int(pieces[i + 1].column("offset")[0].as_py()) if i + 1 < len(pieces) else range_end
         new.append(replace(staged, base_offset=base, offset_span=end - base))
         base = end
     return new
