@@ -14,7 +14,7 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,44 @@ class ObjectStore:
                 return False
             raise self._unavailable("create", key, exc) from exc
 
+    def create_streamed(self, key: str, produce: Callable[[pa.NativeFile], None]) -> pa.Buffer:
+        """Create a new object (``key`` must be fresh, e.g. a UUID) by streaming into it.
+
+        Locally the bytes go straight into a temp file that is linked into place
+        (no in-memory copy); elsewhere they are buffered and uploaded create-only.
+        Returns the object's bytes (memory-mapped locally) for checksumming.
+        """
+        if not self.is_local:
+            sink = pa.BufferOutputStream()
+            produce(sink)
+            data = sink.getvalue()
+            if not self.create(key, data):
+                raise StoreUnavailableError(f"object {self.url}/{key} exists already")
+            return data
+        path = self._path(key)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with pa.OSFile(tmp, "wb") as f:
+                produce(f)
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            with pa.memory_map(tmp, "r") as mm:
+                data = mm.read_buffer()
+            os.link(tmp, path)
+        except FileExistsError as exc:
+            raise StoreUnavailableError(f"object {self.url}/{key} exists already") from exc
+        except OSError as exc:
+            raise self._unavailable("create", key, exc) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return data
+
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
@@ -221,6 +259,18 @@ class ObjectStore:
             else:
                 out[key] = bytes(value)
         return out
+
+    def get_buffer(self, key: str) -> pa.Buffer:
+        """The whole object as an Arrow buffer: memory-mapped locally (zero-copy)."""
+        if not self.is_local:
+            return pa.py_buffer(self.get(key))
+        try:
+            with pa.memory_map(self._path(key), "r") as mm:
+                return mm.read_buffer()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._unavailable("read", key, exc) from exc
 
     def get_range(self, key: str, start: int, end: int) -> pa.Buffer:
         """Bytes ``[start, end)`` of ``key``: memory-mapped locally, a range GET elsewhere."""
