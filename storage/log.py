@@ -231,7 +231,7 @@ class PartitionLog:
         )
 
     def _read_forward(self, state: LogState) -> None:
-        chunk = max(2, min(self.snapshot_interval, 64))
+        chunk = 4  # a writer that lost a race usually missed one or two commits
         while True:
             keys = [version_key(self.prefix, state.version + i) for i in range(1, chunk + 1)]
             found = self.store.get_many(keys)
@@ -244,7 +244,7 @@ class PartitionLog:
                 applied += 1
             if applied < chunk:
                 return
-            chunk = min(chunk * 2, 256)
+            chunk = min(chunk * 4, 256)
 
     # -- commits -----------------------------------------------------------
     def _commit(self, build: Callable[[LogState], dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -269,7 +269,7 @@ class PartitionLog:
                 return commit
             self.refresh()
             time.sleep(delay * random.random())
-            delay = min(delay * 2, 0.05)
+            delay = min(delay * 2, 1.0)
         raise CommitConflictError(
             f"partition {self.name}: gave up after {self.commit_attempts} lost commit races"
         )

@@ -78,7 +78,11 @@ class ObjectStore:
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
             try:
-                fs, root = url_to_fs(self.url, **self.storage_options)
+                options = dict(self.storage_options)
+                if self.protocol not in ("file", "local", "memory"):
+                    # A cached listing would hide commits other writers made since.
+                    options.setdefault("use_listings_cache", False)
+                fs, root = url_to_fs(self.url, **options)
             except (ValueError, TypeError, ImportError) as exc:
                 raise StoreUnavailableError(
                     f"cannot open storage root {self.url!r}: {exc}; accepted: a local path, "
