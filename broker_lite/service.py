@@ -364,12 +364,17 @@ class Broker:
                 f"produce request of {size_bytes} bytes exceeds max_request_bytes="
                 f"{self.config.max_request_bytes}; send smaller requests"
             )
-        self._batcher(topic_name).submit(requests)
         if acks == "0":
+            self._batcher(topic_name).submit(requests)
             for r in requests:
                 r.future.add_done_callback(_log_unacked_failure)
             return [ProduceOutcome(-1, r.record_count) for r in requests]
-        wait([r.future for r in requests])
+        self.metrics.produce_waiting.inc()
+        try:
+            self._batcher(topic_name).submit(requests)
+            wait([r.future for r in requests])
+        finally:
+            self.metrics.produce_waiting.dec()
         outcomes = []
         for r in requests:
             outcomes.append(r.future.result())
