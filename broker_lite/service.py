@@ -409,6 +409,12 @@ class Broker:
             st = self.partition_state(topic, run.partition)
             keep = []
             with st.lock:
+                if st.epoch is None:  # not yet leading: others may have committed meanwhile
+                    try:
+                        st.refresh()
+                    except StorageError as exc:
+                        _fail([run], from_storage(exc))
+                        continue
                 for r in run.requests:
                     if r.producer is not None:
                         try:
