@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -88,6 +89,44 @@ class BrokerProc:
         self.proc.wait(timeout=60)
 
 
+class PlainFlight(flight.FlightServerBase):
+    """The transport alone: DoPut discards, DoGet replays the batches it was given."""
+
+    def __init__(self, batches: list[pa.RecordBatch]) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.batches = batches
+
+    def do_put(self, context, descriptor, reader, writer):  # type: ignore[no-untyped-def]
+        for _ in reader:
+            pass
+        writer.write(pa.py_buffer(b"{}"))
+
+    def do_get(self, context, ticket):  # type: ignore[no-untyped-def]
+        return flight.GeneratorStream(self.batches[0].schema, iter(self.batches))
+
+
+def flight_ceiling(batch: pa.RecordBatch, n_batches: int) -> tuple[float, float]:
+    """Records/s of plain Flight DoPut (one batch per call) and DoGet on this machine."""
+    server = PlainFlight([batch] * n_batches)
+    conn = flight.connect(f"grpc://127.0.0.1:{server.port}")
+    try:
+        started = time.perf_counter()
+        for _ in range(n_batches):
+            writer, reader = conn.do_put(flight.FlightDescriptor.for_command(b"x"), batch.schema)
+            writer.write_batch(batch)
+            writer.done_writing()
+            reader.read()
+            writer.close()
+        put_rate = n_batches * batch.num_rows / (time.perf_counter() - started)
+        started = time.perf_counter()
+        got = conn.do_get(flight.Ticket(b"x")).read_all().num_rows
+        get_rate = got / (time.perf_counter() - started)
+    finally:
+        conn.close()
+        server.shutdown()
+    return put_rate, get_rate
+
+
 def root_files(root_dir: Path) -> dict[str, int]:
     counts = {"objects": 0, "commits": 0, "snapshots": 0}
     for path in root_dir.rglob("*"):
@@ -120,6 +159,7 @@ def bench_produce_fetch(workdir: Path, total: int, batch_size: int) -> None:
     n_read = log.read(batch_size).num_rows
     storage_read_rate = n_read / (time.perf_counter() - started)
 
+    put_ceiling, get_ceiling = flight_ceiling(batch, n_batches)
     broker = BrokerProc(str(workdir / "root"), workdir, linger_ms=5)
     try:
         with BrokerClient(broker.location) as client:
@@ -138,6 +178,10 @@ def bench_produce_fetch(workdir: Path, total: int, batch_size: int) -> None:
                 f"{storage_rate:12,.0f} rec/s {mb(int(storage_rate)):8.1f} MB/s | ratio "
                 f"{rate / storage_rate:.2f} | vs Kafka 821,557 rec/s: {rate / 821_557:.2f}x"
             )
+            print(
+                f"        plain Flight DoPut (transport alone, in-process) {put_ceiling:12,.0f} "
+                f"rec/s | broker/Flight ratio {rate / put_ceiling:.2f}"
+            )
             offset, got = batch_size, 0
             started = time.perf_counter()
             while True:
@@ -152,6 +196,10 @@ def bench_produce_fetch(workdir: Path, total: int, batch_size: int) -> None:
                 f"storage read   {storage_read_rate:12,.0f} rec/s "
                 f"{mb(int(storage_read_rate)):8.1f} MB/s | ratio "
                 f"{fetch_rate / storage_read_rate:.2f}"
+            )
+            print(
+                f"        plain Flight DoGet (transport alone, in-process) {get_ceiling:12,.0f} "
+                f"rec/s | broker/Flight ratio {fetch_rate / get_ceiling:.2f}"
             )
     finally:
         broker.stop()

@@ -85,9 +85,25 @@ def test_produce_fetch_round_trip(any_root, cluster_on):
         waiter.join(timeout=30)
         assert values_of(got["r"].batches) == [b"late"]
 
+        # Flight-native metadata: one endpoint per partition at its leader
+        conn = flight.connect(f"grpc://{broker.location}")
+        info = conn.get_flight_info(flight.FlightDescriptor.for_path("events"))
+        assert len(info.endpoints) == 3
+        assert info.endpoints[0].locations[0].uri.decode() == f"grpc://{broker.location}"
+        table = conn.do_get(info.endpoints[1].ticket).read_all()
+        assert table.column("value").to_pylist() == sent[1]
+        assert [i.descriptor.path[0].decode() for i in conn.list_flights()] == ["events"]
+        conn.close()
+        # acks=0: answered before the commit, committed all the same
+        assert client.produce("events", 0, make_batch([b"fire"]), acks=0).base_offset == -1
+        deadline = time.monotonic() + 30
+        while client.list_offsets("events", 0, "latest") < 21:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics").read()
         text = metrics.decode()
-        assert 'sparklog_produce_records_total{topic="events"} 61.0' in text
+        assert 'sparklog_produce_records_total{topic="events"} 61.0' in text  # acks=0 not counted
         assert "sparklog_commit_seconds_bucket" in text
 
 
