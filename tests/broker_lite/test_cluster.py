@@ -14,8 +14,9 @@ from storage import make_batch, open_root
 from tests.broker_lite.members import Member, wait_stable
 
 
-def read_partition(root_url: str, topic: str, partition: int) -> pa.Table:
-    return open_root(root_url).topic(topic).partition(partition).read(0)
+def read_partition(root: str | tuple[str, dict], topic: str, partition: int) -> pa.Table:
+    url, options = (root, {}) if isinstance(root, str) else root
+    return open_root(url, options).topic(topic).partition(partition).read(0)
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
@@ -93,8 +94,8 @@ def test_failover_sigkill_leader_acked_records_read_back_exactly_once(file_root,
 
 
 @pytest.mark.slow
-def test_split_brain_two_forced_leaders_assign_no_offset_twice(file_root, cluster_on):
-    cluster = cluster_on(file_root)
+def test_split_brain_two_forced_leaders_assign_no_offset_twice(any_root, cluster_on):
+    cluster = cluster_on(any_root)
     brokers = [cluster.start(i, force_leader=True) for i in range(2)]
     with BrokerClient(brokers[0].location) as admin:
         admin.create_topic("sb", 1)
@@ -118,7 +119,7 @@ def test_split_brain_two_forced_leaders_assign_no_offset_twice(file_root, cluste
         t.start()
     for t in threads:
         t.join(timeout=120)
-    table = read_partition(file_root[0], "sb", 0)
+    table = read_partition(any_root, "sb", 0)
     values = table.column("value").to_pylist()
     assert table.column("offset").to_pylist() == list(range(len(values)))
     assert len(values) == len(set(values)), "a record was committed twice"
@@ -126,7 +127,7 @@ def test_split_brain_two_forced_leaders_assign_no_offset_twice(file_root, cluste
         for base, sent in acked[worker]:
             assert values[base : base + len(sent)] == sent, "an acknowledged record is lost"
     assert sum(len(v) for v in acked.values()) >= 40  # both made progress despite fencing
-    log = open_root(file_root[0]).topic("sb").partition(0)
+    log = open_root(*any_root).topic("sb").partition(0)
     assert log.leader_epoch >= 2  # both brokers took leadership, and fenced each other
     for b in brokers:
         assert b.alive
