@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,6 +25,7 @@ from broker_lite.errors import (
     UnknownTopicError,
 )
 from storage import make_batch, open_root
+from tests.broker_lite.procs import REPO
 
 
 def values_of(batches: list[pa.RecordBatch]) -> list:
@@ -233,3 +236,40 @@ def test_sigterm_flushes_and_releases_lease(file_root, cluster_on):
     assert not root.store.exists("cluster/brokers/0.json")
     stopped = [line for line in broker.log_lines() if line.get("msg") == "broker stopped"]
     assert stopped and all(json.dumps(line) for line in stopped)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ([], {"SPARKLOG_LINGER_MS": "soon"}, "'linger_ms' = 'soon'"),
+        (["--listen", "127.0.0.1:99999"], {}, "'listen'"),
+        (["--config", "/nonexistent/broker.toml"], {}, "does not exist"),
+    ],
+)
+def test_bad_startup_config_exits_with_one_line(tmp_path, args, env, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker_lite", "--root", str(tmp_path / "r"), *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.decode().strip().splitlines()
+    assert (len(lines) == 1 and message in lines[0] and "accepted" in lines[0]) or "exist" in lines[
+        0
+    ]
+
+
+def test_listen_port_in_use_is_a_clear_error(file_root, cluster_on, tmp_path):
+    cluster = cluster_on(file_root)
+    broker = cluster.start(0)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker_lite", "--root", file_root[0], "--listen", broker.location],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPARKLOG_METRICS_LISTEN": ""},
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "cannot listen there" in proc.stderr.decode()
