@@ -224,6 +224,8 @@ class Broker:
             led.update(
                 (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
             )
+            if self.config.replication_factor > 1:
+                self._warm_followers(topic)
         gained, lost = led - self._led, self._led - led
         if gained or lost:
             self.metrics.leadership_changes.inc(len(gained) + len(lost))
@@ -239,6 +241,17 @@ class Broker:
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
+
+    def _warm_followers(self, topic: Topic) -> None:
+        """Keep the logs of partitions we follow loaded, so a takeover starts at once."""
+        assert self.cluster is not None
+        me = self.cluster.broker_id
+        for p in range(topic.partitions):
+            replicas = self.cluster.replicas(topic.name, p)
+            if me in replicas[1:]:
+                st = self.partition_state(topic, p)
+                with st.lock:
+                    st.refresh()
 
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)

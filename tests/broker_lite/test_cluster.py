@@ -30,9 +30,10 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
 def test_failover_sigkill_leader_acked_records_read_back_exactly_once(file_root, cluster_on):
     cluster = cluster_on(file_root)
     for broker_id in range(3):
-        cluster.start(broker_id)
+        cluster.start(broker_id, replication_factor=2)  # a warm follower per partition
     admin = BrokerClient(cluster.bootstrap)
     admin.create_topic("f", 2)
+    assert all(len(p.replicas) == 2 for p in admin.metadata(["f"])["f"].partitions)
     client = BrokerClient(cluster.bootstrap, retry_timeout_ms=30_000)
     pid, epoch = client.init_producer_id()
     acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
