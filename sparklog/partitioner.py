@@ -23,7 +23,7 @@ MASK32 = 0xFFFFFFFF
 
 
 def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 of ``data`` as a signed 32-bit int (what Java's ``Utils.murmur2`` returns)."""
+    """Kafka's murmur2 of ``data`` as a signed 32-bit int, as Java's ``Utils.murmur2`` returns."""
     length = len(data)
     h = (SEED ^ length) & MASK32
     whole = length - (length % 4)
@@ -70,7 +70,11 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     lengths = pc.fill_null(pc.binary_length(keys), -1).to_numpy(zero_copy_only=False)
     buffers = keys.buffers()
     offsets = np.frombuffer(buffers[1], dtype=np.int32)[keys.offset : keys.offset + n + 1]
-    raw = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    raw = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
     m = np.uint32(M)
     for length in np.unique(lengths):
         if length < 0:
