@@ -65,7 +65,7 @@ def test_vectorised_hash_matches_known_pairs():
     hashes = murmur2_array(pa.array(keys, pa.binary()))
     expected = [*KAFKA_UTILS_TEST.values(), *AKKA_SPEC.values()]
     assert [int(h) - (1 << 32) if h >= 1 << 31 else int(h) for h in hashes[:-1]] == expected
-    parts = partitions_for_keys(pa.array(list(JAVA_PARTITION_OF_1000) + [None], pa.binary()), 1000)
+    parts = partitions_for_keys(pa.array([*JAVA_PARTITION_OF_1000, None], pa.binary()), 1000)
     assert parts.tolist() == [*JAVA_PARTITION_OF_1000.values(), -1]
 
 
