@@ -13,9 +13,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from sparklog.assignors import STRATEGIES
 from sparklog.backends.base import TP, Backend
-from sparklog.errors import GroupError, SparklogError, UnknownTopicError
+from sparklog.errors import GroupError, SparklogError
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +65,12 @@ class GroupMembership:
                         self.rebalance_timeout_ms,
                     )
                     self.member_id, self.generation = result.member_id, result.generation
-                    plan = None
-                    if result.leader_id == result.member_id:
-                        plan = self._assign(result.members)
-                    assigned = self.backend.sync_group(
-                        self.group, self.generation, self.member_id, plan
-                    )
+                    # The coordinator computes the assignment with the group's strategy
+                    # (sticky included, from the previous generation); the leader accepts it.
+                    assigned = self.backend.sync_group(self.group, self.generation, self.member_id)
                 except GroupError as exc:
+                    if exc.code == "UNKNOWN_MEMBER":
+                        self.member_id = ""  # expelled: join as a new member
                     if exc.retriable or exc.code in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER"):
                         log.info("group %s: re-joining after %s", self.group, exc)
                         continue
@@ -80,24 +78,6 @@ class GroupMembership:
                 self.rejoin_needed = False
                 self._start_heartbeats()
                 return [(t, int(p)) for t, p in assigned]
-
-    def _assign(self, members: dict[str, list[str]]) -> dict[str, list[TP]]:
-        counts: dict[str, int] = {}
-        for topics in members.values():
-            for topic in topics:
-                if topic not in counts:
-                    try:
-                        counts[topic] = self.backend.topic_layout(topic)[0]
-                    except UnknownTopicError:
-                        continue
-        previous: dict[str, list[TP]] = {}
-        if self.strategy == "sticky":
-            try:
-                described = self.backend.describe_group(self.group)
-                previous = {m["member_id"]: list(m["assignment"]) for m in described["members"]}
-            except SparklogError:
-                previous = {}
-        return STRATEGIES[self.strategy](members, counts, previous)
 
     def _start_heartbeats(self) -> None:
         if self._thread is None or not self._thread.is_alive():

@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker_lite.groups import GroupCoordinator
 from sparklog.backends.base import TP, FetchResult, JoinResult, ProduceResult, ProducerIdentity
-from sparklog.backends.embedded_groups import EmbeddedGroupCoordinator
 from sparklog.errors import ConfigError, UnknownTopicError, translate
 from sparklog.types import OffsetAndMetadata, PartitionDescription, TopicDescription
 from storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
@@ -39,7 +39,8 @@ class EmbeddedBackend:
         self._locks: dict[TP, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self.groups = EmbeddedGroupCoordinator(self.root)
+        # Groups run in-process, coordinated through the root alone (no broker needed).
+        self.groups = GroupCoordinator(self.root)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -208,9 +209,10 @@ class EmbeddedBackend:
         rebalance_timeout_ms: int,
     ) -> JoinResult:
         with translate():
-            return self.groups.join_group(
+            r = self.groups.join_group(
                 group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
             )
+        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
 
     def sync_group(
         self,
@@ -233,12 +235,17 @@ class EmbeddedBackend:
     def commit_offsets(
         self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
     ) -> None:
+        by_metadata: dict[str, dict[TP, int]] = {}
+        for tp, om in offsets.items():
+            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
         with translate():
-            self.groups.commit_offsets(group, generation, member_id, offsets)
+            for metadata, part in by_metadata.items():
+                self.groups.commit_offsets(group, generation, member_id, part, metadata=metadata)
 
     def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
         with translate():
-            return self.groups.fetch_offsets(group)
+            found = self.root.groups.fetch(group)
+        return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}
 
     def list_groups(self) -> list[str]:
         with translate():
@@ -246,7 +253,9 @@ class EmbeddedBackend:
 
     def describe_group(self, group: str) -> dict[str, Any]:
         with translate():
-            return self.groups.describe_group(group)
+            info = self.groups.describe_group(group)
+        info.setdefault("strategy", info.get("protocol", ""))
+        return info
 
     def delete_group(self, group: str) -> None:
         with translate():
