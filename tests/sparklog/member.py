@@ -1,5 +1,6 @@
-"""A consumer-group member process for tests: ``python -m tests.sparklog.member ADDR GROUP TOPIC OUT``.
+"""A consumer-group member process for tests (``python -m tests.sparklog.member ...``).
 
+Arguments: ADDRESS GROUP TOPIC OUT.
 Writes its current assignment to ``OUT.assignment.json`` after every rebalance,
 appends ``partition offset`` lines for every record it consumes to ``OUT.log``,
 commits after every poll, and on SIGTERM closes cleanly (leaving the group).
