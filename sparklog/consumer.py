@@ -410,6 +410,9 @@ class Consumer:
     def list_topics(self) -> list[str]:
         return self._backend.list_topics()
 
+    def partitions_for_topic(self, topic: str) -> list[int]:
+        return list(range(self._backend.topic_layout(topic)[0]))
+
     def close(self, autocommit: bool = True) -> None:
         """Commit (if auto-commit is on), leave the group, release resources."""
         if self._closed:
