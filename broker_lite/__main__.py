@@ -1,0 +1,28 @@
+"""``python -m broker_lite [--config PATH] [--root URL] [--listen HOST:PORT] [--id N]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from broker_lite.errors import BrokerError
+from broker_lite.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m broker_lite", description=__doc__)
+    parser.add_argument("--config", help="broker TOML file (conf/broker.toml documents keys)")
+    parser.add_argument("--root", help="storage root URL (overrides the config)")
+    parser.add_argument("--listen", help="HOST:PORT to listen on (port 0 = any free port)")
+    parser.add_argument("--id", type=int, dest="broker_id", help="broker id")
+    args = parser.parse_args(argv)
+    try:
+        serve(args.config, args.root, args.listen, args.broker_id)
+    except BrokerError as exc:
+        print(f"broker_lite: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Prometheus metrics of one broker (own registry, so several brokers can share a process)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    """Produce/fetch rates and bytes, commit latency, root requests, lag, leadership."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.produce_records = Counter(
+            "sparklog_produce_records", "Records acknowledged", ["topic"], registry=r
+        )
+        self.produce_bytes = Counter(
+            "sparklog_produce_bytes", "Record bytes acknowledged", ["topic"], registry=r
+        )
+        self.fetch_records = Counter(
+            "sparklog_fetch_records", "Records served to consumers", ["topic"], registry=r
+        )
+        self.fetch_bytes = Counter(
+            "sparklog_fetch_bytes", "Record bytes served to consumers", ["topic"], registry=r
+        )
+        self.fetch_source = Counter(
+            "sparklog_fetch_batches", "Fetch batches by source", ["source"], registry=r
+        )
+        self.commit_seconds = Histogram(
+            "sparklog_commit_seconds",
+            "Latency of one partition commit to the root",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.flush_seconds = Histogram(
+            "sparklog_flush_seconds",
+            "Latency of one flush: object upload plus all partition commits",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.root_objects = Counter(
+            "sparklog_root_objects_written", "Data objects written to the root", registry=r
+        )
+        self.root_requests = Counter(
+            "sparklog_root_requests",
+            "Requests to the root made by the broker, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "sparklog_requests",
+            "Requests served, by method and error code",
+            ["method", "code"],
+            registry=r,
+        )
+        self.leadership_changes = Counter(
+            "sparklog_leadership_changes", "Partitions gained or lost by this broker", registry=r
+        )
+        self.led_partitions = Gauge(
+            "sparklog_led_partitions", "Partitions this broker leads", registry=r
+        )
+        self.live_brokers = Gauge("sparklog_live_brokers", "Brokers with a live lease", registry=r)
+        self.group_lag = Gauge(
+            "sparklog_group_lag", "Consumer group lag", ["group", "topic", "partition"], registry=r
+        )
+        self.cleaner_runs = Counter(
+            "sparklog_cleaner_runs", "Maintenance passes, by outcome", ["outcome"], registry=r
+        )
+        self._server: Any = None
+
+    def serve(self, address: str) -> int:
+        """Start the HTTP endpoint; return the port it listens on."""
+        host, _, port = address.rpartition(":")
+        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        self._server = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

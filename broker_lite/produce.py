@@ -1,0 +1,202 @@
+"""The produce path: gather requests per topic, write one object, commit, acknowledge.
+
+A :class:`TopicBatcher` holds the pending produce requests of one topic.  Its
+flusher thread waits until the oldest request has lingered ``linger_ms`` or
+``batch_bytes`` are pending, then takes, for every partition, the longest
+prefix of its requests that can share one commit (one idempotent producer with
+contiguous sequences, or only non-idempotent requests), writes ONE object with
+all of them, commits each touched partition (in parallel), and resolves the
+requests' futures.  Whatever could not share this flush's commits goes into
+the next flush at once, keeping per-partition order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from broker_lite.errors import BrokerError, OutOfOrderSequenceError, from_storage
+from broker_lite.logs import fields
+from storage import ProducerBatch, StorageError
+
+log = logging.getLogger("broker_lite.produce")
+
+
+@dataclass(frozen=True)
+class ProduceOutcome:
+    base_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass
+class ProduceRequest:
+    """Validated records for one partition, with the producer identity if idempotent."""
+
+    partition: int
+    batches: list[pa.RecordBatch]
+    record_count: int
+    size_bytes: int
+    producer: ProducerBatch | None = None
+    compression: str = "none"
+    future: Future[ProduceOutcome] = field(default_factory=Future)
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Run:
+    """Requests of one partition that one commit can carry."""
+
+    partition: int
+    requests: list[ProduceRequest]
+
+    @property
+    def producer(self) -> ProducerBatch | None:
+        first = self.requests[0].producer
+        if first is None:
+            return None
+        return ProducerBatch(
+            first.producer_id,
+            first.producer_epoch,
+            first.first_sequence,
+            sum(r.record_count for r in self.requests),
+        )
+
+    @property
+    def batches(self) -> list[pa.RecordBatch]:
+        return [b for r in self.requests for b in r.batches]
+
+
+def _continues(run: list[ProduceRequest], request: ProduceRequest) -> bool:
+    last = run[-1].producer
+    nxt = request.producer
+    if last is None or nxt is None:
+        return last is None and nxt is None
+    return (
+        last.producer_id == nxt.producer_id
+        and last.producer_epoch == nxt.producer_epoch
+        and nxt.first_sequence == last.last_sequence + 1
+    )
+
+
+def take_runs(pending: list[ProduceRequest]) -> tuple[list[Run], list[ProduceRequest]]:
+    """Split pending requests into one run per partition (this flush) and the rest."""
+    runs: dict[int, list[ProduceRequest]] = {}
+    blocked: set[int] = set()
+    rest: list[ProduceRequest] = []
+    for request in pending:
+        p = request.partition
+        if p in blocked:
+            rest.append(request)
+        elif p not in runs:
+            runs[p] = [request]
+        elif _continues(runs[p], request):
+            runs[p].append(request)
+        else:
+            blocked.add(p)
+            rest.append(request)
+    return [Run(p, reqs) for p, reqs in runs.items()], rest
+
+
+# flush(runs) -> None; it resolves every request's future.
+FlushFn = Callable[[list[Run]], None]
+
+
+class TopicBatcher:
+    """Pending produce requests of one topic and the thread that flushes them."""
+
+    def __init__(self, topic: str, flush: FlushFn, linger_ms: int, batch_bytes: int) -> None:
+        self.topic = topic
+        self.flush = flush
+        self.linger_s = linger_ms / 1000
+        self.batch_bytes = batch_bytes
+        self._cond = threading.Condition()
+        self._pending: list[ProduceRequest] = []
+        self._pending_bytes = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=f"flush-{topic}", daemon=True)
+        self._thread.start()
+
+    def submit(self, requests: list[ProduceRequest]) -> None:
+        with self._cond:
+            if self._closed:
+                raise BrokerError("broker is shutting down")
+            self._pending.extend(requests)
+            self._pending_bytes += sum(r.size_bytes for r in requests)
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending and self._closed:
+                    return
+                due = self._pending[0].enqueued + self.linger_s
+                while (
+                    not self._closed
+                    and self._pending_bytes < self.batch_bytes
+                    and time.monotonic() < due
+                ):
+                    self._cond.wait(max(due - time.monotonic(), 0))
+                runs, rest = take_runs(self._pending)
+                self._pending = rest
+                self._pending_bytes = sum(r.size_bytes for r in rest)
+            try:
+                self.flush(runs)
+            except BaseException as exc:  # the flush resolves futures; this is a backstop
+                log.exception("flush failed", extra=fields(topic=self.topic))
+                err = exc if isinstance(exc, BrokerError) else BrokerError(str(exc))
+                for run in runs:
+                    for r in run.requests:
+                        if not r.future.done():
+                            r.future.set_exception(err)
+
+    def close(self) -> None:
+        """Flush what is pending, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+
+def duplicate_outcome(
+    state_producers: dict[str, dict], producer: ProducerBatch
+) -> ProduceOutcome | None:
+    """If the log already holds this idempotent batch, where it landed; None if new.
+
+    A flush may have committed several requests of one producer as one range,
+    so a retried request can be a sub-range of a recorded batch.
+    """
+    entry = state_producers.get(str(producer.producer_id))
+    if entry is None or entry["epoch"] != producer.producer_epoch:
+        return None
+    if producer.last_sequence > entry["last_seq"]:
+        return None
+    for first, last, base in entry["recent"]:
+        if first <= producer.first_sequence and producer.last_sequence <= last and base >= 0:
+            return ProduceOutcome(
+                base + producer.first_sequence - first, producer.record_count, duplicate=True
+            )
+    raise OutOfOrderSequenceError(
+        f"producer {producer.producer_id} batch with sequences {producer.first_sequence}-"
+        f"{producer.last_sequence} is older than the last {len(entry['recent'])} batches "
+        "the partition remembers (DUPLICATE_SEQUENCE); it was committed before"
+    )
+
+
+def storage_call(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except StorageError as exc:
+        raise from_storage(exc) from None
+
+
+def commit_pool(workers: int = 8) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="commit")

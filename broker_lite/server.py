@@ -1,0 +1,398 @@
+"""The Arrow Flight face of the broker, and ``serve()``, the blocking entry point.
+
+* ``DoPut``   produce: descriptor command = JSON {topic, partition, acks, producer_id,
+  producer_epoch, base_sequence, compression}; each chunk's app_metadata may carry
+  {"partition": p}.  The reply is one metadata message {"results": [...]}.
+* ``DoGet``   fetch: ticket = JSON {topic, partition, offset, max_bytes, max_wait_ms};
+  every batch (or one empty batch) carries {"high_watermark", "log_start_offset"}.
+* ``GetFlightInfo`` / ``ListFlights``: a topic's partitions as endpoints at their leaders.
+* ``DoAction``: admin, metadata, offsets and group calls with JSON bodies.
+
+Errors leave as a FlightServerError whose message holds a stable code and JSON
+details (``broker_lite.errors.encode``); nothing a client sends crashes the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from broker_lite.config import BrokerConfig, load_config
+from broker_lite.errors import (
+    BrokerError,
+    InvalidRequestError,
+    encode,
+    from_storage,
+)
+from broker_lite.logs import fields, setup_logging
+from broker_lite.service import Broker
+from storage import LogRoot, StorageError
+
+log = logging.getLogger("broker_lite.server")
+MISSING = object()
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequestError(
+            f"request body is not JSON ({bytes(raw[:40])!r}...); accepted: a JSON object"
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body is not a JSON object")
+    return body
+
+
+def _arg(body: dict[str, Any], name: str, kind: Any, default: Any = MISSING) -> Any:
+    value = body.get(name, default)
+    if value is MISSING:
+        raise InvalidRequestError(f"field {name!r} is required")
+    if value is None and default is None:
+        return None
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidRequestError(f"field {name!r}={value!r} is not accepted; accepted: integer")
+    if kind is not int and kind is not Any and not isinstance(value, kind):
+        raise InvalidRequestError(
+            f"field {name!r}={value!r} is not accepted; accepted: {getattr(kind, '__name__', kind)}"
+        )
+    return value
+
+
+def _tp_list(raw: Any) -> list[tuple[str, int]]:
+    try:
+        return [(str(t), int(p)) for t, p in raw]
+    except (TypeError, ValueError):
+        raise InvalidRequestError(
+            "partition list is not accepted; accepted: [[topic, partition], ...]"
+        ) from None
+
+
+class FlightBroker(flight.FlightServerBase):
+    """Arrow Flight server delegating to a :class:`Broker`."""
+
+    def __init__(self, broker: Broker, location: str) -> None:
+        super().__init__(location)
+        self.broker = broker
+        self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "metadata": lambda b: broker.metadata(_arg(b, "topics", list, None)),
+            "describe_cluster": lambda b: broker.describe_cluster(),
+            "list_topics": lambda b: broker.root.list_topics(),
+            "create_topic": lambda b: broker.create_topic(
+                _arg(b, "name", str),
+                _arg(b, "partitions", int, 1),
+                _arg(b, "config", dict, None),
+                _arg(b, "value_schema", str, None),
+            ),
+            "delete_topic": lambda b: broker.delete_topic(_arg(b, "name", str)),
+            "alter_topic_config": lambda b: broker.alter_topic_config(
+                _arg(b, "name", str), _arg(b, "updates", dict, {}), _arg(b, "remove", list, [])
+            ),
+            "add_partitions": lambda b: broker.add_partitions(
+                _arg(b, "name", str), _arg(b, "total", int)
+            ),
+            "list_offsets": lambda b: broker.list_offsets(
+                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "spec", Any)
+            ),
+            "init_producer_id": lambda b: list(broker.init_producer_id()),
+            "join_group": self._join,
+            "sync_group": self._sync,
+            "heartbeat": lambda b: broker.groups.heartbeat(
+                _arg(b, "group", str), _arg(b, "generation", int), _arg(b, "member_id", str)
+            ),
+            "leave_group": lambda b: broker.groups.leave_group(
+                _arg(b, "group", str), _arg(b, "member_id", str)
+            ),
+            "commit_offsets": self._commit,
+            "fetch_offsets": lambda b: [
+                [t, p, o]
+                for (t, p), o in sorted(broker.groups.fetch_offsets(_arg(b, "group", str)).items())
+            ],
+            "list_groups": lambda b: broker.groups.list_groups(),
+            "describe_group": lambda b: broker.groups.describe_group(_arg(b, "group", str)),
+            "delete_group": lambda b: broker.groups.delete_group(_arg(b, "group", str)),
+        }
+
+    # -- error boundary ----------------------------------------------------
+    def _guard(self, method: str, call: Callable[[], Any]) -> Any:
+        try:
+            result = call()
+            self.broker.metrics.requests.labels(method, "NONE").inc()
+            return result
+        except flight.FlightError:
+            raise
+        except BrokerError as exc:
+            err = exc
+        except StorageError as exc:
+            err = from_storage(exc)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, KeyError) as exc:
+            err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            log.exception("unexpected error", extra=fields(method=method))
+            err = BrokerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
+        self.broker.metrics.requests.labels(method, err.code).inc()
+        if err.code not in ("NOT_LEADER", "REBALANCE_IN_PROGRESS"):
+            log.info(
+                "request refused", extra=fields(method=method, code=err.code, error=err.message)
+            )
+        raise flight.FlightServerError(encode(err), extra_info=encode(err).encode())
+
+    # -- actions -----------------------------------------------------------
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [(name, "JSON body, JSON result") for name in sorted(self.actions)]
+
+    def do_action(
+        self, context: flight.ServerCallContext, action: flight.Action
+    ) -> Iterator[bytes]:
+        name = action.type
+
+        def run() -> bytes:
+            handler = self.actions.get(name)
+            if handler is None:
+                raise InvalidRequestError(
+                    f"unknown action {name!r}; accepted: {', '.join(sorted(self.actions))}"
+                )
+            body = _body(action.body.to_pybytes() if action.body is not None else b"")
+            return json.dumps({"result": handler(body)}, default=str).encode()
+
+        payload = self._guard(name, run)
+        return iter([payload])
+
+    def _join(self, b: dict[str, Any]) -> dict[str, Any]:
+        result = self.broker.groups.join_group(
+            _arg(b, "group", str),
+            _arg(b, "member_id", str, ""),
+            _arg(b, "topics", list),
+            _arg(b, "strategy", Any, "range"),
+            _arg(b, "session_timeout_ms", int, 10_000),
+            _arg(b, "rebalance_timeout_ms", int, 30_000),
+        )
+        return {
+            "generation": result.generation,
+            "member_id": result.member_id,
+            "leader_id": result.leader_id,
+            "members": result.members,
+            "protocol": result.protocol,
+        }
+
+    def _sync(self, b: dict[str, Any]) -> list[list[Any]]:
+        raw = _arg(b, "assignment", dict, None)
+        assignment = None if raw is None else {m: _tp_list(tps) for m, tps in raw.items()}
+        got = self.broker.groups.sync_group(
+            _arg(b, "group", str), _arg(b, "generation", int), _arg(b, "member_id", str), assignment
+        )
+        return [[t, p] for t, p in got]
+
+    def _commit(self, b: dict[str, Any]) -> None:
+        raw = _arg(b, "offsets", list)
+        try:
+            offsets = {(str(t), int(p)): int(o) for t, p, o in raw}
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                "offsets are not accepted; accepted: [[topic, partition, offset], ...]"
+            ) from None
+        self.broker.groups.commit_offsets(
+            _arg(b, "group", str),
+            _arg(b, "generation", int, -1),
+            _arg(b, "member_id", str, ""),
+            offsets,
+            _arg(b, "metadata", str, ""),
+        )
+
+    # -- produce -----------------------------------------------------------
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        def run() -> bytes:
+            body = _body(descriptor.command or b"")
+            topic = _arg(body, "topic", str)
+            default_partition = _arg(body, "partition", int, None)
+            items: list[tuple[int, pa.RecordBatch]] = []
+            size = 0
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                if chunk.data is None:
+                    continue
+                partition = default_partition
+                if chunk.app_metadata is not None and chunk.app_metadata.size:
+                    meta = _body(chunk.app_metadata.to_pybytes())
+                    partition = _arg(meta, "partition", int, default_partition)
+                if partition is None:
+                    raise InvalidRequestError(
+                        "no partition for a produced batch; give 'partition' in the command or "
+                        "in the batch's app_metadata"
+                    )
+                size += chunk.data.nbytes
+                if size > self.broker.config.max_request_bytes:
+                    raise InvalidRequestError(
+                        f"produce request exceeds max_request_bytes="
+                        f"{self.broker.config.max_request_bytes}"
+                    )
+                items.append((partition, chunk.data))
+            acks = str(_arg(body, "acks", Any, "all"))
+            outcomes = self.broker.produce(
+                topic,
+                items,
+                acks=acks,
+                producer_id=_arg(body, "producer_id", int, None),
+                producer_epoch=_arg(body, "producer_epoch", int, None),
+                base_sequence=_arg(body, "base_sequence", int, None),
+                compression=_arg(body, "compression", str, "none"),
+            )
+            results = [
+                {
+                    "partition": partition,
+                    "base_offset": o.base_offset,
+                    "record_count": o.record_count,
+                    "duplicate": o.duplicate,
+                }
+                for (partition, _), o in zip(items, outcomes, strict=True)
+            ]
+            return json.dumps({"results": results}).encode()
+
+        payload = self._guard("produce", run)
+        writer.write(pa.py_buffer(payload))
+
+    # -- fetch -------------------------------------------------------------
+    def do_get(
+        self, context: flight.ServerCallContext, ticket: flight.Ticket
+    ) -> flight.FlightDataStream:
+        def run() -> flight.FlightDataStream:
+            body = _body(ticket.ticket)
+            batches, hwm, lso, schema = self.broker.fetch(
+                _arg(body, "topic", str),
+                _arg(body, "partition", int),
+                _arg(body, "offset", int),
+                _arg(body, "max_bytes", int, 1 << 20),
+                _arg(body, "max_wait_ms", int, 500),
+            )
+            meta = pa.py_buffer(
+                json.dumps({"high_watermark": hwm, "log_start_offset": lso}).encode()
+            )
+            empty = pa.RecordBatch.from_pylist([], schema=schema)
+            chunks = [(b, meta) for b in batches] or [(empty, meta)]
+            return flight.GeneratorStream(schema, iter(chunks))
+
+        return self._guard("fetch", run)
+
+    # -- metadata ----------------------------------------------------------
+    def _flight_info(self, name: str, topic: dict[str, Any]) -> flight.FlightInfo:
+        schema = pa.schema([("offset", pa.int64())])
+        endpoints = []
+        for p in topic["partitions"]:
+            ticket = json.dumps(
+                {"topic": name, "partition": p["partition"], "offset": p["log_start_offset"]}
+            )
+            locations = [f"grpc://{p['leader_location']}"] if p["leader_location"] else []
+            endpoints.append(flight.FlightEndpoint(ticket.encode(), locations))
+        return flight.FlightInfo(
+            schema,
+            flight.FlightDescriptor.for_path(name),
+            endpoints,
+            total_records=sum(
+                p["high_watermark"] - p["log_start_offset"] for p in topic["partitions"]
+            ),
+            total_bytes=-1,
+            app_metadata=json.dumps(topic).encode(),
+        )
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        def run() -> flight.FlightInfo:
+            if descriptor.path:
+                name = descriptor.path[0].decode(errors="replace")
+            else:
+                name = _arg(_body(descriptor.command or b""), "topic", str)
+            meta = self.broker.metadata([name])
+            return self._flight_info(name, meta["topics"][name])
+
+        return self._guard("get_flight_info", run)
+
+    def list_flights(
+        self, context: flight.ServerCallContext, criteria: bytes
+    ) -> Iterator[flight.FlightInfo]:
+        meta = self._guard("list_flights", lambda: self.broker.metadata(None))
+        for name, topic in meta["topics"].items():
+            yield self._flight_info(name, topic)
+
+
+def start_broker(
+    config: BrokerConfig, root: LogRoot | None = None
+) -> tuple[FlightBroker, Broker, int | None]:
+    """Start a broker in this process; return (flight server, broker, metrics port)."""
+    broker = Broker(config, root)
+    server = FlightBroker(broker, f"grpc://{config.listen}")
+    host = config.advertised_host or config.listen_host
+    location = f"{host}:{server.port}"
+    try:
+        broker.start(location)
+    except BaseException:
+        server.shutdown()
+        raise
+    metrics_port = None
+    if config.metrics_listen:
+        metrics_port = broker.metrics.serve(config.metrics_listen)
+    log.info(
+        "broker started",
+        extra=fields(
+            broker_id=config.broker_id,
+            location=location,
+            port=server.port,
+            metrics_port=metrics_port,
+            root=broker.root.url,
+        ),
+    )
+    return server, broker, metrics_port
+
+
+def stop_broker(server: FlightBroker, broker: Broker) -> None:
+    """Graceful stop: flush and commit pending produce, resign the lease, stop serving."""
+    broker.close()
+    server.shutdown()
+    broker.metrics.stop()
+
+
+def serve(
+    config_path: str | None = None,
+    root: str | LogRoot | None = None,
+    listen: str | None = None,
+    broker_id: int | None = None,
+) -> None:
+    """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``."""
+    overrides: dict[str, Any] = {"listen": listen, "broker_id": broker_id}
+    if isinstance(root, str):
+        overrides["root"] = root
+    config = load_config(config_path, overrides)
+    setup_logging(config.log_level, config.log_format, config.broker_id)
+    server, broker, _ = start_broker(config, root if isinstance(root, LogRoot) else None)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("signal received; shutting down", extra=fields(signal=signum))
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        stop_broker(server, broker)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

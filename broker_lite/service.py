@@ -1,0 +1,723 @@
+"""The broker's logic, independent of the wire: produce, fetch, metadata, admin, groups.
+
+:class:`Broker` owns the per-topic produce batchers, the leader-side partition
+states (writer log, leader epoch, long-poll condition), the tail cache, the
+cluster view and the group coordinator.  ``broker_lite.server`` exposes it over
+Arrow Flight; tests and the benchmark can also drive it directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from broker_lite.cluster import Cluster, rendezvous_weight
+from broker_lite.config import BrokerConfig
+from broker_lite.errors import (
+    BrokerError,
+    FencedError,
+    InvalidRecordError,
+    InvalidRequestError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+    from_storage,
+)
+from broker_lite.groups import GroupCoordinator
+from broker_lite.logs import fields
+from broker_lite.metrics import Metrics
+from broker_lite.produce import (
+    ProduceOutcome,
+    ProduceRequest,
+    Run,
+    TopicBatcher,
+    commit_pool,
+    duplicate_outcome,
+)
+from broker_lite.tailcache import PartitionKey, TailCache
+from storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
+from storage import errors as storage_errors
+from storage.records import OFFSET_FIELD
+
+log = logging.getLogger("broker_lite.broker")
+ACKS = ("0", "1", "all")
+
+
+@dataclass
+class PartitionState:
+    """What this broker holds for one partition: the writer log, epoch, and reader."""
+
+    key: PartitionKey
+    log: PartitionLog
+    reader: PartitionLog
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    reader_lock: threading.Lock = field(default_factory=threading.Lock)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    epoch: int | None = None  # our leader epoch once we bumped it
+    refreshed: float = 0.0  # monotonic time of the writer log's last refresh
+
+    def refresh(self) -> None:
+        """Re-read the log (caller holds ``lock``)."""
+        self.log.refresh()
+        self.refreshed = time.monotonic()
+
+
+def with_offsets(batches: Sequence[pa.RecordBatch], base_offset: int) -> list[pa.RecordBatch]:
+    out = []
+    offset = base_offset
+    for batch in batches:
+        n = batch.num_rows
+        offsets = pa.array(np.arange(offset, offset + n, dtype=np.int64))
+        schema = pa.schema([OFFSET_FIELD, *batch.schema])
+        out.append(pa.RecordBatch.from_arrays([offsets, *batch.columns], schema=schema))
+        offset += n
+    return out
+
+
+def _storage(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except StorageError as exc:
+        raise from_storage(exc) from None
+
+
+class Broker:
+    """One broker: everything durable lives in ``root``; this holds caches and threads."""
+
+    def __init__(self, config: BrokerConfig, root: LogRoot | None = None) -> None:
+        self.config = config
+        self.root = root or open_root(
+            config.root,
+            config.storage_options,
+            snapshot_interval=config.snapshot_interval,
+            fsync=config.fsync,
+        )
+        self.metrics = Metrics()
+        self.cache = TailCache(config.tail_cache_bytes)
+        self.groups = GroupCoordinator(
+            self.root,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            poll_ms=config.group_poll_ms,
+        )
+        self.cluster: Cluster | None = None
+        self._lock = threading.Lock()
+        self._topics: dict[str, Topic] = {}
+        self._partitions: dict[PartitionKey, PartitionState] = {}
+        self._batchers: dict[str, TopicBatcher] = {}
+        self._led: set[tuple[str, int]] = set()
+        self._pool = commit_pool(8)
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self, location: str) -> None:
+        """Publish our lease at ``location`` and start the background threads."""
+        _storage(self.root.store.ensure_root)
+        self.cluster = Cluster(
+            self.root,
+            self.config.broker_id,
+            location,
+            lease_interval_ms=self.config.lease_interval_ms,
+            lease_timeout_ms=self.config.lease_timeout_ms,
+            replication_factor=self.config.replication_factor,
+            force_leader=self.config.force_leader,
+        )
+        _storage(self.cluster.renew)
+        self._update_leadership()
+        self._spawn("lease", self._lease_loop)
+        if self.config.cleaner_interval_ms > 0:
+            from broker_lite.cleaner import Cleaner
+
+            cleaner = Cleaner(self)
+            self._spawn("cleaner", cleaner.loop)
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def close(self) -> None:
+        """Graceful stop: refuse new produce, flush pending batches, give up the lease."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        with self._lock:
+            batchers = list(self._batchers.values())
+        for batcher in batchers:
+            batcher.close()
+        for st in list(self._partitions.values()):
+            with st.changed:
+                st.changed.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self.cluster is not None:
+            self.cluster.resign()
+        self._pool.shutdown(wait=True)
+        log.info("broker stopped", extra=fields(broker=self.config.broker_id))
+
+    def _lease_loop(self) -> None:
+        interval = self.config.lease_interval_ms / 1000
+        ticks = 0
+        while not self._stopping.wait(interval):
+            ticks += 1
+            assert self.cluster is not None
+            try:
+                self.cluster.renew()
+            except StorageError as exc:
+                log.warning("lease renewal failed", extra=fields(error=str(exc)))
+                continue
+            try:
+                self._reload_topics()
+                self._update_leadership()
+                self._sweep_groups(with_lag=ticks % 5 == 0)
+            except (StorageError, BrokerError) as exc:
+                log.warning("background tick failed", extra=fields(error=str(exc)))
+            except Exception:
+                log.exception("background tick failed")
+
+    def _reload_topics(self) -> None:
+        with self._lock:
+            cached = dict(self._topics)
+        for name, topic in cached.items():
+            try:
+                topic.reload()
+            except storage_errors.UnknownTopicError:
+                self._forget_topic(name)
+
+    def _forget_topic(self, name: str) -> None:
+        with self._lock:
+            topic = self._topics.pop(name, None)
+            batcher = self._batchers.pop(name, None)
+            if topic is not None:
+                for key in [k for k in self._partitions if k[0] == name]:
+                    self._partitions.pop(key)
+                    self.cache.drop(key)
+        if batcher is not None:
+            threading.Thread(target=batcher.close, daemon=True).start()
+
+    def _update_leadership(self) -> None:
+        assert self.cluster is not None
+        live = self.cluster.live()
+        self.metrics.live_brokers.set(len(live))
+        led: set[tuple[str, int]] = set()
+        for name in _storage(self.root.list_topics):
+            try:
+                topic = self.topic(name)
+            except BrokerError:
+                continue
+            led.update(
+                (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
+            )
+        gained, lost = led - self._led, self._led - led
+        if gained or lost:
+            self.metrics.leadership_changes.inc(len(gained) + len(lost))
+            log.info(
+                "leadership changed",
+                extra=fields(gained=sorted(gained)[:50], lost=sorted(lost)[:50], live=sorted(live)),
+            )
+        for name, p in lost:
+            for key, st in list(self._partitions.items()):
+                if key[0] == name and key[2] == p:
+                    with st.lock:
+                        st.epoch = None
+                    self.cache.drop(key)
+        self._led = led
+        self.metrics.led_partitions.set(len(led))
+
+    def led_partitions(self) -> set[tuple[str, int]]:
+        return set(self._led)
+
+    def _sweep_groups(self, with_lag: bool) -> None:
+        assert self.cluster is not None
+        live = sorted(self.cluster.live())
+        mine = [
+            g
+            for g in self.groups.list_groups()
+            if live
+            and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
+        ]
+        self.groups.sweep(mine)
+        if with_lag:
+            for group in mine:
+                for entry in self.groups.describe_group(group)["offsets"]:
+                    if entry["lag"] is not None:
+                        self.metrics.group_lag.labels(
+                            group, entry["topic"], str(entry["partition"])
+                        ).set(entry["lag"])
+
+    # -- topics and partitions ---------------------------------------------
+    def topic(self, name: str) -> Topic:
+        with self._lock:
+            topic = self._topics.get(name)
+        if topic is not None:
+            return topic
+        topic = _storage(lambda: self.root.topic(name))
+        with self._lock:
+            return self._topics.setdefault(name, topic)
+
+    def partition_state(self, topic: Topic, partition: int) -> PartitionState:
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise InvalidRequestError(f"partition {partition!r} is not an integer")
+        if not 0 <= partition < topic.partitions:
+            try:
+                topic.reload()
+            except storage_errors.UnknownTopicError:
+                self._forget_topic(topic.name)
+                raise UnknownTopicError(f"topic {topic.name!r} was deleted") from None
+            if not 0 <= partition < topic.partitions:
+                raise UnknownTopicError(
+                    f"topic {topic.name!r} has no partition {partition}; accepted: 0-"
+                    f"{topic.partitions - 1}"
+                )
+        key = (topic.name, topic.info.topic_id, partition)
+        with self._lock:
+            st = self._partitions.get(key)
+            if st is None:
+                st = PartitionState(
+                    key,
+                    log=topic.partition(partition),
+                    reader=PartitionLog(
+                        topic.store,
+                        partition,
+                        topic.schema_for,
+                        topic=topic.name,
+                        snapshot_interval=self.root.snapshot_interval,
+                    ),
+                )
+                self._partitions[key] = st
+        return st
+
+    def _check_leader(self, topic: str, partition: int) -> None:
+        assert self.cluster is not None
+        if self._stopping.is_set():
+            raise NotLeaderError(
+                f"broker {self.config.broker_id} is shutting down", leader_location=""
+            )
+        if self.cluster.is_leader(topic, partition):
+            return
+        leader = self.cluster.leader(topic, partition)
+        raise NotLeaderError(
+            f"broker {self.config.broker_id} does not lead {topic}-{partition}; broker "
+            f"{leader.broker_id if leader else '?'} at {leader.location if leader else '?'} does",
+            leader_id=leader.broker_id if leader else -1,
+            leader_location=leader.location if leader else "",
+        )
+
+    # -- produce -----------------------------------------------------------
+    def produce(
+        self,
+        topic_name: str,
+        items: Sequence[tuple[int, pa.RecordBatch | pa.Table]],
+        *,
+        acks: str = "all",
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        base_sequence: int | None = None,
+        compression: str = "none",
+    ) -> list[ProduceOutcome]:
+        """Validate, enqueue and (unless acks=0) wait for the commit of each item."""
+        if acks not in ACKS:
+            raise InvalidRequestError(f"acks={acks!r} is not accepted; accepted: 0, 1, all")
+        idempotent = producer_id is not None
+        if idempotent and (producer_epoch is None or base_sequence is None):
+            raise InvalidRequestError(
+                "an idempotent produce needs producer_id, producer_epoch and base_sequence"
+            )
+        topic = self.topic(topic_name)
+        requests: list[ProduceRequest] = []
+        sequence = base_sequence or 0
+        size_bytes = 0
+        for partition, data in items:
+            self.partition_state(topic, partition)
+            self._check_leader(topic_name, partition)
+            try:
+                batches = topic.normalize(data)
+            except StorageError as exc:
+                raise from_storage(exc) from None
+            count = sum(b.num_rows for b in batches)
+            size = sum(b.nbytes for b in batches)
+            size_bytes += size
+            producer = None
+            if idempotent:
+                assert producer_epoch is not None and producer_id is not None
+                producer = ProducerBatch(producer_id, producer_epoch, sequence, max(count, 1))
+                sequence += count
+            requests.append(ProduceRequest(partition, batches, count, size, producer, compression))
+        if size_bytes > self.config.max_request_bytes:
+            raise InvalidRecordError(
+                f"produce request of {size_bytes} bytes exceeds max_request_bytes="
+                f"{self.config.max_request_bytes}; send smaller requests"
+            )
+        self._batcher(topic_name).submit(requests)
+        if acks == "0":
+            for r in requests:
+                r.future.add_done_callback(_log_unacked_failure)
+            return [ProduceOutcome(-1, r.record_count) for r in requests]
+        wait([r.future for r in requests])
+        outcomes = []
+        for r in requests:
+            outcomes.append(r.future.result())
+        self.metrics.produce_records.labels(topic_name).inc(sum(r.record_count for r in requests))
+        self.metrics.produce_bytes.labels(topic_name).inc(size_bytes)
+        return outcomes
+
+    def _batcher(self, topic_name: str) -> TopicBatcher:
+        with self._lock:
+            batcher = self._batchers.get(topic_name)
+            if batcher is None:
+                if self._stopping.is_set():
+                    raise NotLeaderError("broker is shutting down", leader_location="")
+                batcher = TopicBatcher(
+                    topic_name,
+                    lambda runs: self._flush(topic_name, runs),
+                    self.config.linger_ms,
+                    self.config.batch_bytes,
+                )
+                self._batchers[topic_name] = batcher
+            return batcher
+
+    def _flush(self, topic_name: str, runs: list[Run]) -> None:
+        started = time.perf_counter()
+        try:
+            topic = self.topic(topic_name)
+        except BrokerError as exc:
+            _fail(runs, exc)
+            return
+        ready: list[Run] = []
+        for run in runs:
+            st = self.partition_state(topic, run.partition)
+            keep = []
+            with st.lock:
+                for r in run.requests:
+                    if r.producer is not None:
+                        try:
+                            dup = duplicate_outcome(st.log.state.producers, r.producer)
+                        except BrokerError as exc:
+                            r.future.set_exception(exc)
+                            continue
+                        except StorageError as exc:
+                            r.future.set_exception(from_storage(exc))
+                            continue
+                        if dup is not None:
+                            r.future.set_result(dup)
+                            continue
+                    keep.append(r)
+            if keep:
+                ready.append(Run(run.partition, keep))
+        if not ready:
+            return
+        compression = ready[0].requests[0].compression
+        if compression == "none":
+            compression = self.config.compression
+        try:
+            staged = topic.write(
+                {run.partition: run.batches for run in ready},
+                compression=compression,
+                validated=True,
+            )
+        except StorageError as exc:
+            _fail(ready, from_storage(exc))
+            return
+        except Exception as exc:
+            log.exception("object write failed", extra=fields(topic=topic_name))
+            _fail(ready, BrokerError(f"object write failed: {exc}"))
+            return
+        self.metrics.root_objects.inc()
+        self.metrics.root_requests.labels("object").inc()
+        futures: list[Future[None]] = []
+        for run in ready:
+            seg = staged.get(run.partition)
+            if seg is None:  # only empty batches
+                st = self.partition_state(topic, run.partition)
+                for r in run.requests:
+                    r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
+                continue
+            futures.append(self._pool.submit(self._commit_run, topic, run, seg))
+        wait(futures)
+        self.metrics.flush_seconds.observe(time.perf_counter() - started)
+
+    def _commit_run(self, topic: Topic, run: Run, segment: Any) -> None:
+        try:
+            st = self.partition_state(topic, run.partition)
+            with st.lock:
+                result = self._append_as_leader(topic, st, run, segment)
+        except BrokerError as exc:
+            _fail([run], exc)
+            return
+        except Exception as exc:
+            log.exception("commit failed", extra=fields(topic=topic.name, partition=run.partition))
+            _fail([run], BrokerError(f"commit failed: {exc}"))
+            return
+        offset = result.base_offset
+        for r in run.requests:
+            r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
+            offset += r.record_count
+        if not result.duplicate:
+            self.cache.add(
+                st.key, result.base_offset, with_offsets(run.batches, result.base_offset)
+            )
+            with st.changed:
+                st.changed.notify_all()
+
+    def _append_as_leader(self, topic: Topic, st: PartitionState, run: Run, segment: Any) -> Any:
+        """Commit one run, bumping the leader epoch first if we just became leader."""
+        assert self.cluster is not None
+        for _ in range(4):
+            try:
+                if st.epoch is None:
+                    st.epoch = st.log.bump_epoch()
+                    self.metrics.root_requests.labels("commit").inc()
+                    log.info(
+                        "took leadership",
+                        extra=fields(topic=topic.name, partition=run.partition, epoch=st.epoch),
+                    )
+                started = time.perf_counter()
+                result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
+                self.metrics.commit_seconds.observe(time.perf_counter() - started)
+                self.metrics.root_requests.labels("commit").inc()
+                return result
+            except storage_errors.FencedError as exc:
+                if st.log.leader_epoch <= (st.epoch or -1):
+                    raise FencedError(str(exc)) from None  # a producer epoch, not ours
+                log.warning(
+                    "fenced by a newer leader epoch",
+                    extra=fields(
+                        topic=topic.name,
+                        partition=run.partition,
+                        ours=st.epoch,
+                        theirs=st.log.leader_epoch,
+                    ),
+                )
+                st.epoch = None
+                self.cache.drop(st.key)
+                if not self.config.force_leader:
+                    _storage(self.cluster.refresh)
+                    self._check_leader(topic.name, run.partition)
+            except StorageError as exc:
+                raise from_storage(exc) from None
+        raise NotLeaderError(
+            f"{topic.name}-{run.partition}: leadership is contested; retry",
+            leader_location="",
+        )
+
+    # -- fetch -------------------------------------------------------------
+    def fetch(
+        self, topic_name: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
+    ) -> tuple[list[pa.RecordBatch], int, int, pa.Schema]:
+        """Records from ``offset`` (long-polling up to ``max_wait_ms`` at the head).
+
+        Returns (batches with an offset column, high watermark, log start offset, schema).
+        """
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidRequestError(f"offset {offset!r} is not an integer")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidRequestError(f"max_bytes={max_bytes!r} is not accepted; accepted: >= 1")
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        schema = pa.schema([OFFSET_FIELD, *topic.info.record_schema])
+        wait_s = max(min(int(max_wait_ms), self.config.fetch_max_wait_ms), 0) / 1000
+        refresh_s = self.config.fetch_refresh_ms / 1000
+        deadline = time.monotonic() + wait_s
+        refreshed = False
+        while True:
+            with st.lock:
+                if not refreshed and (
+                    offset >= st.log.high_watermark or offset < st.log.log_start_offset
+                ):
+                    _storage(st.refresh)
+                    refreshed = True
+                hwm, lso = st.log.high_watermark, st.log.log_start_offset
+            if offset < lso or offset > hwm:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {topic_name}-{partition}; valid: "
+                    f"[{lso}, {hwm}]",
+                    log_start_offset=lso,
+                    high_watermark=hwm,
+                )
+            if offset < hwm:
+                batches = self.cache.get(st.key, offset, max_bytes)
+                if batches is not None:
+                    self.metrics.fetch_source.labels("cache").inc(len(batches))
+                else:
+                    batches = self._read_root(st, offset, hwm, max_bytes)
+                    self.metrics.fetch_source.labels("root").inc(len(batches))
+                self.metrics.fetch_records.labels(topic_name).inc(sum(b.num_rows for b in batches))
+                self.metrics.fetch_bytes.labels(topic_name).inc(sum(b.nbytes for b in batches))
+                return batches, hwm, lso, schema
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set():
+                return [], hwm, lso, schema
+            with st.changed:
+                notified = st.changed.wait(min(remaining, refresh_s))
+            if not notified:
+                refreshed = False  # nothing of ours: look for other writers' commits
+
+    def _read_root(
+        self, st: PartitionState, offset: int, hwm: int, max_bytes: int
+    ) -> list[pa.RecordBatch]:
+        with st.reader_lock:
+            for attempt in range(2):
+                try:
+                    if attempt or st.reader.high_watermark < hwm:
+                        st.reader.refresh()
+                    self.metrics.root_requests.labels("read").inc()
+                    return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
+                except storage_errors.OffsetOutOfRangeError as exc:
+                    if attempt:
+                        raise from_storage(exc) from None
+                except StorageError as exc:
+                    raise from_storage(exc) from None
+        return []
+
+    # -- metadata ----------------------------------------------------------
+    def describe_cluster(self) -> dict[str, Any]:
+        assert self.cluster is not None
+        return {
+            "broker_id": self.config.broker_id,
+            "brokers": [
+                {"broker_id": b.broker_id, "location": b.location, "renewed_ms": b.renewed_ms}
+                for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
+            ],
+        }
+
+    def metadata(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+        """Topics, partitions, leaders with locations, watermarks, configs."""
+        assert self.cluster is not None
+        names = list(topics) if topics is not None else _storage(self.root.list_topics)
+        out: dict[str, Any] = {}
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidRequestError(f"topic name {name!r} is not a string")
+            topic = self.topic(name)
+            try:
+                topic.reload()
+            except storage_errors.UnknownTopicError:
+                self._forget_topic(name)
+                topic = self.topic(name)
+            partitions = []
+            for p in range(topic.partitions):
+                st = self.partition_state(topic, p)
+                with st.lock:
+                    if time.monotonic() - st.refreshed > self.config.fetch_refresh_ms / 1000:
+                        _storage(st.refresh)
+                    hwm, lso = st.log.high_watermark, st.log.log_start_offset
+                leader = self.cluster.leader(name, p)
+                if self.config.force_leader:
+                    leader_id, location = self.config.broker_id, self.cluster.location
+                else:
+                    leader_id = leader.broker_id if leader else -1
+                    location = leader.location if leader else ""
+                partitions.append(
+                    {
+                        "partition": p,
+                        "leader_id": leader_id,
+                        "leader_location": location,
+                        "replicas": self.cluster.replicas(name, p),
+                        "log_start_offset": lso,
+                        "high_watermark": hwm,
+                    }
+                )
+            value_type = topic.info.value_type
+            out[name] = {
+                "name": name,
+                "topic_id": topic.info.topic_id,
+                "partitions": partitions,
+                "config": topic.info.config,
+                "value_schema": _schema_text(value_type) if value_type is not None else None,
+            }
+        return {**self.describe_cluster(), "topics": out}
+
+    def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        with st.lock:
+            _storage(st.refresh)
+            if spec == "earliest":
+                return int(st.log.log_start_offset)
+            if spec == "latest":
+                return int(st.log.high_watermark)
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            with st.reader_lock:
+                _storage(st.reader.refresh)
+                return int(_storage(lambda: st.reader.offset_for_timestamp(spec)))
+        raise InvalidRequestError(
+            f"offset spec {spec!r} is not accepted; accepted: 'earliest', 'latest' or a "
+            "timestamp in ms"
+        )
+
+    # -- admin -------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, Any] | None = None,
+        value_schema: str | None = None,
+    ) -> dict[str, Any]:
+        value_type = _schema_from_text(value_schema) if value_schema else None
+        info = _storage(lambda: self.root.create_topic(name, partitions, config, value_type))
+        self._forget_topic(name)
+        return {"name": info.name, "topic_id": info.topic_id, "partitions": info.partitions}
+
+    def delete_topic(self, name: str) -> None:
+        _storage(lambda: self.root.delete_topic(name))
+        self._forget_topic(name)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        info = _storage(lambda: self.root.alter_topic_config(name, updates, remove))
+        self._forget_topic(name)
+        return dict(info.config)
+
+    def add_partitions(self, name: str, total: int) -> int:
+        info = _storage(lambda: self.root.add_partitions(name, total))
+        self._forget_topic(name)
+        return int(info.partitions)
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""
+        return secrets.randbits(62) | 1, 0
+
+
+def _schema_text(value_type: pa.DataType) -> str:
+    return base64.b64encode(pa.schema([("value", value_type)]).serialize().to_pybytes()).decode()
+
+
+def _schema_from_text(text: str) -> pa.DataType:
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+        return schema.field("value").type
+    except (ValueError, KeyError, pa.ArrowInvalid, TypeError) as exc:
+        raise InvalidRequestError(
+            f"value_schema is not accepted ({exc}); accepted: base64 of an Arrow IPC schema "
+            "with one struct field named 'value'"
+        ) from None
+
+
+def _fail(runs: Sequence[Run], exc: BaseException) -> None:
+    for run in runs:
+        for r in run.requests:
+            if not r.future.done():
+                r.future.set_exception(exc)
+
+
+def _log_unacked_failure(future: Future[ProduceOutcome]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.warning("acks=0 produce failed", extra=fields(error=str(exc)))

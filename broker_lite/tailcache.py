@@ -1,0 +1,108 @@
+"""In-memory tail of recently committed batches, so consumers at the head skip the root.
+
+Per partition the cache holds one contiguous offset range ``[start, end)`` of
+batches that carry their offset column.  A commit that does not continue the
+range (another writer committed in between) restarts it.  A global byte budget
+evicts the oldest batches of the partition whose entry is oldest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+PartitionKey = tuple[str, str, int]  # topic name, topic id, partition
+
+
+@dataclass
+class _Tail:
+    start: int
+    end: int
+    batches: deque[tuple[int, pa.RecordBatch]] = field(default_factory=deque)
+    size_bytes: int = 0
+
+
+class TailCache:
+    """Recently committed batches of many partitions within ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._tails: OrderedDict[PartitionKey, _Tail] = OrderedDict()
+        self._size_bytes = 0
+
+    def add(self, key: PartitionKey, base_offset: int, batches: list[pa.RecordBatch]) -> None:
+        """Record batches committed at ``base_offset`` (each with its offset column)."""
+        if self.max_bytes <= 0:
+            return
+        with self._lock:
+            tail = self._tails.get(key)
+            if tail is None or tail.end != base_offset:
+                if tail is not None:
+                    self._size_bytes -= tail.size_bytes
+                tail = _Tail(base_offset, base_offset)
+                self._tails[key] = tail
+            self._tails.move_to_end(key)
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                size = batch.nbytes
+                tail.batches.append((tail.end, batch))
+                tail.end += batch.num_rows
+                tail.size_bytes += size
+                self._size_bytes += size
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._size_bytes > self.max_bytes and self._tails:
+            key, tail = next(iter(self._tails.items()))
+            if not tail.batches:
+                self._tails.pop(key)
+                continue
+            first, batch = tail.batches.popleft()
+            tail.start = first + batch.num_rows
+            tail.size_bytes -= batch.nbytes
+            self._size_bytes -= batch.nbytes
+            if not tail.batches:
+                self._tails.pop(key)
+
+    def get(self, key: PartitionKey, offset: int, max_bytes: int) -> list[pa.RecordBatch] | None:
+        """Batches from ``offset`` (at least one, then up to ``max_bytes``); None on a miss."""
+        with self._lock:
+            tail = self._tails.get(key)
+            if tail is None or not tail.start <= offset < tail.end:
+                return None
+            out: list[pa.RecordBatch] = []
+            total = 0
+            for first, batch in tail.batches:
+                last = first + batch.num_rows
+                if last <= offset:
+                    continue
+                piece = batch.slice(offset - first) if offset > first else batch
+                out.append(piece)
+                total += piece.nbytes
+                if total >= max_bytes:
+                    break
+            return out
+
+    def trim(self, key: PartitionKey, log_start_offset: int) -> None:
+        """Forget batches below the log start offset (after retention)."""
+        with self._lock:
+            tail = self._tails.get(key)
+            if tail is None or tail.start >= log_start_offset:
+                return
+            self._size_bytes -= tail.size_bytes
+            self._tails.pop(key)
+
+    def drop(self, key: PartitionKey) -> None:
+        with self._lock:
+            tail = self._tails.pop(key, None)
+            if tail is not None:
+                self._size_bytes -= tail.size_bytes
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size_bytes
