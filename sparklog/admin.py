@@ -37,8 +37,11 @@ class Admin:
         *,
         storage_options: Mapping[str, Any] | None = None,
         backend: Backend | None = None,
+        retry_timeout_ms: int | None = None,
     ) -> None:
-        self._backend = backend or open_backend(address, storage_options)
+        self._backend = backend or open_backend(
+            address, storage_options, retry_timeout_ms=retry_timeout_ms
+        )
         self._owns_backend = backend is None
 
     def close(self) -> None:

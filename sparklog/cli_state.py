@@ -12,6 +12,8 @@ from sparklog.admin import Admin
 from sparklog.errors import ConfigError
 
 OUTPUTS = ("table", "json")
+#: A person at a terminal should hear about an unreachable broker within seconds.
+CLI_RETRY_TIMEOUT_MS = 5_000
 
 
 @dataclass
@@ -31,10 +33,14 @@ class CliState:
         return self.output == "json"
 
     def admin(self) -> Admin:
-        return Admin(self.address, storage_options=self.storage_options)
+        return Admin(
+            self.address,
+            storage_options=self.storage_options,
+            retry_timeout_ms=CLI_RETRY_TIMEOUT_MS,
+        )
 
     def client_config(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "retry_timeout_ms": CLI_RETRY_TIMEOUT_MS}
 
 
 def state(ctx: typer.Context) -> CliState:

@@ -60,7 +60,11 @@ class Consumer:
     ) -> None:
         self.config = parse_config("consumer", CONSUMER_OPTIONS, config)
         self.group_id = group_id
-        self._backend = backend or open_backend(address, self.config["storage_options"])
+        self._backend = backend or open_backend(
+            address,
+            self.config["storage_options"],
+            retry_timeout_ms=self.config["retry_timeout_ms"],
+        )
         self._owns_backend = backend is None
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}

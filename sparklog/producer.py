@@ -226,7 +226,11 @@ class Producer:
         self, address: str | None = None, *, backend: Backend | None = None, **config: Any
     ):
         self.config = parse_config("producer", PRODUCER_OPTIONS, config)
-        self._backend = backend or open_backend(address, self.config["storage_options"])
+        self._backend = backend or open_backend(
+            address,
+            self.config["storage_options"],
+            retry_timeout_ms=self.config["retry_timeout_ms"],
+        )
         self._owns_backend = backend is None
         self._cv = threading.Condition()
         self._buffers: dict[str, dict[int, _Buffer]] = {}

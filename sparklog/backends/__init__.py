@@ -10,14 +10,21 @@ from sparklog.backends.base import Backend
 
 
 def open_backend(
-    address: str | None = None, storage_options: Mapping[str, Any] | None = None
+    address: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    retry_timeout_ms: int | None = None,
 ) -> Backend:
-    """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``)."""
+    """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``).
+
+    ``retry_timeout_ms`` bounds how long broker calls retry an unreachable or
+    leaderless cluster before failing (default 30 s).
+    """
     parsed = parse_address(address)
     if parsed.bootstrap is not None:
         from sparklog.backends.broker import BrokerBackend
 
-        return BrokerBackend(parsed.bootstrap)
+        return BrokerBackend(parsed.bootstrap, retry_timeout_ms=retry_timeout_ms or 30_000)
     from sparklog.backends.embedded import EmbeddedBackend
 
     assert parsed.root is not None
