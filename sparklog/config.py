@@ -83,9 +83,7 @@ PRODUCER_OPTIONS: dict[str, Option] = {
     "metadata_max_age_ms": Option(5_000, _int(0), "refresh partition counts this often"),
     "client_id": Option("sparklog-producer", _str, "name in logs"),
     "storage_options": Option(None, _any, "fsspec storage options (embedded mode)"),
-    "retry_timeout_ms": Option(
-        30_000, _int(1), "broker mode: retry unreachable brokers this long"
-    ),
+    "retry_timeout_ms": Option(30_000, _int(1), "broker mode: retry unreachable brokers this long"),
 }
 
 CONSUMER_OPTIONS: dict[str, Option] = {
@@ -110,9 +108,7 @@ CONSUMER_OPTIONS: dict[str, Option] = {
     ),
     "client_id": Option("sparklog-consumer", _str, "name in logs and member ids"),
     "storage_options": Option(None, _any, "fsspec storage options (embedded mode)"),
-    "retry_timeout_ms": Option(
-        30_000, _int(1), "broker mode: retry unreachable brokers this long"
-    ),
+    "retry_timeout_ms": Option(30_000, _int(1), "broker mode: retry unreachable brokers this long"),
 }
 
 
