@@ -1,4 +1,4 @@
-"""Real broker processes for client tests, started the way a person would: ``sparklog broker start``."""
+"""Real broker processes for client tests, started as a person would (``sparklog broker start``)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class BrokerCluster:
                 f"127.0.0.1:{port}",
                 "--broker-id",
                 str(broker_id),
-            ],  # fmt: skip
+            ],
             env=env,
             cwd=REPO,
             stdout=log,
