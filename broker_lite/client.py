@@ -108,7 +108,11 @@ def _schema_to_text(value_type: pa.DataType) -> str:
 
 
 class BrokerClient:
-    """A connection to a broker cluster (thread-safe)."""
+    """A connection to a broker cluster (thread-safe).
+
+    ``discover=False`` keeps every call on the bootstrap brokers (metadata
+    will not add the others), e.g. to pin a client to one broker.
+    """
 
     def __init__(
         self,
@@ -116,10 +120,12 @@ class BrokerClient:
         *,
         retry_timeout_ms: int = 30_000,
         request_timeout_s: float = 60.0,
+        discover: bool = True,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.retry_timeout_ms = retry_timeout_ms
         self.request_timeout_s = request_timeout_s
+        self.discover = discover
         self._lock = threading.Lock()
         self._conns: dict[str, flight.FlightClient] = {}
         self._brokers: list[str] = list(self.bootstrap)
@@ -225,7 +231,7 @@ class BrokerClient:
     def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
         raw = self._action("metadata", {"topics": topics})
         with self._lock:
-            for b in raw.get("brokers", []):
+            for b in raw.get("brokers", []) if self.discover else []:
                 if b["location"] not in self._brokers:
                     self._brokers.append(b["location"])
         out = {}

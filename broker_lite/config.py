@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker_lite.errors import InvalidConfigError
+from storage.log import STAGED_OBJECT_MAX_AGE_MS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -310,6 +311,13 @@ class BrokerConfig:
 
 
 def _check_consistency(values: Mapping[str, Any]) -> None:
+    grace = values["gc_grace_ms"]
+    if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
+        raise InvalidConfigError(
+            f"config key 'gc_grace_ms' = {grace} is not accepted; accepted: 0 (tests only) or "
+            f">= {STAGED_OBJECT_MAX_AGE_MS} (the age past which a staged object is never "
+            "committed)"
+        )
     if values["lease_timeout_ms"] <= values["lease_interval_ms"]:
         raise InvalidConfigError(
             f"config key 'lease_timeout_ms' = {values['lease_timeout_ms']} is not accepted; "

@@ -58,6 +58,9 @@ class Metrics:
         self.leadership_changes = Counter(
             "sparklog_leadership_changes", "Partitions gained or lost by this broker", registry=r
         )
+        self.produce_waiting = Gauge(
+            "sparklog_produce_waiting", "Produce requests waiting for their commit", registry=r
+        )
         self.led_partitions = Gauge(
             "sparklog_led_partitions", "Partitions this broker leads", registry=r
         )

@@ -27,6 +27,7 @@ import pyarrow.flight as flight
 from broker_lite.config import BrokerConfig, load_config
 from broker_lite.errors import (
     BrokerError,
+    InvalidConfigError,
     InvalidRequestError,
     encode,
     from_storage,
@@ -338,7 +339,13 @@ def start_broker(
 ) -> tuple[FlightBroker, Broker, int | None]:
     """Start a broker in this process; return (flight server, broker, metrics port)."""
     broker = Broker(config, root)
-    server = FlightBroker(broker, f"grpc://{config.listen}")
+    try:
+        server = FlightBroker(broker, f"grpc://{config.listen}")
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        raise InvalidConfigError(
+            f"config key 'listen' = {config.listen!r}: cannot listen there ({exc}); accepted: "
+            "a free HOST:PORT on this machine (port 0 picks one)"
+        ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
     try:

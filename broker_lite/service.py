@@ -224,6 +224,8 @@ class Broker:
             led.update(
                 (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
             )
+            if self.config.replication_factor > 1:
+                self._warm_followers(topic)
         gained, lost = led - self._led, self._led - led
         if gained or lost:
             self.metrics.leadership_changes.inc(len(gained) + len(lost))
@@ -239,6 +241,17 @@ class Broker:
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
+
+    def _warm_followers(self, topic: Topic) -> None:
+        """Keep the logs of partitions we follow loaded, so a takeover starts at once."""
+        assert self.cluster is not None
+        me = self.cluster.broker_id
+        for p in range(topic.partitions):
+            replicas = self.cluster.replicas(topic.name, p)
+            if me in replicas[1:]:
+                st = self.partition_state(topic, p)
+                with st.lock:
+                    st.refresh()
 
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)
@@ -364,12 +377,17 @@ class Broker:
                 f"produce request of {size_bytes} bytes exceeds max_request_bytes="
                 f"{self.config.max_request_bytes}; send smaller requests"
             )
-        self._batcher(topic_name).submit(requests)
         if acks == "0":
+            self._batcher(topic_name).submit(requests)
             for r in requests:
                 r.future.add_done_callback(_log_unacked_failure)
             return [ProduceOutcome(-1, r.record_count) for r in requests]
-        wait([r.future for r in requests])
+        self.metrics.produce_waiting.inc()
+        try:
+            self._batcher(topic_name).submit(requests)
+            wait([r.future for r in requests])
+        finally:
+            self.metrics.produce_waiting.dec()
         outcomes = []
         for r in requests:
             outcomes.append(r.future.result())
@@ -404,6 +422,12 @@ class Broker:
             st = self.partition_state(topic, run.partition)
             keep = []
             with st.lock:
+                if st.epoch is None:  # not yet leading: others may have committed meanwhile
+                    try:
+                        st.refresh()
+                    except StorageError as exc:
+                        _fail([run], from_storage(exc))
+                        continue
                 for r in run.requests:
                     if r.producer is not None:
                         try:

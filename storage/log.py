@@ -213,10 +213,11 @@ class PartitionLog:
         return state
 
     def _load_snapshot(self, version: int) -> LogState | None:
-        raw = self.store.get_or_none(version_key(self.prefix, version, ".snapshot"))
-        if raw is None:
+        try:
+            raw = self.store.get_buffer(version_key(self.prefix, version, ".snapshot"))
+        except FileNotFoundError:
             return None
-        reader = pa.ipc.open_file(pa.py_buffer(raw))
+        reader = pa.ipc.open_file(raw)
         table = reader.read_all()
         meta = json.loads(reader.schema.metadata[b"state"])
         return LogState(

@@ -14,7 +14,7 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import url_to_fs
 
-from storage.errors import StoreUnavailableError
+from storage.errors import InvalidConfigError, StorageError, StoreUnavailableError
 
 _MEMORY_CREATE_LOCK = threading.Lock()
 
@@ -103,7 +103,15 @@ class ObjectStore:
         """A store rooted at ``prefix`` below this one."""
         return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)
 
-    def _unavailable(self, op: str, key: str, exc: BaseException) -> StoreUnavailableError:
+    def _unavailable(self, op: str, key: str, exc: BaseException) -> StorageError:
+        """The error a failed store call becomes: bad options, or an unreachable store."""
+        if isinstance(exc, StorageError):
+            return exc
+        if isinstance(exc, TypeError):
+            return InvalidConfigError(
+                f"storage options {sorted(self.storage_options)} are not accepted for "
+                f"{self.url!r}: {exc}"
+            )
         return StoreUnavailableError(
             f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
         )
@@ -125,10 +133,48 @@ class ObjectStore:
             return True
         except FileExistsError:
             return False
-        except OSError as exc:
+        except Exception as exc:
             if "pre-condition" in str(exc) or "PreconditionFailed" in str(exc):
                 return False
             raise self._unavailable("create", key, exc) from exc
+
+    def create_streamed(self, key: str, produce: Callable[[pa.NativeFile], None]) -> pa.Buffer:
+        """Create a new object (``key`` must be fresh, e.g. a UUID) by streaming into it.
+
+        Locally the bytes go straight into a temp file that is linked into place
+        (no in-memory copy); elsewhere they are buffered and uploaded create-only.
+        Returns the object's bytes (memory-mapped locally) for checksumming.
+        """
+        if not self.is_local:
+            sink = pa.BufferOutputStream()
+            produce(sink)
+            data = sink.getvalue()
+            if not self.create(key, data):
+                raise StoreUnavailableError(f"object {self.url}/{key} exists already")
+            return data
+        path = self._path(key)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with pa.OSFile(tmp, "wb") as f:
+                produce(f)
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            with pa.memory_map(tmp, "r") as mm:
+                data = mm.read_buffer()
+            os.link(tmp, path)
+        except FileExistsError as exc:
+            raise StoreUnavailableError(f"object {self.url}/{key} exists already") from exc
+        except Exception as exc:
+            raise self._unavailable("create", key, exc) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return data
 
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
         directory = os.path.dirname(path)
@@ -159,7 +205,7 @@ class ObjectStore:
                 os.replace(tmp, path)
             else:
                 self.fs.pipe_file(self._path(key), data)
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("write", key, exc) from exc
 
     def delete(self, key: str) -> None:
@@ -168,7 +214,7 @@ class ObjectStore:
             self.fs.rm_file(self._path(key))
         except FileNotFoundError:
             pass
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("delete", key, exc) from exc
 
     def delete_prefix(self, prefix: str) -> None:
@@ -179,7 +225,7 @@ class ObjectStore:
                 self.fs.rm(path, recursive=True)
         except FileNotFoundError:
             pass
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("delete", prefix, exc) from exc
 
     # -- reads -------------------------------------------------------------
@@ -189,7 +235,7 @@ class ObjectStore:
             data = self.fs.cat_file(self._path(key))
         except FileNotFoundError:
             raise
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("read", key, exc) from exc
         return bytes(data)
 
@@ -209,7 +255,7 @@ class ObjectStore:
         paths = [self._path(k) for k in keys]
         try:
             found = self.fs.cat(paths, on_error="return")
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("read", keys[0], exc) from exc
         out: dict[str, bytes | None] = {}
         for key, path in zip(keys, paths, strict=False):
@@ -222,6 +268,18 @@ class ObjectStore:
                 out[key] = bytes(value)
         return out
 
+    def get_buffer(self, key: str) -> pa.Buffer:
+        """The whole object as an Arrow buffer: memory-mapped locally (zero-copy)."""
+        if not self.is_local:
+            return pa.py_buffer(self.get(key))
+        try:
+            with pa.memory_map(self._path(key), "r") as mm:
+                return mm.read_buffer()
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("read", key, exc) from exc
+
     def get_range(self, key: str, start: int, end: int) -> pa.Buffer:
         """Bytes ``[start, end)`` of ``key``: memory-mapped locally, a range GET elsewhere."""
         try:
@@ -232,13 +290,13 @@ class ObjectStore:
             return pa.py_buffer(self.fs.cat_file(self._path(key), start=start, end=end))
         except FileNotFoundError:
             raise
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("read", key, exc) from exc
 
     def exists(self, key: str) -> bool:
         try:
             return bool(self.fs.exists(self._path(key)))
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("stat", key, exc) from exc
 
     def list_objects(self, prefix: str) -> list[ObjectInfo]:
@@ -248,7 +306,7 @@ class ObjectStore:
             found = self.fs.find(base, detail=True)
         except FileNotFoundError:
             return []
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("list", prefix, exc) from exc
         cut = len(self._root) + 1 if self._root else 0
         out = []
@@ -266,7 +324,7 @@ class ObjectStore:
             entries = self.fs.ls(base, detail=False)
         except FileNotFoundError:
             return []
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("list", prefix, exc) from exc
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and ".tmp-" not in n)
@@ -281,7 +339,7 @@ class ObjectStore:
         except FileNotFoundError:
             with contextlib.suppress(OSError):
                 self.fs.mkdirs(self._path(""), exist_ok=True)
-        except OSError as exc:
+        except Exception as exc:
             raise self._unavailable("reach", "", exc) from exc
 
 

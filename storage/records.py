@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -205,7 +206,7 @@ def _conform_struct(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedA
 def record_sizes(table: pa.Table) -> pa.Array:
     """Approximate serialized size of each record: key + value + header bytes."""
     n = table.num_rows
-    size = pa.array([0] * n, pa.int64())
+    size = pa.array(np.zeros(n, dtype=np.int64))
     for name in ("key", "value"):
         col = table.column(name)
         if pa.types.is_binary(col.type):
@@ -219,10 +220,10 @@ def record_sizes(table: pa.Table) -> pa.Array:
                 pc.fill_null(pc.binary_length(pc.struct_field(flat, "key")), 0),
                 pc.fill_null(pc.binary_length(pc.struct_field(flat, "value")), 0),
             )
-            per_row = [0] * n
-            for p, ln in zip(parents.to_pylist(), lens.to_pylist(), strict=False):
-                per_row[p] += ln
-            size = pc.add(size, pa.array(per_row, pa.int64()))
+            per_row = np.bincount(
+                parents.to_numpy(), weights=lens.to_numpy(zero_copy_only=False), minlength=n
+            ).astype(np.int64)
+            size = pc.add(size, pa.array(per_row))
     return size
 
 

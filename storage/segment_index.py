@@ -131,7 +131,25 @@ class SegmentIndex:
         return sum(s.size_bytes for s in self.all())
 
     def to_table(self) -> pa.Table:
-        return segments_to_table(self.all())
+        """All live segments as an Arrow table, built column-wise (no per-segment objects)."""
+        parts = []
+        if self._table is not None:
+            table = self._table
+            if self._removed:
+                keep = ~np.isin(
+                    self._bases,  # type: ignore[arg-type]
+                    np.fromiter(self._removed, dtype=np.int64),
+                )
+                table = table.filter(pa.array(keep))
+            parts.append(table)
+        if self._added_keys:
+            parts.append(segments_to_table([self._added[k] for k in self._added_keys]))
+        if not parts:
+            return segments_to_table([])
+        table = pa.concat_tables(parts)
+        if len(parts) > 1:
+            table = table.sort_by("base_offset")
+        return table
 
     @classmethod
     def of(cls, segments: Iterable[Segment]) -> SegmentIndex:

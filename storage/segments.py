@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from storage.errors import CorruptionError, InvalidConfigError
 from storage.objectstore import ObjectStore
@@ -140,30 +140,31 @@ def write_object(
         rows = sum(b.num_rows for b in parts[p])
         footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
         first += n
-    sink = pa.BufferOutputStream()
-    position = 8 + schema.serialize().size  # magic + schema message precede the first batch
-    writer = pa.ipc.new_file(
-        sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
-    )
     spans: dict[int, tuple[int, int, int, int, int]] = {}
-    for p in order:
-        start = position
-        ts_min, ts_max = None, None
-        for batch in parts[p]:
-            if not batch.num_rows:
-                continue
-            writer.write_batch(batch)
-            bounds = pc.min_max(batch.column("timestamp"))
-            lo, hi = bounds["min"].value, bounds["max"].value
-            ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
-            ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
-            position = sink.tell()
-        spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
-    writer.close()
-    data = sink.getvalue()
+
+    def serialize(sink: pa.NativeFile) -> None:
+        position = 8 + schema.serialize().size  # magic + schema message precede batch one
+        writer = pa.ipc.new_file(
+            sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
+        )
+        for p in order:
+            start = position
+            ts_min, ts_max = None, None
+            for batch in parts[p]:
+                if not batch.num_rows:
+                    continue
+                writer.write_batch(batch)
+                bounds = pc.min_max(batch.column("timestamp"))
+                lo, hi = bounds["min"].value, bounds["max"].value
+                ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
+                ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
+                position = sink.tell()
+            spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
+        writer.close()
+
+    data = store.create_streamed(key, serialize)
     if order:
         _expect_batch_at(data, spans[order[0]][0], key)
-    store.create(key, data)
     out = {}
     for p in order:
         start, end, rows, ts_lo, ts_hi = spans[p]
@@ -179,12 +180,18 @@ def write_object(
             offset_span=span,
             min_timestamp_ms=ts_lo,
             max_timestamp_ms=ts_hi,
-            checksum=zlib.crc32(memoryview(data.slice(start, end - start))),
+            checksum=checksum_of(data.slice(start, end - start)),
             created_ms=created,
             has_offsets=has_offsets,
             schema_id=schema_id,
         )
     return out
+
+
+def checksum_of(data: pa.Buffer) -> int:
+    """xxh3-64 of the bytes, as a signed 64-bit integer (fits Arrow's int64)."""
+    value = xxhash.xxh3_64_intdigest(memoryview(data))
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _ms(value: Any) -> int:
@@ -222,7 +229,7 @@ def read_segment(
             f"object {store.url}/{segment.object_key} is truncated: read {data.size} of "
             f"{segment.size_bytes} bytes at {segment.byte_start}"
         )
-    if verify and zlib.crc32(memoryview(data)) != segment.checksum:
+    if verify and checksum_of(data) != segment.checksum:
         raise CorruptionError(
             f"object {store.url}/{segment.object_key} bytes {segment.byte_start}-"
             f"{segment.byte_end} fail their checksum"

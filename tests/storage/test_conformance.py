@@ -17,6 +17,7 @@ from storage import (
     OffsetOutOfRangeError,
     ProducerBatch,
     ProducerSequenceError,
+    StoreUnavailableError,
     TopicExistsError,
     UnknownTopicError,
     make_batch,
@@ -338,3 +339,24 @@ def test_group_offsets_are_durable_and_merge(root):
     assert fresh.fetch("g1") == {} and fresh.list_groups() == []
     with pytest.raises(InvalidConfigError, match="invalid group name"):
         fresh.commit("bad name", {("t", 0): 1})
+
+
+# -- unreachable storage --
+
+
+def test_unreachable_s3_endpoint_gives_a_clear_retriable_error():
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = {
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+    }
+    root = open_root("s3://nowhere/root", options)
+    with pytest.raises(StoreUnavailableError, match="s3://nowhere/root") as info:
+        root.create_topic("t", 1)
+    assert info.value.retriable

@@ -1,0 +1,410 @@
+"""Log maintenance: retention, compaction, merging of small segments, garbage collection.
+
+Each change to a partition is an ordinary commit (remove segments, add
+segments, move the log start offset), so it races safely with writers: appends
+only add above the high watermark, and a maintenance commit that lost its race
+is rebuilt against the newer state or skipped.  Nothing is deleted from the
+object store here except by :func:`collect_garbage`, which waits a grace
+period, so readers holding an older segment list keep working.  Every function
+has a dry run that reports what it would change and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.errors import StorageError
+from storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
+from storage.records import OFFSET_FIELD, now_ms
+from storage.segments import Segment, write_object
+from storage.topics import Topic
+
+#: Objects unreferenced for this long (and older than it) are deleted by GC.
+DEFAULT_GC_GRACE_MS = 15 * 60 * 1000
+
+
+@dataclass
+class RetentionReport:
+    """Segments retention removes (or would remove) and the new log start offset."""
+
+    removed_base_offsets: list[int] = field(default_factory=list)
+    removed_records: int = 0
+    removed_bytes: int = 0
+    log_start_offset: int | None = None
+
+
+@dataclass
+class RewriteReport:
+    """A compaction or merge: segments replaced, records kept and dropped."""
+
+    replaced_segments: int = 0
+    new_segments: int = 0
+    records_before: int = 0
+    records_after: int = 0
+    tombstones_dropped: int = 0
+    skipped_reason: str = ""
+
+
+@dataclass
+class MaintenanceReport:
+    """What one maintenance pass over a partition did (or would do, in a dry run)."""
+
+    topic: str
+    partition: int
+    dry_run: bool
+    retention: RetentionReport = field(default_factory=RetentionReport)
+    compaction: RewriteReport = field(default_factory=RewriteReport)
+    merge: RewriteReport = field(default_factory=RewriteReport)
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.retention.removed_base_offsets
+            or self.compaction.replaced_segments
+            or self.merge.replaced_segments
+        )
+
+
+@dataclass
+class GcReport:
+    """Objects garbage collection deleted, newly marked, and kept."""
+
+    deleted: list[str] = field(default_factory=list)
+    marked: list[str] = field(default_factory=list)
+    live_objects: int = 0
+    dry_run: bool = False
+
+
+# -- retention ----------------------------------------------------------------------------
+
+
+def plan_retention(state: LogState, config: dict[str, Any], now: int) -> RetentionReport:
+    """Oldest segments past ``retention.ms`` or beyond ``retention.bytes`` (Kafka's rules)."""
+    report = RetentionReport()
+    segments = state.segments.all()
+    retention_ms, retention_bytes = config["retention.ms"], config["retention.bytes"]
+    remaining_bytes = sum(s.size_bytes for s in segments)
+    for seg in segments:
+        too_old = retention_ms >= 0 and seg.max_timestamp_ms < now - retention_ms
+        too_big = retention_bytes >= 0 and remaining_bytes - seg.size_bytes >= retention_bytes
+        if not (too_old or too_big):
+            break
+        report.removed_base_offsets.append(seg.base_offset)
+        report.removed_records += seg.record_count
+        report.removed_bytes += seg.size_bytes
+        remaining_bytes -= seg.size_bytes
+    if report.removed_base_offsets:
+        removed = set(report.removed_base_offsets)
+        rest = [s for s in segments if s.base_offset not in removed]
+        report.log_start_offset = rest[0].base_offset if rest else state.high_watermark
+    return report
+
+
+def apply_retention(
+    log: PartitionLog,
+    config: dict[str, Any],
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+    leader_epoch: int | None = None,
+) -> RetentionReport:
+    """Remove expired segments from the log (a commit); report what was removed."""
+    now = now_ms() if now is None else now
+    if dry_run:
+        return plan_retention(log.refresh(), config, now)
+    outcome: dict[str, RetentionReport] = {}
+
+    def build(state: LogState) -> tuple[list[int], list[Segment], int | None] | None:
+        report = plan_retention(state, config, now)
+        outcome["report"] = report
+        if not report.removed_base_offsets:
+            return None
+        return report.removed_base_offsets, [], report.log_start_offset
+
+    log.refresh()
+    log.replace_segments(build, "retention", leader_epoch)
+    return outcome["report"]
+
+
+# -- compaction and merging -----------------------------------------------------------------
+
+
+def _read_with_offsets(log: PartitionLog, segments: list[Segment]) -> pa.Table:
+    batches: list[pa.RecordBatch] = []
+    for seg in segments:
+        batches.extend(log._segment_batches(seg, seg.base_offset, seg.end_offset))
+    if not batches:
+        return pa.schema([OFFSET_FIELD, *log.schema_for("")]).empty_table()
+    return pa.Table.from_batches(batches)
+
+
+def _last_per_key(table: pa.Table) -> pa.Table:
+    """Keep the last record of each key (null keys are kept), in offset order."""
+    if table.num_rows == 0:
+        return table
+    indices = pa.array(range(table.num_rows), pa.int64())
+    keyed = table.append_column("__row", indices)
+    null_key = pc.is_null(keyed.column("key"))
+    with_key = keyed.filter(pc.invert(null_key))
+    last = with_key.group_by("key", use_threads=False).aggregate([("__row", "max")])
+    keep = pa.concat_arrays(
+        [
+            last.column("__row_max").combine_chunks(),
+            keyed.filter(null_key).column("__row").combine_chunks(),
+        ]
+    )
+    rows = keep.take(pc.sort_indices(keep))
+    return table.take(rows)
+
+
+def _chunk_rows(table: pa.Table, target_bytes: int) -> list[pa.Table]:
+    """Split a table into pieces of about ``target_bytes`` each."""
+    if table.num_rows == 0:
+        return []
+    per_row = max(table.nbytes / table.num_rows, 1.0)
+    rows_per_piece = max(int(target_bytes / per_row), 1)
+    return [table.slice(i, rows_per_piece) for i in range(0, table.num_rows, rows_per_piece)]
+
+
+def _rewrite(
+    topic: Topic,
+    log: PartitionLog,
+    old: list[Segment],
+    table: pa.Table,
+    *,
+    keep_offsets: bool,
+    segment_bytes: int,
+) -> list[Segment]:
+    """Write ``table`` as new segments that tile exactly the old segments' offset range."""
+    range_start, range_end = old[0].base_offset, old[-1].end_offset
+    pieces = _chunk_rows(table, segment_bytes)
+    if not pieces:
+        return []
+    schema = topic.info.record_schema
+    if keep_offsets:
+        schema = pa.schema([OFFSET_FIELD, *schema])
+    new: list[Segment] = []
+    base = range_start
+    for i, piece in enumerate(pieces):
+        data = piece if keep_offsets else piece.drop_columns(["offset"])
+        staged = write_object(
+            topic.store,
+            {log.partition: data.cast(schema).to_batches()},
+            schema,
+            schema_id=topic.info.value_schema_id,
+            has_offsets=keep_offsets,
+        )[log.partition]
+        end = int(pieces[i + 1].column("offset")[0].as_py()) if i + 1 < len(pieces) else range_end
+        new.append(replace(staged, base_offset=base, offset_span=end - base))
+        base = end
+    return new
+
+
+def _commit_rewrite(
+    log: PartitionLog,
+    old: list[Segment],
+    new: list[Segment],
+    kind: str,
+    report: RewriteReport,
+    leader_epoch: int | None,
+) -> None:
+    wanted = {s.base_offset: s for s in old}
+
+    def build(state: LogState) -> tuple[list[int], list[Segment], int | None] | None:
+        live = {
+            s.base_offset: s
+            for s in state.segments.overlapping(old[0].base_offset, old[-1].end_offset)
+        }
+        if live != wanted:
+            report.skipped_reason = "segments changed concurrently; will retry next pass"
+            return None
+        return list(wanted), new, None
+
+    log.replace_segments(build, kind, leader_epoch)
+
+
+def compact(
+    topic: Topic,
+    partition: int,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+    leader_epoch: int | None = None,
+) -> RewriteReport:
+    """Keep the last record per key; drop tombstones older than ``delete.retention.ms``.
+
+    Records without a key cannot be compacted and are kept as they are.
+
+    Offsets are preserved (the new objects carry an offset column).  Runs only
+    when some segment has not been compacted yet (the log has a dirty part).
+    """
+    now = now_ms() if now is None else now
+    config = topic.info.effective_config
+    log = topic.partition(partition)
+    state = log.refresh()
+    old = state.segments.all()
+    report = RewriteReport()
+    if not old or all(s.has_offsets for s in old):
+        return report
+    table = _read_with_offsets(log, old)
+    report.records_before = table.num_rows
+    kept = _last_per_key(table)
+    tombstone = pc.and_(pc.is_null(kept.column("value")), pc.is_valid(kept.column("key")))
+    expired = pc.less(
+        kept.column("timestamp").cast(pa.int64()), now - config["delete.retention.ms"]
+    )
+    drop = pc.and_(tombstone, expired)
+    report.tombstones_dropped = pc.sum(drop.cast(pa.int64())).as_py() or 0
+    kept = kept.filter(pc.invert(drop))
+    report.records_after = kept.num_rows
+    report.replaced_segments = len(old)
+    if dry_run:
+        report.new_segments = len(_chunk_rows(kept, config["segment.bytes"]))
+        return report
+    new = _rewrite(topic, log, old, kept, keep_offsets=True, segment_bytes=config["segment.bytes"])
+    report.new_segments = len(new)
+    _commit_rewrite(log, old, new, "compaction", report, leader_epoch)
+    if report.skipped_reason:
+        report.replaced_segments = report.new_segments = 0
+    return report
+
+
+def plan_merges(segments: list[Segment], segment_bytes: int) -> list[list[Segment]]:
+    """Runs of adjacent small segments whose total stays within ``segment_bytes``."""
+    groups: list[list[Segment]] = []
+    run: list[Segment] = []
+    size = 0
+    for seg in segments:
+        contiguous = not run or run[-1].end_offset == seg.base_offset
+        if contiguous and size + seg.size_bytes <= segment_bytes:
+            run.append(seg)
+            size += seg.size_bytes
+            continue
+        if len(run) > 1:
+            groups.append(run)
+        run, size = ([seg], seg.size_bytes) if seg.size_bytes <= segment_bytes else ([], 0)
+    if len(run) > 1:
+        groups.append(run)
+    return groups
+
+
+def merge_small_segments(
+    topic: Topic,
+    partition: int,
+    *,
+    dry_run: bool = False,
+    leader_epoch: int | None = None,
+) -> RewriteReport:
+    """Merge runs of small adjacent segments into segments near ``segment.bytes``."""
+    segment_bytes = topic.info.effective_config["segment.bytes"]
+    log = topic.partition(partition)
+    groups = plan_merges(log.refresh().segments.all(), segment_bytes)
+    report = RewriteReport()
+    for group in groups:
+        report.replaced_segments += len(group)
+        report.records_before += sum(s.record_count for s in group)
+        report.records_after += sum(s.record_count for s in group)
+        if dry_run:
+            report.new_segments += 1
+            continue
+        table = _read_with_offsets(log, group)
+        gaps = any(s.has_offsets for s in group)
+        new = _rewrite(topic, log, group, table, keep_offsets=gaps, segment_bytes=1 << 62)
+        part = RewriteReport()
+        _commit_rewrite(log, group, new, "merge", part, leader_epoch)
+        if part.skipped_reason:
+            report.replaced_segments -= len(group)
+            report.skipped_reason = part.skipped_reason
+        else:
+            report.new_segments += len(new)
+    return report
+
+
+def run_maintenance(
+    topic: Topic,
+    partition: int,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+    leader_epoch: int | None = None,
+) -> MaintenanceReport:
+    """One pass of everything the topic's ``cleanup.policy`` asks for, then merging."""
+    topic.reload()
+    config = topic.info.effective_config
+    policy = config["cleanup.policy"].split(",")
+    report = MaintenanceReport(topic.name, partition, dry_run)
+    log = topic.partition(partition)
+    if "delete" in policy:
+        report.retention = apply_retention(
+            log, config, now=now, dry_run=dry_run, leader_epoch=leader_epoch
+        )
+    if "compact" in policy:
+        report.compaction = compact(
+            topic, partition, now=now, dry_run=dry_run, leader_epoch=leader_epoch
+        )
+    report.merge = merge_small_segments(
+        topic, partition, dry_run=dry_run, leader_epoch=leader_epoch
+    )
+    return report
+
+
+# -- garbage collection ---------------------------------------------------------------------
+
+MARKS_KEY = "gc/marks.json"
+
+
+def collect_garbage(
+    topic: Topic,
+    grace_ms: int = DEFAULT_GC_GRACE_MS,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+) -> GcReport:
+    """Mark-and-sweep the topic's objects.
+
+    An object no live segment references is first *marked*; it is deleted by a
+    later pass once it has been unreferenced for ``grace_ms`` and is itself
+    older than ``grace_ms`` (so staged objects of writers about to commit, and
+    objects readers may still hold in older segment lists, survive).
+    """
+    if grace_ms < STAGED_OBJECT_MAX_AGE_MS and grace_ms != 0:
+        raise StorageError(
+            f"gc grace {grace_ms} ms is shorter than the staged-object limit "
+            f"{STAGED_OBJECT_MAX_AGE_MS} ms; accepted: 0 (tests only) or >= that limit"
+        )
+    now = now_ms() if now is None else now
+    topic.reload()
+    referenced: set[str] = set()
+    for p in range(topic.partitions):
+        referenced.update(s.object_key for s in topic.partition(p).refresh().segments.all())
+    raw = topic.store.get_or_none(MARKS_KEY)
+    marks: dict[str, int] = json.loads(raw) if raw else {}
+    report = GcReport(dry_run=dry_run)
+    new_marks: dict[str, int] = {}
+    for obj in topic.store.list_objects("objects"):
+        if obj.key in referenced:
+            report.live_objects += 1
+            continue
+        marked_at = marks.get(obj.key)
+        if marked_at is None:
+            report.marked.append(obj.key)
+            new_marks[obj.key] = now
+        elif now - marked_at >= grace_ms and now - obj.modified_ms >= grace_ms:
+            report.deleted.append(obj.key)
+        else:
+            new_marks[obj.key] = marked_at
+    if dry_run:
+        return report
+    # Re-check references just before deleting: a writer may have committed meanwhile.
+    for p in range(topic.partitions):
+        referenced.update(s.object_key for s in topic.partition(p).refresh().segments.all())
+    report.deleted = [k for k in report.deleted if k not in referenced]
+    for key in report.deleted:
+        topic.store.delete(key)
+    topic.store.put(MARKS_KEY, json.dumps(new_marks, sort_keys=True).encode())
+    return report

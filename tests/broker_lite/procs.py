@@ -1,0 +1,167 @@
+"""Real broker processes for tests: ``python -m broker_lite`` on loopback ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+#: Short timeouts so failover and group tests finish quickly.
+TEST_CONFIG: dict[str, Any] = {
+    "linger_ms": 2,
+    "lease_interval_ms": 100,
+    "lease_timeout_ms": 800,
+    "fetch_refresh_ms": 50,
+    "group_min_session_timeout_ms": 100,
+    "group_poll_ms": 20,
+    "cleaner_interval_ms": 0,
+    "metrics_listen": "127.0.0.1:0",
+    "log_level": "INFO",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value)
+
+
+@dataclass
+class BrokerProcess:
+    """One broker subprocess; its stderr (JSON logs) goes to a file we parse."""
+
+    workdir: pathlib.Path
+    root: str
+    broker_id: int
+    port: int
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    metrics_port: int | None = None
+    log_path: pathlib.Path | None = None
+
+    @property
+    def location(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30) -> BrokerProcess:
+        conf = {**TEST_CONFIG, **self.config}
+        path = self.workdir / f"broker-{self.broker_id}.toml"
+        path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
+        self.log_path = self.workdir / f"broker-{self.broker_id}-{time.time_ns()}.log"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env["SPARKLOG_STORAGE_OPTIONS"] = json.dumps(self.storage_options)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "broker_lite",
+                    "--config",
+                    str(path),
+                    "--root",
+                    self.root,
+                    "--listen",
+                    self.location,
+                    "--id",
+                    str(self.broker_id),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                cwd=self.workdir,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.log_lines():
+                if line.get("msg") == "broker started":
+                    self.metrics_port = line.get("metrics_port")
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker {self.broker_id} exited: {self.log_text()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"broker {self.broker_id} did not start: {self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no lease release."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        """SIGTERM and wait for the graceful exit; return the exit code."""
+        assert self.proc is not None
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+
+class Cluster:
+    """Brokers sharing one root, stopped (by pid) at the end of the test."""
+
+    def __init__(
+        self, workdir: pathlib.Path, root: str, storage_options: dict[str, Any] | None = None
+    ) -> None:
+        self.workdir = workdir
+        self.root = root
+        self.storage_options = storage_options or {}
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    def start(self, broker_id: int, **config: Any) -> BrokerProcess:
+        old = self.brokers.get(broker_id)
+        port = old.port if old is not None else free_port()
+        broker = BrokerProcess(
+            self.workdir, self.root, broker_id, port, self.storage_options, config
+        )
+        self.brokers[broker_id] = broker
+        return broker.start()
+
+    def restart(self, broker_id: int) -> BrokerProcess:
+        old = self.brokers[broker_id]
+        return self.start(broker_id, **old.config)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.location for b in self.brokers.values())
+
+    def stop_all(self) -> None:
+        for b in self.brokers.values():
+            if b.alive:
+                try:
+                    b.terminate(timeout_s=20)
+                except subprocess.TimeoutExpired:
+                    b.kill()

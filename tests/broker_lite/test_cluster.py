@@ -1,0 +1,177 @@
+"""Several real brokers on one root: failover under SIGKILL, split brain, consumer groups."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from broker_lite.client import BrokerClient
+from broker_lite.errors import BrokerError, IllegalGenerationError
+from storage import make_batch, open_root
+from tests.broker_lite.members import Member, wait_stable
+
+
+def read_partition(root: str | tuple[str, dict], topic: str, partition: int) -> pa.Table:
+    url, options = (root, {}) if isinstance(root, str) else root
+    return open_root(url, options).topic(topic).partition(partition).read(0)
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_failover_sigkill_leader_acked_records_read_back_exactly_once(file_root, cluster_on):
+    cluster = cluster_on(file_root)
+    for broker_id in range(3):
+        cluster.start(broker_id, replication_factor=2)  # a warm follower per partition
+    admin = BrokerClient(cluster.bootstrap)
+    admin.create_topic("f", 2)
+    assert all(len(p.replicas) == 2 for p in admin.metadata(["f"])["f"].partitions)
+    client = BrokerClient(cluster.bootstrap, retry_timeout_ms=30_000)
+    pid, epoch = client.init_producer_id()
+    acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        sequence = {0: 0, 1: 0}
+        i = 0
+        while not stop.is_set():
+            p = i % 2
+            values = [f"{p}-{sequence[p] + j}".encode() for j in range(3)]
+            try:
+                result = client.produce(
+                    "f",
+                    p,
+                    make_batch(values),
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=sequence[p],
+                )
+            except BrokerError as exc:
+                errors.append(exc)
+                return
+            acked[p].append((result.base_offset, values))
+            sequence[p] += 3
+            i += 1
+
+    def acked_count() -> int:
+        return sum(len(v) for v in acked.values())
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        for _ in range(3):
+            start = acked_count()
+            wait_for(lambda s=start: acked_count() >= s + 10, 30, "producing to make progress")
+            admin._meta.clear()
+            leader = admin.metadata(["f"])["f"].partitions[0].leader_id
+            cluster.brokers[leader].kill()
+            killed_at = acked_count()
+            # producing resumes (through a new leader) within a bounded time
+            wait_for(lambda k=killed_at: acked_count() >= k + 10, 30, "producing to resume")
+            cluster.restart(leader)
+    finally:
+        stop.set()
+        producer.join(timeout=60)
+    assert not errors
+    # each kill moved partition 0 to a new leader, which bumped the epoch
+    assert open_root(file_root[0]).topic("f").partition(0).leader_epoch >= 4
+    for p in (0, 1):
+        table = read_partition(file_root[0], "f", p)
+        expected = [v for _, values in acked[p] for v in values]
+        assert table.column("value").to_pylist() == expected  # exactly once, in order
+        for base, values in acked[p]:
+            assert table.column("value")[base : base + len(values)].to_pylist() == values
+    client.close()
+    admin.close()
+
+
+@pytest.mark.slow
+def test_split_brain_two_forced_leaders_assign_no_offset_twice(any_root, cluster_on):
+    cluster = cluster_on(any_root)
+    brokers = [cluster.start(i, force_leader=True) for i in range(2)]
+    with BrokerClient(brokers[0].location) as admin:
+        admin.create_topic("sb", 1)
+    acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
+    errors: list[BaseException] = []
+
+    def produce(worker: int) -> None:
+        # pinned to one broker, which claims to lead the partition
+        with BrokerClient(brokers[worker].location, discover=False) as client:
+            for i in range(40):
+                values = [f"{worker}-{i}-{j}".encode() for j in range(2)]
+                try:
+                    result = client.produce("sb", 0, make_batch(values))
+                except BrokerError as exc:
+                    errors.append(exc)
+                    continue
+                acked[worker].append((result.base_offset, values))
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    table = read_partition(any_root, "sb", 0)
+    values = table.column("value").to_pylist()
+    assert table.column("offset").to_pylist() == list(range(len(values)))
+    assert len(values) == len(set(values)), "a record was committed twice"
+    for worker in (0, 1):
+        for base, sent in acked[worker]:
+            assert values[base : base + len(sent)] == sent, "an acknowledged record is lost"
+    assert sum(len(v) for v in acked.values()) >= 40  # both made progress despite fencing
+    log = open_root(*any_root).topic("sb").partition(0)
+    assert log.leader_epoch >= 2  # both brokers took leadership, and fenced each other
+    for b in brokers:
+        assert b.alive
+
+
+@pytest.mark.slow
+def test_groups_split_partitions_rebalance_and_offsets_survive_restart(file_root, cluster_on):
+    cluster = cluster_on(file_root)
+    brokers = [cluster.start(i) for i in range(3)]
+    with BrokerClient(cluster.bootstrap) as admin:
+        admin.create_topic("g6", 6)
+    clients = [BrokerClient(b.location, discover=False) for b in brokers]
+    members = [
+        Member(clients[i], "grp", ["g6"], session_timeout_ms=3000, rebalance_timeout_ms=3000)
+        for i in range(3)
+    ]
+    for m in members:
+        m.start()
+    try:
+        generation = wait_stable(members, 6)
+        assert sorted(len(m.assignment) for m in members) == [2, 2, 2]
+        leaver, *rest = members
+        gone = set(leaver.assignment)
+        leaver.stop(leave=True)
+        new_generation = wait_stable(rest, 6)
+        assert new_generation > generation
+        assert gone <= {tp for m in rest for tp in m.assignment}  # its partitions moved
+        with pytest.raises(IllegalGenerationError):
+            clients[1].commit_offsets("grp", generation, rest[0].member_id, {("g6", 0): 1})
+        committed = {("g6", p): 10 + p for p in range(6)}
+        clients[1].commit_offsets("grp", new_generation, rest[0].member_id, committed)
+        desc = clients[2].describe_group("grp")
+        assert desc["state"] == "Stable" and len(desc["members"]) == 2
+        assert not [e for m in members for e in m.errors]
+    finally:
+        for m in members:
+            m.stop(leave=True)
+        for c in clients:
+            c.close()
+    for broker_id in list(cluster.brokers):
+        assert cluster.brokers[broker_id].terminate() == 0
+    for broker_id in list(cluster.brokers):
+        cluster.restart(broker_id)
+    with BrokerClient(cluster.bootstrap) as client:
+        assert client.fetch_offsets("grp") == committed
+        assert "grp" in client.list_groups()

@@ -1,0 +1,60 @@
+"""Produce batching rules and the tail cache, in-process."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from broker_lite.errors import OutOfOrderSequenceError
+from broker_lite.produce import ProduceRequest, duplicate_outcome, take_runs
+from broker_lite.service import with_offsets
+from broker_lite.tailcache import TailCache
+from storage import ProducerBatch, make_batch
+
+
+def req(partition: int, pid: int | None = None, seq: int = 0, n: int = 2) -> ProduceRequest:
+    producer = ProducerBatch(pid, 0, seq, n) if pid is not None else None
+    return ProduceRequest(partition, [make_batch([b"x"] * n)], n, 10, producer)
+
+
+def test_runs_merge_one_producer_contiguous_and_keep_order():
+    a0, a1, b0, a2_gap, p1 = req(0, 7, 0), req(0, 7, 2), req(0, 8, 0), req(0, 7, 9), req(1)
+    runs, rest = take_runs([a0, a1, b0, a2_gap, p1])
+    by_partition = {r.partition: r for r in runs}
+    assert by_partition[0].requests == [a0, a1]
+    assert by_partition[0].producer == ProducerBatch(7, 0, 0, 4)
+    assert by_partition[1].requests == [p1] and by_partition[1].producer is None
+    assert rest == [b0, a2_gap]  # a different producer waits for the next flush, in order
+    runs, rest = take_runs([req(2), req(2), req(2, 5, 0)])
+    assert [len(r.requests) for r in runs] == [2] and len(rest) == 1
+
+
+def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
+    producers = {"7": {"epoch": 0, "last_seq": 5, "recent": [[0, 5, 100]]}}
+    dup = duplicate_outcome(producers, ProducerBatch(7, 0, 2, 2))
+    assert dup is not None and (dup.base_offset, dup.duplicate) == (102, True)
+    assert duplicate_outcome(producers, ProducerBatch(7, 0, 6, 2)) is None  # the next batch
+    assert duplicate_outcome(producers, ProducerBatch(7, 1, 0, 2)) is None  # a newer epoch
+    old = {"7": {"epoch": 0, "last_seq": 50, "recent": [[40, 50, 900]]}}
+    with pytest.raises(OutOfOrderSequenceError):
+        duplicate_outcome(old, ProducerBatch(7, 0, 0, 2))
+
+
+def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():
+    cache = TailCache(max_bytes=10_000)
+    key = ("t", "id", 0)
+    batch = make_batch([b"v" * 100] * 10)
+    cache.add(key, 0, with_offsets([batch], 0))
+    cache.add(key, 10, with_offsets([batch], 10))
+    got = cache.get(key, 5, 1 << 20)
+    assert got is not None
+    assert pa.Table.from_batches(got).column("offset").to_pylist() == list(range(5, 20))
+    assert cache.get(key, 20, 1 << 20) is None
+    cache.add(key, 25, with_offsets([batch], 25))  # another writer committed 20-24
+    assert cache.get(key, 10, 1 << 20) is None and cache.get(key, 25, 1 << 20) is not None
+    for i in range(100):  # far beyond the budget: old batches go
+        cache.add(key, 35 + 10 * i, with_offsets([batch], 35 + 10 * i))
+    assert cache.size_bytes <= 10_000
+    assert cache.get(key, 35, 1 << 20) is None and cache.get(key, 1030, 1 << 20) is not None
+    cache.trim(key, 2000)
+    assert cache.get(key, 1030, 1 << 20) is None
