@@ -19,6 +19,7 @@ from broker_lite.client import BrokerClient, TopicMetadata
 from sparklog.backends.base import TP, FetchResult, JoinResult, ProduceResult, ProducerIdentity
 from sparklog.errors import translate
 from sparklog.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from storage.config import effective_config
 from storage.records import normalize, record_schema
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
@@ -71,7 +72,8 @@ class BrokerBackend:
             )
             for p in meta.partitions
         ]
-        return TopicDescription(name, meta.topic_id, parts, dict(meta.config))
+        # metadata carries the topic's own settings; show every key with its default too
+        return TopicDescription(name, meta.topic_id, parts, effective_config(meta.config))
 
     def topic_layout(self, name: str) -> tuple[int, int]:
         meta = self._metadata(name, fresh=True)

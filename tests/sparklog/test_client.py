@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow as pa
 import pytest
 
@@ -10,10 +12,17 @@ from sparklog import Admin, Consumer, Producer, TopicPartition
 from sparklog.partitioner import partition_for_key
 
 
-@pytest.fixture
-def address(root_spec):
-    url, options = root_spec
-    return url, options
+@pytest.fixture(params=["file", "memory", "s3", "broker"])
+def address(request, tmp_path):
+    """(address, storage options): every storage backend, and a real broker."""
+    if request.param == "broker":
+        return request.getfixturevalue("broker").address, {}
+    if request.param == "file":
+        return f"file://{tmp_path}/root", {}
+    if request.param == "memory":
+        return f"memory://sparklog-{uuid.uuid4().hex}", {}
+    s3 = request.getfixturevalue("moto_s3")
+    return s3.fresh_root(), s3.storage_options
 
 
 def _admin(address) -> Admin:
