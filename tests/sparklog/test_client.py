@@ -223,3 +223,43 @@ def test_retried_flush_does_not_duplicate(address):
     assert offsets == [i // 2 for i in range(10)]
     with _admin(address) as admin:
         assert [p.high_watermark for p in admin.describe_topic("idem").partitions] == [5, 5]
+
+
+def test_pattern_subscription_and_rebalance_callbacks(tmp_path):
+    """Pattern picks up new topics; a second member triggers revoke/assign on the first."""
+    import threading
+    import time
+
+    url = f"file://{tmp_path}/root"
+    with Admin(url) as admin:
+        admin.create_topic("logs-a", partitions=2)
+    events: list[tuple[str, list]] = []
+    first = Consumer(url, "pg", metadata_max_age_ms=200, session_timeout_ms=3000)
+    first.subscribe(
+        "^logs-.*",
+        on_assign=lambda tps: events.append(("assign", sorted(tps))),
+        on_revoke=lambda tps: events.append(("revoke", sorted(tps))),
+    )
+    first.poll(timeout_ms=100)
+    assert events[-1] == ("assign", [("logs-a", 0), ("logs-a", 1)])
+    with Admin(url) as admin:
+        admin.create_topic("logs-b", partitions=2)
+        admin.create_topic("other", partitions=1)
+    deadline = time.monotonic() + 20
+    while len(first.assignment()) < 4 and time.monotonic() < deadline:
+        first.poll(timeout_ms=100)
+    assert first.subscription() == ["logs-a", "logs-b"]
+    assert len(first.assignment()) == 4
+    second = Consumer(url, "pg", metadata_max_age_ms=200, session_timeout_ms=3000)
+    second.subscribe("^logs-.*")
+    joined = threading.Thread(target=lambda: second.poll(timeout_ms=100))
+    joined.start()
+    deadline = time.monotonic() + 20
+    while (joined.is_alive() or len(first.assignment()) != 2) and time.monotonic() < deadline:
+        first.poll(timeout_ms=100)
+    joined.join(timeout=5)
+    assert ("revoke", sorted(first.assignment() | second.assignment())) in events
+    assert len(first.assignment()) == 2 and len(second.assignment()) == 2
+    assert not first.assignment() & second.assignment()
+    second.close()
+    first.close()
