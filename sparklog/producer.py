@@ -304,6 +304,7 @@ class Producer:
             else:
                 p = self._sticky.partition(topic, count)
             self._reserve(size)
+            was_idle = not self._buffers  # the sender sleeps until told a linger clock started
             buf = self._buffer(topic, p)
             chunk = buf.open_chunk()
             index = chunk.count
@@ -317,7 +318,7 @@ class Producer:
                 if key_bytes is None and partition is None:
                     self._sticky.on_new_batch(topic, count, p)
                 self._cv.notify_all()
-            elif self.config["linger_ms"] == 0:
+            elif was_idle or self.config["linger_ms"] == 0:
                 self._cv.notify_all()
         return FutureRecordMetadata(chunk.completion, index, topic, p, ts)
 
@@ -486,6 +487,20 @@ class Producer:
         return self._identity
 
     def _send_topic(self, topic: str, parts: dict[int, _Buffer]) -> None:
+        """Send one topic's drained buffers; a failure fails their futures, never the thread."""
+        try:
+            self._send_topic_or_raise(topic, parts)
+        except SparklogError as exc:
+            self._fail(parts, exc, self.config["enable_idempotence"])
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            error = InvalidRecordError(f"records for topic {topic!r} are not accepted: {exc}")
+            self._fail(parts, error, self.config["enable_idempotence"])
+        except Exception as exc:
+            log.exception("producer sender failed for topic %s", topic)
+            failure = SparklogError(f"produce to {topic!r} failed: {type(exc).__name__}: {exc}")
+            self._fail(parts, failure, self.config["enable_idempotence"])
+
+    def _send_topic_or_raise(self, topic: str, parts: dict[int, _Buffer]) -> None:
         arrow = {p: [c.to_arrow() for c in buf.chunks] for p, buf in parts.items()}
         idempotent = self.config["enable_idempotence"]
         deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000

@@ -263,3 +263,27 @@ def test_pattern_subscription_and_rebalance_callbacks(tmp_path):
     assert not first.assignment() & second.assignment()
     second.close()
     first.close()
+
+
+def test_rejected_records_fail_their_futures_not_the_producer(address):
+    url, options = address
+    with _admin(address) as admin:
+        admin.create_topic("mixed", partitions=1)
+    with Producer(url, storage_options=options) as producer:
+        bad = producer.send("mixed", {"a": 1})  # a struct value on a bytes topic
+        producer.flush()
+        with pytest.raises(sparklog.InvalidRecordError):
+            bad.get(timeout=10)
+        good = producer.send("mixed", b"fine")
+        assert good.get(timeout=10).offset == 0, "the producer keeps working"
+
+
+def test_linger_sends_without_flush(address):
+    url, options = address
+    with _admin(address) as admin:
+        admin.create_topic("lazy", partitions=1)
+    with Producer(url, storage_options=options, linger_ms=50) as producer:
+        first = producer.send("lazy", b"a")
+        assert first.get(timeout=10).offset == 0  # no flush(): linger_ms alone sends it
+        second = producer.send("lazy", b"b")
+        assert second.get(timeout=10).offset == 1
