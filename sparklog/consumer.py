@@ -21,7 +21,13 @@ from sparklog.backends import Backend, open_backend
 from sparklog.config import CONSUMER_OPTIONS, parse_config
 from sparklog.coordinator import GroupMembership
 from sparklog.errors import ConfigError, OffsetOutOfRangeError, SparklogError, UnknownTopicError
-from sparklog.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from sparklog.types import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,7 @@ class Consumer:
         self._next_autocommit_s = time.monotonic() + self.config["auto_commit_interval_ms"] / 1000
         self._rotation = 0
         self._closed = False
+        self._timestamp_types: dict[str, int] = {}
         self._membership: GroupMembership | None = None
         if group_id is not None:
             self._membership = GroupMembership(
@@ -341,7 +348,8 @@ class Consumer:
         """Records, at most ``max_records`` (default max_poll_records), waiting up to timeout_ms."""
         records: list[ConsumerRecord] = []
         for batch in self.poll_batches(timeout_ms, max_records):
-            records.extend(_records(batch))
+            topic = batch.column(0)[0].as_py()
+            records.extend(_records(batch, self._timestamp_type(topic)))
         return records
 
     def __iter__(self) -> Consumer:
@@ -390,6 +398,13 @@ class Consumer:
                     taken += batch.num_rows
                     self._positions[tp] = int(batch.column(0)[batch.num_rows - 1].as_py()) + 1
         return out
+
+    def _timestamp_type(self, topic: str) -> int:
+        cached = self._timestamp_types.get(topic)
+        if cached is None:
+            append_time = self._backend.topic_layout(topic).log_append_time
+            cached = self._timestamp_types[topic] = LOG_APPEND_TIME if append_time else CREATE_TIME
+        return cached
 
     def _fetch(self, tp: TopicPartition, active_count: int) -> deque[pa.RecordBatch]:
         position = self._positions[tp]
@@ -451,7 +466,7 @@ def _with_source(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
     )
 
 
-def _records(batch: pa.RecordBatch) -> list[ConsumerRecord]:
+def _records(batch: pa.RecordBatch, timestamp_type: int) -> list[ConsumerRecord]:
     columns = batch.schema.names
     topics = batch.column(columns.index("topic")).to_pylist()
     parts = batch.column(columns.index("partition")).to_pylist()
@@ -472,6 +487,7 @@ def _records(batch: pa.RecordBatch) -> list[ConsumerRecord]:
             k,
             v,
             [(h["key"], h["value"]) for h in hs] if hs else [],
+            timestamp_type,
         )
         for t, p, o, ts, k, v, hs in zip(
             topics, parts, offsets, stamps, keys, values, head_rows, strict=True

@@ -252,8 +252,8 @@ class Producer:
         cached = self._layouts.get(topic)
         now = time.monotonic()
         if cached is None or refresh or now - cached[2] > self.config["metadata_max_age_ms"] / 1000:
-            partitions, max_bytes = self._backend.topic_layout(topic)
-            cached = (partitions, max_bytes, now)
+            layout = self._backend.topic_layout(topic)
+            cached = (layout.partitions, layout.max_message_bytes, now)
             self._layouts[topic] = cached
         return cached[0], cached[1]
 

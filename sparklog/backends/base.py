@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
 from sparklog.types import OffsetAndMetadata, TopicDescription
 
 TP = tuple[str, int]
+
+
+class TopicLayout(NamedTuple):
+    """What clients need per topic: partition count, record size limit, timestamp type."""
+
+    partitions: int
+    max_message_bytes: int
+    log_append_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class Backend(Protocol):
     # -- topics -------------------------------------------------------------
     def list_topics(self) -> list[str]: ...
     def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription: ...
-    def topic_layout(self, name: str) -> tuple[int, int]: ...
+    def topic_layout(self, name: str) -> TopicLayout: ...
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None: ...
     def delete_topic(self, name: str) -> None: ...
     def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None: ...

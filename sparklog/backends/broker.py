@@ -16,13 +16,19 @@ from typing import Any
 import pyarrow as pa
 
 from broker_lite.client import BrokerClient, TopicMetadata
-from sparklog.backends.base import TP, FetchResult, JoinResult, ProduceResult, ProducerIdentity
+from sparklog.backends.base import (
+    TP,
+    FetchResult,
+    JoinResult,
+    ProduceResult,
+    ProducerIdentity,
+    TopicLayout,
+)
 from sparklog.errors import translate
 from sparklog.types import OffsetAndMetadata, PartitionDescription, TopicDescription
 from storage.config import effective_config
 from storage.records import normalize, record_schema
 
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 METADATA_TTL_S = 5.0
 
 
@@ -75,10 +81,14 @@ class BrokerBackend:
         # metadata carries the topic's own settings; show every key with its default too
         return TopicDescription(name, meta.topic_id, parts, effective_config(meta.config))
 
-    def topic_layout(self, name: str) -> tuple[int, int]:
+    def topic_layout(self, name: str) -> TopicLayout:
         meta = self._metadata(name, fresh=True)
-        max_bytes = int(meta.config.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
-        return len(meta.partitions), max_bytes
+        config = effective_config(meta.config)
+        return TopicLayout(
+            len(meta.partitions),
+            int(config["max.message.bytes"]),
+            config["message.timestamp.type"] == "LogAppendTime",
+        )
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
         with translate():

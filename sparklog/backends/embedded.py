@@ -19,7 +19,14 @@ from typing import Any
 import pyarrow as pa
 
 from broker_lite.groups import GroupCoordinator
-from sparklog.backends.base import TP, FetchResult, JoinResult, ProduceResult, ProducerIdentity
+from sparklog.backends.base import (
+    TP,
+    FetchResult,
+    JoinResult,
+    ProduceResult,
+    ProducerIdentity,
+    TopicLayout,
+)
 from sparklog.errors import ConfigError, UnknownTopicError, translate
 from sparklog.types import OffsetAndMetadata, PartitionDescription, TopicDescription
 from storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
@@ -92,10 +99,14 @@ class EmbeddedBackend:
                 )
         return TopicDescription(name, topic.info.topic_id, parts, dict(topic.info.effective_config))
 
-    def topic_layout(self, name: str) -> tuple[int, int]:
-        """(partition count, max.message.bytes): what a producer needs per topic."""
+    def topic_layout(self, name: str) -> TopicLayout:
         topic = self._topic(name, refresh=True)
-        return topic.partitions, int(topic.info.effective_config["max.message.bytes"])
+        config = topic.info.effective_config
+        return TopicLayout(
+            topic.partitions,
+            int(config["max.message.bytes"]),
+            config["message.timestamp.type"] == "LogAppendTime",
+        )
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
         with translate():

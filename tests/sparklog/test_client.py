@@ -287,3 +287,22 @@ def test_linger_sends_without_flush(address):
         assert first.get(timeout=10).offset == 0  # no flush(): linger_ms alone sends it
         second = producer.send("lazy", b"b")
         assert second.get(timeout=10).offset == 1
+
+
+def test_log_append_time_topics_say_so(address):
+    url, options = address
+    with _admin(address) as admin:
+        admin.create_topic(
+            "stamped", partitions=1, config={"message.timestamp.type": "LogAppendTime"}
+        )
+        admin.create_topic("created", partitions=1)
+    with Producer(url, storage_options=options) as producer:
+        producer.send("stamped", b"x", timestamp_ms=1000)
+        producer.send("created", b"x", timestamp_ms=1000)
+    consumer = Consumer(url, storage_options=options, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("stamped", 0), TopicPartition("created", 0)])
+    got = {r.topic: r for r in _drain(consumer, 2)}
+    consumer.close()
+    assert got["stamped"].timestamp_type == sparklog.types.LOG_APPEND_TIME
+    assert got["stamped"].timestamp_ms > 1000, "the append time replaced the producer's"
+    assert (got["created"].timestamp_type, got["created"].timestamp_ms) == (0, 1000)
