@@ -164,10 +164,10 @@ def consume(
     out = sys.stdout.buffer
     seen = 0
     try:
+        count = len(consumer.partitions_for_topic(topic))  # unknown topic: a clear error now
         if group is not None:
             consumer.subscribe([topic])
         else:
-            count = len(consumer.partitions_for_topic(topic))
             if partition is not None and not 0 <= partition < count:
                 raise ConfigError(
                     f"--partition {partition} is not accepted for topic {topic!r}; accepted: "

@@ -187,6 +187,7 @@ MISTAKES = [
     (["offsets", "missing"], ["missing"]),
     (["offsets", "t0", "--time", "yesterday"], ["yesterday", "ISO 8601"]),
     (["consume", "t0", "--format", "xml"], ["value, key-value, json"]),
+    (["consume", "missing", "--group", "g"], ["missing"]),
     (["consume", "t0", "--partition", "7"], ["0-0"]),
     (["consume", "t0", "--from-time", "not-a-time"], ["not-a-time"]),
     (["produce", "t0", "--file", "/no/such/file"], ["/no/such/file"]),
