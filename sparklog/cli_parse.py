@@ -1,0 +1,49 @@
+"""Parsing CLI arguments into values, with one-line errors that say what is accepted."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from sparklog.errors import ConfigError
+
+TIME_ACCEPTED = "ISO 8601 such as 2026-05-01T12:00:00Z (no zone means UTC)"
+
+
+def parse_pairs(pairs: Iterable[str], what: str) -> dict[str, str]:
+    """``key=value`` items into a dict; ConfigError naming the bad item."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {pair!r} is not accepted; accepted: key=value")
+        out[key.strip()] = value
+    return out
+
+
+def parse_time_ms(text: str) -> int:
+    """An ISO 8601 time (or epoch milliseconds) as ms since the epoch."""
+    raw = text.strip()
+    if raw.isdigit():
+        return int(raw)
+    try:
+        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"malformed time {text!r}; accepted: {TIME_ACCEPTED}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def parse_offset_spec(text: str) -> Any:
+    """``earliest``, ``latest`` or an ISO time (as ms) for offset lookups."""
+    lowered = text.strip().lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    try:
+        return parse_time_ms(text)
+    except ConfigError:
+        raise ConfigError(
+            f"malformed time {text!r}; accepted: earliest, latest, or {TIME_ACCEPTED}"
+        ) from None

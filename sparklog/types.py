@@ -1,0 +1,125 @@
+"""The client's value types, named and shaped as in Kafka's clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+Header = tuple[str, bytes | None]
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the next offset to consume, plus free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+class BatchMetadata(NamedTuple):
+    """Where the records of one ``send_batch`` landed: ``(partition, base_offset, count)``."""
+
+    topic: str
+    ranges: list[tuple[int, int, int]]
+
+    @property
+    def record_count(self) -> int:
+        return sum(count for _, _, count in self.ranges)
+
+
+#: Kafka's timestamp types (ConsumerRecord.timestamp_type).
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+
+class ConsumerRecord(NamedTuple):
+    """One consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: Any
+    headers: list[Header]
+    timestamp_type: int = CREATE_TIME
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """A partition's leader and offsets (leader is ``None`` on a storage root)."""
+
+    partition: int
+    leader: str | None
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: list[PartitionDescription]
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    topics: list[str]
+    assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """A group's committed offset in one partition against its high watermark."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    high_watermark: int
+    log_start_offset: int
+    member: str | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed is None:
+            return None
+        return max(self.high_watermark - max(self.committed, self.log_start_offset), 0)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    state: str
+    generation: int
+    strategy: str
+    members: list[MemberDescription] = field(default_factory=list)
+    lag: list[PartitionLag] = field(default_factory=list)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag or 0 for p in self.lag)
