@@ -9,8 +9,6 @@ mistake prints one line on stderr and exits non-zero, never a traceback.
 from __future__ import annotations
 
 import sys
-import tempfile
-import time
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -348,26 +346,19 @@ def broker_start(
 # -- demo ---------------------------------------------------------------------------------
 @app.command()
 def demo(
-    root: str = typer.Option(None, help="Storage root URL (default: a fresh temp directory)"),
-    records: int = typer.Option(100_000, help="Records to produce"),
+    root: str | None = typer.Option(
+        None, "--root", help="Storage root URL (default: a fresh temp directory, removed after)"
+    ),
+    records: int = typer.Option(50_000, "--records", min=1000, help="Page views to produce"),
+    keep: bool = typer.Option(False, "--keep", help="Keep the root to explore it afterwards"),
 ) -> None:
-    """Storage quick start: create a topic, append records, read them back."""
-    from storage import make_batch, open_root
+    """Everything sparklog does, end to end: broker, producer, Spark streaming, reprocessing."""
+    from sparklog.spark_demo import DemoError, run_demo
 
-    url = root or tempfile.mkdtemp(prefix="sparklog-demo-")
-    stdout.print(f"root: [bold]{url}[/]")
-    log_root = open_root(url)
-    log_root.create_topic("quickstart", partitions=3)
-    topic = log_root.topic("quickstart")
-    started = time.perf_counter()
-    per_partition = records // 3
-    for p in range(3):
-        topic.append(p, make_batch([b"x" * 100] * per_partition, keys=[b"k" * 16] * per_partition))
-    elapsed = time.perf_counter() - started
-    total = sum(topic.partition(p).read(0).num_rows for p in range(3))
-    stdout.print(
-        f"appended and read back {total} records ({total / elapsed:,.0f} records/s append)"
-    )
+    try:
+        run_demo(root, records, keep or root is not None, console=stdout)
+    except DemoError as exc:
+        raise ConfigError(f"demo failed: {exc}") from None
 
 
 # -- entry point ----------------------------------------------------------------------------

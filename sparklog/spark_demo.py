@@ -343,6 +343,17 @@ class Demo:
             self.console.print(f"  [green]{command}[/]")
 
 
+def _first_lines(exc: BaseException) -> str:
+    """The head of an error's message (a JVM error's first lines, not its stack)."""
+    lines: list[str] = []
+    for line in str(exc).strip().splitlines():
+        if line.lstrip().startswith("at ") or len(lines) == 3:
+            break
+        lines.append(line.strip())
+    text = " ".join(lines)
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
 def run_demo(root: str | None, records: int, keep: bool, console: Console | None = None) -> None:
     """Run every step; raise DemoError naming the step that failed."""
     console = console or Console()
@@ -365,7 +376,7 @@ def run_demo(root: str | None, records: int, keep: bool, console: Console | None
     except DemoError:
         raise
     except Exception as exc:
-        raise DemoError(f"step {demo.step_no} failed: {type(exc).__name__}: {exc}") from exc
+        raise DemoError(f"step {demo.step_no} failed: {_first_lines(exc)}") from exc
     finally:
         if spark is not None:
             spark.stop()
