@@ -84,7 +84,7 @@ def _bounds(f: Filter, value: Any) -> tuple[int, int] | None:
 
 def absorb(pushed: Pushed, f: Filter) -> bool:
     """Record ``f`` in ``pushed``; True if reading will apply it exactly."""
-    attribute = getattr(f, "attribute", ())
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
     column = attribute[0] if len(attribute) == 1 else None
     if column == "topic":
         if isinstance(f, EqualTo) and isinstance(f.value, str):
