@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from sparklog.spark_errors import SparkOptionError
@@ -11,7 +13,13 @@ from sparklog.spark_options import (
     parse_sink_options,
     parse_source_options,
 )
-from sparklog.spark_plan import ReadRange, limit_by_bytes, limit_by_offsets, plan_tasks, split_budget
+from sparklog.spark_plan import (
+    ReadRange,
+    limit_by_bytes,
+    limit_by_offsets,
+    plan_tasks,
+    split_budget,
+)
 
 BASE = {"root": "file:///tmp/x", "subscribe": "t"}
 
@@ -152,7 +160,7 @@ def test_min_partitions_splits_big_ranges_without_losing_offsets() -> None:
     covered = sorted((r.partition, r.start, r.end) for t in tasks for r in t)
     p0 = [(s, e) for p, s, e in covered if p == 0]
     assert p0[0][0] == 0 and p0[-1][1] == 1000
-    assert all(a[1] == b[0] for a, b in zip(p0, p0[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(p0))
 
 
 def test_split_budget_is_proportional_and_exact() -> None:

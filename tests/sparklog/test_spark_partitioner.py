@@ -32,9 +32,7 @@ def test_kafka_partition_is_positive_murmur_modulo() -> None:
 
 def test_vectorised_partitions_equal_scalar_for_any_lengths_nulls_and_slices() -> None:
     rng = random.Random(7)
-    keys = [
-        None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 40)) for _ in range(2000)
-    ]
+    keys = [None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 40)) for _ in range(2000)]
     column = pa.array(keys, pa.binary())
     for array in (column, column.slice(13, 1500), pa.chunked_array([column[:700], column[700:]])):
         got = kafka_partitions(array, 12).tolist()
