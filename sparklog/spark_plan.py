@@ -53,11 +53,16 @@ class ReadRange:
             return float(offset)  # no layout known: one byte per offset
         return float(np.interp(offset, self.bounds, self.cum_bytes))
 
-    def offset_at_bytes(self, position: float) -> int:
-        """The offset before which about ``position`` bytes of the layout lie."""
-        if not self.bounds:
-            return round(position)
-        return round(float(np.interp(position, self.cum_bytes, self.bounds)))
+    def offset_at_bytes(self, position: float, *, floor: bool = False) -> int:
+        """The offset before which about ``position`` bytes of the layout lie.
+
+        Bytes are prorated evenly over a segment's records (the layout knows no
+        finer); ``floor`` rounds down, for budgets that must not be exceeded.
+        """
+        exact = (
+            position if not self.bounds else float(np.interp(position, self.cum_bytes, self.bounds))
+        )
+        return math.floor(exact) if floor else round(exact)
 
     def piece(self, start: int, end: int) -> ReadRange:
         return ReadRange(self.topic, self.partition, start, end, self.bounds, self.cum_bytes)
@@ -184,7 +189,7 @@ def limit_by_bytes(
         if tp not in share or share[tp] >= sizes.get(tp, 0):
             out[tp] = r.end
             continue
-        end = r.offset_at_bytes(r.bytes_at(r.start) + share[tp])
+        end = r.offset_at_bytes(r.bytes_at(r.start) + share[tp], floor=True)
         out[tp] = min(max(end, r.start), r.end)
     if sizes and all(out[tp] == ranges[tp].start for tp in sizes):
         first = min(sizes)  # always progress by one record so a big record cannot stall
