@@ -91,6 +91,13 @@ def kafka_partitions(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -> n
     valid = keys.is_valid().to_numpy(zero_copy_only=False)
     data = np.frombuffer(keys.buffers()[2] or b"", dtype=np.uint8)
     starts = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + n]
+    if keys.null_count == 0 and n and bool((lengths == lengths[0]).all()):
+        # The common case (fixed-length keys, no nulls): the data buffer is an (n, length) matrix.
+        length = int(lengths[0])
+        first = int(starts[0])
+        matrix = data[first : first + n * length].reshape(n, length)
+        hashes = _murmur2_fixed(matrix)
+        return ((hashes & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)).astype(np.int32)
     for length in np.unique(lengths[valid]):
         length = int(length)
         rows = np.nonzero(valid & (lengths == length))[0]

@@ -216,18 +216,15 @@ class _TaskWriter:
         except InvalidRecordError as exc:
             raise SparkSourceError(f"cannot write to topic {name!r}: {exc}") from exc
         table = pa.Table.from_batches(records)
-        order = np.argsort(parts, kind="stable")
-        ordered = table.take(pa.array(order)).combine_chunks()
-        counts = np.bincount(parts, minlength=topic.partitions)
         buffer = self.buffers.setdefault(name, {})
-        position = 0
-        for p in np.nonzero(counts)[0]:
-            size = int(counts[p])
-            for piece in ordered.slice(position, size).to_batches():
-                buffer.setdefault(int(p), []).append(piece)
-            position += size
+        present_partitions = np.unique(parts)
+        added = 0
+        for p in present_partitions:
+            chosen = table if len(present_partitions) == 1 else table.filter(pa.array(parts == p))
+            buffer.setdefault(int(p), []).extend(chosen.to_batches())
+            added += chosen.nbytes
         self.message.records += batch.num_rows
-        self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + ordered.nbytes
+        self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + added
         if self.buffered_bytes[name] >= FLUSH_BYTES:
             self.flush(name)
 
