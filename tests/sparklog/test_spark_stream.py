@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 
 from sparklog.spark_schema import source_schema
-from storage import open_root
+from storage import make_batch, open_root
 from storage.maintenance import apply_retention
 from tests.sparklog.spark_data import BASE_TS_MS, fill, stored_rows
 from tests.sparklog.spark_support import (  # noqa: F401
@@ -78,17 +78,14 @@ def test_available_now_reads_everything_once(spark, spark_root, tmp_path) -> Non
     assert_df_equality(got, expected.orderBy("partition", "offset"))
 
 
-def test_max_offsets_per_trigger_is_split_by_backlog(spark, tmp_path) -> None:
-    url = f"file://{tmp_path}/root"
-    root = open_root(url)
-    root.create_topic("t", 2)
-    fill(root, "t", batches=6, per_batch=10, create=False)  # both partitions: 60
-    fill(root, "t", batches=1, per_batch=0, create=False)
-    topic = root.topic("t")
-    from storage import make_batch
-
-    topic.append(0, make_batch([b"x"] * 120))  # partition 0: 180, partition 1: 60
-    df = stream(spark, url, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="80")
+def test_max_offsets_per_trigger_is_split_by_backlog(spark, spark_root, tmp_path) -> None:
+    url, storage = spark_root
+    root = open_root(url, storage)
+    fill(root, "t", partitions=2, batches=6, per_batch=10)  # both partitions: 60
+    root.topic("t").append(0, make_batch([b"x"] * 120))  # partition 0: 180, partition 1: 60
+    df = stream(
+        spark, url, storage, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="80"
+    )
     batches, table = run_available_now(spark, df, tmp_path / "ck")
     assert [b["numInputRows"] for b in batches] == [80, 80, 80]
     assert end_offsets(batches[0]) == {"t": {"0": 60, "1": 20}}
@@ -194,19 +191,19 @@ def test_checkpoint_resumes_where_it_stopped(spark, tmp_path) -> None:
     assert run() == [(p, o) for p in (0, 1) for o in range(17)]  # each record once
 
 
-def test_groups_commit_offsets_and_new_queries_start_there(spark, tmp_path) -> None:
-    url = f"file://{tmp_path}/root"
-    root = open_root(url)
+def test_groups_commit_offsets_and_new_queries_start_there(spark, spark_root, tmp_path) -> None:
+    url, storage = spark_root
+    root = open_root(url, storage)
     fill(root, "t", partitions=2, batches=1, per_batch=10)
     for group in ("g1", "g2"):  # two groups each see every record
-        df = stream(spark, url, subscribe="t", startingOffsets="earliest", group=group)
+        df = stream(spark, url, storage, subscribe="t", startingOffsets="earliest", group=group)
         _, table = run_available_now(spark, df, tmp_path / f"ck-{group}")
         assert len(positions(spark, table)) == 20
         committed = root.groups.fetch(group)
         assert {tp: c.offset for tp, c in committed.items()} == {("t", 0): 10, ("t", 1): 10}
     fill(root, "t", batches=1, per_batch=4, create=False)
     # No checkpoint: g1 resumes from its committed offsets, not from startingOffsets.
-    df = stream(spark, url, subscribe="t", startingOffsets="earliest", group="g1")
+    df = stream(spark, url, storage, subscribe="t", startingOffsets="earliest", group="g1")
     _, table = run_available_now(spark, df, tmp_path / "ck-g1-new")
     assert positions(spark, table) == [(p, o) for p in (0, 1) for o in range(10, 14)]
     assert {c.offset for c in root.groups.fetch("g1").values()} == {14}
