@@ -20,6 +20,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+def classic_env() -> dict[str, str]:
+    """This process's environment without Spark Connect markers, plus :func:`spark_env`."""
+    env = {k: v for k, v in os.environ.items() if k not in CONNECT_ENV}
+    return {**env, **spark_env()}
+
+
 def spark_env() -> dict[str, str]:
     """Environment under which Spark's JVM and Python workers find this checkout."""
     path = os.environ.get("PYTHONPATH", "")

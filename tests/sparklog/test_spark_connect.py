@@ -17,7 +17,7 @@ import pytest
 
 from storage import open_root
 from tests.sparklog.spark_data import fill
-from tests.sparklog.spark_support import REPO, spark_env
+from tests.sparklog.spark_support import REPO, classic_env
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def connect() -> Iterator[Any]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.sparklog.spark_connect_server", str(port)],
         cwd=REPO,
-        env={**os.environ, **spark_env()},
+        env=classic_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -56,9 +56,14 @@ def connect() -> Iterator[Any]:
             raise AssertionError("the Spark Connect server did not start within 180 s")
         from pyspark.sql import SparkSession
 
+        saved_env = dict(os.environ)  # a Connect client marks the process as Connect-only
         session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
-        yield session
-        session.stop()
+        try:
+            yield session
+        finally:
+            session.stop()
+            os.environ.clear()
+            os.environ.update(saved_env)
     finally:
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
