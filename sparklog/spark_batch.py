@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     GreaterThanOrEqual,
     In,
     InputPartition,
+    IsNotNull,
     LessThan,
     LessThanOrEqual,
 )
@@ -35,6 +36,8 @@ from sparklog.spark_read import cached_root, read_task
 from sparklog.spark_schema import arrow_schema
 
 NO_LIMIT = 1 << 62
+#: Columns every record has (storage stamps missing timestamps at write time).
+NEVER_NULL = ("topic", "partition", "offset", "timestamp", "timestampType")
 
 
 @dataclass
@@ -86,6 +89,8 @@ def absorb(pushed: Pushed, f: Filter) -> bool:
     """Record ``f`` in ``pushed``; True if reading will apply it exactly."""
     attribute: tuple[str, ...] = getattr(f, "attribute", ())
     column = attribute[0] if len(attribute) == 1 else None
+    if isinstance(f, IsNotNull) and column in NEVER_NULL:
+        return True
     if column == "topic":
         if isinstance(f, EqualTo) and isinstance(f.value, str):
             wanted = {f.value}

@@ -158,6 +158,10 @@ def test_filters_on_topic_partition_offset_are_exact(spark, tmp_path) -> None:
     ).select("partition", "offset")
     got = sorted((r.partition, r.offset) for r in filtered.collect())
     assert got == [(p, o) for p in (0, 2) for o in range(5, 12)]
+    # Spark left no Filter on these columns: the source applied them (pushdown happened).
+    plan = filtered._jdf.queryExecution().executedPlan().toString()
+    filters = [line for line in plan.splitlines() if "Filter (" in line]
+    assert not any(c in line for line in filters for c in ("offset#", "partition#", "topic#")), plan
     ts = dt.datetime.fromtimestamp((BASE_TS_MS + 15_000) / 1000, tz=dt.timezone.utc)
     late = df.filter(df.timestamp >= ts).filter("topic = 'a'").count()
     assert late == 3 * 5
