@@ -1,9 +1,9 @@
 """Executor side of a read: a :class:`ReadTask`'s ranges as Arrow batches for Spark.
 
 Runs in Spark's Python workers, which are separate processes reused across
-tasks: roots and topic handles are cached per process, and a partition log
-already loaded is only refreshed when the task needs offsets beyond what it
-knows.  Record batches go from the segment objects to Spark without Python per
+tasks: roots and topic handles are cached per process, so a partition log
+already loaded only reads the commits made since (retention may have removed
+segments it still lists).  Record batches go from the segment objects to Spark without Python per
 row; small stored batches are coalesced so Spark gets few, large batches.
 """
 
@@ -74,8 +74,7 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     for r in task.ranges:
         topic = _topic(root_key, root, task, r.topic)
         plog = topic.partition(r.partition)
-        if plog.high_watermark < r.end or plog.log_start_offset > r.start:
-            plog.refresh()
+        plog.refresh()  # a cached log may predate retention; reads only commits since then
         tp = (r.topic, r.partition)
         start = check_start(
             tp,
