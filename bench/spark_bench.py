@@ -64,7 +64,6 @@ def generate(root_dir: Path, records: int, partitions: int) -> tuple[str, Path, 
     parquet_dir.mkdir()
     arrow_dir.mkdir()
     target = arrow_schema(source_schema(None, include_headers=False))
-    writers = [pa.ipc.new_file(str(arrow_dir / f"part-{t}.arrow"), target) for t in range(2)]
     offsets = [0] * partitions
     base_ms = 1_700_000_000_000
     written = 0
@@ -93,12 +92,11 @@ def generate(root_dir: Path, records: int, partitions: int) -> tuple[str, Path, 
         pq.write_table(
             pa.Table.from_batches([spark_batch]), parquet_dir / f"part-{chunk_no:05d}.parquet"
         )
-        writers[chunk_no % 2].write_batch(spark_batch)
+        with pa.ipc.new_file(str(arrow_dir / f"chunk-{chunk_no:05d}.arrow"), target) as out:
+            out.write_batch(spark_batch)
         offsets[p] += n
         written += n
         chunk_no += 1
-    for w in writers:
-        w.close()
     return url, parquet_dir, arrow_dir
 
 
@@ -112,23 +110,58 @@ def memory_source_class() -> Any:
         DataSource,
         DataSourceArrowWriter,
         DataSourceReader,
+        DataSourceStreamReader,
         InputPartition,
         WriterCommitMessage,
     )
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
 
-    class MemoryReader(DataSourceReader):
-        def __init__(self, directory: str) -> None:
-            self.directory = directory
+    def two_tasks(files: list[str]) -> list[InputPartition]:
+        """Files split into two tasks (one per core), as sparklog plans a backlog."""
+        return [InputPartition(files[i::2]) for i in range(2) if files[i::2]]
 
-        def partitions(self) -> list[InputPartition]:
-            files = sorted(os.listdir(self.directory))
-            return [InputPartition(os.path.join(self.directory, f)) for f in files]
-
-        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-            with pa.memory_map(partition.value) as source:
+    def read_files(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        for path in partition.value:
+            with pa.memory_map(path) as source:
                 reader = pa.ipc.open_file(source)
                 for i in range(reader.num_record_batches):
                     yield reader.get_batch(i)
+
+    class MemoryReader(DataSourceReader):
+        def __init__(self, directory: str) -> None:
+            self.files = sorted(os.path.join(directory, f) for f in os.listdir(directory))
+
+        def partitions(self) -> list[InputPartition]:
+            return two_tasks(self.files)
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            return read_files(partition)
+
+    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        """Offsets are file counts; ``filesPerTrigger`` files per micro-batch."""
+
+        def __init__(self, directory: str, per_trigger: int) -> None:
+            self.files = sorted(os.path.join(directory, f) for f in os.listdir(directory))
+            self.per_trigger = per_trigger
+
+        def initialOffset(self) -> dict:
+            return {"files": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def getDefaultReadLimit(self) -> Any:
+            return ReadAllAvailable()
+
+        def latestOffset(self, start: dict, limit: Any) -> dict:
+            step = self.per_trigger or len(self.files)
+            return {"files": min(len(self.files), start["files"] + step)}
+
+        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+            return two_tasks(self.files[start["files"] : end["files"]])
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            return read_files(partition)
 
     class DiscardWriter(DataSourceArrowWriter):
         def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -146,6 +179,10 @@ def memory_source_class() -> Any:
 
         def reader(self, schema: Any) -> DataSourceReader:
             return MemoryReader(self.options["path"])
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            per_trigger = int(self.options.get("filesPerTrigger", "0"))
+            return MemoryStreamReader(self.options["path"], per_trigger)
 
         def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
             return DiscardWriter()
@@ -247,12 +284,27 @@ def main() -> int:
             query.awaitTermination()
 
         source = spark.read.parquet(str(parquet_dir)).select("key", "value")
+
+        def memory_stream(files_per_trigger: int | None, name: str) -> None:
+            reader = spark.readStream.format("arrowmemory").option("path", str(arrow_dir))
+            if files_per_trigger:
+                reader = reader.option("filesPerTrigger", str(files_per_trigger))
+            query = (
+                reader.load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(work / f"ck-mem-{name}-{uuid.uuid4().hex}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+
         # Warm-up: JVM, Python workers and the page cache, outside the timings.
         noop(sparklog().load())
         noop(spark.read.parquet(str(parquet_dir)))
         noop(spark.read.format("arrowmemory").option("path", str(arrow_dir)).load())
         stream(None, "warm-up")
         parquet_stream(None, "warm-up")
+        memory_stream(None, "warm-up")
 
         timed("batch read: sparklog", lambda: noop(sparklog().load()), n, results)
         timed(
@@ -271,6 +323,18 @@ def main() -> int:
         timed("stream read: sparklog, ten batches", lambda: stream(n // 10, "ten"), n, results)
 
         files = len(list(parquet_dir.iterdir()))
+        timed(
+            "stream read: python from memory (b), one batch",
+            lambda: memory_stream(None, "one"),
+            n,
+            results,
+        )
+        timed(
+            "stream read: python from memory (b), ten batches",
+            lambda: memory_stream(max(1, files // 10), "ten"),
+            n,
+            results,
+        )
         timed(
             "stream read: parquet (a), one batch", lambda: parquet_stream(None, "one"), n, results
         )
@@ -321,6 +385,16 @@ def main() -> int:
                 "batch read: sparklog",
             ),
             ("batch read vs parquet (a)", "batch read: parquet (a)", "batch read: sparklog"),
+            (
+                "stream, one batch vs python from memory (b)",
+                "stream read: python from memory (b), one batch",
+                "stream read: sparklog, one batch",
+            ),
+            (
+                "stream, ten batches vs python from memory (b)",
+                "stream read: python from memory (b), ten batches",
+                "stream read: sparklog, ten batches",
+            ),
             (
                 "stream, one batch vs parquet stream (a)",
                 "stream read: parquet (a), one batch",
