@@ -57,53 +57,59 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return to_positive(murmur2(key)) % partitions
 
 
+def _murmur2_fixed(rows: np.ndarray) -> np.ndarray:
+    """murmur2 of each row of a (n, length) uint8 matrix, as uint32 (vectorised)."""
+    n, length = rows.shape
+    m = np.uint32(M)
+    h = np.full(n, (SEED ^ length) & MASK32, dtype=np.uint32)
+    full = length - length % 4
+    if full:
+        words = np.ascontiguousarray(rows[:, :full]).view("<u4").reshape(n, full // 4)
+        for j in range(words.shape[1]):
+            k = words[:, j] * m
+            k ^= k >> np.uint32(R)
+            k *= m
+            h *= m
+            h ^= k
+    tail = length % 4
+    if tail == 3:
+        h ^= rows[:, full + 2].astype(np.uint32) << np.uint32(16)
+    if tail >= 2:
+        h ^= rows[:, full + 1].astype(np.uint32) << np.uint32(8)
+    if tail >= 1:
+        h ^= rows[:, full].astype(np.uint32)
+        h *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h
+
+
 def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """murmur2 of every non-null key as uint32 (null keys give 0; mask them yourself)."""
+    """murmur2 of every non-null key as uint32 (null keys give 0; mask them yourself).
+
+    Keys of one length form an (n, length) byte matrix hashed a 32-bit word
+    column at a time; fixed-length keys without nulls (the common case) use the
+    data buffer itself as that matrix, with no copy.
+    """
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if not pa.types.is_binary(keys.type):
         keys = keys.cast(pa.binary())
     n = len(keys)
     out = np.zeros(n, dtype=np.uint32)
-    if n == 0:
+    if n == 0 or keys.null_count == n:
         return out
     lengths = pc.fill_null(pc.binary_length(keys), -1).to_numpy(zero_copy_only=False)
-    buffers = keys.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int32)[keys.offset : keys.offset + n + 1]
-    raw = (
-        np.frombuffer(buffers[2], dtype=np.uint8)
-        if buffers[2] is not None
-        else np.zeros(0, np.uint8)
-    )
-    m = np.uint32(M)
-    for length in np.unique(lengths):
-        if length < 0:
-            continue
+    data = np.frombuffer(keys.buffers()[2] or b"", dtype=np.uint8)
+    starts = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + n]
+    if keys.null_count == 0 and bool((lengths == lengths[0]).all()):
+        length, first = int(lengths[0]), int(starts[0])
+        return _murmur2_fixed(data[first : first + n * length].reshape(n, length))
+    for length in np.unique(lengths[lengths >= 0]):
         rows = np.nonzero(lengths == length)[0]
-        starts = offsets[rows].astype(np.int64)
-        h = np.full(len(rows), (SEED ^ int(length)) & MASK32, dtype=np.uint32)
-        whole = int(length) - int(length) % 4
-        with np.errstate(over="ignore"):
-            for i in range(0, whole, 4):
-                b = [raw[starts + i + j].astype(np.uint32) for j in range(4)]
-                k = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
-                k = k * m
-                k ^= k >> np.uint32(R)
-                k = k * m
-                h = h * m
-                h ^= k
-            tail = int(length) % 4
-            if tail == 3:
-                h ^= raw[starts + whole + 2].astype(np.uint32) << 16
-            if tail >= 2:
-                h ^= raw[starts + whole + 1].astype(np.uint32) << 8
-            if tail >= 1:
-                h ^= raw[starts + whole].astype(np.uint32)
-                h = h * m
-            h ^= h >> np.uint32(13)
-            h = h * m
-            h ^= h >> np.uint32(15)
-        out[rows] = h
+        index = starts[rows][:, None].astype(np.int64) + np.arange(int(length))[None, :]
+        out[rows] = _murmur2_fixed(data[index].reshape(len(rows), int(length)))
     return out
 
 

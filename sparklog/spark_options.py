@@ -1,0 +1,445 @@
+"""Options of ``format("sparklog")``: parsed once, validated with clear messages.
+
+The option names and meanings are those of Spark's Kafka source and sink, so a
+pipeline moves over by changing ``format("kafka")`` to ``format("sparklog")``;
+sparklog adds ``root``, ``broker``, ``storage.<key>``, ``group``, ``txnAppId``
+and ``compression``.  Spark passes options case-insensitively (lower-cased);
+messages use the documented spelling.  Unknown options are refused so that a
+typo never silently changes what a query reads; Kafka client properties
+(``kafka.*``) are accepted and ignored, except ``kafka.bootstrap.servers``
+which is taken as ``broker``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparklog.spark_errors import SparkOptionError
+
+ROOT_ENV = "SPARKLOG_ROOT"
+
+# Canonical spellings (Spark lower-cases option keys).
+SOURCE_KEYS = (
+    "root",
+    "broker",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "maxBytesPerTrigger",
+    "failOnDataLoss",
+    "includeHeaders",
+    "minPartitions",
+    "group",
+)
+SINK_KEYS = ("root", "broker", "topic", "txnAppId", "compression", "includeHeaders")
+#: Kafka-source options that tune Kafka's consumer; accepted so pipelines move
+#: over unchanged, without effect here.
+IGNORED_KEYS = (
+    "groupIdPrefix",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "maxOffsetsPerTrigger.strict",
+    "path",
+    "checkpointLocation",
+    "queryName",
+)
+COMPRESSIONS = ("none", "lz4", "zstd")
+KAFKA_COMPRESSIONS = {"none": "none", "uncompressed": "none", "lz4": "lz4", "zstd": "zstd"}
+DURATION_RE = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+DURATION_MS["d"] = 86_400_000
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic-partitions a query reads: exactly one of the three Kafka ways."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        if self.pattern is not None:
+            return "subscribePattern"
+        return "assign" if self.assign else "subscribe"
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assign:
+            return any(t == topic for t, _ in self.assign)
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """A starting or ending position: earliest, latest, per-partition offsets or timestamps.
+
+    ``offsets`` maps topic -> partition -> offset, where -2 means earliest and
+    -1 latest (Kafka's convention).  ``timestamps`` maps topic -> partition ->
+    ms; ``timestamp_ms`` applies one timestamp to every partition.
+    """
+
+    kind: str  # earliest | latest | offsets | timestamp | timestamps
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    timestamps: dict[str, dict[int, int]] = field(default_factory=dict)
+    timestamp_ms: int = -1
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the reader needs, validated."""
+
+    root: str
+    storage_options: dict[str, Any]
+    broker: str | None
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec | None
+    timestamp_strategy: str = "error"
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    max_bytes_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Everything the writer needs, validated."""
+
+    root: str
+    storage_options: dict[str, Any]
+    broker: str | None
+    topic: str | None
+    txn_app_id: str | None
+    compression: str = "none"
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
+    known = {k.lower() for k in (*allowed, *IGNORED_KEYS)}
+    for key in opts:
+        if key in known or key.startswith(("storage.", "kafka.", "spark.")):
+            continue
+        raise SparkOptionError(
+            f"unknown {what} option {key!r}; accepted: {', '.join(allowed)}, storage.<key>, "
+            f"kafka.* (ignored; kafka.bootstrap.servers is taken as broker)"
+        )
+
+
+def storage_options_of(opts: Mapping[str, str]) -> dict[str, Any]:
+    """``storage.<key>`` options as fsspec storage options; dots nest (client_kwargs.x)."""
+    out: dict[str, Any] = {}
+    for key, raw in opts.items():
+        if not key.startswith("storage."):
+            continue
+        path = key[len("storage.") :].split(".")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SparkOptionError(f"option {key!r} conflicts with storage.{part}")
+        node[path[-1]] = value
+    return out
+
+
+def _root(opts: Mapping[str, str]) -> str:
+    root = opts.get("root") or os.environ.get(ROOT_ENV)
+    if not root:
+        raise SparkOptionError(
+            "option 'root' is required: the sparklog storage URL (a path, file:///path or "
+            f"s3://bucket/prefix); it may also come from the {ROOT_ENV} environment variable"
+        )
+    return root
+
+
+def _broker(opts: Mapping[str, str]) -> str | None:
+    broker = opts.get("broker") or opts.get("kafka.bootstrap.servers")
+    if broker is None:
+        return None
+    for address in broker.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise SparkOptionError(
+                f"option 'broker'={broker!r} is not accepted; accepted: host:port[,host:port]"
+            )
+    return broker
+
+
+def _int(opts: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise SparkOptionError(
+            f"option {name!r}={raw!r} is not accepted; accepted: an integer >= {minimum}"
+        )
+    return value
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() not in ("true", "false"):
+        raise SparkOptionError(f"option {name!r}={raw!r} is not accepted; accepted: true, false")
+    return raw.strip().lower() == "true"
+
+
+def parse_duration_ms(name: str, raw: str) -> int:
+    """Spark's time strings: ``500ms``, ``10s``, ``15m``, ``1h``, ``2d`` (bare number = ms)."""
+    match = DURATION_RE.match(raw)
+    if not match:
+        raise SparkOptionError(
+            f"option {name!r}={raw!r} is not accepted; accepted: a duration such as 500ms, 10s, "
+            "15m, 1h, 2d"
+        )
+    unit = (match.group(2) or "ms").lower()
+    return int(int(match.group(1)) * DURATION_MS[unit])
+
+
+def _json(name: str, raw: str, example: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise SparkOptionError(
+            f"option {name!r}={raw!r} is not accepted; accepted: JSON like {example}"
+        )
+    return value
+
+
+def _partition_map(name: str, raw: str, low: int, example: str) -> dict[str, dict[int, int]]:
+    """``{"topic": {"0": n}}`` with integer partitions and values >= ``low``."""
+    doc = _json(name, raw, example)
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict):
+            raise SparkOptionError(
+                f"option {name!r}: topic {topic!r} maps to {parts!r}; accepted: JSON like {example}"
+            )
+        for p, v in parts.items():
+            ok = str(p).lstrip("-").isdigit() and int(p) >= 0
+            if not ok or not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise SparkOptionError(
+                    f"option {name!r}: {topic!r} partition {p!r} -> {v!r} is not accepted; "
+                    f"accepted: partition >= 0 mapped to an integer >= {low} (like {example})"
+                )
+            out.setdefault(topic, {})[int(p)] = v
+    return out
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+    if len(given) != 1:
+        got = "none" if not given else ", ".join(given)
+        raise SparkOptionError(
+            "exactly one of the options 'subscribe', 'subscribePattern', 'assign' must be set; "
+            f"got {got}"
+        )
+    if given[0] == "subscribe":
+        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not topics:
+            raise SparkOptionError(
+                "option 'subscribe' names no topic; accepted: comma-separated topic names"
+            )
+        return Subscription(topics=tuple(dict.fromkeys(topics)))
+    if given[0] == "subscribepattern":
+        pattern = opts["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SparkOptionError(
+                f"option 'subscribePattern'={pattern!r} is not a valid regular expression: {exc}"
+            ) from exc
+        return Subscription(pattern=pattern)
+    example = '{"topicA":[0,1],"topicB":[2]}'
+    doc = _json("assign", opts["assign"], example)
+    assign = []
+    for topic, parts in sorted(doc.items()):
+        if (
+            not isinstance(parts, list)
+            or not parts
+            or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts)
+        ):
+            raise SparkOptionError(
+                f"option 'assign': topic {topic!r} maps to {parts!r}; accepted: a non-empty list "
+                f"of partition numbers (like {example})"
+            )
+        assign.append((topic, tuple(sorted(set(parts)))))
+    return Subscription(assign=tuple(assign))
+
+
+def _offset_spec(opts: Mapping[str, str], which: str, batch: bool) -> OffsetSpec | None:
+    """Kafka's precedence: <which>Timestamp, then <which>OffsetsByTimestamp, then <which>Offsets."""
+    ts_key, by_ts_key, off_key = f"{which}Timestamp", f"{which}OffsetsByTimestamp", None
+    off_key = f"{which}Offsets"
+    raw_ts = opts.get(ts_key.lower())
+    if raw_ts is not None:
+        value = _int(opts, ts_key, minimum=0)
+        assert value is not None
+        return OffsetSpec("timestamp", timestamp_ms=value)
+    raw_by_ts = opts.get(by_ts_key.lower())
+    if raw_by_ts is not None:
+        example = '{"topicA":{"0":1700000000000}}'
+        return OffsetSpec("timestamps", timestamps=_partition_map(by_ts_key, raw_by_ts, 0, example))
+    raw = opts.get(off_key.lower())
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        kind = text.lower()
+        if which == "starting" and kind == "latest" and batch:
+            raise SparkOptionError(
+                "option 'startingOffsets'='latest' is not accepted for batch queries; accepted: "
+                "earliest or JSON offsets"
+            )
+        if which == "ending" and kind == "earliest":
+            raise SparkOptionError(
+                "option 'endingOffsets'='earliest' is not accepted; accepted: latest or JSON "
+                "offsets"
+            )
+        return OffsetSpec(kind)
+    low = -2 if which == "starting" else -1
+    example = '{"topicA":{"0":23,"1":-2}}' if which == "starting" else '{"topicA":{"0":50}}'
+    offsets = _partition_map(off_key, text, low, example)
+    if which == "starting" and batch:
+        bad = [(t, p) for t, ps in offsets.items() for p, v in ps.items() if v == -1]
+        if bad:
+            raise SparkOptionError(
+                f"option 'startingOffsets': {bad[0][0]!r} partition {bad[0][1]} is -1 (latest), "
+                "which is not accepted for batch queries; accepted: -2 (earliest) or an offset"
+            )
+    return OffsetSpec("offsets", offsets=offsets)
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate the reader options of a streaming (readStream) or batch (read) query."""
+    opts = _lower(options)
+    _check_known(opts, SOURCE_KEYS, "source")
+    subscription = _subscription(opts)
+    starting = _offset_spec(opts, "starting", batch=not streaming)
+    ending = _offset_spec(opts, "ending", batch=not streaming)
+    if streaming and ending is not None:
+        raise SparkOptionError(
+            "options 'endingOffsets', 'endingTimestamp' and 'endingOffsetsByTimestamp' are for "
+            "batch queries only; a streaming query reads until it is stopped"
+        )
+    if not streaming:
+        for key in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if key.lower() in opts:
+                raise SparkOptionError(
+                    f"option {key!r} applies to streaming queries only; remove it for a batch read"
+                )
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise SparkOptionError(
+            f"option 'startingOffsetsByTimestampStrategy'={strategy!r} is not accepted; "
+            "accepted: error, latest"
+        )
+    delay_raw = opts.get("maxtriggerdelay")
+    group = opts.get("group")
+    if group is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", group):
+        raise SparkOptionError(
+            f"option 'group'={group!r} is not accepted; accepted: 1-249 characters from "
+            "[a-zA-Z0-9._-]"
+        )
+    return SourceOptions(
+        root=_root(opts),
+        storage_options=storage_options_of(opts),
+        broker=_broker(opts),
+        subscription=subscription,
+        starting=starting or OffsetSpec("latest" if streaming else "earliest"),
+        ending=ending or (None if streaming else OffsetSpec("latest")),
+        timestamp_strategy=strategy,
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_int(opts, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=(
+            parse_duration_ms("maxTriggerDelay", delay_raw) if delay_raw else 15 * 60_000
+        ),
+        max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        min_partitions=_int(opts, "minPartitions"),
+        group=group,
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate the writer options (batch write and writeStream)."""
+    opts = _lower(options)
+    _check_known(opts, SINK_KEYS, "sink")
+    compression = opts.get("compression")
+    if compression is None and "kafka.compression.type" in opts:
+        kafka_codec = opts["kafka.compression.type"].strip().lower()
+        compression = KAFKA_COMPRESSIONS.get(kafka_codec, "none")
+    compression = (compression or "none").strip().lower()
+    if compression not in COMPRESSIONS:
+        raise SparkOptionError(
+            f"option 'compression'={compression!r} is not accepted; accepted: "
+            f"{', '.join(COMPRESSIONS)}"
+        )
+    topic = opts.get("topic")
+    if topic is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", topic):
+        raise SparkOptionError(
+            f"option 'topic'={topic!r} is not accepted; accepted: a topic name of 1-249 "
+            "characters from [a-zA-Z0-9._-]"
+        )
+    return SinkOptions(
+        root=_root(opts),
+        storage_options=storage_options_of(opts),
+        broker=_broker(opts),
+        topic=topic,
+        txn_app_id=opts.get("txnappid"),
+        compression=compression,
+    )
+
+
+def parse_subscription_options(
+    options: Mapping[str, str],
+) -> tuple[str, dict[str, Any], Subscription, bool]:
+    """What the schema depends on: root, storage options, subscription, includeHeaders.
+
+    Spark asks for the schema before it says whether the query is streaming or
+    batch, so only the options shared by both are checked here.
+    """
+    opts = _lower(options)
+    _check_known(opts, SOURCE_KEYS, "source")
+    return (
+        _root(opts),
+        storage_options_of(opts),
+        _subscription(opts),
+        _bool(opts, "includeHeaders", False),
+    )
