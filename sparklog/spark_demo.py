@@ -86,8 +86,9 @@ def _spark_session() -> Any:
 class Demo:
     """The demo's steps, each printing what it did and failing with a DemoError."""
 
-    def __init__(self, console: Console, root: str, records: int) -> None:
+    def __init__(self, console: Console, root: str, records: int, keep: bool = True) -> None:
         self.console = console
+        self.keep = keep
         self.records = records
         self.run = DemoRun(root)
         self.step_no = 0
@@ -120,7 +121,7 @@ class Demo:
         self.step("topics: a keyed clickstream and an output topic")
         with Admin(self.run.broker) as admin:
             admin.create_topic(INPUT_TOPIC, PARTITIONS, {"retention.ms": -1})
-            admin.create_topic(OUTPUT_TOPIC, 1, {"cleanup.policy": "compact"})
+            admin.create_topic(OUTPUT_TOPIC, 1)
             for name in (INPUT_TOPIC, OUTPUT_TOPIC):
                 d = admin.describe_topic(name)
                 self.console.print(f"created [bold]{name}[/] with {len(d.partitions)} partition(s)")
@@ -152,9 +153,21 @@ class Demo:
                 )
                 if i % 1000 == 999:
                     bar.update(task, completed=i + 1)
+            # A heartbeat past the last window moves the query's event-time watermark
+            # beyond every window, so append mode emits them all. It has no page; its own
+            # window stays open, so it never reaches the output.
+            heartbeat_ms = views[-1][2] + 3 * 60_000
+            futures.append(
+                producer.send(
+                    INPUT_TOPIC,
+                    json.dumps({"ms": heartbeat_ms}).encode(),
+                    key=b"heartbeat",
+                    timestamp_ms=heartbeat_ms,
+                )
+            )
             producer.flush()
             bar.update(task, completed=len(views))
-        metadata = [f.get(timeout=60) for f in futures]
+        metadata = [f.get(timeout=60) for f in futures][:-1]
         self.run.produce_s = time.perf_counter() - started
         self.run.produced = len(metadata)
         per_partition: dict[int, int] = {}
@@ -193,7 +206,8 @@ class Demo:
             .load()
         )
         counts = (
-            source.select(F.from_json(F.col("value").cast("string"), view).alias("v"), "timestamp")
+            source.withWatermark("timestamp", "1 minute")
+            .select(F.from_json(F.col("value").cast("string"), view).alias("v"), "timestamp")
             .groupBy(F.window("timestamp", "1 minute"), F.col("v.page").alias("page"))
             .count()
             .select(
@@ -213,19 +227,33 @@ class Demo:
             .option("root", self.run.root)
             .option("topic", OUTPUT_TOPIC)
             .option("checkpointLocation", checkpoint)
-            .outputMode("update")
-            .trigger(availableNow=True)
+            .outputMode("append")
+            .trigger(processingTime="1 second")
             .start()
         )
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise DemoError(f"streaming query failed: {query.exception()}")
+        # Append mode emits a window once the watermark passes it, which takes one more
+        # (no-data) micro-batch after the heartbeat: wait until every input row is in an
+        # emitted window, then stop.
+        deadline = time.monotonic() + float(os.environ.get("SPARKLOG_DEMO_STREAM_S", 240))
+        try:
+            while self.output_views(spark) < self.run.produced:
+                if query.exception() is not None:
+                    raise DemoError(f"streaming query failed: {_first_lines(query.exception())}")
+                if time.monotonic() > deadline:
+                    raise DemoError(
+                        f"the query emitted {self.output_views(spark):,} of "
+                        f"{self.run.produced:,} views within 240 s"
+                    )
+                time.sleep(1)
+        finally:
+            progress = query.recentProgress
+            query.stop()
         self.run.stream_s = time.perf_counter() - started
-        progress = query.recentProgress
-        self.run.streamed = sum(int(p["numInputRows"]) for p in progress)
+        self.run.streamed = sum(int(p["numInputRows"]) for p in progress) - 1  # heartbeat
+        batches = sum(1 for p in progress if int(p["numInputRows"]))
         self.console.print(
-            f"{len(progress)} micro-batches, {self.run.streamed:,} input rows in "
-            f"{self.run.stream_s:.1f} s; output written exactly-once to {OUTPUT_TOPIC!r}"
+            f"{batches} micro-batches with data, {self.run.streamed:,} input rows in "
+            f"{self.run.stream_s:.1f} s; windows written exactly-once to {OUTPUT_TOPIC!r}"
         )
         self.step(f"consumer group {GROUP!r}: lag falls to zero")
         lag_after = self.total_lag()
@@ -235,6 +263,24 @@ class Demo:
                 f"expected the query to read all {self.run.produced:,} records and leave lag 0; "
                 f"it read {self.run.streamed:,} and the lag is {lag_after:,}"
             )
+
+    def output_table(self, spark: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        raw = (
+            spark.read.format("sparklog")
+            .option("root", self.run.root)
+            .option("subscribe", OUTPUT_TOPIC)
+            .load()
+        )
+        schema = "page string, window_start string, views long"
+        return raw, raw.select(
+            "key", F.from_json(F.col("value").cast("string"), schema).alias("v")
+        ).select("key", "v.*")
+
+    def output_views(self, spark: Any) -> int:
+        _, counts = self.output_table(spark)
+        return int(counts.agg({"views": "sum"}).collect()[0][0] or 0)
 
     def total_lag(self) -> int:
         from sparklog import Admin, GroupError
@@ -259,43 +305,27 @@ class Demo:
     def read_output(self, spark: Any) -> None:
         from pyspark.sql import functions as F
 
-        self.step(f"read back {OUTPUT_TOPIC!r} (latest count per page and minute)")
-        raw = (
-            spark.read.format("sparklog")
-            .option("root", self.run.root)
-            .option("subscribe", OUTPUT_TOPIC)
-            .load()
-        )
-        latest = (
-            raw.groupBy("key")
-            .agg(F.max_by("value", "offset").alias("value"))
-            .select(
-                F.from_json(
-                    F.col("value").cast("string"), "page string, window_start string, views long"
-                ).alias("v")
-            )
-            .select("v.*")
-        )
+        self.step(f"read back {OUTPUT_TOPIC!r}: one count per page and minute")
+        raw, counts = self.output_table(spark)
         per_page = (
-            latest.groupBy("page")
-            .agg(F.sum("views").alias("views"))
-            .orderBy(F.desc("views"))
-            .collect()
-        )
+            counts.groupBy("page").agg(F.sum("views").alias("views")).orderBy(F.desc("views"))
+        ).collect()
         total = sum(int(r["views"]) for r in per_page)
         self.run.output_rows = raw.count()
         table = Table("page", "views", title="views per page (sum over minutes)")
         for r in per_page:
             table.add_row(r["page"], f"{int(r['views']):,}")
         self.console.print(table)
-        if total != self.run.produced:
+        windows = raw.select("key").distinct().count()
+        if total != self.run.produced or windows != self.run.output_rows:
             raise DemoError(
-                f"the per-minute counts add up to {total:,}, not the {self.run.produced:,} "
-                "records produced"
+                f"the output holds {self.run.output_rows:,} records for {windows:,} windows "
+                f"counting {total:,} views; expected one record per window and "
+                f"{self.run.produced:,} views"
             )
         self.console.print(
-            f"{self.run.output_rows:,} update records in {OUTPUT_TOPIC!r}; counts add up to the "
-            f"{total:,} produced views"
+            f"{self.run.output_rows:,} records in {OUTPUT_TOPIC!r}, one per page and minute; "
+            f"counts add up to the {total:,} produced views"
         )
 
     # -- 7 -----------------------------------------------------------------------------
@@ -311,7 +341,7 @@ class Demo:
         half = start_ms + EVENT_SPAN_MS // 2
         from_time = base.option("startingTimestamp", str(half)).load()
         n_offset, n_time = from_offset.count(), from_time.count()
-        expected_offset = self.run.produced - 100 * PARTITIONS
+        expected_offset = self.run.produced + 1 - 100 * PARTITIONS  # + the heartbeat
         self.run.reprocessed = {"from offset 100": n_offset, "from the half-hour mark": n_time}
         self.console.print(
             f"from offset 100 of every partition: {n_offset:,} records (expected "
@@ -332,7 +362,11 @@ class Demo:
         for name, n in r.reprocessed.items():
             table.add_row(f"reprocessed {name}", f"{n:,}")
         self.console.print(table)
-        self.console.print("explore further:")
+        self.console.print(
+            "explore further:"
+            if self.keep
+            else "explore further (run with --keep to keep the root):"
+        )
         for command in (
             f"sparklog --address {r.root} topics describe {INPUT_TOPIC}",
             f"sparklog --address {r.root} consume {OUTPUT_TOPIC} --from-beginning "
@@ -360,7 +394,7 @@ def run_demo(root: str | None, records: int, keep: bool, console: Console | None
     made_root = root is None
     url = root or tempfile.mkdtemp(prefix="sparklog-demo-")
     console.print(f"sparklog demo on root [bold]{url}[/]")
-    demo = Demo(console, url, records)
+    demo = Demo(console, url, records, keep)
     server = broker = spark = None
     checkpoint = tempfile.mkdtemp(prefix="sparklog-demo-checkpoint-")
     try:

@@ -1,0 +1,69 @@
+"""``sparklog demo`` end to end, run the way a person runs it (README's first command)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sparklog_command() -> list[str]:
+    script = Path(sys.executable).parent / "sparklog"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sparklog.cli"]
+
+
+@pytest.mark.slow
+def test_demo_runs_every_step(tmp_path):
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "COLUMNS": "120",
+    }
+    root = tmp_path / "root"
+    done = subprocess.run(
+        [*sparklog_command(), "demo", "--records", "20000", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    out = done.stdout
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for step in range(1, 9):
+        assert f"[{step}/8]" in out
+    assert "acknowledged 20,000 records" in out
+    assert "20,000 input rows" in out
+    assert "lag of 'demo-analytics': 20,001 before, 0 after" in out
+    assert "counts add up to the 20,000 produced views" in out
+    assert "from offset 100 of every partition: 19,601 records (expected 19,601)" in out
+    assert "sparklog --address" in out
+    # the root stays (--root given) and holds what the demo says
+    listed = subprocess.run(
+        [*sparklog_command(), "--address", str(root), "--output", "json", "topics", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "clickstream" in listed.stdout and "page-views-per-minute" in listed.stdout
+
+
+def test_demo_bad_option_is_one_clear_line():
+    done = subprocess.run(
+        [*sparklog_command(), "demo", "--records", "-5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--records" in done.stderr
