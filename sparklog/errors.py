@@ -175,3 +175,32 @@ __all__ = [
     "from_foreign",
     "translate",
 ]
+
+
+# -- the Spark data source (format("sparklog")) ---------------------------------------------
+# Spark wraps these in its own exceptions, keeping the message; so every message names the
+# offending option, column or range and what is accepted.
+
+
+class SparkSourceError(SparklogError):
+    """A Spark read or write through format("sparklog") cannot go on."""
+
+    code = "SPARK_SOURCE"
+
+
+class SparkOptionError(SparkSourceError, ValueError):
+    """An option that is missing, unknown or has a value that is not accepted."""
+
+    code = "INVALID_CONFIG"
+
+
+class SinkColumnError(SparkSourceError, ValueError):
+    """A DataFrame written to sparklog lacks ``value`` or has a column of a wrong type."""
+
+    code = "INVALID_RECORD"
+
+
+class DataLossError(SparkSourceError):
+    """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
+
+    code = "DATA_LOSS"

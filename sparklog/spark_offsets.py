@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.spark_errors import DataLossError, SparkOptionError
+from sparklog.errors import DataLossError, SparkOptionError
 from sparklog.spark_options import OffsetSpec, Subscription
 from storage import LogRoot, PartitionLog, Topic, TopicInfo, UnknownTopicError
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.spark_errors import SparkOptionError
+from sparklog.errors import SparkOptionError
 
 ROOT_ENV = "SPARKLOG_ROOT"
 

@@ -39,8 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.errors import SinkColumnError, SparkSourceError
 from sparklog.partitioner import partitions_for_keys
-from sparklog.spark_errors import SinkColumnError, SparkSourceError
 from sparklog.spark_faults import maybe_fault
 from sparklog.spark_options import SinkOptions
 from sparklog.spark_read import cached_root

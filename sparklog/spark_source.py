@@ -17,8 +17,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparklog.errors import SparkOptionError
 from sparklog.spark_batch import batch_reader
-from sparklog.spark_errors import SparkOptionError
 from sparklog.spark_offsets import RootView
 from sparklog.spark_options import (
     parse_sink_options,

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.spark_errors import DataLossError
+from sparklog.errors import DataLossError
 from sparklog.spark_faults import maybe_fault
 from sparklog.spark_offsets import (
     RootView,

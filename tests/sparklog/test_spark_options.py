@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from sparklog.spark_errors import SparkOptionError
+from sparklog.errors import SparkOptionError
 from sparklog.spark_options import (
     OffsetSpec,
     parse_duration_ms,
