@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 # (label, ratio to the same-run baseline, target or None) as recorded in docs/benchmarks.md
 RATIOS = [
@@ -40,7 +40,7 @@ def main() -> None:
     for i, target in enumerate(targets):
         if target is not None:
             ax.plot([target, target], [i - 0.4, i + 0.4], color="#C44E52", linewidth=2)
-    for bar, value in zip(bars, values):
+    for bar, value in zip(bars, values, strict=False):
         ax.text(value + 0.02, bar.get_y() + bar.get_height() / 2, f"{value:.2f}", va="center")
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("ratio to the baseline measured in the same run (red: target)")
