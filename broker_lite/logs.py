@@ -51,16 +51,22 @@ class TextFormatter(logging.Formatter):
         return base
 
 
-def setup_logging(level: str = "INFO", fmt: str = "json", broker_id: int | None = None) -> None:
-    """Send broker_lite's logs to stderr in the chosen format (idempotent)."""
+def setup_logging(
+    level: str = "INFO",
+    fmt: str = "json",
+    broker_id: int | None = None,
+    loggers: tuple[str, ...] = ("broker_lite",),
+) -> None:
+    """Send the named packages' logs to stderr in the chosen format (idempotent)."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(broker_id))
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    logger = logging.getLogger("broker_lite")
-    for old in list(logger.handlers):
-        logger.removeHandler(old)
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False
+    for name in loggers:
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = False

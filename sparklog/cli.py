@@ -8,6 +8,7 @@ mistake prints one line on stderr and exits non-zero, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -368,8 +369,23 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
+def _setup_logging() -> None:
+    """CLI logs: SPARKLOG_LOG_LEVEL (default WARNING) and SPARKLOG_LOG_FORMAT (text or json)."""
+    from broker_lite.logs import setup_logging
+
+    level = os.environ.get("SPARKLOG_LOG_LEVEL", "WARNING").upper()
+    fmt = os.environ.get("SPARKLOG_LOG_FORMAT", "text").lower()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR") or fmt not in ("text", "json"):
+        _fail(
+            f"SPARKLOG_LOG_LEVEL={level!r} / SPARKLOG_LOG_FORMAT={fmt!r} not accepted; accepted: "
+            "DEBUG, INFO, WARNING, ERROR / text, json"
+        )
+    setup_logging(level, fmt, loggers=("sparklog", "storage"))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user mistakes become one line on stderr and a non-zero exit."""
+    _setup_logging()
     try:
         app(args=argv, prog_name="sparklog", standalone_mode=False)
     except SparklogError as exc:
