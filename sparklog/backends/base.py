@@ -115,3 +115,68 @@ class Backend(Protocol):
     def list_groups(self) -> list[str]: ...
     def describe_group(self, group: str) -> dict[str, Any]: ...
     def delete_group(self, group: str) -> None: ...
+
+
+class GroupCalls:
+    """The group calls both backends forward unchanged to a coordinator-shaped object.
+
+    ``_group_api`` is a ``BrokerClient`` (broker mode) or an in-process
+    ``GroupCoordinator`` (embedded mode): both speak the same group protocol.
+    """
+
+    _group_api: Any
+
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        from sparklog.errors import translate
+
+        with translate():
+            r = self._group_api.join_group(
+                group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
+            )
+        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TP]] | None = None,
+    ) -> list[TP]:
+        from sparklog.errors import translate
+
+        with translate():
+            return list(self._group_api.sync_group(group, generation, member_id, assignment))
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
+        from sparklog.errors import translate
+
+        with translate():
+            self._group_api.heartbeat(group, generation, member_id)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        from sparklog.errors import translate
+
+        with translate():
+            self._group_api.leave_group(group, member_id)
+
+    def commit_offsets(
+        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
+    ) -> None:
+        from sparklog.errors import translate
+
+        by_metadata: dict[str, dict[TP, int]] = {}
+        for tp, om in offsets.items():
+            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
+        with translate():
+            for metadata, part in by_metadata.items():
+                self._group_api.commit_offsets(
+                    group, generation, member_id, part, metadata=metadata
+                )

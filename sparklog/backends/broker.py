@@ -19,7 +19,7 @@ from broker_lite.client import BrokerClient, TopicMetadata
 from sparklog.backends.base import (
     TP,
     FetchResult,
-    JoinResult,
+    GroupCalls,
     ProduceResult,
     ProducerIdentity,
     TopicLayout,
@@ -32,13 +32,14 @@ from storage.records import normalize, record_schema
 METADATA_TTL_S = 5.0
 
 
-class BrokerBackend:
+class BrokerBackend(GroupCalls):
     """Producer/consumer/admin calls through brokers at ``host:port[,host:port]``."""
 
     def __init__(self, bootstrap: str, *, retry_timeout_ms: int = 30_000) -> None:
         self.address = f"sparklog://{bootstrap}"
         with translate():
             self.client = BrokerClient(bootstrap, retry_timeout_ms=retry_timeout_ms)
+            self._group_api = self.client
         self._pool: ThreadPoolExecutor | None = None
         self._meta: dict[str, tuple[TopicMetadata, float]] = {}
 
@@ -161,49 +162,6 @@ class BrokerBackend:
             return self.client.list_offsets(topic, partition, spec)
 
     # -- groups (coordinated by the brokers) ----------------------------------------
-    def join_group(
-        self,
-        group: str,
-        member_id: str,
-        topics: Sequence[str],
-        strategy: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-    ) -> JoinResult:
-        with translate():
-            r = self.client.join_group(
-                group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
-            )
-        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
-
-    def sync_group(
-        self,
-        group: str,
-        generation: int,
-        member_id: str,
-        assignment: Mapping[str, Sequence[TP]] | None = None,
-    ) -> list[TP]:
-        with translate():
-            return self.client.sync_group(group, generation, member_id, assignment)
-
-    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        with translate():
-            self.client.heartbeat(group, generation, member_id)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        with translate():
-            self.client.leave_group(group, member_id)
-
-    def commit_offsets(
-        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
-    ) -> None:
-        by_metadata: dict[str, dict[TP, int]] = {}
-        for tp, om in offsets.items():
-            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
-        with translate():
-            for metadata, part in by_metadata.items():
-                self.client.commit_offsets(group, generation, member_id, part, metadata=metadata)
-
     def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
         with translate():
             found = self.client.fetch_offsets(group)

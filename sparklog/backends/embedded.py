@@ -22,7 +22,7 @@ from broker_lite.groups import GroupCoordinator
 from sparklog.backends.base import (
     TP,
     FetchResult,
-    JoinResult,
+    GroupCalls,
     ProduceResult,
     ProducerIdentity,
     TopicLayout,
@@ -34,7 +34,7 @@ from storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
 LONG_POLL_INTERVAL_S = 0.02
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(GroupCalls):
     """Producer/consumer/admin calls against a storage root (``open_root(url)``)."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -48,6 +48,7 @@ class EmbeddedBackend:
         self._pool: ThreadPoolExecutor | None = None
         # Groups run in-process, coordinated through the root alone (no broker needed).
         self.groups = GroupCoordinator(self.root)
+        self._group_api = self.groups
 
     def close(self) -> None:
         if self._pool is not None:
@@ -210,49 +211,6 @@ class EmbeddedBackend:
         raise ConfigError(f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms")
 
     # -- groups (in-process coordinator over the root) ------------------------------
-    def join_group(
-        self,
-        group: str,
-        member_id: str,
-        topics: Sequence[str],
-        strategy: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-    ) -> JoinResult:
-        with translate():
-            r = self.groups.join_group(
-                group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
-            )
-        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
-
-    def sync_group(
-        self,
-        group: str,
-        generation: int,
-        member_id: str,
-        assignment: Mapping[str, Sequence[TP]] | None = None,
-    ) -> list[TP]:
-        with translate():
-            return self.groups.sync_group(group, generation, member_id, assignment)
-
-    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        with translate():
-            self.groups.heartbeat(group, generation, member_id)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        with translate():
-            self.groups.leave_group(group, member_id)
-
-    def commit_offsets(
-        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
-    ) -> None:
-        by_metadata: dict[str, dict[TP, int]] = {}
-        for tp, om in offsets.items():
-            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
-        with translate():
-            for metadata, part in by_metadata.items():
-                self.groups.commit_offsets(group, generation, member_id, part, metadata=metadata)
-
     def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
         with translate():
             found = self.root.groups.fetch(group)
