@@ -180,3 +180,23 @@ class GroupCalls:
                 self._group_api.commit_offsets(
                     group, generation, member_id, part, metadata=metadata
                 )
+
+    def list_groups(self) -> list[str]:
+        from sparklog.errors import translate
+
+        with translate():
+            return list(self._group_api.list_groups())
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        from sparklog.errors import translate
+
+        with translate():
+            info: dict[str, Any] = self._group_api.describe_group(group)
+        info.setdefault("strategy", info.get("protocol", ""))
+        return info
+
+    def delete_group(self, group: str) -> None:
+        from sparklog.errors import translate
+
+        with translate():
+            self._group_api.delete_group(group)

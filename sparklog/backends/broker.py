@@ -166,17 +166,3 @@ class BrokerBackend(GroupCalls):
         with translate():
             found = self.client.fetch_offsets(group)
         return {tp: OffsetAndMetadata(o) for tp, o in found.items()}
-
-    def list_groups(self) -> list[str]:
-        with translate():
-            return self.client.list_groups()
-
-    def describe_group(self, group: str) -> dict[str, Any]:
-        with translate():
-            info = self.client.describe_group(group)
-        info.setdefault("strategy", info.get("protocol", ""))
-        return info
-
-    def delete_group(self, group: str) -> None:
-        with translate():
-            self.client.delete_group(group)

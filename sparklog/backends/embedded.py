@@ -215,17 +215,3 @@ class EmbeddedBackend(GroupCalls):
         with translate():
             found = self.root.groups.fetch(group)
         return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}
-
-    def list_groups(self) -> list[str]:
-        with translate():
-            return self.groups.list_groups()
-
-    def describe_group(self, group: str) -> dict[str, Any]:
-        with translate():
-            info = self.groups.describe_group(group)
-        info.setdefault("strategy", info.get("protocol", ""))
-        return info
-
-    def delete_group(self, group: str) -> None:
-        with translate():
-            self.groups.delete_group(group)
