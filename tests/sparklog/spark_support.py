@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.waiting import wait_for  # noqa: F401  (re-exported for the Spark tests)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,18 +71,6 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 90, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}")
-        time.sleep(0.1)
 
 
 def source_options(url: str, storage_options: dict[str, Any]) -> dict[str, str]:

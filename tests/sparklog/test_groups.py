@@ -7,25 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sparklog import Admin, Producer
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
-
-
-def _wait(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _start(address: str, out: Path) -> subprocess.Popen:
@@ -88,14 +78,14 @@ def test_group_shares_rebalances_and_resumes(mode, tmp_path, request):
     outs = [tmp_path / f"m{i}" for i in range(3)]
     procs = [_start(address, out) for out in outs]
     try:
-        _wait(lambda: _covers_disjointly(outs), 60, "three members sharing six partitions")
-        _wait(lambda: _consumed(outs) >= produced, 60, "first records consumed")
+        wait_for(lambda: _covers_disjointly(outs), 60, "three members sharing six partitions")
+        wait_for(lambda: _consumed(outs) >= produced, 60, "first records consumed")
         # one member leaves: the other two take over all partitions
         _stop(procs[0])
         # before the rebalance the two survivors hold only 4 of the 6 partitions
-        _wait(lambda: _covers_disjointly(outs[1:]), 60, "two members taking over")
+        wait_for(lambda: _covers_disjointly(outs[1:]), 60, "two members taking over")
         produced |= _produce(address, 120)
-        _wait(lambda: _consumed(outs[1:]) | _consumed(outs[:1]) >= produced, 60, "all consumed")
+        wait_for(lambda: _consumed(outs[1:]) | _consumed(outs[:1]) >= produced, 60, "all consumed")
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -107,9 +97,9 @@ def test_group_shares_rebalances_and_resumes(mode, tmp_path, request):
     new_outs = [tmp_path / f"r{i}" for i in range(2)]
     procs = [_start(address, out) for out in new_outs]
     try:
-        _wait(lambda: _covers_disjointly(new_outs), 60, "restarted members assigned")
+        wait_for(lambda: _covers_disjointly(new_outs), 60, "restarted members assigned")
         fresh = _produce(address, 60)
-        _wait(lambda: _consumed(new_outs) >= fresh, 60, "new records after restart")
+        wait_for(lambda: _consumed(new_outs) >= fresh, 60, "new records after restart")
     finally:
         for proc in procs:
             _stop(proc)
