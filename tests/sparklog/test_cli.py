@@ -215,8 +215,3 @@ def test_bad_addresses_are_one_line(tmp_path):
     result = unreachable("topics", "list", ok=False)
     _one_error_line(result)
     assert "127.0.0.1:1" in result.err
-
-
-def test_demo_still_runs(tmp_path):
-    out = _runner({}, [])("demo", "--root", str(tmp_path / "demo"), "--records", "300").out
-    assert "read back 300 records" in out
