@@ -66,6 +66,3 @@ class VersionedDocument:
         raise CommitConflictError(
             f"could not update {self.store.url}/{self.prefix}: too many races"
         )
-
-    def delete_all(self) -> None:
-        self.store.delete_prefix(self.prefix)

@@ -99,10 +99,6 @@ class ObjectStore:
         _ = self.fs
         return f"{self._root}/{key}" if key else self._root
 
-    def local_path(self, key: str) -> str | None:
-        """The filesystem path of ``key`` on a local root, else None."""
-        return self._path(key) if self.is_local else None
-
     def child(self, prefix: str) -> ObjectStore:
         """A store rooted at ``prefix`` below this one."""
         return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)

@@ -8,7 +8,7 @@ On a typed topic ``value`` is a struct of the topic's schema instead of bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,11 +39,6 @@ def record_schema(value_type: pa.DataType | None = None) -> pa.Schema:
 
 
 RECORD_SCHEMA = record_schema()
-
-
-def with_offset(schema: pa.Schema) -> pa.Schema:
-    """The schema with the ``offset`` column first, as reads return it."""
-    return pa.schema([OFFSET_FIELD, *schema])
 
 
 def now_ms() -> int:
@@ -236,11 +231,3 @@ def _check_sizes(table: pa.Table, max_message_bytes: int) -> None:
             f"record {index} of the batch is {biggest} bytes; max.message.bytes accepts at most "
             f"{max_message_bytes}"
         )
-
-
-def rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
-    """Records as Python dicts (for tests and the console consumer)."""
-    out: list[dict[str, Any]] = []
-    for batch in batches:
-        out.extend(batch.to_pylist())
-    return out

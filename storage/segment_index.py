@@ -10,7 +10,6 @@ costs about what opening one with ten does.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -83,29 +82,6 @@ class SegmentIndex:
         table_rows = len(self._bases) if self._bases is not None else 0
         return table_rows - len(self._removed) + len(self._added_keys)
 
-    def first(self) -> Segment | None:
-        """The segment with the lowest base offset, reading as few rows as possible."""
-        candidate = self._added[self._added_keys[0]] if self._added_keys else None
-        if self._bases is not None:
-            for i, base in enumerate(self._bases):
-                if candidate is not None and int(base) > candidate.base_offset:
-                    break
-                if int(base) not in self._removed:
-                    return self._table_rows(i, i + 1)[0]
-        return candidate
-
-    def last(self) -> Segment | None:
-        """The segment with the highest base offset."""
-        candidate = self._added[self._added_keys[-1]] if self._added_keys else None
-        if self._bases is not None:
-            for i in range(len(self._bases) - 1, -1, -1):
-                base = int(self._bases[i])
-                if candidate is not None and base < candidate.base_offset:
-                    break
-                if base not in self._removed:
-                    return self._table_rows(i, i + 1)[0]
-        return candidate
-
     def first_with_max_timestamp_at_least(self, timestamp_ms: int) -> Segment | None:
         """The earliest live segment holding a record at or after ``timestamp_ms``."""
         if self._table is not None:
@@ -127,9 +103,6 @@ class SegmentIndex:
         hits = [h for h in (table_hit, added[0] if added else None) if h is not None]
         return min(hits, key=lambda s: s.base_offset) if hits else None
 
-    def total_bytes(self) -> int:
-        return sum(s.size_bytes for s in self.all())
-
     def to_table(self) -> pa.Table:
         """All live segments as an Arrow table, built column-wise (no per-segment objects)."""
         parts = []
@@ -150,10 +123,3 @@ class SegmentIndex:
         if len(parts) > 1:
             table = table.sort_by("base_offset")
         return table
-
-    @classmethod
-    def of(cls, segments: Iterable[Segment]) -> SegmentIndex:
-        index = cls()
-        for s in segments:
-            index.add(s)
-        return index
