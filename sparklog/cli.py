@@ -122,17 +122,21 @@ def topics_create(
         stdout.print(f"created topic {name} with {partitions} partitions")
 
 
+def _print_names(names: list[str], as_json: bool) -> None:
+    """A list of names: a JSON array, or one name per line."""
+    if as_json:
+        print_json(names)
+        return
+    for name in names:
+        stdout.print(name, highlight=False)
+
+
 @topics_app.command("list")
 def topics_list(ctx: typer.Context) -> None:
     """List topics."""
     st = state(ctx)
     with st.admin() as admin:
-        names = admin.list_topics()
-    if st.json:
-        print_json(names)
-    else:
-        for name in names:
-            stdout.print(name, highlight=False)
+        _print_names(admin.list_topics(), st.json)
 
 
 @topics_app.command("describe")
@@ -196,12 +200,7 @@ def groups_list(ctx: typer.Context) -> None:
     """List consumer groups."""
     st = state(ctx)
     with st.admin() as admin:
-        names = admin.list_groups()
-    if st.json:
-        print_json(names)
-    else:
-        for name in names:
-            stdout.print(name, highlight=False)
+        _print_names(admin.list_groups(), st.json)
 
 
 @groups_app.command("describe")
