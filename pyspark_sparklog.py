@@ -5,6 +5,6 @@ Spark registers every top-level module named ``pyspark_<name>`` that exposes a
 installing sparklog is enough: no ``spark.dataSource.register`` call needed.
 """
 
-from sparklog.spark_source import SparklogDataSource as DefaultSource
+from sparklog.spark.source import SparklogDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

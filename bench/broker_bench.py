@@ -36,8 +36,8 @@ import pyarrow.flight as flight
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from broker_lite.client import BrokerClient  # noqa: E402
-from storage import make_batch, open_root  # noqa: E402
+from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
+from sparklog.storage import make_batch, open_root  # noqa: E402
 
 VALUE_BYTES = 100
 
@@ -64,7 +64,7 @@ class BrokerProc:
         env["SPARKLOG_LOG_LEVEL"] = "INFO"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker_lite", "--root", root],
+                [sys.executable, "-m", "sparklog.broker_lite", "--root", root],
                 stderr=log,
                 stdout=subprocess.DEVNULL,
                 env=env,

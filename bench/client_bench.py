@@ -29,9 +29,9 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from broker_lite.client import BrokerClient  # noqa: E402
 from sparklog import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from storage import make_batch, open_root  # noqa: E402
+from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
+from sparklog.storage import make_batch, open_root  # noqa: E402
 
 KAFKA_PRODUCE_RPS = 821_557
 KAFKA_CONSUME_RPS = 940_521

@@ -37,9 +37,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sparklog.spark_schema import arrow_schema, source_schema, to_spark_batch  # noqa: E402
-from storage import open_root  # noqa: E402
-from storage.records import RECORD_SCHEMA  # noqa: E402
+from sparklog.spark.schema import arrow_schema, source_schema, to_spark_batch  # noqa: E402
+from sparklog.storage import open_root  # noqa: E402
+from sparklog.storage.records import RECORD_SCHEMA  # noqa: E402
 
 KEY_BYTES, VALUE_BYTES = 16, 100
 CHUNK = 100_000

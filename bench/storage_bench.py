@@ -26,8 +26,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage import make_batch, open_root
-from storage.log import PartitionLog
+from sparklog.storage import make_batch, open_root
+from sparklog.storage.log import PartitionLog
 
 VALUE_BYTES, KEY_BYTES = 100, 16
 

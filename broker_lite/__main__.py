@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from broker_lite.errors import BrokerError
-from broker_lite.server import serve
+from sparklog.broker_lite.errors import BrokerError
+from sparklog.broker_lite.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,17 +15,17 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker_lite.logs import fields
-from storage import StorageError
+from sparklog.broker_lite.logs import fields
+from sparklog.storage import StorageError
 
 if TYPE_CHECKING:
-    from broker_lite.service import Broker
+    from sparklog.broker_lite.service import Broker
 
-log = logging.getLogger("broker_lite.cleaner")
+log = logging.getLogger("sparklog.broker_lite.cleaner")
 
 _maintenance: Any
 try:  # storage.maintenance is written on main by the lead; guard until it lands
-    _maintenance = importlib.import_module("storage.maintenance")
+    _maintenance = importlib.import_module("sparklog.storage.maintenance")
 except ImportError:  # pragma: no cover - depends on the storage version
     _maintenance = None
 

@@ -19,10 +19,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from broker_lite.logs import fields
-from storage import LogRoot, StorageError
+from sparklog.broker_lite.logs import fields
+from sparklog.storage import LogRoot, StorageError
 
-log = logging.getLogger("broker_lite.cluster")
+log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
 
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from broker_lite.errors import InvalidConfigError
-from storage.log import STAGED_OBJECT_MAX_AGE_MS
+from sparklog.broker_lite.errors import InvalidConfigError
+from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -55,7 +55,7 @@ def setup_logging(
     level: str = "INFO",
     fmt: str = "json",
     broker_id: int | None = None,
-    loggers: tuple[str, ...] = ("broker_lite",),
+    loggers: tuple[str, ...] = ("sparklog.broker_lite",),
 ) -> None:
     """Send the named packages' logs to stderr in the chosen format (idempotent)."""
     handler = logging.StreamHandler(sys.stderr)

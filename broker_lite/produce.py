@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from broker_lite.errors import BrokerError, OutOfOrderSequenceError, from_storage
-from broker_lite.logs import fields
-from storage import ProducerBatch, StorageError
+from sparklog.broker_lite.errors import BrokerError, OutOfOrderSequenceError, from_storage
+from sparklog.broker_lite.logs import fields
+from sparklog.errors import BrokerNotAvailableError
+from sparklog.storage import ProducerBatch, StorageError
 
-log = logging.getLogger("broker_lite.produce")
+log = logging.getLogger("sparklog.broker_lite.produce")
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class TopicBatcher:
     def submit(self, requests: list[ProduceRequest]) -> None:
         with self._cond:
             if self._closed:
-                raise BrokerError("broker is shutting down")
+                raise BrokerNotAvailableError("broker is shutting down")
             self._pending.extend(requests)
             self._pending_bytes += sum(r.size_bytes for r in requests)
             self._cond.notify_all()

@@ -24,19 +24,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from broker_lite.config import BrokerConfig, load_config
-from broker_lite.errors import (
+from sparklog.broker_lite.config import BrokerConfig, load_config
+from sparklog.broker_lite.errors import (
     BrokerError,
     InvalidConfigError,
     InvalidRequestError,
     encode,
     from_storage,
 )
-from broker_lite.logs import fields, setup_logging
-from broker_lite.service import Broker
-from storage import LogRoot, StorageError
+from sparklog.broker_lite.logs import fields, setup_logging
+from sparklog.broker_lite.service import Broker
+from sparklog.errors import NotLeaderError, RebalanceInProgressError, UnknownServerError
+from sparklog.storage import LogRoot, StorageError
 
-log = logging.getLogger("broker_lite.server")
+log = logging.getLogger("sparklog.broker_lite.server")
 MISSING = object()
 
 
@@ -139,9 +140,9 @@ class FlightBroker(flight.FlightServerBase):
             err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")
         except Exception as exc:
             log.exception("unexpected error", extra=fields(method=method))
-            err = BrokerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
+            err = UnknownServerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
         self.broker.metrics.requests.labels(method, err.code).inc()
-        if err.code not in ("NOT_LEADER", "REBALANCE_IN_PROGRESS"):
+        if not isinstance(err, NotLeaderError | RebalanceInProgressError):
             log.info(
                 "request refused", extra=fields(method=method, code=err.code, error=err.message)
             )

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from broker_lite.cluster import Cluster, rendezvous_weight
-from broker_lite.config import BrokerConfig
-from broker_lite.errors import (
+from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
+from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.errors import (
     BrokerError,
     FencedError,
     InvalidRecordError,
@@ -33,10 +33,9 @@ from broker_lite.errors import (
     UnknownTopicError,
     from_storage,
 )
-from broker_lite.groups import GroupCoordinator
-from broker_lite.logs import fields
-from broker_lite.metrics import Metrics
-from broker_lite.produce import (
+from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.metrics import Metrics
+from sparklog.broker_lite.produce import (
     ProduceOutcome,
     ProduceRequest,
     Run,
@@ -44,12 +43,13 @@ from broker_lite.produce import (
     commit_pool,
     duplicate_outcome,
 )
-from broker_lite.tailcache import PartitionKey, TailCache
-from storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
-from storage import errors as storage_errors
-from storage.records import OFFSET_FIELD
+from sparklog.broker_lite.tailcache import PartitionKey, TailCache
+from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
+from sparklog.storage import errors as storage_errors
+from sparklog.storage.records import OFFSET_FIELD
 
-log = logging.getLogger("broker_lite.broker")
+log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
 
 
@@ -138,7 +138,7 @@ class Broker:
         self._update_leadership()
         self._spawn("lease", self._lease_loop)
         if self.config.cleaner_interval_ms > 0:
-            from broker_lite.cleaner import Cleaner
+            from sparklog.broker_lite.cleaner import Cleaner
 
             cleaner = Cleaner(self)
             self._spawn("cleaner", cleaner.loop)

@@ -12,34 +12,95 @@ brokers::
     records = consumer.poll(timeout_ms=1000)
 """
 
-from sparklog.admin import Admin, OffsetReset
-from sparklog.consumer import Consumer
-from sparklog.errors import (
-    CommitFailedError,
-    ConfigError,
-    FencedError,
-    GroupError,
-    InvalidRecordError,
-    KafkaTimeoutError,
-    OffsetOutOfRangeError,
-    RebalanceInProgressError,
-    SparklogError,
-    TopicExistsError,
-    UnavailableError,
-    UnknownTopicError,
-)
-from sparklog.producer import FutureBatchMetadata, FutureRecordMetadata, Producer
-from sparklog.types import (
-    BatchMetadata,
-    ConsumerRecord,
-    GroupDescription,
-    OffsetAndMetadata,
-    PartitionDescription,
-    PartitionLag,
-    RecordMetadata,
-    TopicDescription,
-    TopicPartition,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names and the module that defines each. They are imported on first use (PEP 562), so
+# ``import sparklog`` stays cheap and ``sparklog.storage`` can be imported without the clients.
+_EXPORTS: dict[str, str] = {
+    "Admin": "sparklog.client.admin",
+    "BatchMetadata": "sparklog.client.types",
+    "CommitFailedError": "sparklog.errors",
+    "ConfigError": "sparklog.errors",
+    "Consumer": "sparklog.client.consumer",
+    "ConsumerRecord": "sparklog.client.types",
+    "FencedError": "sparklog.errors",
+    "FutureBatchMetadata": "sparklog.client.producer",
+    "FutureRecordMetadata": "sparklog.client.producer",
+    "GroupDescription": "sparklog.client.types",
+    "GroupError": "sparklog.errors",
+    "InvalidRecordError": "sparklog.errors",
+    "KafkaTimeoutError": "sparklog.errors",
+    "OffsetAndMetadata": "sparklog.client.types",
+    "OffsetOutOfRangeError": "sparklog.errors",
+    "OffsetReset": "sparklog.client.admin",
+    "PartitionDescription": "sparklog.client.types",
+    "PartitionLag": "sparklog.client.types",
+    "Producer": "sparklog.client.producer",
+    "RebalanceInProgressError": "sparklog.errors",
+    "RecordMetadata": "sparklog.client.types",
+    "SparklogError": "sparklog.errors",
+    "TopicDescription": "sparklog.client.types",
+    "TopicExistsError": "sparklog.errors",
+    "TopicPartition": "sparklog.client.types",
+    "UnavailableError": "sparklog.errors",
+    "UnknownTopicError": "sparklog.errors",
+}
+
+if TYPE_CHECKING:
+    from sparklog.client.admin import (
+        Admin,
+        OffsetReset,
+    )
+    from sparklog.client.consumer import (
+        Consumer,
+    )
+    from sparklog.client.producer import (
+        FutureBatchMetadata,
+        FutureRecordMetadata,
+        Producer,
+    )
+    from sparklog.client.types import (
+        BatchMetadata,
+        ConsumerRecord,
+        GroupDescription,
+        OffsetAndMetadata,
+        PartitionDescription,
+        PartitionLag,
+        RecordMetadata,
+        TopicDescription,
+        TopicPartition,
+    )
+    from sparklog.errors import (
+        CommitFailedError,
+        ConfigError,
+        FencedError,
+        GroupError,
+        InvalidRecordError,
+        KafkaTimeoutError,
+        OffsetOutOfRangeError,
+        RebalanceInProgressError,
+        SparklogError,
+        TopicExistsError,
+        UnavailableError,
+        UnknownTopicError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "Admin",

@@ -1,183 +1,398 @@
-"""Errors of the sparklog client, one root and a few subclasses.
+"""The one error hierarchy of sparklog: storage, broker, wire protocols, clients and Spark.
 
-Every error says whether repeating the call may succeed (``retriable``), as
-Kafka's clients do, and carries a stable ``code``.  Errors from the storage
-engine and from brokers are translated into these by :func:`translate` so an
-application catches one family whichever address it uses.
+Modelled on kafka-python's and aiokafka's errors: a root :class:`SparklogError`
+and subclasses named after Kafka's error codes, each with
+
+* ``errno``: Kafka's numeric error code (what the Kafka listener sends; ``-1``
+  where Kafka has none and the error is sparklog's own),
+* ``code``: Kafka's error name (``NOT_LEADER_OR_FOLLOWER``) or sparklog's own,
+* ``retriable``: whether repeating the same call may succeed,
+* ``invalid_metadata``: whether the caller should refresh metadata first.
+
+Every layer raises these classes; nothing is translated by module name or by
+message text. The Flight listener carries an error as its class name plus
+``errno``, message and details (:func:`error_class` finds the class again).
+
+Two rules of DESIGN.md §1 live here:
+
+* a write whose outcome is unknown (the request was sent, the answer lost) is
+  :class:`CommitStateUnknownError`: resolve it by re-reading, never by a blind
+  retry, so ``retriable`` is false;
+* programming errors are not outages: only the classes below are ever retried,
+  an ``AttributeError`` or ``TypeError`` propagates as itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any, ClassVar
+
+_BY_NAME: dict[str, type[SparklogError]] = {}
+_BY_ERRNO: dict[int, type[SparklogError]] = {}
 
 
 class SparklogError(Exception):
-    """Root of every client error."""
+    """Root of every sparklog error."""
 
+    errno: ClassVar[int] = -1
+    code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     retriable: bool = False
-    code: str = "SPARKLOG_ERROR"
+    invalid_metadata: ClassVar[bool] = False
+    #: the class :func:`error_for_errno` returns for this ``errno`` (one per code)
+    canonical: ClassVar[bool] = False
 
-
-class ConfigError(SparklogError, ValueError):
-    """A bad address, option, config key or value: the message names it and what is accepted."""
-
-    code = "INVALID_CONFIG"
-
-
-class UnknownTopicError(SparklogError, KeyError):
-    """The topic or partition does not exist."""
-
-    code = "UNKNOWN_TOPIC"
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else "unknown topic"
-
-
-class TopicExistsError(SparklogError):
-    code = "TOPIC_EXISTS"
-
-
-class OffsetOutOfRangeError(SparklogError):
-    """An offset outside the partition's ``[log_start_offset, high_watermark]``."""
-
-    code = "OFFSET_OUT_OF_RANGE"
-
-    def __init__(self, message: str, log_start_offset: int = -1, high_watermark: int = -1):
+    def __init__(self, message: str = "", **details: Any) -> None:
         super().__init__(message)
-        self.log_start_offset = log_start_offset
-        self.high_watermark = high_watermark
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _BY_NAME[cls.__name__] = cls
+        if cls.__dict__.get("canonical", False):
+            _BY_ERRNO[cls.errno] = cls
+
+    def __str__(self) -> str:
+        return self.message or self.code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Spark pickles errors between driver and workers: keep message and details.
+        return (_rebuild, (type(self).__name__, self.message, self.details, self.retriable))
 
 
-class InvalidRecordError(SparklogError):
-    """A record the topic refuses (too large, wrong schema)."""
-
-    code = "INVALID_RECORD"
-
-
-class FencedError(SparklogError):
-    """A newer producer or leader took over; this one must stop."""
-
-    code = "FENCED"
+def _rebuild(name: str, message: str, details: dict[str, Any], retriable: bool) -> SparklogError:
+    err = error_class(name)(message, **details)
+    err.retriable = retriable
+    return err
 
 
-class GroupError(SparklogError):
-    """A consumer-group call the coordinator refused (stale generation, unknown member...)."""
-
-    code = "GROUP_ERROR"
+_BY_NAME["SparklogError"] = SparklogError
 
 
-class RebalanceInProgressError(GroupError):
-    """The group is rebalancing: re-join, then retry."""
-
-    retriable = True
-    code = "REBALANCE_IN_PROGRESS"
+def error_class(name: str) -> type[SparklogError]:
+    """The class called ``name`` (from a wire message); :class:`SparklogError` if unknown."""
+    return _BY_NAME.get(name, SparklogError)
 
 
-class CommitFailedError(GroupError):
-    """An offset commit from a stale generation or an unknown member was rejected."""
+def error_for_errno(errno: int) -> type[SparklogError]:
+    """The class of Kafka's numeric error code; :class:`UnknownServerError` if unknown."""
+    return _BY_ERRNO.get(errno, UnknownServerError)
 
-    code = "ILLEGAL_GENERATION"
+
+class UnknownServerError(SparklogError):
+    """An unexpected failure on the server (a bug): not retried."""
+
+    errno = -1
+    code = "UNKNOWN_SERVER_ERROR"
+    canonical = True
+
+
+# -- reachability and outcome ----------------------------------------------------------------
 
 
 class UnavailableError(SparklogError):
-    """Storage or broker could not be reached, or a retriable failure persisted."""
+    """Storage or a broker could not be reached or could not finish: try again later."""
 
     retriable = True
     code = "UNAVAILABLE"
 
 
-class KafkaTimeoutError(SparklogError):
-    """An operation did not finish within its timeout (delivery.timeout.ms, max.block.ms...)."""
+class KafkaStorageError(UnavailableError):
+    """The storage root failed the request (Kafka's KAFKA_STORAGE_ERROR)."""
 
+    errno = 56
+    code = "KAFKA_STORAGE_ERROR"
+    canonical = True
+
+
+class StoreUnavailableError(KafkaStorageError):
+    """The object store could not be reached or refused the request."""
+
+
+class CommitConflictError(KafkaStorageError):
+    """An optimistic commit kept losing its race to other writers; try again."""
+
+
+class BrokerNotAvailableError(UnavailableError):
+    """No broker could be reached (or the one asked is shutting down or starting)."""
+
+    errno = 8
+    code = "BROKER_NOT_AVAILABLE"
+    canonical = True
+
+
+class LeaderNotAvailableError(UnavailableError):
+    """The partition has no leader at the moment (an election is under way)."""
+
+    errno = 5
+    code = "LEADER_NOT_AVAILABLE"
+    invalid_metadata = True
+    canonical = True
+
+
+class NotLeaderOrFollowerError(UnavailableError):
+    """This broker does not lead the partition; ``details['leader_location']`` may name who does."""
+
+    errno = 6
+    code = "NOT_LEADER_OR_FOLLOWER"
+    invalid_metadata = True
+    canonical = True
+
+
+class CoordinatorNotAvailableError(UnavailableError):
+    errno = 15
+    code = "COORDINATOR_NOT_AVAILABLE"
+    canonical = True
+
+
+class NotCoordinatorError(UnavailableError):
+    errno = 16
+    code = "NOT_COORDINATOR"
+    canonical = True
+
+
+class KafkaTimeoutError(UnavailableError):
+    """An operation did not finish within its timeout (``delivery_timeout_ms``...)."""
+
+    errno = 7
+    code = "REQUEST_TIMED_OUT"
+    canonical = True
+
+
+class CommitStateUnknownError(SparklogError):
+    """A write was sent but its answer was lost: it may or may not have been applied.
+
+    Not retriable: re-read the log (or rely on an idempotent producer's sequence
+    numbers) to learn the outcome; a blind retry can append twice.
+    """
+
+    errno = 7
+    code = "COMMIT_STATE_UNKNOWN"
+
+
+# -- the user's request ----------------------------------------------------------------------
+
+
+class InvalidConfigurationError(SparklogError, ValueError):
+    """A bad address, option, config key or value: the message names it and what is accepted."""
+
+    errno = 40
+    code = "INVALID_CONFIG"
+    canonical = True
+
+
+class InvalidRequestError(SparklogError):
+    """A malformed request: bad JSON, missing field, unknown action, garbage bytes."""
+
+    errno = 42
+    code = "INVALID_REQUEST"
+    canonical = True
+
+
+class UnsupportedVersionError(SparklogError):
+    errno = 35
+    code = "UNSUPPORTED_VERSION"
+    canonical = True
+
+
+class PolicyViolationError(SparklogError):
+    errno = 44
+    code = "POLICY_VIOLATION"
+    canonical = True
+
+
+class UnknownTopicOrPartitionError(SparklogError, KeyError):
+    """The topic or partition does not exist (definitive on a storage root: not retried)."""
+
+    errno = 3
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+    canonical = True
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message or "unknown topic or partition"
+
+
+class TopicAlreadyExistsError(SparklogError):
+    errno = 36
+    code = "TOPIC_ALREADY_EXISTS"
+    canonical = True
+
+
+class InvalidTopicError(InvalidConfigurationError):
+    """A topic name that is not accepted."""
+
+    errno = 17
+    code = "INVALID_TOPIC_EXCEPTION"
+    canonical = True
+
+
+class InvalidPartitionsError(InvalidConfigurationError):
+    errno = 37
+    code = "INVALID_PARTITIONS"
+    canonical = True
+
+
+class OffsetOutOfRangeError(SparklogError):
+    """An offset outside the partition's ``[log_start_offset, high_watermark]``."""
+
+    errno = 1
+    code = "OFFSET_OUT_OF_RANGE"
+    canonical = True
+
+    def __init__(
+        self,
+        message: str = "",
+        log_start_offset: int = -1,
+        high_watermark: int = -1,
+        **details: Any,
+    ) -> None:
+        details.setdefault("log_start_offset", log_start_offset)
+        details.setdefault("high_watermark", high_watermark)
+        super().__init__(message, **details)
+
+    @property
+    def log_start_offset(self) -> int:
+        return int(self.details.get("log_start_offset", -1))
+
+    @property
+    def high_watermark(self) -> int:
+        return int(self.details.get("high_watermark", -1))
+
+
+class InvalidRecordError(SparklogError):
+    """A record the topic refuses: wrong schema, wrong type, bad timestamp."""
+
+    errno = 87
+    code = "INVALID_RECORD"
+    canonical = True
+
+
+class MessageSizeTooLargeError(InvalidRecordError):
+    """A record (or batch) over ``max.message.bytes``."""
+
+    errno = 10
+    code = "MESSAGE_TOO_LARGE"
+    canonical = True
+
+
+class CorruptRecordError(SparklogError):
+    """Stored bytes fail their checksum or cannot be decoded; the message names the file.
+
+    Never retriable and never the user's fault: the stored file needs repair.
+    """
+
+    errno = 2
+    code = "CORRUPT_MESSAGE"
+    canonical = True
+
+
+# -- fencing and idempotent producers --------------------------------------------------------
+
+
+class FencedError(SparklogError):
+    """A newer leader or producer took over; this one must stop."""
+
+    code = "FENCED"
+
+
+class FencedLeaderEpochError(FencedError):
+    """A leader epoch that a newer leader has replaced."""
+
+    errno = 74
+    code = "FENCED_LEADER_EPOCH"
+    canonical = True
+
+
+class ProducerFencedError(FencedError):
+    """A producer epoch that a newer instance of the producer has replaced."""
+
+    errno = 90
+    code = "PRODUCER_FENCED"
+    canonical = True
+
+
+class OutOfOrderSequenceNumberError(SparklogError):
+    """An idempotent producer's sequence number skipped or went back."""
+
+    errno = 45
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    canonical = True
+
+
+class UnknownProducerIdError(SparklogError):
+    """The producer id expired (``producer.id.expiration.ms``): obtain a new one."""
+
+    errno = 59
+    code = "UNKNOWN_PRODUCER_ID"
+    canonical = True
+
+
+# -- consumer groups -------------------------------------------------------------------------
+
+
+class GroupError(SparklogError):
+    """A consumer-group call the coordinator refused; the subclass says what to do."""
+
+    code = "GROUP_ERROR"
+
+
+class RebalanceInProgressError(GroupError):
+    """The group is rebalancing: join again, then retry."""
+
+    errno = 27
+    code = "REBALANCE_IN_PROGRESS"
     retriable = True
-    code = "TIMEOUT"
+    canonical = True
 
 
-_BY_CODE: dict[str, type[SparklogError]] = {
-    "INVALID_CONFIG": ConfigError,
-    "UNKNOWN_TOPIC": UnknownTopicError,
-    "UNKNOWN_TOPIC_OR_PARTITION": UnknownTopicError,
-    "TOPIC_EXISTS": TopicExistsError,
-    "TOPIC_ALREADY_EXISTS": TopicExistsError,
-    "OFFSET_OUT_OF_RANGE": OffsetOutOfRangeError,
-    "INVALID_RECORD": InvalidRecordError,
-    "FENCED": FencedError,
-    "REBALANCE_IN_PROGRESS": RebalanceInProgressError,
-    "ILLEGAL_GENERATION": CommitFailedError,
-    "UNKNOWN_MEMBER": CommitFailedError,
-    "UNKNOWN_MEMBER_ID": CommitFailedError,
-    "INCONSISTENT_GROUP_PROTOCOL": GroupError,
-    "BROKER_UNAVAILABLE": UnavailableError,
-    "OUT_OF_ORDER_SEQUENCE": SparklogError,
-    "STORE_UNAVAILABLE": UnavailableError,
-    "UNAVAILABLE": UnavailableError,
-    "NOT_LEADER": UnavailableError,
-    "COMMIT_CONFLICT": UnavailableError,
-    "TIMEOUT": KafkaTimeoutError,
-}
+class CommitFailedError(GroupError):
+    """An offset commit from a stale generation or an unknown member was rejected."""
+
+    code = "COMMIT_FAILED"
 
 
-def from_foreign(exc: BaseException) -> SparklogError:
-    """The client error for a storage or broker error (matched by its ``code``)."""
-    if isinstance(exc, SparklogError):
-        return exc
-    code = str(getattr(exc, "code", "") or "")
-    cls = _BY_CODE.get(code)
-    if cls is None:
-        cls = UnavailableError if getattr(exc, "retriable", False) else SparklogError
-    if cls is OffsetOutOfRangeError:
-        out: SparklogError = OffsetOutOfRangeError(
-            str(exc),
-            int(getattr(exc, "log_start_offset", -1)),
-            int(getattr(exc, "high_watermark", -1)),
-        )
-    else:
-        out = cls(str(exc))
-    if getattr(exc, "retriable", None) is not None and cls in (SparklogError, GroupError):
-        out.retriable = bool(exc.retriable)  # type: ignore[attr-defined]
-    if code and cls is SparklogError:
-        out.code = code
-    return out
+class IllegalGenerationError(CommitFailedError):
+    """The member's generation is not the group's current one (a zombie member)."""
+
+    errno = 22
+    code = "ILLEGAL_GENERATION"
+    canonical = True
 
 
-def _is_foreign(exc: BaseException) -> bool:
-    module = type(exc).__module__
-    return module.startswith(("storage.", "broker_lite.")) and hasattr(exc, "code")
+class UnknownMemberIdError(CommitFailedError):
+    """The member id is not (or no longer) in the group: join with an empty id."""
+
+    errno = 25
+    code = "UNKNOWN_MEMBER_ID"
+    canonical = True
 
 
-@contextmanager
-def translate() -> Iterator[None]:
-    """Re-raise storage and broker errors as sparklog errors (keeping the cause)."""
-    try:
-        yield
-    except SparklogError:
-        raise
-    except Exception as exc:
-        if _is_foreign(exc):
-            raise from_foreign(exc) from exc
-        raise
+class InconsistentGroupProtocolError(GroupError):
+    """The member's assignment strategy is not one the group's members share."""
+
+    errno = 23
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+    canonical = True
 
 
-__all__ = [
-    "CommitFailedError",
-    "ConfigError",
-    "FencedError",
-    "GroupError",
-    "InvalidRecordError",
-    "KafkaTimeoutError",
-    "OffsetOutOfRangeError",
-    "RebalanceInProgressError",
-    "SparklogError",
-    "TopicExistsError",
-    "UnavailableError",
-    "UnknownTopicError",
-    "from_foreign",
-    "translate",
-]
+class InvalidGroupIdError(GroupError, InvalidConfigurationError):
+    errno = 24
+    code = "INVALID_GROUP_ID"
+    canonical = True
 
 
-# -- the Spark data source (format("sparklog")) ---------------------------------------------
+class GroupIdNotFoundError(GroupError):
+    errno = 69
+    code = "GROUP_ID_NOT_FOUND"
+    canonical = True
+
+
+class NonEmptyGroupError(GroupError):
+    errno = 68
+    code = "NON_EMPTY_GROUP"
+    canonical = True
+
+
+# -- the Spark data source (format("sparklog")) ----------------------------------------------
 # Spark wraps these in its own exceptions, keeping the message; so every message names the
 # offending option, column or range and what is accepted.
 
@@ -188,19 +403,28 @@ class SparkSourceError(SparklogError):
     code = "SPARK_SOURCE"
 
 
-class SparkOptionError(SparkSourceError, ValueError):
+class SparkOptionError(SparkSourceError, InvalidConfigurationError):
     """An option that is missing, unknown or has a value that is not accepted."""
 
-    code = "INVALID_CONFIG"
 
-
-class SinkColumnError(SparkSourceError, ValueError):
+class SinkColumnError(SparkSourceError, InvalidRecordError):
     """A DataFrame written to sparklog lacks ``value`` or has a column of a wrong type."""
-
-    code = "INVALID_RECORD"
 
 
 class DataLossError(SparkSourceError):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
 
     code = "DATA_LOSS"
+
+
+# Shorter names the clients have always used (one class each, not a second declaration).
+ConfigError = InvalidConfigurationError
+InvalidConfigError = InvalidConfigurationError
+UnknownTopicError = UnknownTopicOrPartitionError
+TopicExistsError = TopicAlreadyExistsError
+CorruptionError = CorruptRecordError
+NotLeaderError = NotLeaderOrFollowerError
+UnknownMemberError = UnknownMemberIdError
+OutOfOrderSequenceError = OutOfOrderSequenceNumberError
+ProducerSequenceError = OutOfOrderSequenceNumberError
+RequestTimedOutError = KafkaTimeoutError

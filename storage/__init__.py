@@ -2,7 +2,7 @@
 
 Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
 
-    from storage import open_root
+    from sparklog.storage import open_root
     root = open_root("/tmp/sparklog")
     root.create_topic("events", partitions=3)
     topic = root.topic("events")
@@ -10,7 +10,7 @@ Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
     topic.partition(0).read(0)
 """
 
-from storage.errors import (
+from sparklog.storage.errors import (
     CommitConflictError,
     CorruptionError,
     FencedError,
@@ -23,11 +23,11 @@ from storage.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from storage.log import AppendResult, PartitionLog, ProducerBatch
-from storage.objectstore import ObjectStore
-from storage.records import RECORD_SCHEMA, make_batch, record_schema
-from storage.segments import Segment
-from storage.topics import LogRoot, Topic, TopicInfo, open_root, validate_topic_name
+from sparklog.storage.log import AppendResult, PartitionLog, ProducerBatch
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import RECORD_SCHEMA, make_batch, record_schema
+from sparklog.storage.segments import Segment
+from sparklog.storage.topics import LogRoot, Topic, TopicInfo, open_root, validate_topic_name
 
 __all__ = [
     "RECORD_SCHEMA",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from storage.errors import InvalidConfigError
+from sparklog.storage.errors import InvalidConfigError
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from storage.errors import CommitConflictError
-from storage.objectstore import ObjectStore
+from sparklog.storage.errors import CommitConflictError
+from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
 

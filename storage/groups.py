@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from storage.documents import VersionedDocument
-from storage.errors import InvalidConfigError
-from storage.objectstore import ObjectStore
-from storage.records import now_ms
+from sparklog.storage.documents import VersionedDocument
+from sparklog.storage.errors import InvalidConfigError
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import now_ms
 
 GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 

@@ -23,18 +23,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.documents import version_key
-from storage.errors import (
+from sparklog.storage.documents import version_key
+from sparklog.storage.errors import (
     CommitConflictError,
     FencedError,
     OffsetOutOfRangeError,
     ProducerSequenceError,
     StorageError,
 )
-from storage.objectstore import ObjectStore
-from storage.records import OFFSET_FIELD, now_ms
-from storage.segment_index import SegmentIndex
-from storage.segments import Segment, read_segment
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.segment_index import SegmentIndex
+from sparklog.storage.segments import Segment, read_segment
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.errors import StorageError
-from storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
-from storage.records import OFFSET_FIELD, now_ms
-from storage.segments import Segment, write_object
-from storage.topics import Topic
+from sparklog.storage.errors import StorageError
+from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
+from sparklog.storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.segments import Segment, write_object
+from sparklog.storage.topics import Topic
 
 #: Objects unreferenced for this long (and older than it) are deleted by GC.
 DEFAULT_GC_GRACE_MS = 15 * 60 * 1000

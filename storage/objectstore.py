@@ -22,7 +22,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import url_to_fs
 
-from storage.errors import InvalidConfigError, StorageError, StoreUnavailableError
+from sparklog.storage.errors import InvalidConfigError, StorageError, StoreUnavailableError
 
 _MEMORY_CREATE_LOCK = threading.Lock()
 

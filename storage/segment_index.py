@@ -14,7 +14,7 @@ import bisect
 import numpy as np
 import pyarrow as pa
 
-from storage.segments import Segment, segments_from_table, segments_to_table
+from sparklog.storage.segments import Segment, segments_from_table, segments_to_table
 
 
 class SegmentIndex:

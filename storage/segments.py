@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from storage.errors import CorruptionError, InvalidConfigError
-from storage.objectstore import ObjectStore
-from storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.errors import CorruptionError, InvalidConfigError
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import OFFSET_FIELD, now_ms
 
 COMPRESSIONS = ("none", "lz4", "zstd")
 FOOTER_KEY = b"sparklog.partitions"

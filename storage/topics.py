@@ -18,19 +18,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
-from storage.documents import VersionedDocument
-from storage.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
-from storage.groups import GroupStore
-from storage.log import (
+from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
+from sparklog.storage.documents import VersionedDocument
+from sparklog.storage.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from sparklog.storage.groups import GroupStore
+from sparklog.storage.log import (
     DEFAULT_SNAPSHOT_INTERVAL,
     AppendResult,
     PartitionLog,
     ProducerBatch,
 )
-from storage.objectstore import ObjectStore
-from storage.records import RECORD_SCHEMA, normalize, now_ms, record_schema
-from storage.segments import Segment, write_object
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import RECORD_SCHEMA, normalize, now_ms, record_schema
+from sparklog.storage.segments import Segment, write_object
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.client.brokers import BrokerCluster
 from tests.support.s3 import MotoS3
 
 
@@ -34,3 +35,28 @@ def root_spec(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
 @pytest.fixture
 def s3_root_spec(moto_s3: MotoS3) -> tuple[str, dict]:
     return moto_s3.fresh_root(), moto_s3.storage_options
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[BrokerCluster]:
+    """One broker on a fresh file root."""
+    cluster = BrokerCluster(f"file://{tmp_path}/broker-root", tmp_path)
+    cluster.start(1)
+    try:
+        cluster.wait_live(1)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def two_brokers(tmp_path) -> Iterator[BrokerCluster]:
+    """Two brokers sharing a file root (for failover)."""
+    cluster = BrokerCluster(f"file://{tmp_path}/broker-root", tmp_path)
+    cluster.start(1)
+    cluster.start(2)
+    try:
+        cluster.wait_live(2)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from broker_lite.errors import (
+from sparklog.broker_lite.errors import (
     IllegalGenerationError,
     RebalanceInProgressError,
     UnknownMemberError,

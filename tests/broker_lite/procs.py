@@ -73,7 +73,7 @@ class BrokerProcess:
                 [
                     sys.executable,
                     "-m",
-                    "broker_lite",
+                    "sparklog.broker_lite",
                     "--config",
                     str(path),
                     "--root",

@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from broker_lite.client import BrokerClient
-from broker_lite.errors import (
+from sparklog.broker_lite.errors import (
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicError,
 )
-from storage import make_batch, open_root
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.storage import make_batch, open_root
 from tests.broker_lite.procs import REPO
 
 
@@ -248,7 +248,7 @@ def test_sigterm_flushes_and_releases_lease(file_root, cluster_on):
 )
 def test_bad_startup_config_exits_with_one_line(tmp_path, args, env, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "broker_lite", "--root", str(tmp_path / "r"), *args],
+        [sys.executable, "-m", "sparklog.broker_lite", "--root", str(tmp_path / "r"), *args],
         env={**os.environ, "PYTHONPATH": str(REPO), **env},
         capture_output=True,
         timeout=60,
@@ -265,7 +265,15 @@ def test_listen_port_in_use_is_a_clear_error(file_root, cluster_on, tmp_path):
     cluster = cluster_on(file_root)
     broker = cluster.start(0)
     proc = subprocess.run(
-        [sys.executable, "-m", "broker_lite", "--root", file_root[0], "--listen", broker.location],
+        [
+            sys.executable,
+            "-m",
+            "sparklog.broker_lite",
+            "--root",
+            file_root[0],
+            "--listen",
+            broker.location,
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO), "SPARKLOG_METRICS_LISTEN": ""},
         capture_output=True,
         timeout=60,

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from broker_lite.client import BrokerClient
-from broker_lite.errors import OffsetOutOfRangeError
-from storage import make_batch
+from sparklog.broker_lite.errors import OffsetOutOfRangeError
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.storage import make_batch
 
 
 def test_cleaner_applies_retention_on_schedule(file_root, cluster_on):

@@ -8,9 +8,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from broker_lite.client import BrokerClient
-from broker_lite.errors import BrokerError, IllegalGenerationError
-from storage import make_batch, open_root
+from sparklog.broker_lite.errors import BrokerError, IllegalGenerationError
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.storage import make_batch, open_root
 from tests.broker_lite.members import Member, wait_stable
 
 

@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from broker_lite.config import KEYS, BrokerConfig, load_config
-from broker_lite.errors import InvalidConfigError
+from sparklog.broker_lite.config import KEYS, BrokerConfig, load_config
+from sparklog.broker_lite.errors import InvalidConfigError
 
 CONF = pathlib.Path(__file__).resolve().parents[2] / "conf" / "broker.toml"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from broker_lite.assignors import range_assign, roundrobin_assign, sticky_assign
-from broker_lite.errors import (
+from sparklog.broker_lite.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
     UnknownMemberError,
 )
-from broker_lite.groups import GroupCoordinator
-from storage import open_root
+from sparklog.groups.assignors import range_assign, roundrobin_assign, sticky_assign
+from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.storage import open_root
 from tests.broker_lite.members import Member, wait_stable
 
 

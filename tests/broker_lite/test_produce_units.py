@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from broker_lite.errors import OutOfOrderSequenceError
-from broker_lite.produce import ProduceRequest, duplicate_outcome, take_runs
-from broker_lite.service import with_offsets
-from broker_lite.tailcache import TailCache
-from storage import ProducerBatch, make_batch
+from sparklog.broker_lite.errors import OutOfOrderSequenceError
+from sparklog.broker_lite.produce import ProduceRequest, duplicate_outcome, take_runs
+from sparklog.broker_lite.service import with_offsets
+from sparklog.broker_lite.tailcache import TailCache
+from sparklog.storage import ProducerBatch, make_batch
 
 
 def req(partition: int, pid: int | None = None, seq: int = 0, n: int = 2) -> ProduceRequest:

@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from storage import (
+from sparklog.storage import (
     CorruptionError,
     FencedError,
     InvalidConfigError,

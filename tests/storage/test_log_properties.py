@@ -12,7 +12,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import make_batch, open_root
+from sparklog.storage import make_batch, open_root
 
 record = st.tuples(
     st.one_of(st.none(), st.binary(max_size=12)),  # key

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from storage import OffsetOutOfRangeError, make_batch, open_root
-from storage.maintenance import (
+from sparklog.storage import OffsetOutOfRangeError, make_batch, open_root
+from sparklog.storage.maintenance import (
     collect_garbage,
     compact,
     merge_small_segments,

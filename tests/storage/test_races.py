@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from storage import make_batch, open_root
-from storage.maintenance import collect_garbage
+from sparklog.storage import make_batch, open_root
+from sparklog.storage.maintenance import collect_garbage
 
 WRITERS = 4
 BATCHES_PER_WRITER = 12
@@ -66,7 +66,7 @@ def test_crash_between_object_write_and_commit(tmp_path):
     crash = textwrap.dedent(
         f"""
         import os
-        from storage import make_batch, open_root
+        from sparklog.storage import make_batch, open_root
         topic = open_root({url!r}).topic("t")
         topic.write({{0: make_batch([b"staged but never committed"])}})
         os._exit(17)  # die before the commit

@@ -1,0 +1,495 @@
+"""The Consumer: subscribe or assign, poll records or Arrow batches, commit positions.
+
+Without ``group_id`` a consumer reads and changes nothing any group sees.
+With ``group_id`` and ``subscribe`` it is a member of a consumer group
+(partitions shared among members, rebalanced as they come and go); with
+``assign`` it may still commit to the group, as Kafka's standalone consumers do.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.client.config import CONSUMER_OPTIONS, parse_config
+from sparklog.client.membership import GroupMembership
+from sparklog.client.transports import Backend, open_backend
+from sparklog.client.types import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from sparklog.errors import ConfigError, OffsetOutOfRangeError, SparklogError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[list[TopicPartition]], Any]
+_IDLE_BACKOFF_S = (0.005, 0.1)
+
+
+def _as_tp(value: Any) -> TopicPartition:
+    if isinstance(value, TopicPartition):
+        return value
+    try:
+        topic, partition = value
+        return TopicPartition(str(topic), int(partition))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{value!r} is not a TopicPartition; accepted: (topic, partition)"
+        ) from None
+
+
+class Consumer:
+    """Read records from topics: ``Consumer("file:///tmp/sl", group_id="g")``.
+
+    Config (Kafka's meanings): auto_offset_reset, enable_auto_commit,
+    auto_commit_interval_ms, session_timeout_ms, heartbeat_interval_ms,
+    rebalance_timeout_ms, max_poll_records, fetch_max_bytes, fetch_max_wait_ms,
+    partition_assignment_strategy, metadata_max_age_ms, client_id, storage_options.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        group_id: str | None = None,
+        *,
+        backend: Backend | None = None,
+        **config: Any,
+    ) -> None:
+        self.config = parse_config("consumer", CONSUMER_OPTIONS, config)
+        self.group_id = group_id
+        self._backend = backend or open_backend(
+            address,
+            self.config["storage_options"],
+            retry_timeout_ms=self.config["retry_timeout_ms"],
+        )
+        self._owns_backend = backend is None
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        self._buffered: dict[TopicPartition, deque[pa.RecordBatch]] = {}
+        self._subscription: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_checked_s = 0.0
+        self._on_assign: Listener | None = None
+        self._on_revoke: Listener | None = None
+        self._manual = False
+        self._next_autocommit_s = time.monotonic() + self.config["auto_commit_interval_ms"] / 1000
+        self._rotation = 0
+        self._closed = False
+        self._timestamp_types: dict[str, int] = {}
+        self._membership: GroupMembership | None = None
+        if group_id is not None:
+            self._membership = GroupMembership(
+                self._backend,
+                group_id,
+                strategy=self.config["partition_assignment_strategy"],
+                session_timeout_ms=self.config["session_timeout_ms"],
+                rebalance_timeout_ms=self.config["rebalance_timeout_ms"],
+                heartbeat_interval_ms=self.config["heartbeat_interval_ms"],
+            )
+
+    # -- subscriptions ----------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: str | Sequence[str] | re.Pattern[str],
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+    ) -> None:
+        """Subscribe to topics or to a pattern (a compiled regex, or a string starting ``^``)."""
+        if self._manual:
+            raise ConfigError("subscribe() after assign(): call unsubscribe() first")
+        if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
+            try:
+                self._pattern = re.compile(topics) if isinstance(topics, str) else topics
+            except re.error as exc:
+                raise ConfigError(f"bad topic pattern {topics!r}: {exc}") from None
+            self._subscription = self._matching_topics()
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics)
+            if not names or not all(isinstance(n, str) and n for n in names):
+                raise ConfigError(f"subscribe takes topic names or a pattern, not {topics!r}")
+            self._pattern = None
+            self._subscription = sorted(set(names))
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        if self._membership is not None:
+            self._membership.rejoin_needed = True
+        else:
+            self._set_assignment(self._all_partitions(self._subscription))
+
+    def _matching_topics(self) -> list[str]:
+        assert self._pattern is not None
+        self._pattern_checked_s = time.monotonic()
+        return sorted(t for t in self._backend.list_topics() if self._pattern.fullmatch(t))
+
+    def _all_partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
+        out: list[TopicPartition] = []
+        for topic in topics:
+            count = self._backend.topic_layout(topic)[0]
+            out.extend(TopicPartition(topic, p) for p in range(count))
+        return out
+
+    def subscription(self) -> list[str]:
+        return list(self._subscription)
+
+    def unsubscribe(self) -> None:
+        self._revoke()
+        if self._membership is not None:
+            self._membership.leave()
+        self._subscription, self._pattern, self._manual = [], None, False
+        self._set_assignment([])
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions (no group membership)."""
+        if self._subscription:
+            raise ConfigError("assign() after subscribe(): call unsubscribe() first")
+        tps = [_as_tp(p) for p in partitions]
+        for tp in tps:
+            count = self._backend.topic_layout(tp.topic)[0]
+            if not 0 <= tp.partition < count:
+                raise UnknownTopicError(
+                    f"topic {tp.topic!r} has no partition {tp.partition}; accepted: 0-{count - 1}"
+                )
+        self._manual = True
+        self._set_assignment(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def _set_assignment(self, tps: Sequence[TopicPartition]) -> None:
+        self._assignment = list(dict.fromkeys(tps))
+        keep = set(self._assignment)
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
+        self._buffered = {tp: b for tp, b in self._buffered.items() if tp in keep}
+        self._paused &= keep
+
+    # -- group coordination ------------------------------------------------------------
+    def _revoke(self) -> None:
+        if not self._assignment or self._membership is None or self._manual:
+            return
+        revoked = list(self._assignment)
+        if self.config["enable_auto_commit"] and self._membership.active:
+            self._commit_quietly()
+        if self._on_revoke is not None:
+            self._on_revoke(revoked)
+        self._set_assignment([])
+        self._positions.clear()
+
+    def _ensure_group(self) -> None:
+        membership = self._membership
+        if membership is None or self._manual or (not self._subscription and self._pattern is None):
+            return
+        interval_s = self.config["metadata_max_age_ms"] / 1000
+        if self._pattern is not None and time.monotonic() - self._pattern_checked_s > interval_s:
+            matched = self._matching_topics()
+            if matched != self._subscription:
+                self._subscription = matched
+                membership.rejoin_needed = True
+        if not membership.rejoin_needed:
+            return
+        self._revoke()
+        assigned = membership.join(self._subscription)
+        self._set_assignment([TopicPartition(t, p) for t, p in assigned])
+        self._positions.clear()
+        if self._on_assign is not None:
+            self._on_assign(list(self._assignment))
+
+    # -- positions -----------------------------------------------------------------
+    def _reset(self, tp: TopicPartition, error: OffsetOutOfRangeError | None = None) -> int:
+        policy = self.config["auto_offset_reset"]
+        if policy == "error":
+            raise error or OffsetOutOfRangeError(
+                f"no committed offset for {tp} and auto_offset_reset=error"
+            )
+        offset = self._backend.list_offsets(tp.topic, tp.partition, policy)
+        self._positions[tp] = offset
+        return offset
+
+    def _fill_positions(self) -> None:
+        missing = [tp for tp in self._assignment if tp not in self._positions]
+        if not missing:
+            return
+        committed = self._backend.fetch_offsets(self.group_id) if self.group_id else {}
+        for tp in missing:
+            found = committed.get((tp.topic, tp.partition))
+            if found is not None and found.offset >= 0:
+                self._positions[tp] = found.offset
+            else:
+                self._reset(tp)
+
+    def position(self, partition: TopicPartition | tuple[str, int]) -> int:
+        tp = _as_tp(partition)
+        self._require_assigned(tp)
+        self._fill_positions()
+        return self._positions[tp]
+
+    def _require_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._assignment:
+            raise ConfigError(f"partition {tp} is not assigned to this consumer")
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = _as_tp(partition)
+        self._require_assigned(tp)
+        if not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"seek offset {offset!r} is not accepted; accepted: integers >= 0")
+        self._positions[tp] = offset
+        self._buffered.pop(tp, None)
+
+    def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        for tp in [_as_tp(p) for p in partitions] or list(self._assignment):
+            self.seek(tp, self._backend.list_offsets(tp.topic, tp.partition, "earliest"))
+
+    def seek_to_end(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        for tp in [_as_tp(p) for p in partitions] or list(self._assignment):
+            self.seek(tp, self._backend.list_offsets(tp.topic, tp.partition, "latest"))
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, int | None]:
+        """The earliest offset whose timestamp is >= the given ms; None if there is none yet."""
+        out: dict[TopicPartition, int | None] = {}
+        for key, ts in timestamps.items():
+            tp = _as_tp(key)
+            offset = self._backend.list_offsets(tp.topic, tp.partition, int(ts))
+            end = self._backend.list_offsets(tp.topic, tp.partition, "latest")
+            out[tp] = None if offset >= end else offset
+        return out
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {
+            tp: self._backend.list_offsets(tp.topic, tp.partition, "earliest")
+            for tp in map(_as_tp, partitions)
+        }
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {
+            tp: self._backend.list_offsets(tp.topic, tp.partition, "latest")
+            for tp in map(_as_tp, partitions)
+        }
+
+    def pause(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        self._paused |= {_as_tp(p) for p in partitions}
+
+    def resume(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        self._paused -= {_as_tp(p) for p in partitions}
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    # -- commits ---------------------------------------------------------------------
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int] | None = None,
+    ) -> None:
+        """Commit ``offsets`` (next offset to read), or every assigned partition's position."""
+        if self.group_id is None:
+            raise ConfigError("commit() needs a group_id")
+        if offsets is None:
+            chosen = {
+                (tp.topic, tp.partition): OffsetAndMetadata(o) for tp, o in self._positions.items()
+            }
+        else:
+            chosen = {}
+            for key, value in offsets.items():
+                tp = _as_tp(key)
+                om = (
+                    value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+                )
+                chosen[(tp.topic, tp.partition)] = om
+        if not chosen:
+            return
+        if self._membership is not None and not self._manual:
+            self._membership.commit(chosen)  # type: ignore[arg-type]
+        else:
+            self._backend.commit_offsets(self.group_id, -1, "", chosen)
+
+    def _commit_quietly(self) -> None:
+        try:
+            self.commit()
+        except SparklogError as exc:
+            log.warning("auto-commit to group %s failed: %s", self.group_id, exc)
+
+    def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        if self.group_id is None:
+            raise ConfigError("committed() needs a group_id")
+        found = self._backend.fetch_offsets(self.group_id)
+        return {tp: found.get((tp.topic, tp.partition)) for tp in map(_as_tp, partitions)}
+
+    # -- polling ------------------------------------------------------------------------
+    def poll_batches(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> list[pa.RecordBatch]:
+        """Arrow batches (columns topic, partition, offset, key, value, timestamp, headers)."""
+        limit = max_records or self.config["max_poll_records"]
+        if self._closed:
+            raise SparklogError("consumer is closed")
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        idle_s = _IDLE_BACKOFF_S[0]
+        while True:
+            self._ensure_group()
+            self._maybe_autocommit()
+            out = self._take(limit)
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(min(idle_s, max(deadline - time.monotonic(), 0)))
+            idle_s = min(idle_s * 2, _IDLE_BACKOFF_S[1])
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records, at most ``max_records`` (default max_poll_records), waiting up to timeout_ms."""
+        records: list[ConsumerRecord] = []
+        for batch in self.poll_batches(timeout_ms, max_records):
+            topic = batch.column(0)[0].as_py()
+            records.extend(_records(batch, self._timestamp_type(topic)))
+        return records
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        while True:
+            records = self.poll(timeout_ms=1000, max_records=1)
+            if records:
+                return records[0]
+
+    def _maybe_autocommit(self) -> None:
+        if (
+            self.group_id is not None
+            and self.config["enable_auto_commit"]
+            and time.monotonic() >= self._next_autocommit_s
+        ):
+            self._next_autocommit_s = (
+                time.monotonic() + self.config["auto_commit_interval_ms"] / 1000
+            )
+            if self._membership is None or self._manual or self._membership.active:
+                self._commit_quietly()
+
+    def _take(self, limit: int) -> list[pa.RecordBatch]:
+        self._fill_positions()
+        active = [tp for tp in self._assignment if tp not in self._paused]
+        if not active:
+            return []
+        self._rotation = (self._rotation + 1) % len(active)
+        order = active[self._rotation :] + active[: self._rotation]
+        out: list[pa.RecordBatch] = []
+        taken = 0
+        for tp in order:
+            if taken >= limit:
+                break
+            queue = self._buffered.get(tp)
+            if not queue:
+                queue = self._fetch(tp, len(active))
+            while queue and taken < limit:
+                batch = queue.popleft()
+                if batch.num_rows > limit - taken:
+                    queue.appendleft(batch.slice(limit - taken))
+                    batch = batch.slice(0, limit - taken)
+                if batch.num_rows:
+                    out.append(_with_source(batch, tp))
+                    taken += batch.num_rows
+                    self._positions[tp] = int(batch.column(0)[batch.num_rows - 1].as_py()) + 1
+        return out
+
+    def _timestamp_type(self, topic: str) -> int:
+        cached = self._timestamp_types.get(topic)
+        if cached is None:
+            append_time = self._backend.topic_layout(topic).log_append_time
+            cached = self._timestamp_types[topic] = LOG_APPEND_TIME if append_time else CREATE_TIME
+        return cached
+
+    def _fetch(self, tp: TopicPartition, active_count: int) -> deque[pa.RecordBatch]:
+        position = self._positions[tp]
+        wait_ms = self.config["fetch_max_wait_ms"] if active_count == 1 else 0
+        try:
+            result = self._backend.fetch(
+                tp.topic,
+                tp.partition,
+                position,
+                max_bytes=self.config["fetch_max_bytes"],
+                max_wait_ms=wait_ms,
+            )
+        except OffsetOutOfRangeError as exc:
+            reset = self._reset(tp, exc)
+            log.warning("offset %d of %s is out of range; reset to %d", position, tp, reset)
+            return deque()
+        queue = deque(b for b in result.batches if b.num_rows)
+        self._buffered[tp] = queue
+        return queue
+
+    # -- misc --------------------------------------------------------------------------
+    def list_topics(self) -> list[str]:
+        return self._backend.list_topics()
+
+    def partitions_for_topic(self, topic: str) -> list[int]:
+        return list(range(self._backend.topic_layout(topic)[0]))
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (if auto-commit is on), leave the group, release resources."""
+        if self._closed:
+            return
+        try:
+            can_commit = self._membership is None or self._manual or self._membership.active
+            if autocommit and self.group_id and self.config["enable_auto_commit"] and can_commit:
+                self._commit_quietly()
+            if self._membership is not None:
+                self._membership.leave()
+        finally:
+            self._closed = True
+            if self._owns_backend:
+                self._backend.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _with_source(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(tp.topic), n),
+            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+            *batch.columns,
+        ],
+        names=["topic", "partition", *batch.schema.names],
+    )
+
+
+def _records(batch: pa.RecordBatch, timestamp_type: int) -> list[ConsumerRecord]:
+    columns = batch.schema.names
+    topics = batch.column(columns.index("topic")).to_pylist()
+    parts = batch.column(columns.index("partition")).to_pylist()
+    offsets = batch.column(columns.index("offset")).to_pylist()
+    keys = batch.column(columns.index("key")).to_pylist()
+    values = batch.column(columns.index("value")).to_pylist()
+    stamps = batch.column(columns.index("timestamp")).cast(pa.int64()).to_pylist()
+    headers = batch.column(columns.index("headers"))
+    head_rows = (
+        [None] * batch.num_rows if headers.null_count == batch.num_rows else headers.to_pylist()
+    )
+    return [
+        ConsumerRecord(
+            t,
+            p,
+            o,
+            ts,
+            k,
+            v,
+            [(h["key"], h["value"]) for h in hs] if hs else [],
+            timestamp_type,
+        )
+        for t, p, o, ts, k, v, hs in zip(
+            topics, parts, offsets, stamps, keys, values, head_rows, strict=True
+        )
+    ]

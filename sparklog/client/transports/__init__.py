@@ -1,0 +1,34 @@
+"""Backends: how the client reaches a storage root (embedded) or brokers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sparklog.client.address import merge_options, parse_address, storage_options_from_env
+from sparklog.client.transports.base import Backend
+
+
+def open_backend(
+    address: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    retry_timeout_ms: int | None = None,
+) -> Backend:
+    """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``).
+
+    ``retry_timeout_ms`` bounds how long broker calls retry an unreachable or
+    leaderless cluster before failing (default 30 s).
+    """
+    parsed = parse_address(address)
+    if parsed.bootstrap is not None:
+        from sparklog.client.transports.flight import BrokerBackend
+
+        return BrokerBackend(parsed.bootstrap, retry_timeout_ms=retry_timeout_ms or 30_000)
+    from sparklog.client.transports.embedded import EmbeddedBackend
+
+    assert parsed.root is not None
+    return EmbeddedBackend(parsed.root, merge_options(storage_options_from_env(), storage_options))
+
+
+__all__ = ["Backend", "open_backend"]

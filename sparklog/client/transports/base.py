@@ -1,0 +1,176 @@
+"""The small interface Producer, Consumer and Admin use; one implementation per mode.
+
+``EmbeddedBackend`` talks to a storage root directly; ``BrokerBackend`` adapts
+``sparklog.client.transports.flight_client.BrokerClient``.  Every method raises only
+:mod:`sparklog.errors` errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import pyarrow as pa
+
+from sparklog.client.types import OffsetAndMetadata, TopicDescription
+
+TP = tuple[str, int]
+
+
+class TopicLayout(NamedTuple):
+    """What clients need per topic: partition count, record size limit, timestamp type."""
+
+    partitions: int
+    max_message_bytes: int
+    log_append_time: bool = False
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    base_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Record batches (``offset`` column first) from one partition, plus its offsets."""
+
+    batches: list[pa.RecordBatch]
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    generation: int
+    member_id: str
+    leader_id: str
+    members: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProducerIdentity:
+    """An idempotent producer's id and epoch, with the first sequence of each batch."""
+
+    producer_id: int
+    producer_epoch: int
+    sequences: Mapping[int, int]
+
+
+class Backend(Protocol):
+    address: str
+
+    def close(self) -> None: ...
+
+    # -- topics -------------------------------------------------------------
+    def list_topics(self) -> list[str]: ...
+    def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription: ...
+    def topic_layout(self, name: str) -> TopicLayout: ...
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None: ...
+    def delete_topic(self, name: str) -> None: ...
+    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None: ...
+    def add_partitions(self, name: str, total: int) -> None: ...
+
+    # -- records ------------------------------------------------------------
+    def init_producer_id(self) -> tuple[int, int]: ...
+    def produce(
+        self,
+        topic: str,
+        parts: Mapping[int, Sequence[pa.RecordBatch | pa.Table]],
+        *,
+        acks: str = "all",
+        producer: ProducerIdentity | None = None,
+        compression: str = "none",
+    ) -> dict[int, ProduceResult]: ...
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+    ) -> FetchResult: ...
+    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int: ...
+
+    # -- groups -------------------------------------------------------------
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult: ...
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TP]] | None = None,
+    ) -> list[TP]: ...
+    def heartbeat(self, group: str, generation: int, member_id: str) -> None: ...
+    def leave_group(self, group: str, member_id: str) -> None: ...
+    def commit_offsets(
+        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
+    ) -> None: ...
+    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]: ...
+    def list_groups(self) -> list[str]: ...
+    def describe_group(self, group: str) -> dict[str, Any]: ...
+    def delete_group(self, group: str) -> None: ...
+
+
+class GroupCalls:
+    """The group calls both backends forward unchanged to a coordinator-shaped object.
+
+    ``_group_api`` is a ``BrokerClient`` (broker mode) or an in-process
+    ``GroupCoordinator`` (embedded mode): both speak the same group protocol.
+    """
+
+    _group_api: Any
+
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        r = self._group_api.join_group(
+            group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
+        )
+        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TP]] | None = None,
+    ) -> list[TP]:
+        return list(self._group_api.sync_group(group, generation, member_id, assignment))
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
+        self._group_api.heartbeat(group, generation, member_id)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._group_api.leave_group(group, member_id)
+
+    def commit_offsets(
+        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
+    ) -> None:
+        by_metadata: dict[str, dict[TP, int]] = {}
+        for tp, om in offsets.items():
+            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
+        for metadata, part in by_metadata.items():
+            self._group_api.commit_offsets(group, generation, member_id, part, metadata=metadata)
+
+    def list_groups(self) -> list[str]:
+        return list(self._group_api.list_groups())
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        info: dict[str, Any] = self._group_api.describe_group(group)
+        info.setdefault("strategy", info.get("protocol", ""))
+        return info
+
+    def delete_group(self, group: str) -> None:
+        self._group_api.delete_group(group)

@@ -1,0 +1,207 @@
+"""Embedded mode: the client reads and writes a storage root directly, no server.
+
+A flush writes ONE object per topic holding every partition's records
+(``Topic.write``), then commits each partition's segment with the idempotent
+producer's ``ProducerBatch`` so a retried flush never duplicates records.
+Partition logs are not thread-safe, so each backend keeps its own handles and
+serialises access per partition.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.client.transports.base import (
+    TP,
+    FetchResult,
+    GroupCalls,
+    ProduceResult,
+    ProducerIdentity,
+    TopicLayout,
+)
+from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from sparklog.errors import ConfigError, UnknownTopicError
+from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
+
+LONG_POLL_INTERVAL_S = 0.02
+
+
+class EmbeddedBackend(GroupCalls):
+    """Producer/consumer/admin calls against a storage root (``open_root(url)``)."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.address = url
+        self.root: LogRoot = open_root(url, storage_options)
+        self.root.store.ensure_root()
+        self._topics: dict[str, Topic] = {}
+        self._locks: dict[TP, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        # Groups run in-process, coordinated through the root alone (no broker needed).
+        self.groups = GroupCoordinator(self.root)
+        self._group_api = self.groups
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    # -- handles -----------------------------------------------------------------
+    def _topic(self, name: str, *, refresh: bool = False) -> Topic:
+        with self._lock:
+            topic = self._topics.get(name)
+        if topic is None or refresh:
+            topic = self.root.topic(name)
+            with self._lock:
+                self._topics[name] = topic
+        return topic
+
+    def _log(self, name: str, partition: int) -> tuple[PartitionLog, threading.Lock]:
+        topic = self._topic(name)
+        try:
+            log = topic.partition(partition)
+        except UnknownTopicError:
+            raise
+        except Exception as exc:
+            if getattr(exc, "code", "") == "UNKNOWN_TOPIC":
+                log = self._topic(name, refresh=True).partition(partition)
+            else:
+                raise
+        with self._lock:
+            lock = self._locks.setdefault((name, partition), threading.Lock())
+        return log, lock
+
+    # -- topics ------------------------------------------------------------------
+    def list_topics(self) -> list[str]:
+        return self.root.list_topics()
+
+    def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription:
+        topic = self._topic(name, refresh=True)
+        parts = []
+        for p in range(topic.partitions):
+            log, lock = self._log(name, p)
+            with lock:
+                log.refresh()
+                size = sum(s.size_bytes for s in log.segments()) if sizes else None
+                parts.append(
+                    PartitionDescription(p, None, log.log_start_offset, log.high_watermark, size)
+                )
+        return TopicDescription(name, topic.info.topic_id, parts, dict(topic.info.effective_config))
+
+    def topic_layout(self, name: str) -> TopicLayout:
+        topic = self._topic(name, refresh=True)
+        config = topic.info.effective_config
+        return TopicLayout(
+            topic.partitions,
+            int(config["max.message.bytes"]),
+            config["message.timestamp.type"] == "LogAppendTime",
+        )
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
+        self.root.create_topic(name, partitions, dict(config))
+
+    def delete_topic(self, name: str) -> None:
+        self.root.delete_topic(name)
+        with self._lock:
+            self._topics.pop(name, None)
+
+    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None:
+        self.root.alter_topic_config(name, dict(updates))
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self.root.add_partitions(name, total)
+        self._topic(name, refresh=True)
+
+    # -- records -----------------------------------------------------------------
+    def init_producer_id(self) -> tuple[int, int]:
+        """A random 62-bit id: unique without a coordinator; epoch 0."""
+        return random.getrandbits(62), 0
+
+    def produce(
+        self,
+        topic: str,
+        parts: Mapping[int, Sequence[pa.RecordBatch | pa.Table]],
+        *,
+        acks: str = "all",
+        producer: ProducerIdentity | None = None,
+        compression: str = "none",
+    ) -> dict[int, ProduceResult]:
+        handle = self._topic(topic)
+        try:
+            staged = handle.write(parts, compression)
+        except Exception as exc:
+            if getattr(exc, "code", "") != "UNKNOWN_TOPIC":
+                raise
+            handle = self._topic(topic, refresh=True)  # partitions added or topic recreated
+            staged = handle.write(parts, compression)
+
+        def commit(p: int) -> tuple[int, ProduceResult]:
+            log, lock = self._log(topic, p)
+            seg = staged[p]
+            batch = None
+            if producer is not None:
+                batch = ProducerBatch(
+                    producer.producer_id,
+                    producer.producer_epoch,
+                    producer.sequences[p],
+                    seg.record_count,
+                )
+            with lock:
+                result = log.append([seg], producer=batch)
+            return p, ProduceResult(result.base_offset, result.record_count, result.duplicate)
+
+        results: dict[int, ProduceResult] = {}
+        for p in parts:
+            if p not in staged:  # empty input for that partition
+                results[p] = ProduceResult(-1, 0)
+        todo = [p for p in parts if p in staged]
+        if len(todo) > 1 and not self.root.store.is_local:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(8, thread_name_prefix="sparklog-commit")
+            results.update(self._pool.map(commit, todo))
+        else:
+            results.update(commit(p) for p in todo)
+        return results
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+    ) -> FetchResult:
+        log, lock = self._log(topic, partition)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            with lock:
+                log.refresh()
+                hwm, start = log.high_watermark, log.log_start_offset
+                batches = (
+                    list(log.iter_batches(offset, max_bytes=max_bytes))
+                    if offset != hwm or offset < start
+                    else []
+                )
+            if batches or time.monotonic() >= deadline:
+                return FetchResult(batches, hwm, start)
+            time.sleep(LONG_POLL_INTERVAL_S)
+
+    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
+        log, lock = self._log(topic, partition)
+        with lock:
+            log.refresh()
+            if spec == "earliest":
+                return log.log_start_offset
+            if spec == "latest":
+                return log.high_watermark
+            if isinstance(spec, int):
+                return log.offset_for_timestamp(spec)
+        raise ConfigError(f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms")
+
+    # -- groups (in-process coordinator over the root) ------------------------------
+    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
+        found = self.root.groups.fetch(group)
+        return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}

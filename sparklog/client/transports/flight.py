@@ -1,0 +1,155 @@
+"""Broker mode: a thin adapter of the Flight ``BrokerClient`` to the backend interface.
+
+The client routes every call to the partition's leader and retries NOT_LEADER
+and connection failures with a metadata refresh; this adapter only converts
+shapes, fans a produce out to the partitions' leaders in parallel, and turns
+broker errors into sparklog errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.client.transports.base import (
+    TP,
+    FetchResult,
+    GroupCalls,
+    ProduceResult,
+    ProducerIdentity,
+    TopicLayout,
+)
+from sparklog.client.transports.flight_client import BrokerClient, TopicMetadata
+from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from sparklog.storage.config import effective_config
+from sparklog.storage.records import normalize, record_schema
+
+METADATA_TTL_S = 5.0
+
+
+class BrokerBackend(GroupCalls):
+    """Producer/consumer/admin calls through brokers at ``host:port[,host:port]``."""
+
+    def __init__(self, bootstrap: str, *, retry_timeout_ms: int = 30_000) -> None:
+        self.address = f"sparklog://{bootstrap}"
+        self.client = BrokerClient(bootstrap, retry_timeout_ms=retry_timeout_ms)
+        self._group_api = self.client
+        self._pool: ThreadPoolExecutor | None = None
+        self._meta: dict[str, tuple[TopicMetadata, float]] = {}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        self.client.close()
+
+    def _metadata(self, name: str, *, fresh: bool = False) -> TopicMetadata:
+        cached = self._meta.get(name)
+        if cached is None or fresh or time.monotonic() - cached[1] > METADATA_TTL_S:
+            found = self.client.metadata([name])
+            if name not in found:
+                from sparklog.errors import UnknownTopicError
+
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            cached = (found[name], time.monotonic())
+            self._meta[name] = cached
+        return cached[0]
+
+    # -- topics ------------------------------------------------------------------
+    def list_topics(self) -> list[str]:
+        return self.client.list_topics()
+
+    def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription:
+        meta = self._metadata(name, fresh=True)
+        parts = [
+            PartitionDescription(
+                p.partition,
+                f"{p.leader_id}@{p.leader_location}" if p.leader_location else None,
+                p.log_start_offset,
+                p.high_watermark,
+                None,
+            )
+            for p in meta.partitions
+        ]
+        # metadata carries the topic's own settings; show every key with its default too
+        return TopicDescription(name, meta.topic_id, parts, effective_config(meta.config))
+
+    def topic_layout(self, name: str) -> TopicLayout:
+        meta = self._metadata(name, fresh=True)
+        config = effective_config(meta.config)
+        return TopicLayout(
+            len(meta.partitions),
+            int(config["max.message.bytes"]),
+            config["message.timestamp.type"] == "LogAppendTime",
+        )
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
+        self.client.create_topic(name, partitions, dict(config))
+
+    def delete_topic(self, name: str) -> None:
+        self.client.delete_topic(name)
+        self._meta.pop(name, None)
+
+    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None:
+        self.client.alter_topic_config(name, dict(updates))
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self.client.add_partitions(name, total)
+        self._meta.pop(name, None)
+
+    # -- records -----------------------------------------------------------------
+    def init_producer_id(self) -> tuple[int, int]:
+        return self.client.init_producer_id()
+
+    def produce(
+        self,
+        topic: str,
+        parts: Mapping[int, Sequence[pa.RecordBatch | pa.Table]],
+        *,
+        acks: str = "all",
+        producer: ProducerIdentity | None = None,
+        compression: str = "none",
+    ) -> dict[int, ProduceResult]:
+        schema = record_schema(self._metadata(topic).value_type)
+
+        def one(p: int) -> tuple[int, ProduceResult]:
+            batches = [b for piece in parts[p] for b in normalize(piece, schema)]
+            table = pa.Table.from_batches(batches, schema=schema)
+            result = self.client.produce(
+                topic,
+                p,
+                table,
+                acks=acks,
+                producer_id=producer.producer_id if producer else None,
+                producer_epoch=producer.producer_epoch if producer else None,
+                base_sequence=producer.sequences[p] if producer else None,
+                compression=compression,
+            )
+            return p, ProduceResult(result.base_offset, result.record_count, result.duplicate)
+
+        todo = list(parts)
+        if len(todo) <= 1:
+            return dict(one(p) for p in todo)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(8, thread_name_prefix="sparklog-produce")
+        return dict(self._pool.map(one, todo))
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+    ) -> FetchResult:
+        r = self.client.fetch(
+            topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms
+        )
+        return FetchResult(list(r.batches), r.high_watermark, r.log_start_offset)
+
+    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
+        return self.client.list_offsets(topic, partition, spec)
+
+    # -- groups (coordinated by the brokers) ----------------------------------------
+    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
+        found = self.client.fetch_offsets(group)
+        return {tp: OffsetAndMetadata(o) for tp, o in found.items()}

@@ -1,0 +1,497 @@
+"""BrokerClient: the Python client of the broker protocol (the cross-helper contract).
+
+It keeps a connection per broker, routes produce and fetch to each partition's
+leader from cached metadata, and retries retriable errors (NOT_LEADER, an
+unreachable broker, a contended root) with backoff and a metadata refresh,
+for up to ``retry_timeout_ms``.  Group-protocol errors (REBALANCE_IN_PROGRESS,
+ILLEGAL_GENERATION, UNKNOWN_MEMBER) are raised to the caller, who must re-join.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from sparklog.broker_lite.errors import (
+    BrokerError,
+    BrokerUnavailableError,
+    GroupError,
+    InvalidConfigError,
+    NotLeaderError,
+    decode,
+)
+from sparklog.groups.coordinator import JoinResult
+
+T = TypeVar("T")
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    partition: int
+    leader_id: int
+    leader_location: str
+    log_start_offset: int
+    high_watermark: int
+    replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: str
+    partitions: list[PartitionMetadata]
+    config: dict[str, Any]
+    value_type: pa.DataType | None = None
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    base_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    batches: list[pa.RecordBatch]
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def record_count(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+@dataclass
+class _Backoff:
+    deadline: float
+    delay_s: float = 0.02
+    attempts: int = field(default=0)
+
+    def sleep_or_raise(self, err: BrokerError) -> None:
+        self.attempts += 1
+        if time.monotonic() + self.delay_s > self.deadline:
+            raise err
+        time.sleep(self.delay_s * (0.5 + random.random()))
+        self.delay_s = min(self.delay_s * 2, 1.0)
+
+
+def parse_bootstrap(bootstrap: str) -> list[str]:
+    """``host:port[,host:port]`` as a list; InvalidConfigError naming the bad entry."""
+    out = []
+    for entry in str(bootstrap).split(","):
+        entry = entry.strip()
+        if entry.startswith("grpc://"):
+            entry = entry[len("grpc://") :]
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(
+                f"bootstrap entry {entry!r} is not accepted; accepted: host:port[,host:port]"
+            )
+        out.append(entry)
+    return out
+
+
+def _schema_to_text(value_type: pa.DataType) -> str:
+    return base64.b64encode(pa.schema([("value", value_type)]).serialize().to_pybytes()).decode()
+
+
+class BrokerClient:
+    """A connection to a broker cluster (thread-safe).
+
+    ``discover=False`` keeps every call on the bootstrap brokers (metadata
+    will not add the others), e.g. to pin a client to one broker.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        retry_timeout_ms: int = 30_000,
+        request_timeout_s: float = 60.0,
+        discover: bool = True,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.retry_timeout_ms = retry_timeout_ms
+        self.request_timeout_s = request_timeout_s
+        self.discover = discover
+        self._lock = threading.Lock()
+        self._conns: dict[str, flight.FlightClient] = {}
+        self._brokers: list[str] = list(self.bootstrap)
+        self._meta: dict[str, TopicMetadata] = {}
+        self._next = 0
+
+    # -- connections -------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _conn(self, location: str) -> flight.FlightClient:
+        with self._lock:
+            conn = self._conns.get(location)
+            if conn is None:
+                conn = flight.connect(f"grpc://{location}")
+                self._conns[location] = conn
+            return conn
+
+    def _drop(self, location: str) -> None:
+        with self._lock:
+            conn = self._conns.pop(location, None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(timeout=timeout_s or self.request_timeout_s)
+
+    def _translate(self, location: str, exc: Exception) -> BrokerError:
+        if isinstance(exc, flight.FlightError):
+            err = decode(str(exc))
+            if err is None and getattr(exc, "extra_info", None):
+                err = decode(exc.extra_info.decode(errors="replace"))
+            if err is not None:
+                return err
+        if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | OSError):
+            self._drop(location)
+            return BrokerUnavailableError(f"broker {location} is unreachable: {exc}")
+        if isinstance(exc, flight.FlightCancelledError):
+            self._drop(location)
+            return BrokerUnavailableError(f"call to broker {location} was cancelled: {exc}")
+        if isinstance(exc, flight.FlightError | pa.ArrowException):
+            self._drop(location)
+            return BrokerUnavailableError(f"broker {location} failed: {exc}")
+        raise exc
+
+    def _on(self, location: str, call: Callable[[flight.FlightClient], T]) -> T:
+        try:
+            return call(self._conn(location))
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise self._translate(location, exc) from None
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        backoff = _Backoff(time.monotonic() + self.retry_timeout_ms / 1000)
+        while True:
+            try:
+                return call()
+            except BrokerError as err:
+                if not err.retriable or isinstance(err, GroupError):
+                    raise
+                if isinstance(err, NotLeaderError | BrokerUnavailableError):
+                    self._meta.clear()
+                backoff.sleep_or_raise(err)
+
+    def _any_broker(self, call: Callable[[flight.FlightClient], T]) -> T:
+        """Run ``call`` on some reachable broker, trying the others on failure."""
+        with self._lock:
+            brokers = list(self._brokers)
+            start = self._next
+            self._next += 1
+        last: BrokerError | None = None
+        for i in range(len(brokers)):
+            location = brokers[(start + i) % len(brokers)]
+            try:
+                return self._on(location, call)
+            except BrokerUnavailableError as err:
+                last = err
+        assert last is not None
+        raise last
+
+    def _action(self, name: str, body: Mapping[str, Any], timeout_s: float | None = None) -> Any:
+        payload = json.dumps(body).encode()
+
+        def call(conn: flight.FlightClient) -> Any:
+            results = list(conn.do_action(flight.Action(name, payload), self._options(timeout_s)))
+            return json.loads(results[0].body.to_pybytes())["result"] if results else None
+
+        return self._retrying(lambda: self._any_broker(call))
+
+    # -- metadata ----------------------------------------------------------
+    def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
+        raw = self._action("metadata", {"topics": topics})
+        with self._lock:
+            for b in raw.get("brokers", []) if self.discover else []:
+                if b["location"] not in self._brokers:
+                    self._brokers.append(b["location"])
+        out = {}
+        for name, t in raw["topics"].items():
+            value_type = None
+            if t.get("value_schema"):
+                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t["value_schema"])))
+                value_type = schema.field("value").type
+            out[name] = TopicMetadata(
+                name=name,
+                topic_id=t["topic_id"],
+                partitions=[
+                    PartitionMetadata(
+                        p["partition"],
+                        p["leader_id"],
+                        p["leader_location"],
+                        p["log_start_offset"],
+                        p["high_watermark"],
+                        tuple(p.get("replicas", ())),
+                    )
+                    for p in t["partitions"]
+                ],
+                config=t["config"],
+                value_type=value_type,
+            )
+        self._meta.update(out)
+        return out
+
+    def describe_cluster(self) -> dict[str, Any]:
+        return dict(self._action("describe_cluster", {}))
+
+    def _leader(self, topic: str, partition: int) -> str:
+        meta = self._meta.get(topic)
+        if meta is None or partition >= len(meta.partitions):
+            meta = self.metadata([topic])[topic]
+        if partition >= len(meta.partitions) or partition < 0:
+            meta = self.metadata([topic])[topic]
+            if not 0 <= partition < len(meta.partitions):
+                from sparklog.broker_lite.errors import UnknownTopicError
+
+                raise UnknownTopicError(
+                    f"topic {topic!r} has no partition {partition}; accepted: 0-"
+                    f"{len(meta.partitions) - 1}"
+                )
+        location = meta.partitions[partition].leader_location
+        if not location:
+            raise NotLeaderError(f"{topic}-{partition} has no live leader", leader_location="")
+        return location
+
+    # -- admin -------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        value_type: pa.DataType | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": name,
+            "partitions": partitions,
+            "config": dict(config or {}),
+        }
+        if value_type is not None:
+            body["value_schema"] = _schema_to_text(value_type)
+        return dict(self._action("create_topic", body))
+
+    def delete_topic(self, name: str) -> None:
+        self._action("delete_topic", {"name": name})
+        self._meta.pop(name, None)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        return dict(
+            self._action(
+                "alter_topic_config",
+                {"name": name, "updates": dict(updates), "remove": list(remove)},
+            )
+        )
+
+    def add_partitions(self, name: str, total: int) -> int:
+        self._meta.pop(name, None)
+        return int(self._action("add_partitions", {"name": name, "total": total}))
+
+    def list_topics(self) -> list[str]:
+        return list(self._action("list_topics", {}))
+
+    def init_producer_id(self) -> tuple[int, int]:
+        pid, epoch = self._action("init_producer_id", {})
+        return int(pid), int(epoch)
+
+    # -- produce / fetch ---------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        batch: pa.RecordBatch | pa.Table,
+        *,
+        acks: str | int = "all",
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        base_sequence: int | None = None,
+        compression: str = "none",
+    ) -> ProduceResult:
+        """Append ``batch`` to one partition through its leader; the assigned base offset."""
+        command = json.dumps(
+            {
+                "topic": topic,
+                "partition": partition,
+                "acks": str(acks),
+                "producer_id": producer_id,
+                "producer_epoch": producer_epoch,
+                "base_sequence": base_sequence,
+                "compression": compression,
+            }
+        ).encode()
+        descriptor = flight.FlightDescriptor.for_command(command)
+
+        def call(conn: flight.FlightClient) -> ProduceResult:
+            writer, reader = conn.do_put(descriptor, batch.schema, self._options())
+            try:
+                if isinstance(batch, pa.Table):
+                    writer.write_table(batch)
+                else:
+                    writer.write_batch(batch)
+                writer.done_writing()
+                buf = reader.read()
+            finally:
+                writer.close()
+            if buf is None:
+                raise BrokerUnavailableError("broker closed the produce stream without an answer")
+            result = json.loads(buf.to_pybytes())["results"]
+            if not result:
+                return ProduceResult(-1, 0)
+            first = result[0]
+            return ProduceResult(
+                first["base_offset"], sum(r["record_count"] for r in result), first["duplicate"]
+            )
+
+        return self._retrying(lambda: self._on(self._leader(topic, partition), call))
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        max_wait_ms: int = 500,
+    ) -> FetchResult:
+        """Records from ``offset`` (long-polls up to ``max_wait_ms`` at the head of the log)."""
+        ticket = flight.Ticket(
+            json.dumps(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "max_bytes": max_bytes,
+                    "max_wait_ms": max_wait_ms,
+                }
+            ).encode()
+        )
+
+        def call(conn: flight.FlightClient) -> FetchResult:
+            reader = conn.do_get(ticket, self._options(max_wait_ms / 1000 + self.request_timeout_s))
+            batches = []
+            meta: dict[str, Any] = {}
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                if chunk.app_metadata is not None:
+                    meta = json.loads(chunk.app_metadata.to_pybytes())
+                if chunk.data is not None and chunk.data.num_rows:
+                    batches.append(chunk.data)
+            return FetchResult(
+                batches, int(meta.get("high_watermark", -1)), int(meta.get("log_start_offset", -1))
+            )
+
+        return self._retrying(lambda: self._on(self._leader(topic, partition), call))
+
+    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
+        body = {"topic": topic, "partition": partition, "spec": spec}
+        return int(self._action("list_offsets", body))
+
+    # -- consumer groups ---------------------------------------------------
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str | Sequence[str] = "range",
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+    ) -> JoinResult:
+        raw = self._action(
+            "join_group",
+            {
+                "group": group,
+                "member_id": member_id,
+                "topics": list(topics),
+                "strategy": strategy if isinstance(strategy, str) else list(strategy),
+                "session_timeout_ms": session_timeout_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+            },
+            timeout_s=rebalance_timeout_ms / 1000 + self.request_timeout_s,
+        )
+        return JoinResult(
+            raw["generation"], raw["member_id"], raw["leader_id"], raw["members"], raw["protocol"]
+        )
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> list[TopicPartition]:
+        body: dict[str, Any] = {"group": group, "generation": generation, "member_id": member_id}
+        if assignment is not None:
+            body["assignment"] = {m: [list(tp) for tp in tps] for m, tps in assignment.items()}
+        raw = self._action("sync_group", body)
+        return [(str(t), int(p)) for t, p in raw]
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
+        self._action(
+            "heartbeat", {"group": group, "generation": generation, "member_id": member_id}
+        )
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._action("leave_group", {"group": group, "member_id": member_id})
+
+    def commit_offsets(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
+    ) -> None:
+        body = {
+            "group": group,
+            "generation": generation,
+            "member_id": member_id,
+            "offsets": [[t, p, o] for (t, p), o in offsets.items()],
+            "metadata": metadata,
+        }
+        self._action("commit_offsets", body)
+
+    def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
+        return {
+            (str(t), int(p)): int(o) for t, p, o in self._action("fetch_offsets", {"group": group})
+        }
+
+    def list_groups(self) -> list[str]:
+        return list(self._action("list_groups", {}))
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        return dict(self._action("describe_group", {"group": group}))
+
+    def delete_group(self, group: str) -> None:
+        self._action("delete_group", {"group": group})

@@ -1,0 +1,605 @@
+"""The consumer group coordinator (Kafka's classic protocol), with its state in the root.
+
+Members join, the group moves through ``PreparingRebalance`` (waiting for every
+member to (re)join, up to the rebalance timeout) to ``CompletingRebalance``
+(a new generation; the leader's sync stores the assignment) to ``Stable``.
+Heartbeats keep a member alive; a member silent for its session timeout is
+expelled and the others rebalance.  Offset commits must carry the current
+generation and a member id, so a zombie of an older generation cannot commit.
+
+The state is a versioned document ``groups/<group>/state/<v>.json`` written
+create-only, and each member's liveness is ``groups/<group>/members/<id>.json``.
+Because every change is a create of the next version, several coordinators
+(brokers, or embedded clients in different processes) can serve one group at
+once without corrupting it: a loser of a race re-reads and re-applies.  Blocking
+calls (join, a follower's sync) poll the document every ``poll_ms``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparklog.broker_lite.errors import (
+    BrokerError,
+    InconsistentGroupProtocolError,
+    InvalidConfigError,
+    InvalidRequestError,
+    RebalanceInProgressError,
+    RetriableStorageError,
+    UnknownMemberError,
+    from_storage,
+)
+from sparklog.broker_lite.errors import IllegalGenerationError as _IllegalGeneration
+from sparklog.groups.assignors import ASSIGNORS, TopicPartition
+from sparklog.storage import LogRoot, StorageError
+from sparklog.storage.documents import VersionedDocument, version_key
+from sparklog.storage.groups import validate_group_name
+
+EMPTY = "Empty"
+PREPARING = "PreparingRebalance"
+COMPLETING = "CompletingRebalance"
+STABLE = "Stable"
+MEMBER_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+#: A cached state newer than this is trusted after probing for the next version.
+CACHE_TRUST_S = 5.0
+#: State versions kept behind the newest (older ones are pruned).
+KEEP_VERSIONS = 100
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """The outcome of a join: the new generation, who leads it, and its members."""
+
+    generation: int
+    member_id: str
+    leader_id: str
+    members: dict[str, list[str]] = field(default_factory=dict)
+    protocol: str = ""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _copy(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(json.dumps(doc)))
+
+
+def _empty_doc(group: str) -> dict[str, Any]:
+    return {
+        "group": group,
+        "state": EMPTY,
+        "generation": 0,
+        "protocol": "",
+        "leader": "",
+        "members": {},
+        "assignment": {},
+        "previous_assignment": {},
+        "rebalance_deadline_ms": 0,
+        "not_before_ms": 0,
+        "sync_deadline_ms": 0,
+    }
+
+
+class _StateDoc:
+    """One group's state document with a cached latest version."""
+
+    def __init__(self, root: LogRoot, group: str) -> None:
+        self.versions = VersionedDocument(root.store, f"groups/{group}/state")
+        self.group = group
+        self._cache: tuple[int, dict[str, Any], float] | None = None
+
+    def read(self) -> tuple[int, dict[str, Any]]:
+        cache = self._cache
+        if cache is not None and time.monotonic() - cache[2] < CACHE_TRUST_S:
+            version, doc, stamp = cache
+            while True:
+                raw = self.versions.store.get_or_none(
+                    version_key(self.versions.prefix, version + 1)
+                )
+                if raw is None:
+                    break
+                version, doc = version + 1, json.loads(raw)
+            self._cache = (version, doc, stamp)
+            return version, _copy(doc)
+        version, found = self.versions.latest()
+        doc = found if found is not None else _empty_doc(self.group)
+        self._cache = (version, doc, time.monotonic())
+        return version, _copy(doc)
+
+    def update(
+        self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50
+    ) -> dict[str, Any]:
+        """Apply ``change`` to the newest state and write it as the next version."""
+        for _ in range(attempts):
+            version, doc = self.read()
+            new = change(doc)
+            if new is None:
+                return doc
+            if self.versions.write(version + 1, new):
+                self._cache = (version + 1, _copy(new), time.monotonic())
+                if (version + 1) % KEEP_VERSIONS == 0:
+                    self._prune(version + 1)
+                return new
+            self._cache = None
+        raise RetriableStorageError(f"group {self.group!r}: too many concurrent state changes")
+
+    def _prune(self, newest: int) -> None:
+        try:
+            for v in self.versions.versions():
+                if v < newest - KEEP_VERSIONS:
+                    self.versions.store.delete(version_key(self.versions.prefix, v))
+        except StorageError:
+            pass  # pruning is housekeeping; the next round tries again
+
+
+class GroupCoordinator:
+    """Consumer group membership, assignment and offset commits over a storage root.
+
+    Thread-safe and process-safe: it keeps no state that the root does not hold
+    (apart from a cache that is validated before use).
+    """
+
+    def __init__(
+        self,
+        root: LogRoot,
+        *,
+        min_session_timeout_ms: int = 1_000,
+        max_session_timeout_ms: int = 1_800_000,
+        initial_rebalance_delay_ms: int = 0,
+        poll_ms: int = 50,
+    ) -> None:
+        self.root = root
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.poll_ms = poll_ms
+        self._docs: dict[str, _StateDoc] = {}
+
+    # -- plumbing ----------------------------------------------------------
+    def _doc(self, group: str) -> _StateDoc:
+        try:
+            validate_group_name(group)
+        except StorageError as exc:
+            raise from_storage(exc) from None
+        doc = self._docs.get(group)
+        if doc is None:
+            doc = self._docs.setdefault(group, _StateDoc(self.root, group))
+        return doc
+
+    def _heartbeat_key(self, group: str, member_id: str) -> str:
+        return f"groups/{group}/members/{member_id}.json"
+
+    def _touch(self, group: str, member_id: str) -> None:
+        data = json.dumps({"ms": _now_ms()}).encode()
+        self._storage(lambda: self.root.store.put(self._heartbeat_key(group, member_id), data))
+
+    def _storage(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except StorageError as exc:
+            raise from_storage(exc) from None
+
+    def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+        keys = {self._heartbeat_key(group, m): m for m in members}
+        found = self._storage(lambda: self.root.store.get_many(keys))
+        out = {}
+        for key, member in keys.items():
+            raw = found.get(key)
+            out[member] = json.loads(raw)["ms"] if raw else 0
+        return out
+
+    def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+        counts = {}
+        for topic in sorted(topics):
+            try:
+                counts[topic] = self.root.describe_topic(topic).partitions
+            except StorageError:
+                counts[topic] = 0  # unknown topics get no partitions until they exist
+        return counts
+
+    # -- state transitions (pure functions of a document) -------------------
+    def _start_rebalance(self, doc: dict[str, Any], now: int) -> None:
+        was_empty = doc["state"] == EMPTY or not doc["members"]
+        doc["state"] = PREPARING
+        for entry in doc["members"].values():
+            entry["joined"] = False
+        timeout = max((m["rebalance_timeout_ms"] for m in doc["members"].values()), default=60_000)
+        doc["rebalance_deadline_ms"] = now + timeout
+        doc["not_before_ms"] = now + (self.initial_rebalance_delay_ms if was_empty else 0)
+
+    def _remove_members(self, doc: dict[str, Any], gone: Sequence[str], now: int) -> None:
+        for member in gone:
+            doc["members"].pop(member, None)
+            doc["assignment"].pop(member, None)
+        if not doc["members"]:
+            doc.update(
+                state=EMPTY,
+                generation=doc["generation"] + 1,
+                leader="",
+                protocol="",
+                assignment={},
+            )
+        elif doc["state"] != PREPARING:
+            self._start_rebalance(doc, now)
+
+    def _complete_if_ready(self, doc: dict[str, Any], now: int) -> bool:
+        """Finish a PreparingRebalance whose members all joined (or whose time ran out)."""
+        if doc["state"] != PREPARING:
+            return False
+        members = doc["members"]
+        everyone = all(m["joined"] for m in members.values())
+        if not ((everyone and now >= doc["not_before_ms"]) or now >= doc["rebalance_deadline_ms"]):
+            return False
+        joined = {k: v for k, v in members.items() if v["joined"]}
+        doc["members"] = joined
+        doc["generation"] += 1
+        if not joined:
+            doc.update(state=EMPTY, leader="", protocol="", assignment={})
+            return True
+        order = sorted(joined, key=lambda m: (joined[m]["join_ms"], m))
+        if doc["leader"] not in joined:
+            doc["leader"] = order[0]
+        first = joined[order[0]]["strategies"]
+        common = [s for s in first if all(s in m["strategies"] for m in joined.values())]
+        doc["protocol"] = common[0] if common else first[0]
+        doc["assignment"] = self._compute_assignment(doc)
+        doc["state"] = COMPLETING
+        timeout = max(m["rebalance_timeout_ms"] for m in joined.values())
+        doc["sync_deadline_ms"] = now + timeout
+        return True
+
+    def _compute_assignment(self, doc: dict[str, Any]) -> dict[str, list[list[Any]]]:
+        subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
+        counts = self._partition_counts({t for ts in subscriptions.values() for t in ts})
+        previous = {
+            m: [(str(t), int(p)) for t, p in tps]
+            for m, tps in doc.get("previous_assignment", {}).items()
+        }
+        result = ASSIGNORS[doc["protocol"]](subscriptions, counts, previous)
+        return {m: [[t, p] for t, p in tps] for m, tps in result.items()}
+
+    def _stabilize(self, doc: dict[str, Any]) -> None:
+        doc["state"] = STABLE
+        doc["previous_assignment"] = doc["assignment"]
+
+    def _maintain(self, group: str, doc: dict[str, Any], now: int) -> bool:
+        """Expel silent members, finish due rebalances; True if ``doc`` changed."""
+        changed = False
+        if doc["state"] in (STABLE, COMPLETING) and doc["members"]:
+            beats = self._last_heartbeats(group, list(doc["members"]))
+            gone = [
+                m
+                for m, entry in doc["members"].items()
+                if now - beats.get(m, 0) > entry["session_timeout_ms"]
+            ]
+            if gone:
+                self._remove_members(doc, gone, now)
+                changed = True
+        if doc["state"] == COMPLETING and now >= doc["sync_deadline_ms"]:
+            self._stabilize(doc)  # the leader never synced: use the coordinator's assignment
+            changed = True
+        if self._complete_if_ready(doc, now):
+            changed = True
+        return changed
+
+    def _current(self, group: str) -> dict[str, Any]:
+        """The group's state after expiring members and finishing due rebalances."""
+        state = self._doc(group)
+
+        def change(doc: dict[str, Any]) -> dict[str, Any] | None:
+            return doc if self._maintain(group, doc, _now_ms()) else None
+
+        return self._storage(lambda: state.update(change))
+
+    # -- validation --------------------------------------------------------
+    def _check_member_id(self, member_id: str) -> None:
+        if not isinstance(member_id, str) or (member_id and not MEMBER_ID_RE.match(member_id)):
+            raise InvalidRequestError(
+                f"member id {member_id!r} is not accepted; accepted: empty (a new member) or "
+                "1-200 characters from [a-zA-Z0-9._-]"
+            )
+
+    def _check_timeouts(self, session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
+        lo, hi = self.min_session_timeout_ms, self.max_session_timeout_ms
+        if not isinstance(session_timeout_ms, int) or not lo <= session_timeout_ms <= hi:
+            raise InvalidConfigError(
+                f"session_timeout_ms={session_timeout_ms!r} is not accepted; accepted: {lo}-{hi}"
+            )
+        if not isinstance(rebalance_timeout_ms, int) or rebalance_timeout_ms < 1:
+            raise InvalidConfigError(
+                f"rebalance_timeout_ms={rebalance_timeout_ms!r} is not accepted; accepted: >= 1"
+            )
+
+    def _check_generation(self, doc: dict[str, Any], generation: int, member_id: str) -> None:
+        if member_id not in doc["members"]:
+            raise UnknownMemberError(
+                f"member {member_id!r} is not in group {doc['group']!r}; join with an empty "
+                "member id"
+            )
+        if generation != doc["generation"]:
+            raise _IllegalGeneration(
+                f"generation {generation} of member {member_id!r} is not group "
+                f"{doc['group']!r}'s current generation {doc['generation']}",
+                generation=doc["generation"],
+            )
+
+    # -- the protocol ------------------------------------------------------
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str | Sequence[str] = "range",
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+    ) -> JoinResult:
+        """Join (or re-join) and wait until the rebalance completes; return the generation."""
+        state = self._doc(group)
+        self._check_member_id(member_id)
+        self._check_timeouts(session_timeout_ms, rebalance_timeout_ms)
+        strategies = [strategy] if isinstance(strategy, str) else list(strategy)
+        unknown = [s for s in strategies if s not in ASSIGNORS]
+        if not strategies or unknown:
+            raise InvalidConfigError(
+                f"assignment strategy {unknown[0] if unknown else strategies!r} is not "
+                f"accepted; accepted: {', '.join(ASSIGNORS)}"
+            )
+        if isinstance(topics, str) or not topics or not all(isinstance(t, str) for t in topics):
+            raise InvalidRequestError(
+                f"topics={topics!r} is not accepted; accepted: a non-empty list of topic names"
+            )
+        new_member = not member_id
+        member = member_id or f"member-{uuid.uuid4().hex[:16]}"
+        self._touch(group, member)
+
+        def join(doc: dict[str, Any]) -> dict[str, Any]:
+            now = _now_ms()
+            self._maintain(group, doc, now)
+            members = doc["members"]
+            if not new_member and member not in members:
+                raise UnknownMemberError(
+                    f"member {member!r} is not in group {group!r} (expelled or left); join "
+                    "with an empty member id"
+                )
+            others = [m for k, m in members.items() if k != member]
+            if others and not any(all(s in m["strategies"] for m in others) for s in strategies):
+                raise InconsistentGroupProtocolError(
+                    f"strategies {strategies} share none with group {group!r}'s members "
+                    f"({sorted({s for m in others for s in m['strategies']})})"
+                )
+            previous = members.get(member)
+            members[member] = {
+                "topics": sorted(set(topics)),
+                "strategies": strategies,
+                "session_timeout_ms": session_timeout_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+                "join_ms": previous["join_ms"] if previous else now,
+                "joined": True,
+            }
+            if doc["state"] != PREPARING:
+                self._start_rebalance(doc, now)
+                members[member]["joined"] = True
+            self._complete_if_ready(doc, now)
+            return doc
+
+        start = self._storage(lambda: state.update(join))
+        start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
+        last_touch = time.monotonic()
+        while True:
+            doc = self._current(group)
+            if member not in doc["members"]:
+                raise UnknownMemberError(
+                    f"member {member!r} was removed from group {group!r} while joining; join "
+                    "again with an empty member id"
+                )
+            if doc["state"] in (COMPLETING, STABLE) and doc["generation"] > start_generation:
+                return JoinResult(
+                    generation=doc["generation"],
+                    member_id=member,
+                    leader_id=doc["leader"],
+                    members={m: list(v["topics"]) for m, v in doc["members"].items()},
+                    protocol=doc["protocol"],
+                )
+            if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
+                # a newer rebalance began after ours completed unseen: join it too
+                self._storage(lambda: state.update(join))
+            if time.monotonic() - last_touch > session_timeout_ms / 3000:
+                self._touch(group, member)
+                last_touch = time.monotonic()
+            time.sleep(self.poll_ms / 1000)
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> list[TopicPartition]:
+        """The member's partitions for ``generation``; the leader may supply everyone's."""
+        state = self._doc(group)
+        self._check_member_id(member_id)
+        given = None
+        if assignment is not None:
+            try:
+                given = {
+                    str(m): sorted({(str(t), int(p)) for t, p in tps})
+                    for m, tps in assignment.items()
+                }
+            except (TypeError, ValueError, AttributeError):
+                raise InvalidRequestError(
+                    "assignment is not accepted; accepted: {member_id: [(topic, partition)]}"
+                ) from None
+
+        def sync(doc: dict[str, Any]) -> dict[str, Any] | None:
+            now = _now_ms()
+            changed = self._maintain(group, doc, now)
+            if doc["state"] == PREPARING:
+                if changed:
+                    return doc
+                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
+            self._check_generation(doc, generation, member_id)
+            if doc["state"] == COMPLETING and member_id == doc["leader"]:
+                if given is not None:
+                    unknown = sorted(set(given) - set(doc["members"]))
+                    if unknown:
+                        raise InvalidRequestError(
+                            f"assignment names members {unknown} that are not in group "
+                            f"{group!r}; accepted members: {sorted(doc['members'])}"
+                        )
+                    doc["assignment"] = {
+                        m: [[t, p] for t, p in given.get(m, [])] for m in doc["members"]
+                    }
+                self._stabilize(doc)
+                return doc
+            return doc if changed else None
+
+        while True:
+            doc = self._storage(lambda: state.update(sync))
+            if doc["state"] == PREPARING:
+                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
+            self._check_generation(doc, generation, member_id)
+            if doc["state"] == STABLE:
+                self._touch(group, member_id)
+                return [(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])]
+            time.sleep(self.poll_ms / 1000)
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
+        """Keep the member alive; RebalanceInProgress means: join again now."""
+        self._check_member_id(member_id)
+        doc = self._current(group)
+        if member_id not in doc["members"]:
+            raise UnknownMemberError(f"member {member_id!r} is not in group {group!r}")
+        if doc["state"] == PREPARING:
+            self._touch(group, member_id)
+            raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
+        self._check_generation(doc, generation, member_id)
+        self._touch(group, member_id)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        """Leave at once (no session timeout wait); the others rebalance."""
+        state = self._doc(group)
+        self._check_member_id(member_id)
+
+        def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
+            if member_id not in doc["members"]:
+                return None
+            self._remove_members(doc, [member_id], _now_ms())
+            return doc
+
+        self._storage(lambda: state.update(leave))
+        self._storage(lambda: self.root.store.delete(self._heartbeat_key(group, member_id)))
+
+    def commit_offsets(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
+    ) -> None:
+        """Commit next-offsets-to-read.  ``generation=-1, member_id=''`` for a group with no
+        members (a standalone consumer or the Spark source); stale generations are refused."""
+        self._check_member_id(member_id)
+        try:
+            clean = {(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                "offsets are not accepted; accepted: {(topic, partition): offset}"
+            ) from None
+        if any(o < 0 for o in clean.values()):
+            raise InvalidRequestError(f"negative offsets in {clean}; accepted: offsets >= 0")
+        doc = self._current(group)
+        if generation < 0 and not member_id:
+            if doc["members"]:
+                raise UnknownMemberError(
+                    f"group {group!r} has active members; commit with a member id and the "
+                    "current generation"
+                )
+        else:
+            self._check_generation(doc, generation, member_id)
+            if doc["state"] == COMPLETING:
+                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
+        topic_ids = {}
+        for topic in {t for t, _ in clean}:
+            try:
+                topic_ids[topic] = self.root.describe_topic(topic).topic_id
+            except StorageError:
+                topic_ids[topic] = ""
+        self._storage(
+            lambda: self.root.groups.commit(group, clean, metadata=metadata, topic_ids=topic_ids)
+        )
+
+    def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
+        self._doc(group)
+        found = self._storage(lambda: self.root.groups.fetch(group))
+        return {tp: c.offset for tp, c in found.items()}
+
+    def list_groups(self) -> list[str]:
+        return list(self._storage(self.root.groups.list_groups))
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """State, generation, members with assignments, and lag per committed partition."""
+        doc = self._current(group)
+        beats = self._last_heartbeats(group, list(doc["members"]))
+        members = [
+            {
+                "member_id": m,
+                "topics": v["topics"],
+                "assignment": [[t, p] for t, p in doc["assignment"].get(m, [])],
+                "last_heartbeat_ms": beats.get(m, 0),
+                "session_timeout_ms": v["session_timeout_ms"],
+            }
+            for m, v in sorted(doc["members"].items())
+        ]
+        offsets = []
+        for (topic, partition), committed in sorted(self.fetch_offsets(group).items()):
+            hwm: int | None
+            try:
+                log = self.root.topic(topic).partition(partition)
+                hwm = log.high_watermark
+            except (StorageError, BrokerError):
+                hwm = None
+            offsets.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "committed": committed,
+                    "high_watermark": hwm,
+                    "lag": None if hwm is None else max(hwm - committed, 0),
+                }
+            )
+        return {
+            "group": group,
+            "state": doc["state"] if doc["members"] or doc["generation"] else EMPTY,
+            "generation": doc["generation"],
+            "protocol": doc["protocol"],
+            "leader": doc["leader"],
+            "members": members,
+            "offsets": offsets,
+        }
+
+    def delete_group(self, group: str) -> None:
+        """Remove an empty group's state and committed offsets."""
+        doc = self._current(group)
+        if doc["members"]:
+            raise InvalidRequestError(
+                f"group {group!r} has {len(doc['members'])} active members; only empty groups "
+                "can be deleted"
+            )
+        self._storage(lambda: self.root.groups.delete(group))
+        self._docs.pop(group, None)
+
+    def sweep(self, groups: Sequence[str] | None = None) -> None:
+        """Expel silent members and finish due rebalances of ``groups`` (default: all)."""
+        for group in self.list_groups() if groups is None else groups:
+            try:
+                self._current(group)
+            except BrokerError:
+                continue

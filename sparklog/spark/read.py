@@ -1,0 +1,103 @@
+"""Executor side of a read: a :class:`ReadTask`'s ranges as Arrow batches for Spark.
+
+Runs in Spark's Python workers, which are separate processes reused across
+tasks: roots and topic handles are cached per process, so a partition log
+already loaded only reads the commits made since (retention may have removed
+segments it still lists).  Record batches go from the segment objects to Spark without Python per
+row; small stored batches are coalesced so Spark gets few, large batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.spark.offsets import check_start
+from sparklog.spark.plan import ReadTask
+from sparklog.spark.schema import timestamp_type_of, to_spark_batch
+from sparklog.storage import LogRoot, OffsetOutOfRangeError, Topic, open_root
+
+#: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
+TARGET_BATCH_ROWS = 65_536
+TARGET_BATCH_BYTES = 16 << 20
+
+_roots: dict[str, LogRoot] = {}
+_topics: dict[tuple[str, str], Topic] = {}
+
+
+def cached_root(url: str, storage_options: dict[str, Any]) -> LogRoot:
+    """One LogRoot per (url, storage options) per worker process."""
+    key = json.dumps([url, storage_options], sort_keys=True, default=str)
+    root = _roots.get(key)
+    if root is None:
+        root = _roots[key] = open_root(url, storage_options or None)
+    return root
+
+
+def _topic(root_key: str, root: LogRoot, task: ReadTask, name: str) -> Topic:
+    info = task.topics[name]
+    handle = _topics.get((root_key, info.topic_id))
+    if handle is None:
+        handle = _topics[(root_key, info.topic_id)] = Topic(root, info)
+    elif handle.info.version < info.version:
+        handle.info = info
+    return handle
+
+
+def coalesce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Merge runs of small batches into batches of about TARGET_BATCH_ROWS rows."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if not pending and (
+            batch.num_rows >= TARGET_BATCH_ROWS or batch.nbytes >= TARGET_BATCH_BYTES
+        ):
+            yield batch
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+        if rows >= TARGET_BATCH_ROWS or size >= TARGET_BATCH_BYTES:
+            yield pa.concat_batches(pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+
+
+def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Every record of the task's ranges, as batches of exactly ``target``."""
+    root_key = json.dumps([task.root_url, task.storage_options], sort_keys=True, default=str)
+    root = cached_root(task.root_url, task.storage_options)
+    for r in task.ranges:
+        topic = _topic(root_key, root, task, r.topic)
+        plog = topic.partition(r.partition)
+        plog.refresh()  # a cached log may predate retention; reads only commits since then
+        tp = (r.topic, r.partition)
+        start = check_start(
+            tp,
+            r.start,
+            plog.log_start_offset,
+            plog.high_watermark,
+            fail_on_data_loss=task.fail_on_data_loss,
+        )
+        if start >= r.end:
+            continue
+        ts_type = timestamp_type_of(topic.info.effective_config)
+        try:
+            batches = plog.iter_batches(start, r.end)
+            for batch in coalesce(batches):
+                yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
+        except OffsetOutOfRangeError as exc:  # retention ran between planning and reading
+            resume = check_start(
+                tp,
+                start,
+                exc.log_start_offset,
+                exc.high_watermark,
+                fail_on_data_loss=task.fail_on_data_loss,
+            )
+            if resume < r.end:
+                for batch in coalesce(plog.iter_batches(resume, r.end)):
+                    yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)

@@ -1,0 +1,78 @@
+"""``format("sparklog")``: the PySpark data source tying options, readers and writers together.
+
+Spark instantiates :class:`SparklogDataSource` with the query's options in
+short-lived Python workers (schema, planning, writing) and pickles it to
+executors, so it holds only the raw options; each method parses and validates
+what it needs, raising errors whose messages reach the user unchanged.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from sparklog.errors import SparkOptionError
+from sparklog.spark.batch import batch_reader
+from sparklog.spark.offsets import RootView
+from sparklog.spark.options import (
+    parse_sink_options,
+    parse_source_options,
+    parse_subscription_options,
+)
+from sparklog.spark.read import cached_root
+from sparklog.spark.schema import source_schema
+from sparklog.spark.sink import SparklogBatchWriter, SparklogStreamWriter, validate_sink_schema
+from sparklog.spark.stream import SparklogStreamReader
+
+
+class SparklogDataSource(DataSource):
+    """Kafka-compatible source and sink over a sparklog root (see docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparklog"
+
+    def schema(self) -> StructType:
+        """Kafka's source schema; ``value`` is the topics' struct when they are typed."""
+        root_url, storage_options, subscription, include_headers = parse_subscription_options(
+            self.options
+        )
+        view = RootView(cached_root(root_url, storage_options), subscription)
+        infos = view.refresh_topics()
+        typed = {name: info.value_type for name, info in infos.items()}
+        kinds = {str(t) for t in typed.values()}
+        if len(kinds) > 1:
+            described = ", ".join(f"{n}: {t or 'binary'}" for n, t in sorted(typed.items()))
+            raise SparkOptionError(
+                f"the subscribed topics have different value types ({described}); read topics "
+                "with different value schemas in separate queries"
+            )
+        value_type = next(iter(typed.values())) if typed else None
+        return source_schema(value_type, include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return batch_reader(parse_source_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SparklogStreamReader(parse_source_options(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = parse_sink_options(self.options)
+        if overwrite:
+            raise SparkOptionError(
+                "save mode 'overwrite' is not supported: a topic is an append-only log; "
+                "accepted: append"
+            )
+        validate_sink_schema(schema, options)
+        return SparklogBatchWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = parse_sink_options(self.options)
+        validate_sink_schema(schema, options)
+        return SparklogStreamWriter(options)

@@ -1,0 +1,271 @@
+"""The streaming reader (``spark.readStream.format("sparklog")``).
+
+Offsets in Spark's checkpoint are the truth: a batch is the offsets between two
+checkpointed positions, and ``read()`` is a pure function of a range, so a
+batch replayed after a failure returns the same records.  This object lives in
+one long-running Python process on the driver per query, so it may keep state
+between triggers (topic handles, the AvailableNow target, the time of the last
+trigger); executors only ever see :class:`~sparklog.spark.plan.ReadTask`.
+
+``reader.commit`` runs a batch late and ``stop`` may never run, so nothing that
+must happen relies on them: the consumer group's offsets are recorded when the
+next trigger starts from a position (which Spark only does once the batch that
+ended there is committed) and again in ``commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from sparklog.errors import DataLossError
+from sparklog.spark.faults import maybe_fault
+from sparklog.spark.offsets import (
+    RootView,
+    TopicPartition,
+    check_start,
+    decode_offsets,
+    encode_offsets,
+    resolve_positions,
+)
+from sparklog.spark.options import SourceOptions
+from sparklog.spark.plan import (
+    ReadRange,
+    ReadTask,
+    default_parallelism,
+    layout_of,
+    limit_by_bytes,
+    limit_by_offsets,
+    plan_tasks,
+)
+from sparklog.spark.read import cached_root, read_task
+from sparklog.spark.schema import arrow_schema
+from sparklog.storage import UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+
+class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader with Kafka's rate limits, AvailableNow and consumer-group offsets."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._view: RootView | None = None
+        self._initial: dict[str, Any] | None = None
+        self._target: dict[TopicPartition, int] | None = None
+        self._last_trigger_ms = 0
+        self._latest: dict[TopicPartition, int] = {}
+        self._group_committed: dict[TopicPartition, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_view"] = None
+        return state
+
+    @property
+    def view(self) -> RootView:
+        if self._view is None:
+            root = cached_root(self.options.root, self.options.storage_options)
+            self._view = RootView(root, self.options.subscription)
+        return self._view
+
+    # -- positions ---------------------------------------------------------
+    def initialOffset(self) -> dict:
+        """Where a query without checkpoint starts: the group's offsets, else startingOffsets.
+
+        Spark may call this twice; it is resolved once and cached.
+        """
+        if self._initial is None:
+            view = self.view
+            infos = view.refresh_topics()
+            partitions = view.partitions(infos)
+            positions = resolve_positions(
+                self.options.starting,
+                view,
+                partitions,
+                which="starting",
+                timestamp_strategy=self.options.timestamp_strategy,
+            )
+            if self.options.group:
+                committed = view.root.groups.fetch(self.options.group)
+                for tp in partitions:
+                    entry = committed.get(tp)
+                    if entry is None:
+                        continue
+                    if entry.topic_id and entry.topic_id != infos[tp[0]].topic_id:
+                        continue  # offsets of an earlier topic of the same name
+                    positions[tp] = entry.offset
+            self._initial = encode_offsets(positions)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        opts = self.options
+        if opts.max_offsets_per_trigger:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.max_bytes_per_trigger:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        if opts.min_offsets_per_trigger:
+            return ReadMinRows(opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target: the latest offsets now; later records wait for the next run."""
+        view = self.view
+        partitions = view.partitions(view.refresh_topics())
+        self._target = {tp: hwm for tp, (_, hwm) in view.bounds(partitions).items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next batch: the latest offsets, cut by the rate limits."""
+        opts = self.options
+        begin = decode_offsets(start)
+        self._commit_group(begin)
+        view = self.view
+        infos = view.refresh_topics()
+        partitions = view.partitions(infos)
+        bounds = view.bounds(partitions)
+        self._latest = {tp: hwm for tp, (_, hwm) in bounds.items()}
+        gone = sorted(tp for tp in begin if tp not in bounds)
+        if gone and opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{gone[0][0]}-{gone[0][1]} no longer exists (topic deleted) while records from "
+                f"offset {begin[gone[0]]} were still to be read. Set failOnDataLoss=false to "
+                "continue without it"
+            )
+        effective: dict[TopicPartition, int] = {}
+        latest: dict[TopicPartition, int] = {}
+        for tp, (log_start, hwm) in bounds.items():
+            if self._target is not None and tp not in self._target and tp not in begin:
+                continue  # appeared after AvailableNow fixed its target
+            first = begin.get(tp, 0)  # a new partition is read from its beginning
+            effective[tp] = check_start(
+                tp, first, log_start, hwm, fail_on_data_loss=opts.fail_on_data_loss
+            )
+            cap = hwm if self._target is None else min(hwm, self._target.get(tp, hwm))
+            latest[tp] = max(cap, effective[tp])
+        ends = dict(latest)
+        limited = self._target is not None or not isinstance(limit, ReadAllAvailable)
+        if limited:
+            backlog = sum(latest[tp] - effective[tp] for tp in latest)
+            now = int(time.time() * 1000)
+            if (
+                self._target is None
+                and opts.min_offsets_per_trigger
+                and 0 < backlog < opts.min_offsets_per_trigger
+                and now - self._last_trigger_ms < opts.max_trigger_delay_ms
+            ):
+                return start
+            max_rows = opts.max_offsets_per_trigger
+            if isinstance(limit, ReadMaxRows):
+                max_rows = min(max_rows or limit.max_rows, limit.max_rows)
+            if max_rows:
+                ends = limit_by_offsets(effective, ends, max_rows)
+            max_bytes = opts.max_bytes_per_trigger
+            if isinstance(limit, ReadMaxBytes):
+                max_bytes = min(max_bytes or limit.max_bytes, limit.max_bytes)
+            if max_bytes:
+                ranges = {tp: self._range(tp, effective[tp], ends[tp]) for tp in ends}
+                ends = limit_by_bytes(ranges, max_bytes)
+        for tp, offset in begin.items():
+            ends.setdefault(tp, offset)  # vanished partitions keep their position
+        end = encode_offsets(ends)
+        if end != encode_offsets(begin):
+            self._last_trigger_ms = int(time.time() * 1000)
+            return end
+        return start
+
+    def reportLatestOffset(self) -> dict | None:
+        return encode_offsets(self._latest) if self._latest else None
+
+    def _range(self, tp: TopicPartition, start: int, end: int) -> ReadRange:
+        if end <= start:
+            return ReadRange(tp[0], tp[1], start, start)
+        plog = self.view.log(*tp, refresh=False)
+        if plog.high_watermark < end:
+            plog.refresh()
+        bounds, cum = layout_of(plog.state.segments.overlapping(start, end), start, end)
+        return ReadRange(tp[0], tp[1], start, end, bounds, cum)
+
+    # -- planning and reading ----------------------------------------------
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        opts = self.options
+        begin, finish = decode_offsets(start), decode_offsets(end)
+        view = self.view
+        ranges: list[ReadRange] = []
+        for tp, stop in sorted(finish.items()):
+            try:
+                plog = view.log(*tp, refresh=False)
+            except UnknownTopicError:
+                if opts.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{tp[0]}-{tp[1]} was deleted before offsets {begin.get(tp, 0)}-"
+                        f"{stop - 1} were read. Set failOnDataLoss=false to continue without it"
+                    ) from None
+                continue
+            first = begin.get(tp, 0)
+            if plog.high_watermark < stop or plog.log_start_offset > first:
+                plog.refresh()
+            first = check_start(
+                tp,
+                first,
+                plog.log_start_offset,
+                plog.high_watermark,
+                fail_on_data_loss=opts.fail_on_data_loss,
+            )
+            if first < stop:
+                ranges.append(self._range(tp, first, stop))
+        tasks = plan_tasks(ranges, min_partitions=opts.min_partitions, cores=default_parallelism())
+        topics = {r.topic for rs in tasks for r in rs}
+        infos = {name: view.topic(name).info for name in sorted(topics)}
+        return [
+            ReadTask(
+                index=i,
+                root_url=opts.root,
+                storage_options=opts.storage_options,
+                topics=infos,
+                ranges=rs,
+                fail_on_data_loss=opts.fail_on_data_loss,
+            )
+            for i, rs in enumerate(tasks)
+        ]
+
+    def read(self, partition: InputPartition) -> Any:
+        if not isinstance(partition, ReadTask):  # Spark's stand-in when nothing is planned
+            return iter(())
+        maybe_fault("source.read", None)
+        return read_task(partition, arrow_schema(self.schema))
+
+    # -- group offsets -------------------------------------------------------
+    def _commit_group(self, offsets: dict[TopicPartition, int]) -> None:
+        """Record the group's position (for lag and for new queries without checkpoint)."""
+        group = self.options.group
+        if not group or not offsets or offsets == self._group_committed:
+            return
+        view = self.view
+        topic_ids = {}
+        for topic, _ in offsets:
+            try:
+                topic_ids[topic] = view.topic(topic).info.topic_id
+            except UnknownTopicError:
+                continue
+        live = {tp: off for tp, off in offsets.items() if tp[0] in topic_ids}
+        view.root.groups.commit(group, live, metadata="spark", topic_ids=topic_ids)
+        self._group_committed = dict(offsets)
+
+    def commit(self, end: dict) -> None:
+        self._commit_group(decode_offsets(end))
+
+    def stop(self) -> None:
+        self._view = None
