@@ -43,7 +43,7 @@ def retrying(
     ``before_retry`` runs after the backoff sleep and before the next attempt
     (refresh metadata or re-read state there, so the next attempt uses a fresh view).
     """
-    stop = tenacity.stop_after_delay(deadline_ms / 1000)
+    stop: tenacity.stop.stop_base = tenacity.stop_after_delay(deadline_ms / 1000)
     if attempts_max is not None:
         stop = stop | tenacity.stop_after_attempt(attempts_max)
 
