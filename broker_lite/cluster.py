@@ -31,6 +31,7 @@ class BrokerInfo:
     broker_id: int
     location: str  # host:port
     renewed_ms: int
+    kafka_address: str | None = None  # host:port of the Kafka listener, if any
 
 
 def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
@@ -55,8 +56,10 @@ class Cluster:
         lease_timeout_ms: int = 6000,
         replication_factor: int = 1,
         force_leader: bool = False,
+        kafka_address: str | None = None,
     ) -> None:
         self.root = root
+        self.kafka_address = kafka_address
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -82,6 +85,7 @@ class Cluster:
             "lease_timeout_ms": self.lease_timeout_ms,
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
+            "kafka_address": self.kafka_address,
         }
         self.root.store.put(self._key(self.broker_id), json.dumps(lease).encode())
         self._last_renewal = time.monotonic()
@@ -99,15 +103,22 @@ class Cluster:
                 continue
             try:
                 doc = json.loads(raw)
+                kafka = doc.get("kafka_address")
                 info = BrokerInfo(
-                    int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
+                    int(doc["broker_id"]),
+                    str(doc["location"]),
+                    int(doc["renewed_ms"]),
+                    str(kafka) if kafka else None,
                 )
             except (ValueError, KeyError, TypeError):
                 continue  # a torn or foreign file: ignore it
             if now - info.renewed_ms <= self.lease_timeout_ms:
                 live[info.broker_id] = info
         if self.healthy:
-            live.setdefault(self.broker_id, BrokerInfo(self.broker_id, self.location, now))
+            live.setdefault(
+                self.broker_id,
+                BrokerInfo(self.broker_id, self.location, now, self.kafka_address),
+            )
         with self._lock:
             self._live = live
         return live

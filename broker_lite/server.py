@@ -85,6 +85,7 @@ class FlightBroker(flight.FlightServerBase):
     def __init__(self, broker: Broker, location: str) -> None:
         super().__init__(location)
         self.broker = broker
+        self.kafka: Any = None  # the Kafka listener, set by start_broker
         self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {
             "metadata": lambda b: broker.metadata(_arg(b, "topics", list, None)),
             "describe_cluster": lambda b: broker.describe_cluster(),
@@ -349,11 +350,29 @@ def start_broker(
         ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
+    kafka = None
+    if config.kafka_listen:
+        from sparklog.broker_lite.kafka.server import KafkaListener
+
+        try:
+            kafka = KafkaListener(broker, config.kafka_listen, config.kafka_advertised)
+        except OSError as exc:
+            server.shutdown()
+            raise InvalidConfigError(
+                f"config key 'kafka_listen' = {config.kafka_listen!r}: cannot listen there "
+                f"({exc}); accepted: a free HOST:PORT on this machine (port 0 picks one) or "
+                '"" to disable'
+            ) from None
     try:
-        broker.start(location)
+        broker.start(location, kafka.advertised if kafka else None)
     except BaseException:
         server.shutdown()
+        if kafka is not None:
+            kafka.close()
         raise
+    if kafka is not None:
+        kafka.start()
+    server.kafka = kafka
     metrics_port = None
     if config.metrics_listen:
         metrics_port = broker.metrics.serve(config.metrics_listen)
@@ -363,6 +382,7 @@ def start_broker(
             broker_id=config.broker_id,
             location=location,
             port=server.port,
+            kafka_address=kafka.advertised if kafka else None,
             metrics_port=metrics_port,
             root=broker.root.url,
         ),
@@ -373,6 +393,8 @@ def start_broker(
 def stop_broker(server: FlightBroker, broker: Broker) -> None:
     """Graceful stop: flush and commit pending produce, resign the lease, stop serving."""
     broker.close()
+    if server.kafka is not None:
+        server.kafka.close()
     server.shutdown()
     broker.metrics.stop()
 
@@ -382,9 +404,14 @@ def serve(
     root: str | LogRoot | None = None,
     listen: str | None = None,
     broker_id: int | None = None,
+    kafka_listen: str | None = None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``."""
-    overrides: dict[str, Any] = {"listen": listen, "broker_id": broker_id}
+    overrides: dict[str, Any] = {
+        "listen": listen,
+        "broker_id": broker_id,
+        "kafka_listen": kafka_listen,
+    }
     if isinstance(root, str):
         overrides["root"] = root
     config = load_config(config_path, overrides)

@@ -1,0 +1,1 @@
+"""Group APIs (filled in by the groups step)."""
