@@ -27,7 +27,7 @@ class Api:
     name: str
     min_version: int
     max_version: int
-    handler: Handler | None
+    handler: Handler
 
 
 def api_versions(ctx: Any, request: Any) -> Any:
@@ -63,29 +63,29 @@ _APIS = [
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
     Api(8, "OffsetCommit", 2, 8, offsets.handle_offset_commit),
     Api(9, "OffsetFetch", 1, 7, offsets.handle_offset_fetch),
-    Api(10, "FindCoordinator", 0, 3, getattr(groups, "handle_find_coordinator", None)),
-    Api(11, "JoinGroup", 0, 7, getattr(groups, "handle_join_group", None)),
-    Api(12, "Heartbeat", 0, 4, getattr(groups, "handle_heartbeat", None)),
-    Api(13, "LeaveGroup", 0, 4, getattr(groups, "handle_leave_group", None)),
-    Api(14, "SyncGroup", 0, 5, getattr(groups, "handle_sync_group", None)),
-    Api(15, "DescribeGroups", 0, 5, getattr(groups, "handle_describe_groups", None)),
-    Api(16, "ListGroups", 0, 4, getattr(groups, "handle_list_groups", None)),
+    Api(10, "FindCoordinator", 0, 3, groups.handle_find_coordinator),
+    Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
+    Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
+    Api(13, "LeaveGroup", 0, 4, groups.handle_leave_group),
+    Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
+    Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
+    Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
     Api(18, "ApiVersions", 0, 3, api_versions),
-    Api(19, "CreateTopics", 2, 7, getattr(admin, "handle_create_topics", None)),
-    Api(20, "DeleteTopics", 1, 5, getattr(admin, "handle_delete_topics", None)),
-    Api(21, "DeleteRecords", 0, 2, getattr(admin, "handle_delete_records", None)),
+    Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
+    Api(20, "DeleteTopics", 1, 5, admin.handle_delete_topics),
+    Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
     Api(22, "InitProducerId", 0, 4, produce.handle_init_producer_id),
-    Api(32, "DescribeConfigs", 1, 4, getattr(admin, "handle_describe_configs", None)),
-    Api(33, "AlterConfigs", 0, 2, getattr(admin, "handle_alter_configs", None)),
-    Api(37, "CreatePartitions", 0, 3, getattr(admin, "handle_create_partitions", None)),
-    Api(42, "DeleteGroups", 0, 2, getattr(groups, "handle_delete_groups", None)),
+    Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+    Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
+    Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(
         44,
         "IncrementalAlterConfigs",
         0,
         1,
-        getattr(admin, "handle_incremental_alter_configs", None),
+        admin.handle_incremental_alter_configs,
     ),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
 ]
-API_TABLE: dict[int, Api] = {a.key: a for a in _APIS if a.handler is not None}
+API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}
