@@ -137,5 +137,10 @@ def handle_init_producer_id(ctx: Any, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    producer_id, epoch = ctx.broker.init_producer_id()
-    return make(cls, throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=epoch)
+    try:
+        producer_id = ctx.listener.producer_ids.allocate()
+    except SparklogError as exc:
+        return make(
+            cls, throttle_time=0, error_code=errno_of(exc), producer_id=-1, producer_epoch=-1
+        )
+    return make(cls, throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=0)

@@ -24,6 +24,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
+from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import UnsupportedVersionError
 
@@ -79,6 +80,7 @@ class KafkaListener:
         else:
             self.advertised = f"{host}:{self.port}"
         self.pool = ThreadPoolExecutor(32, thread_name_prefix="kafka-work")
+        self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()

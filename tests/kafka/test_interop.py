@@ -30,8 +30,9 @@ def kafka_records(bootstrap: str, topic: str, partitions: int, count: int) -> li
     got: list[tuple] = []
 
     def more() -> bool:
-        msg = consumer.poll(0.2)
-        if msg is not None and msg.error() is None:
+        for msg in consumer.consume(500, 0.2):
+            if msg.error() is not None:
+                continue
             got.append(
                 (
                     msg.partition(),
