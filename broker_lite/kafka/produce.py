@@ -60,8 +60,20 @@ def _produce_partition(
     return int(outcomes[0].base_offset), append_ms
 
 
+def _idempotent(request: Any) -> bool:
+    """Whether any batch carries a producer id (bytes 43-50 of a v2 batch header)."""
+    for topic_data in request.topic_data:
+        for pdata in topic_data.partition_data:
+            records = pdata.records
+            if records and len(records) >= 51 and records[43:51] != b"\xff" * 8:
+                return True
+    return False
+
+
 def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if ctx.previous_produce is not None and _idempotent(request):
+        ctx.previous_produce.wait()
     acks = ACKS.get(int(request.acks))
     cls = load_response_schema(0, ctx.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")

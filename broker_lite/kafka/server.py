@@ -1,9 +1,11 @@
 """The Kafka listener: TCP framing, request headers, dispatch, responses.
 
-One thread per connection reads size-prefixed frames and answers them in
-order (Kafka's rule: one request in flight per connection on the broker side,
-so a long-polling Fetch or a JoinGroup waiting for a rebalance holds only its
-own connection).  Frames larger than ``kafka_max_request_bytes``, negative
+One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT``
+of them are handled at once (so a client pipelining small produce requests
+gets them joined into one commit by the broker's batcher) and a writer thread
+sends the answers in request order, as Kafka requires.  An idempotent
+producer's Produce requests are handled one after another so its sequence
+numbers reach the broker in order.  Frames larger than ``kafka_max_request_bytes``, negative
 sizes and headers that do not parse close that connection only; a request for
 an unknown API or an unsupported version is answered with UNSUPPORTED_VERSION
 (ApiVersions follows KIP-511: a v0 answer listing the supported ranges).
@@ -14,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import queue
 import socket
 import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,8 @@ log = logging.getLogger("sparklog.broker_lite.kafka")
 SIZE = struct.Struct(">i")
 #: Connections served at once; more are accepted and closed at once.
 MAX_CONNECTIONS = 1024
+#: Requests of one connection handled at once (answers still leave in order).
+MAX_IN_FLIGHT = 64
 
 
 @dataclass
@@ -43,6 +48,7 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
+    previous_produce: threading.Event | None = None
 
     @property
     def broker(self) -> Any:
@@ -80,6 +86,7 @@ class KafkaListener:
         else:
             self.advertised = f"{host}:{self.port}"
         self.pool = ThreadPoolExecutor(32, thread_name_prefix="kafka-work")
+        self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -111,6 +118,7 @@ class KafkaListener:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.requests.shutdown(wait=False, cancel_futures=True)
 
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
@@ -133,22 +141,85 @@ class KafkaListener:
 
     # -- one connection ------------------------------------------------------
     def _serve(self, conn: socket.socket, peer: Any) -> None:
+        """Read requests, handle up to ``MAX_IN_FLIGHT`` at once, answer them in order."""
+        pending: queue.Queue[Future[bytes | None] | None] = queue.Queue(MAX_IN_FLIGHT)
+        closed = threading.Event()
+        writer = threading.Thread(
+            target=self._write_loop, args=(conn, peer, pending, closed), daemon=True
+        )
+        writer.start()
+        last_produce: threading.Event | None = None
         try:
-            with conn:
-                while not self._stopping.is_set():
-                    frame = self._read_frame(conn)
-                    if frame is None:
-                        return
-                    response = self.handle_frame(frame)
-                    if response is not None:
-                        conn.sendall(response)
+            while not self._stopping.is_set() and not closed.is_set():
+                frame = self._read_frame(conn)
+                if frame is None:
+                    break
+                previous = None
+                done = None
+                if frame[:2] == b"\x00\x00":  # Produce: idempotent batches keep their order
+                    previous, done = last_produce, threading.Event()
+                    last_produce = done
+                future = self.requests.submit(self._handle_in_order, frame, previous, done)
+                while not closed.is_set():
+                    try:
+                        pending.put(future, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
         except MalformedRequest as exc:
             log.info("kafka connection closed: %s", exc, extra=fields(peer=str(peer)))
         except OSError:
             pass  # the client went away
         finally:
+            while not closed.is_set():
+                try:
+                    pending.put(None, timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
+            writer.join()
+            conn.close()
             with self._lock:
                 self._connections.discard(conn)
+
+    def _handle_in_order(
+        self, frame: bytes, previous: threading.Event | None, done: threading.Event | None
+    ) -> bytes | None:
+        try:
+            return self.handle_frame(frame, previous)
+        finally:
+            if done is not None:
+                done.set()
+
+    def _write_loop(
+        self,
+        conn: socket.socket,
+        peer: Any,
+        pending: queue.Queue[Future[bytes | None] | None],
+        closed: threading.Event,
+    ) -> None:
+        """Send responses in request order; a malformed request closes the connection."""
+        try:
+            while True:
+                future = pending.get()
+                if future is None:
+                    return
+                response = future.result()
+                if response is not None:
+                    conn.sendall(response)
+        except MalformedRequest as exc:
+            log.info("kafka connection closed: %s", exc, extra=fields(peer=str(peer)))
+        except OSError:
+            pass
+        closed.set()
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+        while True:  # unblock the reader; drop what is left
+            try:
+                if pending.get_nowait() is None:
+                    return
+            except queue.Empty:
+                return
 
     def _read_exact(self, conn: socket.socket, size: int) -> bytes | None:
         buf = bytearray(size)
@@ -177,8 +248,14 @@ class KafkaListener:
         return frame
 
     # -- one request -----------------------------------------------------------
-    def handle_frame(self, frame: bytes) -> bytes | None:
-        """The response frame for one request frame (None: no response, e.g. acks=0)."""
+    def handle_frame(
+        self, frame: bytes, previous_produce: threading.Event | None = None
+    ) -> bytes | None:
+        """The response frame for one request frame (None: no response, e.g. acks=0).
+
+        ``previous_produce`` is set when the connection's previous Produce is done; an
+        idempotent Produce waits for it so its batches reach the broker in order.
+        """
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         entry = self.table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
@@ -201,7 +278,12 @@ class KafkaListener:
                 f"api {api_key} v{api_version} request does not parse ({type(exc).__name__}: {exc})"
             ) from None
         ctx = RequestContext(
-            self, api_key, api_version, correlation_id, getattr(header, "client_id", None)
+            self,
+            api_key,
+            api_version,
+            correlation_id,
+            getattr(header, "client_id", None),
+            previous_produce,
         )
         try:
             response = entry.handler(ctx, request)
