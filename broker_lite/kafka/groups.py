@@ -56,6 +56,7 @@ def decode_subscription(data: bytes) -> list[str]:
     """The topics in a consumer's subscription metadata ([] if not Kafka's format)."""
     try:
         (version,) = struct.unpack_from(">h", data, 0)
+        sub: Any
         sub, _ = entity_reader(_data_cls("subscription", max(version, 0)))(data, 2)
         return [str(t) for t in sub.topics]
     except Exception:  # another protocol type's bytes: no topics known
@@ -68,6 +69,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
         return []
     try:
         (version,) = struct.unpack_from(">h", data, 0)
+        assignment: Any
         assignment, _ = entity_reader(_data_cls("assignment", max(version, 0)))(data, 2)
         return [
             (str(tp.topic), int(p)) for tp in assignment.assigned_partitions for p in tp.partitions
@@ -93,7 +95,7 @@ def encode_assignment(partitions: list[tuple[str, int]]) -> bytes:
         buf,
         AssignmentV0(
             assigned_partitions=tuple(
-                AssignedV0(topic=t, partitions=tuple(sorted(ps)))
+                make(AssignedV0, topic=t, partitions=tuple(sorted(ps)))
                 for t, ps in sorted(by_topic.items())
             ),
             user_data=None,

@@ -240,7 +240,7 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
 def _value_bytes(column: pa.Array) -> list[bytes | None]:
     """Values as bytes: binary as is; a typed topic's struct values as JSON."""
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return column.to_pylist()  # type: ignore[no-any-return]
+        return list(column.to_pylist())
     import json
 
     return [None if v is None else json.dumps(v, default=str).encode() for v in column.to_pylist()]

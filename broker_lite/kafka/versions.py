@@ -44,7 +44,7 @@ def api_versions(ctx: Any, request: Any) -> Any:
 def api_versions_fallback(listener: Any) -> Any:
     """KIP-511: a newer ApiVersions than we know gets v0 with UNSUPPORTED_VERSION + ranges."""
     keys = tuple(
-        ApiVersionV0(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+        make(ApiVersionV0, api_key=a.key, min_version=a.min_version, max_version=a.max_version)
         for a in API_TABLE.values()
     )
     return make(ApiVersionsResponseV0, error_code=UnsupportedVersionError.errno, api_keys=keys)

@@ -6,7 +6,6 @@ connection keeps getting answers and the broker's memory stays bounded.
 
 from __future__ import annotations
 
-import socket
 import struct
 from datetime import timedelta
 from pathlib import Path
@@ -37,7 +36,7 @@ def send_and_forget(address: str, frame: bytes) -> None:
     try:
         conn.sock.sendall(frame)
         conn.read_frame()
-    except (socket.timeout, ConnectionError, OSError):
+    except (TimeoutError, ConnectionError, OSError):
         pass
     finally:
         conn.close()
