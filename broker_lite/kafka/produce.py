@@ -22,6 +22,7 @@ from sparklog.broker_lite.kafka.records import decode_batch, split_batches
 from sparklog.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
+    MessageSizeTooLargeError,
     SparklogError,
     UnsupportedVersionError,
 )
@@ -35,7 +36,17 @@ def _produce_partition(
     """(base offset, log append time or -1) of one partition's records."""
     if not records:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    decoded = [decode_batch(view) for view in split_batches(records)]
+    topic_obj = broker.topic(topic)
+    config = topic_obj.info.effective_config
+    limit = int(config.get("max.message.bytes", 0) or 0)
+    views = list(split_batches(records))
+    for view in views:
+        if limit and len(view) > limit:
+            raise MessageSizeTooLargeError(
+                f"{topic}-{partition}: a record batch of {len(view)} bytes exceeds the topic's "
+                f"max.message.bytes={limit}"
+            )
+    decoded = [decode_batch(view) for view in views]
     if not decoded:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
     first = decoded[0]
@@ -46,8 +57,7 @@ def _produce_partition(
         )
     table = pa.Table.from_batches([d.records for d in decoded])
     append_ms = -1
-    topic_obj = broker.topic(topic)
-    if topic_obj.info.effective_config.get("message.timestamp.type") == "LogAppendTime":
+    if config.get("message.timestamp.type") == "LogAppendTime":
         append_ms = int(time.time() * 1000)
     kwargs: dict[str, Any] = {}
     if first.producer_id >= 0:

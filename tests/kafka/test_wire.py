@@ -77,6 +77,18 @@ def test_bad_crc_and_old_magic_are_refused_per_partition(
     assert part.base_offset == 0  # only the good batch was written
 
 
+def test_batch_over_max_message_bytes_is_message_too_large(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "small", 1, {"max.message.bytes": "2000"})
+    response = conn.call(produce_request("small", record_batch_bytes([b"x" * 3000])))
+    assert response.responses[0].partition_responses[0].error_code == 10
+    response = conn.call(produce_request("small", record_batch_bytes([b"x" * 100])))
+    assert response.responses[0].partition_responses[0].error_code == 0
+
+
 def test_oversized_and_garbage_frames_close_only_that_connection(one_broker: Cluster) -> None:
     address = one_broker.brokers[0].kafka_address
     other = Connection(address)
