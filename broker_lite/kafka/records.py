@@ -23,6 +23,7 @@ from crc32c import crc32c
 
 from sparklog.errors import (
     CorruptMessageError,
+    MessageSizeTooLargeError,
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
@@ -80,6 +81,16 @@ def _write_varint(out: bytearray, value: int) -> None:
         out.append((raw & 0x7F) | 0x80)
         raw >>= 7
     out.append(raw)
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    _write_varint(out, value)
+    return bytes(out)
+
+
+#: Zig-zag varints of small values, precomputed for the encoder's hot loop.
+_SMALL_VARINTS = {v: _varint_bytes(v) for v in range(-1, 1 << 14)}
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
@@ -168,48 +179,8 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
     body: bytes | memoryview = view[HEADER_BYTES:]
     if codec:
         body = _decompress(codec, bytes(body))
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    stamps: list[int] = []
-    headers: list[list[dict[str, object]] | None] = []
-    pos = 0
-    for _ in range(count):
-        length, pos = _read_varint(body, pos)
-        end = pos + length
-        if length < 0 or end > len(body):
-            raise CorruptMessageError("record length runs past the end of the batch")
-        if max_record_bytes is not None and length > max_record_bytes:
-            from sparklog.errors import MessageSizeTooLargeError
-
-            raise MessageSizeTooLargeError(
-                f"record of {length} bytes exceeds max.message.bytes={max_record_bytes}"
-            )
-        pos += 1  # record attributes (unused)
-        ts_delta, pos = _read_varint(body, pos)
-        _offset_delta, pos = _read_varint(body, pos)
-        key, pos = _read_bytes(body, pos)
-        value, pos = _read_bytes(body, pos)
-        n_headers, pos = _read_varint(body, pos)
-        if n_headers < 0 or n_headers > length:
-            raise CorruptMessageError(f"record claims {n_headers} headers")
-        row: list[dict[str, object]] = []
-        for _h in range(n_headers):
-            hkey, pos = _read_bytes(body, pos)
-            hvalue, pos = _read_bytes(body, pos)
-            if hkey is None:
-                raise CorruptMessageError("record header with a null key")
-            try:
-                row.append({"key": hkey.decode(), "value": hvalue})
-            except UnicodeDecodeError:
-                raise CorruptMessageError("record header key is not UTF-8") from None
-        if pos != end:
-            raise CorruptMessageError("record length does not match its fields")
-        keys.append(key)
-        values.append(value)
-        stamps.append(base_ts + ts_delta)
-        headers.append(row)
-    if pos != len(body):
-        raise CorruptMessageError("record batch has bytes after its last record")
+    keys, values, stamps, headers = _decode_records(bytes(body), count, max_record_bytes)
+    stamps = [base_ts + delta for delta in stamps]
     if count and last_offset_delta != count - 1:
         raise CorruptMessageError(
             f"record batch last offset delta {last_offset_delta} does not match {count} records"
@@ -237,6 +208,106 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
     )
 
 
+def _decode_records(
+    body: bytes, count: int, max_record_bytes: int | None
+) -> tuple[list[bytes | None], list[bytes | None], list[int], list[list[dict[str, object]]]]:
+    """keys, values, timestamp deltas and headers of ``count`` records (hot loop).
+
+    Varints are zig-zag; the common one-byte case is decoded inline.
+    """
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    deltas: list[int] = []
+    headers: list[list[dict[str, object]]] = []
+    size = len(body)
+    pos = 0
+    read = _read_varint
+    try:
+        for _ in range(count):
+            b = body[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
+            else:
+                length, pos = read(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptMessageError("record length runs past the end of the batch")
+            if max_record_bytes is not None and length > max_record_bytes:
+                raise MessageSizeTooLargeError(
+                    f"record of {length} bytes exceeds max.message.bytes={max_record_bytes}"
+                )
+            pos += 1  # record attributes (unused)
+            b = body[pos]
+            if b < 0x80:
+                delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                delta, pos = (raw >> 1) ^ -(raw & 1), pos + 2
+            else:
+                delta, pos = read(body, pos)
+            while body[pos] >= 0x80:  # offset delta: implied by the position, skipped
+                pos += 1
+            pos += 1
+            b = body[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                n, pos = (raw >> 1) ^ -(raw & 1), pos + 2
+            else:
+                n, pos = read(body, pos)
+            if n < 0:
+                key = None
+            else:
+                key = body[pos : pos + n]
+                pos += n
+            b = body[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                n, pos = (raw >> 1) ^ -(raw & 1), pos + 2
+            else:
+                n, pos = read(body, pos)
+            if n < 0:
+                value = None
+            else:
+                value = body[pos : pos + n]
+                pos += n
+            b = body[pos]
+            if b < 0x80:
+                n_headers, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n_headers, pos = read(body, pos)
+            row: list[dict[str, object]] = []
+            if n_headers:
+                if n_headers < 0 or n_headers > length:
+                    raise CorruptMessageError(f"record claims {n_headers} headers")
+                for _h in range(n_headers):
+                    hkey, pos = _read_bytes(body, pos)
+                    hvalue, pos = _read_bytes(body, pos)
+                    if hkey is None:
+                        raise CorruptMessageError("record header with a null key")
+                    try:
+                        row.append({"key": hkey.decode(), "value": hvalue})
+                    except UnicodeDecodeError:
+                        raise CorruptMessageError("record header key is not UTF-8") from None
+            if pos != end:
+                raise CorruptMessageError("record length does not match its fields")
+            keys.append(key)
+            values.append(value)
+            deltas.append(delta)
+            headers.append(row)
+    except IndexError:
+        raise CorruptMessageError("record batch ends inside a record") from None
+    if pos != size:
+        raise CorruptMessageError("record batch has bytes after its last record")
+    return keys, values, deltas, headers
+
+
 def _value_bytes(column: pa.Array) -> list[bytes | None]:
     """Values as bytes: binary as is; a typed topic's struct values as JSON."""
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
@@ -257,36 +328,44 @@ def encode_batch(
     headers = batch.column("headers").to_pylist()
     base_offset = offsets[0]
     base_ts = min(stamps)
-    body = bytearray()
-    record = bytearray()
+    parts: list[bytes] = []
+    add = parts.append
+    small = _SMALL_VARINTS
+    null = b"\x01"  # varint -1
     for offset, key, value, stamp, hdrs in zip(offsets, keys, values, stamps, headers, strict=True):
-        record.clear()
-        record.append(0)
-        _write_varint(record, stamp - base_ts)
-        _write_varint(record, offset - base_offset)
+        fields = [
+            b"\x00",
+            small.get(stamp - base_ts) or _varint_bytes(stamp - base_ts),
+            small.get(offset - base_offset) or _varint_bytes(offset - base_offset),
+        ]
         if key is None:
-            record.append(1)  # varint -1
+            fields.append(null)
         else:
-            _write_varint(record, len(key))
-            record += key
+            fields.append(small.get(len(key)) or _varint_bytes(len(key)))
+            fields.append(key)
         if value is None:
-            record.append(1)
+            fields.append(null)
         else:
-            _write_varint(record, len(value))
-            record += value
-        _write_varint(record, len(hdrs) if hdrs else 0)
-        for h in hdrs or ():
-            hkey = h["key"].encode()
-            _write_varint(record, len(hkey))
-            record += hkey
-            hvalue = h["value"]
-            if hvalue is None:
-                record.append(1)
-            else:
-                _write_varint(record, len(hvalue))
-                record += hvalue
-        _write_varint(body, len(record))
-        body += record
+            fields.append(small.get(len(value)) or _varint_bytes(len(value)))
+            fields.append(value)
+        if hdrs:
+            fields.append(_varint_bytes(len(hdrs)))
+            for h in hdrs:
+                hkey = h["key"].encode()
+                fields.append(_varint_bytes(len(hkey)))
+                fields.append(hkey)
+                hvalue = h["value"]
+                if hvalue is None:
+                    fields.append(null)
+                else:
+                    fields.append(_varint_bytes(len(hvalue)))
+                    fields.append(hvalue)
+        else:
+            fields.append(b"\x00")
+        record = b"".join(fields)
+        add(small.get(len(record)) or _varint_bytes(len(record)))
+        add(record)
+    body = b"".join(parts)
     attributes = TIMESTAMP_TYPE_BIT if log_append_time else 0
     tail = struct.pack(
         ">hiqqqhii",
@@ -301,4 +380,4 @@ def encode_batch(
     )
     crc = crc32c(body, crc32c(tail))
     head = struct.pack(">qiibI", base_offset, 49 + len(body), leader_epoch, 2, crc)
-    return head + tail + bytes(body)
+    return head + tail + body

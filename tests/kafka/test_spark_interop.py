@@ -59,7 +59,8 @@ def test_spark_reads_kafka_clients_records_and_kafka_reads_the_sink(
     stamp = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
     df = spark.createDataFrame(
         [(f"k{i}".encode(), f"v{i}".encode(), stamp, [("h", b"x")]) for i in range(10)],
-        "key binary, value binary, timestamp timestamp, headers array<struct<key:string,value:binary>>",
+        "key binary, value binary, timestamp timestamp, "
+        "headers array<struct<key:string,value:binary>>",
     )
     df.write.format("sparklog").options(**source_options(root, {})).option("topic", "spark2k").mode(
         "append"
