@@ -9,7 +9,9 @@ answer's session id is 0, so clients send full fetch requests.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from kio.index import load_response_schema
@@ -20,6 +22,41 @@ from sparklog.errors import SparklogError
 
 #: Slice of the wait spent on each partition when several are polled.
 POLL_SLICE_MS = 10
+#: Bytes of encoded batches kept for consumers reading the same records.
+ENCODED_CACHE_BYTES = 64 * 2**20
+
+
+class EncodedCache:
+    """Encoded v2 batches, LRU, keyed by (topic id, partition, first and last offset,
+    rows, timestamp type): that names the records exactly (a committed offset never
+    changes its record; compaction only removes offsets; a re-created topic has a
+    new id), so consumers at the tail share one encoding."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.used = 0
+        self._items: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> bytes | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[Any, ...], value: bytes) -> None:
+        with self._lock:
+            if key in self._items or len(value) > self.budget:
+                return
+            self._items[key] = value
+            self.used += len(value)
+            while self.used > self.budget:
+                _, old = self._items.popitem(last=False)
+                self.used -= len(old)
+
+
+ENCODED = EncodedCache(ENCODED_CACHE_BYTES)
 
 
 def _read(
@@ -38,9 +75,8 @@ def _read(
             int(details.get("log_start_offset", -1)),
             b"",
         )
-    log_append = (
-        broker.topic(topic).info.effective_config.get("message.timestamp.type") == "LogAppendTime"
-    )
+    info = broker.topic(topic).info
+    log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
     out = bytearray()
     for batch in batches:
         if batch.num_rows == 0:
@@ -50,7 +86,14 @@ def _read(
             batch = batch.slice(offset - first)
             if batch.num_rows == 0:
                 continue
-        out += encode_batch(batch, log_append)
+            first = offset
+        last = batch.column("offset")[batch.num_rows - 1].as_py()
+        key = (info.topic_id, partition, first, last, batch.num_rows, log_append)
+        encoded = ENCODED.get(key)
+        if encoded is None:
+            encoded = encode_batch(batch, log_append)
+            ENCODED.put(key, encoded)
+        out += encoded
         if len(out) >= max_bytes:
             break
     return 0, hwm, lso, bytes(out)
