@@ -197,3 +197,51 @@ def test_group_offsets_are_shared_and_described_with_lag(one_broker: Cluster) ->
         rest += resumed.poll(timeout_ms=200)
     resumed.close()
     assert [r.offset for r in rest] == list(range(10, 30))
+
+
+def test_one_group_mixes_kafka_and_sparklog_members(one_broker: Cluster) -> None:
+    import threading
+
+    bootstrap = one_broker.kafka_bootstrap
+    address = f"sparklog://{one_broker.bootstrap}"
+    create(bootstrap, "mixed-topic", 4)
+    native = SlConsumer(
+        address, group_id="mixed2", session_timeout_ms=6000, heartbeat_interval_ms=300
+    )
+    native.subscribe(["mixed-topic"])
+    stop = threading.Event()
+
+    def keep_polling() -> None:
+        while not stop.is_set():
+            native.poll(timeout_ms=100)
+
+    poller = threading.Thread(target=keep_polling)
+    poller.start()
+    kafka = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "mixed2",
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300,
+        }
+    )
+    kafka.subscribe(["mixed-topic"])
+    try:
+
+        def split() -> bool:
+            kafka.poll(0.1)
+            theirs = {tp.partition for tp in kafka.assignment()}
+            ours = {tp.partition for tp in native.assignment()}
+            return (
+                bool(theirs) and bool(ours) and not theirs & ours and theirs | ours == set(range(4))
+            )
+
+        wait_for(split, what="a Kafka and a sparklog member splitting the partitions")
+        described = Admin(address).describe_group("mixed2")
+        assert len(described.members) == 2
+    finally:
+        stop.set()
+        poller.join()
+        kafka.close()
+        native.close(autocommit=False)
