@@ -34,7 +34,12 @@ from sparklog.broker_lite.errors import (
 )
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
-from sparklog.errors import NotLeaderError, RebalanceInProgressError, UnknownServerError
+from sparklog.errors import (
+    BrokerNotAvailableError,
+    NotLeaderError,
+    RebalanceInProgressError,
+    UnknownServerError,
+)
 from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.server")
@@ -127,6 +132,12 @@ class FlightBroker(flight.FlightServerBase):
     # -- error boundary ----------------------------------------------------
     def _guard(self, method: str, call: Callable[[], Any]) -> Any:
         try:
+            if not self.broker.ready:
+                # The listener is up before the broker has its lease and threads (it needs
+                # the port to advertise): refuse with a retriable error until it is ready.
+                raise BrokerNotAvailableError(
+                    f"broker {self.broker.config.broker_id} is starting; retry"
+                )
             result = call()
             self.broker.metrics.requests.labels(method, "NONE").inc()
             return result

@@ -119,6 +119,7 @@ class Broker:
         self._led: set[tuple[str, int]] = set()
         self._pool = commit_pool(8)
         self._stopping = threading.Event()
+        self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
@@ -142,6 +143,13 @@ class Broker:
 
             cleaner = Cleaner(self)
             self._spawn("cleaner", cleaner.loop)
+
+        self._ready.set()
+
+    @property
+    def ready(self) -> bool:
+        """True once :meth:`start` has finished: the listener refuses requests until then."""
+        return self._ready.is_set()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
