@@ -45,6 +45,7 @@ from sparklog.broker_lite.produce import (
 )
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
 from sparklog.storage import errors as storage_errors
 from sparklog.storage.records import OFFSET_FIELD
@@ -126,7 +127,7 @@ class Broker:
     def start(self, location: str) -> None:
         """Publish our lease at ``location`` and start the background threads."""
         _storage(self.root.store.ensure_root)
-        self.cluster = Cluster(
+        self.cluster = cluster = Cluster(
             self.root,
             self.config.broker_id,
             location,
@@ -135,9 +136,11 @@ class Broker:
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
         )
-        _storage(self.cluster.renew)
+        # the first renewal also opens the store's connections: give it a few tries
+        _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
         self._update_leadership()
         self._spawn("lease", self._lease_loop)
+        self._spawn("tick", self._tick_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 
@@ -180,16 +183,25 @@ class Broker:
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
     def _lease_loop(self) -> None:
+        """Renew our lease, and nothing else: no other work may delay it.
+
+        Every store call in it has a deadline inside the lease timeout and it takes
+        no lock that store I/O holds, so only an outage of the store ends our lease.
+        """
+        interval = self.config.lease_interval_ms / 1000
+        assert self.cluster is not None
+        while not self._stopping.wait(interval):
+            try:
+                self.cluster.renew()
+            except StorageError as exc:
+                log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
+
+    def _tick_loop(self) -> None:
+        """Follow topic changes and leadership, sweep the groups we coordinate."""
         interval = self.config.lease_interval_ms / 1000
         ticks = 0
         while not self._stopping.wait(interval):
             ticks += 1
-            assert self.cluster is not None
-            try:
-                self.cluster.renew()
-            except StorageError as exc:
-                log.warning("lease renewal failed", extra=fields(error=str(exc)))
-                continue
             try:
                 self._reload_topics()
                 self._update_leadership()
@@ -244,8 +256,9 @@ class Broker:
         for name, p in lost:
             for key, st in list(self._partitions.items()):
                 if key[0] == name and key[2] == p:
-                    with st.lock:
-                        st.epoch = None
+                    # No st.lock: a commit holds it across store I/O.  The next commit
+                    # bumps the epoch again (a stale one is fenced and bumped anyway).
+                    st.epoch = None
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
@@ -258,8 +271,11 @@ class Broker:
             replicas = self.cluster.replicas(topic.name, p)
             if me in replicas[1:]:
                 st = self.partition_state(topic, p)
-                with st.lock:
-                    st.refresh()
+                if st.lock.acquire(blocking=False):  # busy means loaded: skip, never wait
+                    try:
+                        st.refresh()
+                    finally:
+                        st.lock.release()
 
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)
@@ -333,6 +349,18 @@ class Broker:
         if self.cluster.is_leader(topic, partition):
             return
         leader = self.cluster.leader(topic, partition)
+        if not self.cluster.healthy:
+            known = (
+                f"broker {leader.broker_id} at {leader.location} leads it"
+                if leader
+                else ("no other live broker is known")
+            )
+            raise NotLeaderError(
+                f"broker {self.config.broker_id} lost its lease (storage unreachable?) and "
+                f"leads nothing; for {topic}-{partition} {known}",
+                leader_id=leader.broker_id if leader else -1,
+                leader_location=leader.location if leader else "",
+            )
         raise NotLeaderError(
             f"broker {self.config.broker_id} does not lead {topic}-{partition}; broker "
             f"{leader.broker_id if leader else '?'} at {leader.location if leader else '?'} does",
