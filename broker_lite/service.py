@@ -118,6 +118,8 @@ class Broker:
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._batchers: dict[str, TopicBatcher] = {}
         self._led: set[tuple[str, int]] = set()
+        #: topics whose metadata cannot be read (name -> why): not served, reported
+        self.damaged_topics: dict[str, str] = {}
         self._pool = commit_pool(8)
         self._stopping = threading.Event()
         self._ready = threading.Event()
@@ -219,6 +221,19 @@ class Broker:
                 topic.reload()
             except storage_errors.UnknownTopicError:
                 self._forget_topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._forget_topic(name)
+                self._report_damaged(name, exc)
+
+    def _report_damaged(self, name: str, exc: BaseException) -> None:
+        """Isolate a topic whose metadata is damaged: log it once, serve the other topics."""
+        message = str(exc)[:500]
+        if self.damaged_topics.get(name) != message:
+            log.error(
+                "topic metadata is damaged; the topic is not served until it is repaired",
+                extra=fields(topic=name, error=message),
+            )
+        self.damaged_topics[name] = message
 
     def _forget_topic(self, name: str) -> None:
         with self._lock:
@@ -239,8 +254,12 @@ class Broker:
         for name in _storage(self.root.list_topics):
             try:
                 topic = self.topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._report_damaged(name, exc)
+                continue
             except BrokerError:
                 continue
+            self.damaged_topics.pop(name, None)
             led.update(
                 (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
             )
@@ -661,15 +680,23 @@ class Broker:
         assert self.cluster is not None
         names = list(topics) if topics is not None else _storage(self.root.list_topics)
         out: dict[str, Any] = {}
+        damaged: dict[str, str] = {}
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError(f"topic name {name!r} is not a string")
-            topic = self.topic(name)
             try:
-                topic.reload()
-            except storage_errors.UnknownTopicError:
-                self._forget_topic(name)
                 topic = self.topic(name)
+                try:
+                    topic.reload()
+                except storage_errors.UnknownTopicError:
+                    self._forget_topic(name)
+                    topic = self.topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._forget_topic(name)
+                if topics is not None:
+                    raise  # asked for by name: the caller learns why it cannot have it
+                damaged[name] = str(exc)[:500]  # listing all topics: one bad one hides no other
+                continue
             partitions = []
             for p in range(topic.partitions):
                 st = self.partition_state(topic, p)
@@ -701,7 +728,7 @@ class Broker:
                 "config": topic.info.config,
                 "value_schema": _schema_text(value_type) if value_type is not None else None,
             }
-        return {**self.describe_cluster(), "topics": out}
+        return {**self.describe_cluster(), "topics": out, "damaged_topics": damaged}
 
     def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
         topic = self.topic(topic_name)
