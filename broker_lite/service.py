@@ -486,7 +486,7 @@ class Broker:
                 for r in run.requests:
                     if r.producer is not None:
                         try:
-                            dup = duplicate_outcome(st.log.state.producers, r.producer)
+                            dup = self._duplicate_outcome(st, r.producer)
                         except BrokerError as exc:
                             r.future.set_exception(exc)
                             continue
@@ -531,6 +531,18 @@ class Broker:
         wait(futures)
         self.metrics.flush_seconds.observe(time.perf_counter() - started)
 
+    def _duplicate_outcome(self, st: PartitionState, producer: ProducerBatch) -> Any:
+        """Where this idempotent batch landed before, or None; re-reads before OUT_OF_ORDER.
+
+        Our cached state may be behind (another leader committed meanwhile): a
+        sequence error is declared only by the log as it is now (caller holds st.lock).
+        """
+        try:
+            return duplicate_outcome(st.log.state.producers, producer)
+        except storage_errors.ProducerSequenceError:
+            st.refresh()
+            return duplicate_outcome(st.log.state.producers, producer)
+
     def _commit_run(self, topic: Topic, run: Run, segment: Any) -> None:
         try:
             st = self.partition_state(topic, run.partition)
@@ -567,7 +579,17 @@ class Broker:
                         extra=fields(topic=topic.name, partition=run.partition, epoch=st.epoch),
                     )
                 started = time.perf_counter()
-                result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
+                try:
+                    result = st.log.append(
+                        [segment], leader_epoch=st.epoch, producer=run.producer
+                    )
+                except storage_errors.ProducerSequenceError:
+                    # Our view may be behind the log (another leader wrote meanwhile):
+                    # OUT_OF_ORDER_SEQUENCE only if the log as it is now says so.
+                    st.refresh()
+                    result = st.log.append(
+                        [segment], leader_epoch=st.epoch, producer=run.producer
+                    )
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
                 self.metrics.root_requests.labels("commit").inc()
                 return result

@@ -11,6 +11,9 @@ Its ``mode`` says what happens to traffic, now and on every open connection:
 * ``blackhole``: accept and read, never forward and never answer (a silent
   dead peer: the case that needs deadlines).
 
+:meth:`mute_next` loses the *answer* of the next requests whose first line
+matches (the request itself is applied): an ambiguous write.
+
 Only the test process uses it; every socket it opens is closed by :meth:`stop`.
 """
 
@@ -33,6 +36,7 @@ class _Pipe:
     upstream: socket.socket | None
     sent_up_bytes: int = 0
     closed: bool = False
+    muted: bool = False
 
 
 @dataclass
@@ -47,6 +51,13 @@ class FaultProxy:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     connections: int = 0
+    _mute: tuple[bytes, bytes, int] = (b"", b"", 0)
+    muted_requests: int = 0
+
+    def mute_next(self, method: bytes, path_part: bytes, count: int = 1) -> None:
+        """Forward the next ``count`` requests ``method ...path_part...`` but lose their answers."""
+        with self._lock:
+            self._mute = (method, path_part, count)
 
     @classmethod
     def start(cls, target: tuple[str, int]) -> FaultProxy:
@@ -148,6 +159,16 @@ class FaultProxy:
             return
         if mode == "delay" and self.delay_ms:
             time.sleep(self.delay_ms / 1000)
+        if upward and self._mute[2] > 0:
+            first_line = data.split(b"\r\n", 1)[0]
+            method, part, left = self._mute
+            if first_line.startswith(method + b" ") and part in first_line:
+                with self._lock:
+                    self._mute = (method, part, left - 1)
+                    self.muted_requests += 1
+                pipe.muted = True
+        if not upward and pipe.muted:
+            return  # the request was applied; its answer is lost
         if mode == "cut" and upward:
             room = self.cut_after_bytes - pipe.sent_up_bytes
             if room <= 0:
