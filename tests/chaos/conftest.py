@@ -1,7 +1,16 @@
-"""Chaos fixtures: the moto S3 server behind a fault-injecting proxy."""
+"""Chaos fixtures: the moto S3 server behind a fault-injecting proxy.
+
+moto checks ``If-None-Match: *`` and then stores the object, two steps a
+racing PUT can pass between (S3 does both atomically).  The create-only races
+of brokers would then test moto, not sparklog, so the chaos tests serialise
+moto's PUT handler (:func:`atomic_moto_puts`): the server they test against
+has S3's semantics for create-only writes.
+"""
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +40,26 @@ class ProxiedS3:
             "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}},
             "skip_instance_cache": True,
         }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def atomic_moto_puts() -> Iterator[None]:
+    """Make moto's conditional PUT atomic (one PUT at a time in the test's moto server)."""
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    lock = threading.Lock()
+
+    @functools.wraps(original)
+    def put_object(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, *args, **kwargs)
+
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        S3Response.put_object = original  # type: ignore[method-assign]
 
 
 @pytest.fixture
