@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -20,6 +21,26 @@ import pytest
 
 from tests.chaos.proxy import FaultProxy
 from tests.support.s3 import MotoS3
+
+
+@contextmanager
+def serialised_moto_puts() -> Iterator[None]:
+    """While active, moto's PUT handler runs one request at a time in this process."""
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    lock = threading.Lock()
+
+    @functools.wraps(original)
+    def put_object(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, *args, **kwargs)
+
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        S3Response.put_object = original  # type: ignore[method-assign]
 
 
 @dataclass
@@ -45,21 +66,8 @@ class ProxiedS3:
 @pytest.fixture(scope="session", autouse=True)
 def atomic_moto_puts() -> Iterator[None]:
     """Make moto's conditional PUT atomic (one PUT at a time in the test's moto server)."""
-    from moto.s3.responses import S3Response
-
-    original = S3Response.put_object
-    lock = threading.Lock()
-
-    @functools.wraps(original)
-    def put_object(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with lock:
-            return original(self, *args, **kwargs)
-
-    S3Response.put_object = put_object  # type: ignore[method-assign]
-    try:
+    with serialised_moto_puts():
         yield
-    finally:
-        S3Response.put_object = original  # type: ignore[method-assign]
 
 
 @pytest.fixture
