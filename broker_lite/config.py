@@ -161,14 +161,14 @@ KEYS: dict[str, Key] = {
         Key(
             "max_concurrent_calls",
             "int",
-            256,
+            512,
             "Flight calls served at once (each holds a server thread)",
             minimum=1,
         ),
         Key(
             "max_calls_per_connection",
             "int",
-            32,
+            128,
             "Flight calls one client connection may have open at once",
             minimum=1,
         ),
@@ -312,8 +312,8 @@ class BrokerConfig:
     max_request_bytes: int = 67_108_864
     max_request_batches: int = 10_000
     max_inflight_request_bytes: int = 268_435_456
-    max_concurrent_calls: int = 256
-    max_calls_per_connection: int = 32
+    max_concurrent_calls: int = 512
+    max_calls_per_connection: int = 128
     compression: str = "none"
     tail_cache_bytes: int = 67_108_864
     fetch_max_wait_ms: int = 30_000
