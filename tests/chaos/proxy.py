@@ -20,7 +20,7 @@ Only the test process uses it; every socket it opens is closed by :meth:`stop`.
 from __future__ import annotations
 
 import contextlib
-import select
+import selectors
 import socket
 import struct
 import threading
@@ -137,18 +137,23 @@ class FaultProxy:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
     def _pump(self, pipe: _Pipe) -> None:
-        try:
-            while not self._stop.is_set() and not pipe.closed:
-                socks = [pipe.client] + ([pipe.upstream] if pipe.upstream else [])
-                readable, _, _ = select.select(socks, [], [], 0.2)
-                for sock in readable:
-                    data = sock.recv(65536)
-                    if not data:
-                        self._close(pipe, reset=False)
-                        return
-                    self._forward(pipe, sock is pipe.client, data)
-        except OSError:
-            self._close(pipe, reset=False)
+        # a selector (epoll), not select(): the test process may hold over 1024 descriptors
+        with selectors.DefaultSelector() as selector:
+            try:
+                for sock in (pipe.client, pipe.upstream):
+                    if sock is not None:
+                        selector.register(sock, selectors.EVENT_READ)
+                while not self._stop.is_set() and not pipe.closed:
+                    for key, _ in selector.select(0.2):
+                        sock = key.fileobj
+                        assert isinstance(sock, socket.socket)
+                        data = sock.recv(65536)
+                        if not data:
+                            self._close(pipe, reset=False)
+                            return
+                        self._forward(pipe, sock is pipe.client, data)
+            except (OSError, ValueError):
+                self._close(pipe, reset=False)
 
     def _forward(self, pipe: _Pipe, upward: bool, data: bytes) -> None:
         mode = self.mode
