@@ -7,10 +7,17 @@ import time
 import pytest
 
 from sparklog.broker_lite.cluster import CLOCK_OFFSET_ENV, Cluster
-from sparklog.errors import CommitStateUnknownError, StoreUnavailableError
-from sparklog.storage import open_root
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.errors import (
+    CommitStateUnknownError,
+    NotLeaderOrFollowerError,
+    StoreUnavailableError,
+)
+from sparklog.storage import make_batch, open_root
 from sparklog.storage.objectstore import ObjectStore
 from tests.chaos.conftest import ProxiedS3
+from tests.chaos.inproc import inproc_broker
+from tests.support.waiting import wait_for
 
 
 def test_black_holed_calls_end_at_their_deadline(proxied_s3: ProxiedS3) -> None:
@@ -85,3 +92,32 @@ def test_broker_without_lease_never_names_itself(tmp_path) -> None:
         leader = ours.leader("t", p)
         assert leader is not None and leader.broker_id == 2
         assert not ours.is_leader("t", p)
+
+
+def test_broker_whose_store_is_gone_says_it_lost_its_lease(proxied_s3: ProxiedS3) -> None:
+    """Storage black-holed: the broker's lease lapses; it refuses, naming no leader, not itself;
+    once the store is back it renews and serves again (no call hangs past its deadline)."""
+    options = proxied_s3.storage_options(request_timeout_ms=2_000)
+    with (
+        inproc_broker(
+            proxied_s3.root,
+            storage_options=options,
+            lease_interval_ms=200,
+            lease_timeout_ms=1_500,
+            broker_id=7,
+        ) as (server, loc),
+        BrokerClient(loc, retry_timeout_ms=0) as client,
+    ):
+        client.create_topic("t", 1)
+        assert client.produce("t", 0, make_batch([b"a"])).base_offset == 0
+        proxied_s3.proxy.set("blackhole")
+        cluster = server.broker.cluster
+        assert cluster is not None
+        wait_for(lambda: not cluster.healthy, 30, "the lease to lapse")
+        with pytest.raises(NotLeaderOrFollowerError) as info:
+            server.broker.produce("t", [(0, make_batch([b"b"]))])
+        assert "lost its lease" in str(info.value)
+        assert info.value.details["leader_id"] != 7
+        proxied_s3.proxy.heal()
+        wait_for(lambda: cluster.healthy, 30, "the lease renewed after the store came back")
+        assert client.produce("t", 0, make_batch([b"c"])).base_offset == 1
