@@ -69,4 +69,5 @@ def test_storage_outages_s3_long(tmp_path, moto_s3: MotoS3, mode: str) -> None:
 def test_leader_kills_and_pauses_file_long(tmp_path) -> None:
     setup = scenarios.file_setup(tmp_path)
     scenarios.leader_kills(setup, kills=10)
-    scenarios.leader_pauses(scenarios.file_setup(tmp_path / "p"), pauses=3)
+    (tmp_path / "pauses").mkdir()
+    scenarios.leader_pauses(scenarios.file_setup(tmp_path / "pauses"), pauses=3)
