@@ -580,16 +580,12 @@ class Broker:
                     )
                 started = time.perf_counter()
                 try:
-                    result = st.log.append(
-                        [segment], leader_epoch=st.epoch, producer=run.producer
-                    )
+                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
                 except storage_errors.ProducerSequenceError:
                     # Our view may be behind the log (another leader wrote meanwhile):
                     # OUT_OF_ORDER_SEQUENCE only if the log as it is now says so.
                     st.refresh()
-                    result = st.log.append(
-                        [segment], leader_epoch=st.epoch, producer=run.producer
-                    )
+                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
                 self.metrics.root_requests.labels("commit").inc()
                 return result
