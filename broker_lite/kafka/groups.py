@@ -244,6 +244,20 @@ def handle_leave_group(ctx: Any, request: Any) -> Any:
     )
 
 
+def _no_group(group_cls: type, group: str, state: str, error: int) -> Any:
+    """A DescribeGroups entry without members: an unknown (Dead) group or an error."""
+    return make(
+        group_cls,
+        error_code=error,
+        group_id=group,
+        group_state=state,
+        protocol_type="",
+        protocol_data="",
+        members=(),
+        authorized_operations=-2147483648,
+    )
+
+
 def handle_describe_groups(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(15, ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
@@ -253,33 +267,11 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     for group in request.groups:
         try:
             if group not in known:
-                out.append(
-                    make(
-                        group_cls,
-                        error_code=0,
-                        group_id=group,
-                        group_state="Dead",
-                        protocol_type="",
-                        protocol_data="",
-                        members=(),
-                        authorized_operations=-2147483648,
-                    )
-                )
+                out.append(_no_group(group_cls, group, "Dead", 0))
                 continue
             doc = ctx.broker.groups.group_state(group)
         except SparklogError as exc:
-            out.append(
-                make(
-                    group_cls,
-                    error_code=errno_of(exc),
-                    group_id=group,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=-2147483648,
-                )
-            )
+            out.append(_no_group(group_cls, group, "", errno_of(exc)))
             continue
         members = []
         for member, entry in sorted(doc["members"].items()):
