@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
+from sparklog.spark.progress import offsets_behind_latest
 from sparklog.storage import open_root
 from tests.spark.spark_data import fill
 from tests.spark.spark_support import spark, wait_for  # noqa: F401
@@ -82,7 +83,7 @@ def test_max_records_per_partition_splits_a_batch_read(spark, tmp_path) -> None:
     assert rows(df) == [(0, o) for o in range(100)]
 
 
-def test_kafka_group_id_records_the_groups_offsets(spark, tmp_path) -> None:
+def test_kafka_group_id_records_the_groups_offsets_and_lag_is_computable(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     root = open_root(url)
     fill(root, "t", partitions=2, batches=1, per_batch=10)
@@ -92,6 +93,7 @@ def test_kafka_group_id_records_the_groups_offsets(spark, tmp_path) -> None:
         .option("subscribe", "t")
         .option("startingOffsets", "earliest")
         .option("kafka.group.id", "billing")
+        .option("maxOffsetsPerTrigger", "10")
         .load()
     )
     query = (
@@ -105,6 +107,13 @@ def test_kafka_group_id_records_the_groups_offsets(spark, tmp_path) -> None:
     assert query.exception() is None
     committed = root.groups.fetch("billing")
     assert {tp: c.offset for tp, c in committed.items()} == {("t", 0): 10, ("t", 1): 10}
+    first, last = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    assert offsets_behind_latest(first) == {
+        "minOffsetsBehindLatest": 5.0,
+        "maxOffsetsBehindLatest": 5.0,
+        "avgOffsetsBehindLatest": 5.0,
+    }
+    assert offsets_behind_latest(last)["maxOffsetsBehindLatest"] == 0.0
 
 
 def test_kafka_auto_offset_reset_is_refused_with_kafkas_advice(spark, tmp_path) -> None:
