@@ -73,7 +73,7 @@ def measure_latency(
         )
     query = None
     try:
-        producer = Producer(address, linger_ms=0)
+        producer = Producer(f"sparklog://{address}" if via_broker else address, linger_ms=0)
         producer.send("lat-in", value=b"warm-up").get(60)  # broker up, topic known
         query = (
             spark.readStream.format("sparklog")

@@ -136,8 +136,11 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(begin)
         view = self.view
         infos = view.refresh_topics()
+        recorded = topic_ids_of(start)
         ids = {name: info.topic_id for name, info in infos.items()}
-        begin = self._check_incarnations(begin, topic_ids_of(start), ids)
+        begin = self._check_incarnations(begin, recorded, ids)
+        # A topic gone for now keeps its recorded id, so its re-creation is still recognised.
+        ids = {**{t: i for t, i in recorded.items() if t not in ids}, **ids}
         partitions = view.partitions(infos)
         bounds = view.bounds(partitions)
         self._latest = {tp: hwm for tp, (_, hwm) in bounds.items()}
