@@ -49,7 +49,12 @@ from sparklog.storage import open_root  # noqa: E402
 from sparklog.storage.records import RECORD_SCHEMA  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from spark_latency import TYPED_DDL, generate_typed, measure_latency  # noqa: E402
+from spark_latency import (  # noqa: E402
+    TYPED_DDL,
+    generate_typed,
+    measure_latency,
+    per_batch_work_ms,
+)
 
 KEY_BYTES, VALUE_BYTES = 16, 100
 CHUNK = 100_000
@@ -431,6 +436,12 @@ def main() -> int:
             timed("typed topic read as columns", typed_read, n, results)
             timed("same records as JSON + from_json", json_read, n, results)
         if "latency" in sections:
+            work_ms = per_batch_work_ms(work)
+            print(
+                "sparklog's own calls per micro-batch of 40 records (median ms, in-process): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in work_ms.items()),
+                flush=True,
+            )
             for via_broker in (False, True):
                 label = "through a broker" if via_broker else "embedded"
                 figures = measure_latency(

@@ -201,3 +201,54 @@ def generate_typed(url: str, records: int, partitions: int, chunk: int = 100_000
         )
         written += n
         chunk_no += 1
+
+
+def per_batch_work_ms(work: Path, records: int = 40, batches: int = 30) -> dict[str, float]:
+    """Median ms of sparklog's own calls in one micro-batch of ``records``, in-process.
+
+    The calls Spark makes on the driver (latestOffset, partitions, the sink's
+    commit) and on executors (a read task, a write task), without Spark: what
+    sparklog adds to each micro-batch.
+    """
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from sparklog.spark.options import parse_sink_options, parse_source_options
+    from sparklog.spark.read import read_task
+    from sparklog.spark.schema import arrow_schema, source_schema
+    from sparklog.spark.sink import _TaskWriter, commit_segments
+    from sparklog.spark.stream import SparklogStreamReader
+    from sparklog.storage import make_batch
+
+    url = f"file://{work}/pieces-{uuid.uuid4().hex[:6]}"
+    root = open_root(url)
+    root.create_topic("a", 1)
+    root.create_topic("b", 1)
+    sink = parse_sink_options({"root": url, "topic": "b"})
+    source = parse_source_options({"root": url, "subscribe": "a"}, streaming=True)
+    reader = SparklogStreamReader(source, source_schema(None, False))
+    target = arrow_schema(source_schema(None, False))
+    start = reader.initialOffset()
+    laps: dict[str, list[float]] = {}
+    for batch_id in range(batches):
+        root.topic("a").produce({0: make_batch([b"x" * 100] * records)})
+        marks = [time.perf_counter()]
+        end = reader.latestOffset(start, ReadAllAvailable())
+        marks.append(time.perf_counter())
+        tasks = reader.partitions(start, end)
+        marks.append(time.perf_counter())
+        rows = [b for task in tasks for b in read_task(task, target)]
+        marks.append(time.perf_counter())
+        writer = _TaskWriter(sink, 0)
+        for b in rows:
+            writer.add(
+                pa.RecordBatch.from_arrays([b.column("key"), b.column("value")], ["key", "value"])
+            )
+        message = writer.finish()
+        marks.append(time.perf_counter())
+        commit_segments(sink, [message], txn=("bench", batch_id))
+        marks.append(time.perf_counter())
+        start = end
+        names = ("latestOffset", "partitions", "read task", "write task", "sink commit")
+        for name, a, b in zip(names, marks, marks[1:], strict=False):
+            laps.setdefault(name, []).append((b - a) * 1000)
+    return {name: float(np.median(v)) for name, v in laps.items()}
