@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.errors import DataLossError
+from sparklog.errors import DataLossError, SparkOptionError
 from sparklog.spark.faults import maybe_fault
 from sparklog.spark.offsets import (
     RootView,
@@ -100,6 +100,15 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 which="starting",
                 timestamp_strategy=self.options.timestamp_strategy,
             )
+            if self.options.starting.kind == "offsets":
+                for tp, offset in positions.items():
+                    hwm = view.log(*tp, refresh=False).high_watermark
+                    if offset > hwm:  # never read the offsets the query excluded instead
+                        raise SparkOptionError(
+                            f"option 'startingOffsets' gives offset {offset} for topic "
+                            f"{tp[0]!r} partition {tp[1]}, beyond the end of its log (high "
+                            f"watermark {hwm}); accepted: -2, -1 or an offset up to {hwm}"
+                        )
             if self.options.group:
                 committed = view.root.groups.fetch(self.options.group)
                 for tp in partitions:

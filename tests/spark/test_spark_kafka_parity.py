@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
+from sparklog.errors import SparkOptionError
+from sparklog.spark.options import parse_source_options
 from sparklog.spark.progress import offsets_behind_latest
+from sparklog.spark.schema import source_schema
+from sparklog.spark.stream import SparklogStreamReader
 from sparklog.storage import open_root
 from tests.spark.spark_data import fill
 from tests.spark.spark_support import spark, wait_for  # noqa: F401
@@ -190,3 +194,22 @@ def test_a_recreated_topic_is_read_from_its_start_without_fail_on_data_loss(
         query.stop()
     values = sorted(r.value.decode() for r in spark.table(table).collect())
     assert values == sorted([f"t-0-{i}" for i in range(5)] + [f"t-0-{i}" for i in range(8)])
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_stream_start_beyond_the_log_end_is_an_error(tmp_path, fail_on_data_loss) -> None:
+    """The stream's first position is checked like a batch start (no Spark needed)."""
+    url = f"file://{tmp_path}/root"
+    fill(open_root(url), "t", partitions=1, batches=1, per_batch=30)
+    options = parse_source_options(
+        {
+            "root": url,
+            "subscribe": "t",
+            "startingOffsets": '{"t":{"0":50}}',
+            "failOnDataLoss": fail_on_data_loss,
+        },
+        streaming=True,
+    )
+    reader = SparklogStreamReader(options, source_schema(None, False))
+    with pytest.raises(SparkOptionError, match="offset 50 for topic 't' partition 0, beyond"):
+        reader.initialOffset()
