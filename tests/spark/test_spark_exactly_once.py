@@ -30,6 +30,12 @@ from tests.spark.spark_support import REPO, classic_env
 
 pytestmark = pytest.mark.slow
 
+KILL_POINTS = (
+    "sink.before_commit:1",  # objects written, driver dies before committing them
+    "sink.after_commit:2",  # committed, driver dies before Spark's checkpoint
+    "sink.mid_commit:3",  # one partition committed, the others not
+)
+
 
 def run_driver(
     root_url: str,
@@ -94,12 +100,7 @@ def test_killed_and_restarted_query_writes_every_record_once(tmp_path: Path) -> 
     root.create_topic("out", 4)
     produce(root, 0, 200)
     checkpoint = tmp_path / "ck"
-    faults = [
-        "sink.before_commit:1",  # objects written, driver dies before committing them
-        "sink.after_commit:2",  # committed, driver dies before Spark's checkpoint
-        "sink.mid_commit:3",  # one partition committed, the others not
-    ]
-    for n, fault in enumerate(faults):
+    for n, fault in enumerate(KILL_POINTS):
         run_driver(url, checkpoint, fault)  # asserts that it was killed there
         produce(root, 200 + 40 * n, 40)
     # Task failures (first attempts of every sink and source task) are retried by Spark.
@@ -133,7 +134,7 @@ def test_killed_foreach_batch_update_query_writes_each_window_count_once(tmp_pat
     produce_events(root, 0, 100)
     checkpoint = tmp_path / "ck"
     windows_driver = "tests.spark.spark_windows_driver"
-    for n, fault in enumerate(["sink.before_commit:1", "sink.after_commit:2", "sink.mid_commit:3"]):
+    for n, fault in enumerate(KILL_POINTS):
         run_driver(url, checkpoint, fault, module=windows_driver, args=())
         produce_events(root, 100 + 20 * n, 20)
     assert run_driver(url, checkpoint, None, module=windows_driver, args=()) == 0
