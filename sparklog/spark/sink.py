@@ -7,7 +7,10 @@ objects with ``Topic.write`` and return the *staged* segments in their commit
 messages; nothing is visible yet.  The driver's ``commit`` appends each
 partition's segments in one log commit marked ``(app id, batch id)``; a batch
 that Spark replays after a failure finds its marker and is skipped, so each
-record lands exactly once.  ``abort`` deletes nothing: a commit may already
+record lands exactly once.  Batch writes with Delta's ``txnAppId`` and
+``txnVersion`` options get the same marker ``(txnAppId, txnVersion)``: a
+version a partition already holds (or an older one) is skipped, which makes
+``foreachBatch`` exactly-once in every output mode.  ``abort`` deletes nothing: a commit may already
 have published some objects, and unreferenced ones are collected by GC.
 """
 
@@ -313,7 +316,11 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         return write_task(self.options, iterator, streaming=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_segments(self.options, messages, txn=None)
+        opts = self.options
+        txn = None
+        if opts.txn_app_id is not None and opts.txn_version is not None:
+            txn = (opts.txn_app_id, opts.txn_version)
+        commit_segments(opts, messages, txn=txn)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = sum(len(m.segments) for m in messages if isinstance(m, SinkCommitMessage))
