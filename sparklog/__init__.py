@@ -9,7 +9,7 @@ brokers::
         producer.send("events", b"hello", key=b"user-1")
     consumer = sparklog.Consumer("/tmp/sl", group_id="g", auto_offset_reset="earliest")
     consumer.subscribe(["events"])
-    records = consumer.poll(timeout_ms=1000)
+    records = consumer.poll_records(timeout_ms=1000)
 """
 
 from __future__ import annotations
