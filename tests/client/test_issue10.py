@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
 import time
 
 import pyarrow as pa
 import pytest
 
 from sparklog import Admin, Consumer, Producer, TopicPartition
+from sparklog.client.partitioner import partition_for_key
+from sparklog.client.types import ConsumerRebalanceListener
 from sparklog.errors import KafkaTimeoutError
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(params=["file", "s3", "broker"])
@@ -67,3 +74,120 @@ def test_future_exception_while_in_flight_raises_timeout(tmp_path):
     assert future.exception(timeout=5) is None
     assert future.get(timeout=5).offset == 0
     producer.close()
+
+
+def _fill(url: str, options: dict, topic: str, partitions: int, count: int) -> None:
+    with Admin(url, storage_options=options) as admin:
+        admin.create_topic(topic, partitions=partitions)
+    with Producer(url, storage_options=options) as producer:
+        for i in range(count):
+            producer.send(topic, f"v{i}".encode(), key=f"k{i}".encode())
+
+
+GROUP_CONFIG = {
+    "auto_offset_reset": "earliest",
+    "auto_commit_interval_ms": 600_000,  # only revocation and close commit in these tests
+    "heartbeat_interval_ms": 100,
+    "session_timeout_ms": 6_000,
+    "rebalance_timeout_ms": 20_000,
+}
+
+
+def test_rebalance_commits_what_the_old_owner_delivered(mode):
+    """Item 2: a member auto-commits before giving partitions up, so nobody re-reads them."""
+    url, options = mode
+    _fill(url, options, "shared", 4, 400)
+    first = Consumer("shared", address=url, group_id="g", storage_options=options, **GROUP_CONFIG)
+    got_first = _drain(first, 400)
+    assert len(got_first) == 400
+    second = Consumer(address=url, group_id="g", storage_options=options, **GROUP_CONFIG)
+    second.subscribe(["shared"])
+    got_second: list = []
+    joining = threading.Thread(target=lambda: got_second.extend(second.poll_records(100)))
+    joining.start()
+
+    def first_rejoined() -> bool:
+        got_first.extend(first.poll_records(timeout_ms=100))
+        return not joining.is_alive()
+
+    wait_for(first_rejoined, 60, "the second member to join")
+    assert first.assignment() and second.assignment()
+    assert first.assignment() | second.assignment() == {
+        TopicPartition("shared", p) for p in range(4)
+    }
+    got_second.extend(second.poll_records(timeout_ms=1000))
+    got_first.extend(first.poll_records(timeout_ms=1000))
+    assert len(got_second) == 0, "the new owner re-read records the old owner delivered"
+    assert len(got_first) == 400
+    first.close()
+    second.close()
+
+
+class _Recorder(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set]] = []
+
+    def on_partitions_revoked(self, revoked: list) -> None:
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned: list) -> None:
+        self.events.append(("assigned", set(assigned)))
+
+
+def test_close_commits_and_calls_the_revoke_listener(mode):
+    """Item 2: close() commits what was delivered and tells the listener of the revocation."""
+    url, options = mode
+    _fill(url, options, "closing", 2, 50)
+    listener = _Recorder()
+    consumer = Consumer(address=url, group_id="gc", storage_options=options, **GROUP_CONFIG)
+    consumer.subscribe(["closing"], listener=listener)
+    got = _drain(consumer, 30)
+    while len(got) < 30:
+        got.extend(consumer.poll_records(timeout_ms=200))
+    consumer.close()
+    everything = {TopicPartition("closing", 0), TopicPartition("closing", 1)}
+    assert listener.events == [("assigned", everything), ("revoked", everything)]
+    delivered: dict = {}
+    for record in got:
+        delivered[record.topic_partition] = record.offset + 1
+    again = Consumer(address=url, group_id="gc", storage_options=options, **GROUP_CONFIG)
+    assert {tp: again.committed(tp) for tp in everything} == {
+        tp: delivered.get(tp) for tp in everything
+    }
+    again.close()
+
+
+def test_cli_produce_through_a_broker_spreads_keys_like_kafka(broker, tmp_path):
+    """Item 1: keyed lines from ``sparklog produce`` land where Kafka's murmur2 puts them."""
+    with Admin(broker.address) as admin:
+        admin.create_topic("spread", partitions=4)
+    lines = tmp_path / "in"
+    lines.write_text("".join(f"k{i}:{i}\n" for i in range(1, 4001)))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparklog.cli",
+            "--address",
+            broker.address,
+            "--output",
+            "json",
+            "produce",
+            "spread",
+            "--key-separator",
+            ":",
+            "--file",
+            str(lines),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    expected = [0] * 4
+    for i in range(1, 4001):
+        expected[partition_for_key(f"k{i}".encode(), 4)] += 1
+    assert json.loads(done.stdout)["partitions"] == {str(p): n for p, n in enumerate(expected)}
+    with Admin(broker.address) as admin:
+        described = admin.describe_topic("spread")
+    assert [p.high_watermark for p in described.partitions] == expected
