@@ -106,6 +106,9 @@ class FlightBroker(flight.FlightServerBase):
                 _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "spec", Any)
             ),
             "init_producer_id": lambda b: list(broker.init_producer_id()),
+            "delete_records": lambda b: broker.delete_records(
+                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "offset", int)
+            ),
             "join_group": self._join,
             "sync_group": self._sync,
             "heartbeat": lambda b: broker.groups.heartbeat(
@@ -116,8 +119,10 @@ class FlightBroker(flight.FlightServerBase):
             ),
             "commit_offsets": self._commit,
             "fetch_offsets": lambda b: [
-                [t, p, o]
-                for (t, p), o in sorted(broker.groups.fetch_offsets(_arg(b, "group", str)).items())
+                [t, p, o, m]
+                for (t, p), (o, m) in sorted(
+                    broker.groups.fetch_committed(_arg(b, "group", str)).items()
+                )
             ],
             "list_groups": lambda b: broker.groups.list_groups(),
             "describe_group": lambda b: broker.groups.describe_group(_arg(b, "group", str)),
@@ -255,7 +260,7 @@ class FlightBroker(flight.FlightServerBase):
                 producer_id=_arg(body, "producer_id", int, None),
                 producer_epoch=_arg(body, "producer_epoch", int, None),
                 base_sequence=_arg(body, "base_sequence", int, None),
-                compression=_arg(body, "compression", str, "none"),
+                compression=_arg(body, "compression", str, None),
             )
             results = [
                 {

@@ -47,6 +47,7 @@ from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
 from sparklog.storage import errors as storage_errors
+from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -342,7 +343,7 @@ class Broker:
         producer_id: int | None = None,
         producer_epoch: int | None = None,
         base_sequence: int | None = None,
-        compression: str = "none",
+        compression: str | None = "none",
     ) -> list[ProduceOutcome]:
         """Validate, enqueue and (unless acks=0) wait for the commit of each item."""
         if acks not in ACKS:
@@ -447,7 +448,7 @@ class Broker:
         if not ready:
             return
         compression = ready[0].requests[0].compression
-        if compression == "none":
+        if compression is None:  # the request named no codec: the broker's setting applies
             compression = self.config.compression
         try:
             staged = topic.write(
@@ -641,6 +642,7 @@ class Broker:
                     if time.monotonic() - st.refreshed > self.config.fetch_refresh_ms / 1000:
                         _storage(st.refresh)
                     hwm, lso = st.log.high_watermark, st.log.log_start_offset
+                    size_bytes = sum(s.size_bytes for s in st.log.segments())
                 leader = self.cluster.leader(name, p)
                 if self.config.force_leader:
                     leader_id, location = self.config.broker_id, self.cluster.location
@@ -655,6 +657,7 @@ class Broker:
                         "replicas": self.cluster.replicas(name, p),
                         "log_start_offset": lso,
                         "high_watermark": hwm,
+                        "size_bytes": size_bytes,
                     }
                 )
             value_type = topic.info.value_type
@@ -713,6 +716,16 @@ class Broker:
         info = _storage(lambda: self.root.add_partitions(name, total))
         self._forget_topic(name)
         return int(info.partitions)
+
+    def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords on a partition this broker leads; the new log start offset."""
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        self._check_leader(topic_name, partition)
+        with st.lock:
+            start = _storage(lambda: delete_records(st.log, before_offset, leader_epoch=st.epoch))
+        self.cache.drop(st.key)
+        return int(start)
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""

@@ -40,7 +40,9 @@ def produce(
     ] = None,
     partition: int | None = typer.Option(None, "--partition", help="Write to this partition"),
     linger_ms: int = typer.Option(20, "--linger-ms", help="Producer linger.ms"),
-    compression: str = typer.Option("none", "--compression", help="none, lz4 or zstd"),
+    compression: str | None = typer.Option(
+        None, "--compression", help="none, lz4 or zstd (default: the broker's setting, or none)"
+    ),
 ) -> None:
     """Write one record per input line (stdin, or --file with a progress bar)."""
     st = state(ctx)

@@ -80,7 +80,9 @@ PRODUCER_OPTIONS: dict[str, Option] = {
         1 << 20, _int(1), "flush a partition's batch once it holds this many bytes"
     ),
     "compression": Option(
-        "none", _choice("none", "lz4", "zstd", aliases={"null": "none"}), "none, lz4 or zstd"
+        None,
+        _choice("none", "lz4", "zstd"),
+        "none, lz4 or zstd; unset: the broker's setting (broker mode) or none (embedded)",
     ),
     "enable_idempotence": Option(True, _bool, "deduplicate retried batches"),
     "retries": Option(2_147_483_647, _int(0), "retry attempts within delivery_timeout_ms"),

@@ -117,9 +117,14 @@ class ConsumerRebalanceListener:
         """Partitions this member now owns."""
 
 
+#: The ``leader`` a storage root reports: embedded writers commit with optimistic concurrency.
+EMBEDDED_LEADER = "embedded"
+
+
 @dataclass(frozen=True)
 class PartitionDescription:
-    """A partition's leader and offsets (leader is ``None`` on a storage root)."""
+    """A partition's leader (``id@host:port``, or ``"embedded"`` on a storage root), offsets
+    and stored bytes."""
 
     partition: int
     leader: str | None
@@ -130,10 +135,13 @@ class PartitionDescription:
 
 @dataclass(frozen=True)
 class TopicDescription:
+    """A topic's id, partitions and effective config; ``value_type`` on typed topics."""
+
     name: str
     topic_id: str
     partitions: list[PartitionDescription]
     config: dict[str, Any]
+    value_type: Any = None  # a pyarrow struct type on typed topics
 
 
 @dataclass(frozen=True)
@@ -173,3 +181,43 @@ class GroupDescription:
     @property
     def total_lag(self) -> int:
         return sum(p.lag or 0 for p in self.lag)
+
+
+@dataclass
+class NewTopic:
+    """A topic to create (kafka-python's NewTopic), plus sparklog's ``value_type`` (typed topics).
+
+    ``replication_factor`` and ``replica_assignments`` are accepted for
+    kafka-python's signature; the object store holds the only copy.
+    """
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    replica_assignments: dict[int, list[int]] | None = None
+    topic_configs: dict[str, Any] | None = None
+    value_type: Any = None
+
+
+@dataclass
+class NewPartitions:
+    """The total partition count a topic should grow to (kafka-python's NewPartitions)."""
+
+    total_count: int
+    new_assignments: list[list[int]] | None = None
+
+
+class ConfigResourceType:
+    """Kafka's config resource types; sparklog has per-topic configs only."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass
+class ConfigResource:
+    """A resource's configs (kafka-python's ConfigResource); ``describe_configs`` fills them."""
+
+    resource_type: int | str
+    name: str
+    configs: dict[str, Any] | None = None

@@ -7,14 +7,16 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from sparklog import Admin, Consumer, Producer, TopicPartition
+from sparklog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from sparklog.client.partitioner import partition_for_key
 from sparklog.client.types import ConsumerRebalanceListener
 from sparklog.errors import KafkaTimeoutError
+from tests.client.brokers import BrokerCluster
 from tests.support.waiting import wait_for
 
 
@@ -191,3 +193,72 @@ def test_cli_produce_through_a_broker_spreads_keys_like_kafka(broker, tmp_path):
     with Admin(broker.address) as admin:
         described = admin.describe_topic("spread")
     assert [p.high_watermark for p in described.partitions] == expected
+
+
+def test_commit_metadata_round_trips(mode):
+    """Item 4: OffsetAndMetadata's metadata comes back in both modes."""
+    url, options = mode
+    _fill(url, options, "meta", 1, 5)
+    tp = TopicPartition("meta", 0)
+    consumer = Consumer(address=url, group_id="gm", storage_options=options)
+    consumer.assign([tp])
+    consumer.commit({tp: OffsetAndMetadata(3, "checkpoint-7")})
+    assert consumer.committed(tp, metadata=True) == OffsetAndMetadata(3, "checkpoint-7")
+    assert consumer.committed(tp) == 3
+    consumer.close(autocommit=False)
+    with Admin(url, storage_options=options) as admin:
+        offsets = admin.list_consumer_group_offsets("gm")
+    assert offsets == {tp: OffsetAndMetadata(3, "checkpoint-7")}
+
+
+def test_describe_topic_fills_leader_and_size_in_both_modes(mode):
+    """Item 4: leader and size_bytes are filled whichever the mode."""
+    url, options = mode
+    _fill(url, options, "described", 2, 40)
+    with Admin(url, storage_options=options) as admin:
+        described = admin.describe_topic("described")
+    assert all(p.leader for p in described.partitions)
+    assert sum(p.size_bytes or 0 for p in described.partitions) > 40 * 3
+    assert all(p.size_bytes is not None and p.size_bytes >= 0 for p in described.partitions)
+
+
+def test_typed_topics_through_admin(mode):
+    """Item 4: Admin creates typed topics; struct values go in and come out as dicts."""
+    url, options = mode
+    value_type = pa.struct([("user", pa.string()), ("clicks", pa.int64())])
+    with Admin(url, storage_options=options) as admin:
+        created = admin.create_topic("typed", 1, value_type=value_type)
+        assert created.value_type == value_type
+        assert admin.describe_topic("typed").value_type == value_type
+    with Producer(url, storage_options=options) as producer:
+        producer.send("typed", {"user": "ann", "clicks": 3}).get(timeout=30)
+    consumer = Consumer(address=url, storage_options=options, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("typed", 0)])
+    assert [r.value for r in _drain(consumer, 1)] == [{"user": "ann", "clicks": 3}]
+    consumer.close()
+
+
+def _object_bytes(root_dir: Path, topic: str) -> int:
+    return sum(f.stat().st_size for f in (root_dir / "topics" / topic).rglob("*.arrow"))
+
+
+def test_producer_compression_none_is_honoured_by_a_compressing_broker(tmp_path):
+    """Item 4: a producer's explicit "none" is not replaced by the broker's codec."""
+    cluster = BrokerCluster(
+        f"file://{tmp_path}/root", tmp_path, env={"SPARKLOG_COMPRESSION": "zstd"}
+    )
+    cluster.start(1)
+    try:
+        cluster.wait_live(1)
+        with Admin(cluster.address) as admin:
+            admin.create_topic("plain", 1)
+            admin.create_topic("default", 1)
+        payload = pa.table({"value": [b"a" * 1000] * 200})
+        with Producer(cluster.address, compression="none") as producer:
+            producer.send_batch("plain", payload).get(timeout=30)
+        with Producer(cluster.address) as producer:
+            producer.send_batch("default", payload).get(timeout=30)
+    finally:
+        cluster.stop()
+    assert _object_bytes(tmp_path / "root", "plain") > 200 * 1000, "stored compressed"
+    assert _object_bytes(tmp_path / "root", "default") < 200 * 1000 / 10, "broker codec unused"
