@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -42,6 +43,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _refuses_connections(location: str, timeout_s: float = 0.2) -> bool:
+    """True only if ``host:port`` actively refuses a TCP connection (nobody listens there)."""
+    host, _, port = location.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 class Cluster:
     """This broker's view of the live brokers, and the leadership map it implies."""
 
@@ -68,6 +81,8 @@ class Cluster:
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
         self._last_renewal = 0.0  # monotonic time of our last successful lease write
+        self._gone: set[tuple[int, int]] = set()  # (broker id, renewed_ms) of dead holders
+        self._first_look = True
 
     def _key(self, broker_id: int) -> str:
         return f"{LEASE_PREFIX}/{broker_id}.json"
@@ -104,13 +119,41 @@ class Cluster:
                 )
             except (ValueError, KeyError, TypeError):
                 continue  # a torn or foreign file: ignore it
-            if now - info.renewed_ms <= self.lease_timeout_ms:
+            if now - info.renewed_ms <= self.lease_timeout_ms and not self._holder_gone(info, now):
                 live[info.broker_id] = info
+        self._first_look = False
+        self._gone = {g for g in self._gone if now - g[1] <= self.lease_timeout_ms}
         if self.healthy:
             live.setdefault(self.broker_id, BrokerInfo(self.broker_id, self.location, now))
         with self._lock:
             self._live = live
         return live
+
+    def _holder_gone(self, info: BrokerInfo, now: int) -> bool:
+        """Whether an unexpired lease's broker is certainly dead, so its partitions move now.
+
+        Without this a crashed broker's lease keeps its partitions leaderless for up to
+        ``lease_timeout_ms`` and a freshly started broker leads nothing meanwhile.  Certain
+        means: it listened where we now listen, or (checked on our first look and once it
+        missed two renewals) its address refuses connections.  An address that does not
+        answer at all (a partition, a slow host) counts as alive: the lease decides.
+        """
+        if info.broker_id == self.broker_id:
+            return False
+        if info.location == self.location:
+            return True
+        key = (info.broker_id, info.renewed_ms)
+        if key in self._gone:
+            return True
+        if not self._first_look and now - info.renewed_ms <= 2 * self.lease_interval_ms:
+            return False
+        if _refuses_connections(info.location):
+            self._gone.add(key)
+            log.info(
+                "lease holder is gone", extra=fields(broker=info.broker_id, location=info.location)
+            )
+            return True
+        return False
 
     @property
     def healthy(self) -> bool:

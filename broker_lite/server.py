@@ -354,14 +354,24 @@ def start_broker(
         ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
+    metrics_port = None
+    if config.metrics_listen:  # before the lease: a broker that cannot start must not lead
+        try:
+            metrics_port = broker.metrics.serve(config.metrics_listen)
+        except OSError as exc:
+            server.shutdown()
+            raise InvalidConfigError(
+                f"config key 'metrics_listen' = {config.metrics_listen!r}: cannot listen there "
+                f"({exc.strerror or exc}); accepted: a free HOST:PORT on this machine (each broker "
+                "on one host needs its own, e.g. SPARKLOG_METRICS_LISTEN=127.0.0.1:9816), port 0 "
+                "to pick one, or empty to disable"
+            ) from None
     try:
         broker.start(location)
     except BaseException:
         server.shutdown()
+        broker.metrics.stop()
         raise
-    metrics_port = None
-    if config.metrics_listen:
-        metrics_port = broker.metrics.serve(config.metrics_listen)
     log.info(
         "broker started",
         extra=fields(

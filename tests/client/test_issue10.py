@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -14,9 +15,10 @@ import pytest
 
 from sparklog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from sparklog.client.partitioner import partition_for_key
+from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.client.types import ConsumerRebalanceListener
-from sparklog.errors import KafkaTimeoutError
-from tests.client.brokers import BrokerCluster
+from sparklog.errors import KafkaTimeoutError, SparklogError
+from tests.client.brokers import BrokerCluster, free_port
 from tests.support.waiting import wait_for
 
 
@@ -262,3 +264,72 @@ def test_producer_compression_none_is_honoured_by_a_compressing_broker(tmp_path)
         cluster.stop()
     assert _object_bytes(tmp_path / "root", "plain") > 200 * 1000, "stored compressed"
     assert _object_bytes(tmp_path / "root", "default") < 200 * 1000 / 10, "broker codec unused"
+
+
+def test_second_broker_with_a_taken_metrics_port_names_the_key(tmp_path):
+    """Item 6: the clash message names the address and the key; the failed broker leads nothing."""
+    metrics = f"127.0.0.1:{free_port()}"
+    cluster = BrokerCluster(
+        f"file://{tmp_path}/root", tmp_path, env={"SPARKLOG_METRICS_LISTEN": metrics}
+    )
+    cluster.start(1)
+    try:
+        cluster.wait_live(1)
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sparklog.cli",
+                "broker",
+                "start",
+                "--root",
+                f"file://{tmp_path}/root",
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--broker-id",
+                "2",
+            ],
+            env={**os.environ, "SPARKLOG_METRICS_LISTEN": metrics},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode != 0
+        assert "metrics_listen" in second.stderr and metrics in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        with BrokerClient(cluster.bootstrap) as client:
+            assert [b["broker_id"] for b in client.describe_cluster()["brokers"]] == [1]
+    finally:
+        cluster.stop()
+
+
+def test_fresh_broker_leads_at_once_after_a_crash(tmp_path):
+    """Item 6: a crashed broker's unexpired lease does not keep a fresh broker from leading."""
+    cluster = BrokerCluster(
+        f"file://{tmp_path}/root",
+        tmp_path,
+        env={"SPARKLOG_LEASE_TIMEOUT_MS": "120000", "SPARKLOG_LEASE_INTERVAL_MS": "200"},
+    )
+    cluster.start(1)
+    try:
+        cluster.wait_live(1)
+        with Admin(cluster.address) as admin:
+            admin.create_topic("led", 8)
+        cluster.kill(1)
+        cluster.start(2)
+        fresh = f"127.0.0.1:{cluster.ports[2]}"
+
+        def leads_everything() -> bool:
+            try:
+                with BrokerClient(fresh, retry_timeout_ms=500, discover=False) as client:
+                    parts = client.metadata(["led"])["led"].partitions
+            except SparklogError:
+                return False
+            return [p.leader_id for p in parts] == [2] * 8
+
+        # the dead broker's lease runs 120 s: leading within 60 s means it was seen as gone
+        wait_for(leads_everything, 60, "the fresh broker to lead every partition")
+        with Producer(fresh, retry_timeout_ms=10_000) as producer:
+            assert producer.send("led", b"x", partition=3).get(timeout=30).offset == 0
+    finally:
+        cluster.stop()
