@@ -102,8 +102,9 @@ class Consumer:
             raise ConfigError("the address is given twice (first argument and address=)")
         given_address = first if first is not None else address
         address, given = client_settings("consumer", given_address, config)
-        group_id = given.pop("group_id", None) if group_id is None else group_id
-        given.pop("group_id", None)
+        for key in ("group_id", "group.id"):
+            found = given.pop(key, None)
+            group_id = found if group_id is None else group_id
         self.config = parse_config("consumer", CONSUMER_OPTIONS, given)
         self.group_id = group_id
         self._backend = backend or open_backend(
@@ -529,9 +530,13 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record; StopIteration after ``consumer_timeout_ms`` without one."""
+        """The next record; StopIteration after ``consumer_timeout_ms`` without one.
+
+        The clock starts once the group (if any) is joined: a rebalance is not idleness.
+        """
         if self._delivering:
             return self._delivering.popleft()
+        self._ensure_group()
         limit_ms = self.config["consumer_timeout_ms"]
         deadline = None if limit_ms is None else time.monotonic() + limit_ms / 1000
         while True:

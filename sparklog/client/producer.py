@@ -444,6 +444,8 @@ class Producer:
         ``key_serializer``/``value_serializer`` (if configured) turn non-null keys and
         values into bytes; null stays null (a null value is a tombstone).
         """
+        if self._closed:
+            raise SparklogError("producer is closed")
         if key is not None and self.config["key_serializer"] is not None:
             key = self.config["key_serializer"](key)
         if value is not None and self.config["value_serializer"] is not None:
