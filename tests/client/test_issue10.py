@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -275,28 +274,13 @@ def test_second_broker_with_a_taken_metrics_port_names_the_key(tmp_path):
     cluster.start(1)
     try:
         cluster.wait_live(1)
-        second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sparklog.cli",
-                "broker",
-                "start",
-                "--root",
-                f"file://{tmp_path}/root",
-                "--listen",
-                f"127.0.0.1:{free_port()}",
-                "--broker-id",
-                "2",
-            ],
-            env={**os.environ, "SPARKLOG_METRICS_LISTEN": metrics},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert second.returncode != 0
-        assert "metrics_listen" in second.stderr and metrics in second.stderr, second.stderr
-        assert "Traceback" not in second.stderr
+        cluster.start(2)  # same metrics address: it must refuse to start
+        second = cluster.procs.pop(2)
+        assert second.wait(timeout=120) != 0
+        output = (tmp_path / "broker-2.log").read_text()
+        assert "metrics_listen" in output and metrics in output, output
+        assert "Traceback" not in output
+        cluster.ports.pop(2)
         with BrokerClient(cluster.bootstrap) as client:
             assert [b["broker_id"] for b in client.describe_cluster()["brokers"]] == [1]
     finally:
