@@ -536,6 +536,8 @@ class Consumer:
         """
         if self._delivering:
             return self._delivering.popleft()
+        if self._closed:
+            raise StopIteration
         self._ensure_group()
         limit_ms = self.config["consumer_timeout_ms"]
         deadline = None if limit_ms is None else time.monotonic() + limit_ms / 1000
@@ -653,15 +655,17 @@ class Consumer:
         try:
             if self._committer is not None:
                 self._committer.shutdown(wait=True)
-            if self._membership is not None and not self._manual:
-                if not autocommit:
-                    self._on_revoke_only()
-                else:
-                    self._revoke()  # auto-commit, then the revoke callback (as Kafka does)
-            elif autocommit and self.group_id and self.config["enable_auto_commit"]:
-                self._commit_quietly()
-            if self._membership is not None:
-                self._membership.leave()
+            try:
+                if self._membership is not None and not self._manual:
+                    if not autocommit:
+                        self._on_revoke_only()
+                    else:
+                        self._revoke()  # auto-commit, then the revoke callback (as Kafka does)
+                elif autocommit and self.group_id and self.config["enable_auto_commit"]:
+                    self._commit_quietly()
+            finally:  # a failing listener must not keep this member in the group
+                if self._membership is not None:
+                    self._membership.leave()
         finally:
             self._closed = True
             if self._owns_backend:
