@@ -317,3 +317,25 @@ def test_fresh_broker_leads_at_once_after_a_crash(tmp_path):
             assert producer.send("led", b"x", partition=3).get(timeout=30).offset == 0
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+def test_two_cli_group_consumers_print_each_record_once(tmp_path):
+    """Item 2 as reported: two ``sparklog consume --group`` processes started together."""
+    root = f"file://{tmp_path}/root"
+    _fill(root, {}, "t", 4, 4000)
+    command = [
+        sys.executable, "-m", "sparklog.cli", "--address", root, "consume", "t",
+        "--group", "g1", "--from-beginning", "--timeout-ms", "8000", "--format", "json",
+    ]  # fmt: skip
+    # files, not pipes: a member blocked on a full pipe stops polling and is dropped
+    outputs = [tmp_path / f"out-{i}.jsonl" for i in range(2)]
+    procs = [
+        subprocess.Popen(command, stdout=out.open("w"), stderr=subprocess.DEVNULL)
+        for out in outputs
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0
+    printed = [json.loads(line) for out in outputs for line in out.read_text().splitlines()]
+    offsets = [(r["partition"], r["offset"]) for r in printed]
+    assert len(offsets) == 4000 and len(set(offsets)) == 4000
