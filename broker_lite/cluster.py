@@ -86,8 +86,12 @@ class Cluster:
         lease_timeout_ms: int = 6000,
         replication_factor: int = 1,
         force_leader: bool = False,
+        probe_peers: bool = False,
     ) -> None:
+        """``probe_peers``: check whether a suspect lease's address still accepts connections
+        (a serving broker sets it; a bare Cluster, with no server behind its location, not)."""
         self.root = root
+        self.probe_peers = probe_peers
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -186,7 +190,7 @@ class Cluster:
         if known is not None:
             return known
         stale = now_s - seen.changed_s > 2 * self.lease_interval_ms / 1000
-        if not (self._first_look or stale):
+        if not self.probe_peers or not (self._first_look or stale):
             return False
         dead = self._gone[seen.token] = _refuses_connections(seen.info.location)
         if dead:

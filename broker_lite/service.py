@@ -138,6 +138,7 @@ class Broker:
             lease_timeout_ms=self.config.lease_timeout_ms,
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
+            probe_peers=True,
         )
         # the first renewal also opens the store's connections: give it a few tries
         _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
