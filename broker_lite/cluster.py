@@ -41,6 +41,7 @@ class BrokerInfo:
     broker_id: int
     location: str  # host:port
     renewed_ms: int
+    kafka_address: str | None = None  # host:port of the Kafka listener, if any
 
 
 def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
@@ -87,11 +88,13 @@ class Cluster:
         replication_factor: int = 1,
         force_leader: bool = False,
         probe_peers: bool = False,
+        kafka_address: str | None = None,
     ) -> None:
         """``probe_peers``: check whether a suspect lease's address still accepts connections
         (a serving broker sets it; a bare Cluster, with no server behind its location, not)."""
         self.root = root
         self.probe_peers = probe_peers
+        self.kafka_address = kafka_address
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -128,6 +131,7 @@ class Cluster:
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
             "renewal": self._renewals,
+            "kafka_address": self.kafka_address,
         }
         self._store.put(self._key(self.broker_id), json.dumps(lease).encode())
         # Others may see the write as late as its start: count from before it.
@@ -149,8 +153,12 @@ class Cluster:
                     continue
                 try:
                     doc = json.loads(raw)
+                    kafka = doc.get("kafka_address")
                     info = BrokerInfo(
-                        int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
+                        int(doc["broker_id"]),
+                        str(doc["location"]),
+                        int(doc["renewed_ms"]),
+                        str(kafka) if kafka else None,
                     )
                     token = (str(doc.get("incarnation", "")), int(doc.get("renewal", 0)))
                 except (ValueError, KeyError, TypeError):
@@ -170,7 +178,9 @@ class Cluster:
             self._gone = {t: dead for t, dead in self._gone.items() if t in tokens}
             self._first_look = False
             if self.healthy:
-                live[self.broker_id] = BrokerInfo(self.broker_id, self.location, _now_ms())
+                live[self.broker_id] = BrokerInfo(
+                    self.broker_id, self.location, _now_ms(), self.kafka_address
+                )
             self._live = live
         return live
 

@@ -127,8 +127,8 @@ class Broker:
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self, location: str) -> None:
-        """Publish our lease at ``location`` and start the background threads."""
+    def start(self, location: str, kafka_address: str | None = None) -> None:
+        """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         _storage(self.root.store.ensure_root)
         self.cluster = cluster = Cluster(
             self.root,
@@ -139,6 +139,7 @@ class Broker:
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
             probe_peers=True,
+            kafka_address=kafka_address,
         )
         # the first renewal also opens the store's connections: give it a few tries
         _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
@@ -690,7 +691,12 @@ class Broker:
         return {
             "broker_id": self.config.broker_id,
             "brokers": [
-                {"broker_id": b.broker_id, "location": b.location, "renewed_ms": b.renewed_ms}
+                {
+                    "broker_id": b.broker_id,
+                    "location": b.location,
+                    "renewed_ms": b.renewed_ms,
+                    "kafka_address": b.kafka_address,
+                }
                 for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
             ],
         }
@@ -800,7 +806,9 @@ class Broker:
         return int(info.partitions)
 
     def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
-        """Kafka's DeleteRecords on a partition this broker leads; the new log start offset."""
+        """Kafka's DeleteRecords on a partition this broker leads: move the log start offset
+        up to ``before_offset`` (-1 = the high watermark), removing the segments wholly below
+        it (fenced by our leader epoch); return the new log start offset."""
         topic = self.topic(topic_name)
         st = self.partition_state(topic, partition)
         self._check_leader(topic_name, partition)
