@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -52,6 +53,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000) + int(os.environ.get(CLOCK_OFFSET_ENV, "0") or 0)
 
 
+def _refuses_connections(location: str, timeout_s: float = 0.2) -> bool:
+    """True only if ``host:port`` actively refuses a TCP connection (nobody listens there)."""
+    host, _, port = location.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass
 class _Seen:
     """A peer's lease as this broker last read it, and when (our monotonic clock) it changed."""
@@ -74,9 +87,13 @@ class Cluster:
         lease_timeout_ms: int = 6000,
         replication_factor: int = 1,
         force_leader: bool = False,
+        probe_peers: bool = False,
         kafka_address: str | None = None,
     ) -> None:
+        """``probe_peers``: check whether a suspect lease's address still accepts connections
+        (a serving broker sets it; a bare Cluster, with no server behind its location, not)."""
         self.root = root
+        self.probe_peers = probe_peers
         self.kafka_address = kafka_address
         self.broker_id = broker_id
         self.location = location
@@ -89,6 +106,8 @@ class Cluster:
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
         self._seen: dict[int, _Seen] = {}
+        self._gone: dict[tuple[str, int], bool] = {}  # lease token -> its holder is dead
+        self._first_look = True
         self._renewals = 0
         self._last_renewal = -1e12  # monotonic time of our last successful lease write
         # Lease I/O gets a deadline well inside the lease timeout, so a dead connection
@@ -151,16 +170,45 @@ class Cluster:
                 if seen is None or seen.token != token:
                     # first sight or a renewal: alive as of now, by our clock
                     seen = self._seen[info.broker_id] = _Seen(token, now_s, info)
-                if now_s - seen.changed_s <= timeout_s:
+                if now_s - seen.changed_s <= timeout_s and not self._holder_gone(seen, now_s):
                     live[info.broker_id] = info
             for gone in set(self._seen) - present:
                 del self._seen[gone]  # resigned or deleted: dead at once
+            tokens = {s.token for s in self._seen.values()}
+            self._gone = {t: dead for t, dead in self._gone.items() if t in tokens}
+            self._first_look = False
             if self.healthy:
                 live[self.broker_id] = BrokerInfo(
                     self.broker_id, self.location, _now_ms(), self.kafka_address
                 )
             self._live = live
         return live
+
+    def _holder_gone(self, seen: _Seen, now_s: float) -> bool:
+        """Whether a lease that has not timed out belongs to a broker that is certainly dead.
+
+        Without this a crashed broker's lease keeps its partitions leaderless for
+        ``lease_timeout_ms`` and a freshly started broker leads nothing meanwhile.
+        Certain means: it listened where we now listen, or (checked once per lease
+        renewal, on our first look and once it missed two renewals) its address refuses
+        connections.  An address that does not answer at all (a partition, a slow host)
+        counts as alive: the lease decides.
+        """
+        if seen.info.location == self.location:
+            return True
+        known = self._gone.get(seen.token)
+        if known is not None:
+            return known
+        stale = now_s - seen.changed_s > 2 * self.lease_interval_ms / 1000
+        if not self.probe_peers or not (self._first_look or stale):
+            return False
+        dead = self._gone[seen.token] = _refuses_connections(seen.info.location)
+        if dead:
+            log.info(
+                "lease holder is gone",
+                extra=fields(broker=seen.info.broker_id, location=seen.info.location),
+            )
+        return dead
 
     @property
     def healthy(self) -> bool:

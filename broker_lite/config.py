@@ -197,7 +197,7 @@ KEYS: dict[str, Key] = {
             "compression",
             "choice",
             "none",
-            "Object compression when the topic says 'producer'",
+            "Object compression when the topic says 'producer' and the request names no codec",
             choices=("none", "lz4", "zstd"),
         ),
         Key(

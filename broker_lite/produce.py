@@ -45,7 +45,7 @@ class ProduceRequest:
     record_count: int
     size_bytes: int
     producer: ProducerBatch | None = None
-    compression: str = "none"
+    compression: str | None = "none"  # None: the broker's configured codec
     future: Future[ProduceOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 

@@ -247,6 +247,9 @@ class FlightBroker(flight.FlightServerBase):
                 _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "spec", Any)
             ),
             "init_producer_id": lambda b: list(broker.init_producer_id()),
+            "delete_records": lambda b: broker.delete_records(
+                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "offset", int)
+            ),
             "join_group": self._join,
             "sync_group": self._sync,
             "heartbeat": lambda b: broker.groups.heartbeat(
@@ -257,8 +260,10 @@ class FlightBroker(flight.FlightServerBase):
             ),
             "commit_offsets": self._commit,
             "fetch_offsets": lambda b: [
-                [t, p, o]
-                for (t, p), o in sorted(broker.groups.fetch_offsets(_arg(b, "group", str)).items())
+                [t, p, o, m]
+                for (t, p), (o, m) in sorted(
+                    broker.groups.fetch_committed(_arg(b, "group", str)).items()
+                )
             ],
             "list_groups": lambda b: broker.groups.list_groups(),
             "describe_group": lambda b: broker.groups.describe_group(_arg(b, "group", str)),
@@ -445,7 +450,7 @@ class FlightBroker(flight.FlightServerBase):
                 producer_id=_arg(body, "producer_id", int, None),
                 producer_epoch=_arg(body, "producer_epoch", int, None),
                 base_sequence=_arg(body, "base_sequence", int, None),
-                compression=_arg(body, "compression", str, "none"),
+                compression=_arg(body, "compression", str, None),
             )
             results = [
                 {
@@ -561,6 +566,18 @@ def start_broker(
         ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
+    metrics_port = None
+    if config.metrics_listen:  # before the lease: a broker that cannot start must not lead
+        try:
+            metrics_port = broker.metrics.serve(config.metrics_listen)
+        except OSError as exc:
+            server.shutdown()
+            raise InvalidConfigError(
+                f"config key 'metrics_listen' = {config.metrics_listen!r}: cannot listen there "
+                f"({exc.strerror or exc}); accepted: a free HOST:PORT on this machine (each broker "
+                "on one host needs its own, e.g. SPARKLOG_METRICS_LISTEN=127.0.0.1:9816), port 0 "
+                "to pick one, or empty to disable"
+            ) from None
     kafka = None
     if config.kafka_listen:
         from sparklog.broker_lite.kafka.server import KafkaListener
@@ -569,6 +586,7 @@ def start_broker(
             kafka = KafkaListener(broker, config.kafka_listen, config.kafka_advertised)
         except OSError as exc:
             server.shutdown()
+            broker.metrics.stop()
             raise InvalidConfigError(
                 f"config key 'kafka_listen' = {config.kafka_listen!r}: cannot listen there "
                 f"({exc}); accepted: a free HOST:PORT on this machine (port 0 picks one) or "
@@ -578,15 +596,13 @@ def start_broker(
         broker.start(location, kafka.advertised if kafka else None)
     except BaseException:
         server.shutdown()
+        broker.metrics.stop()
         if kafka is not None:
             kafka.close()
         raise
     if kafka is not None:
         kafka.start()
     server.kafka = kafka
-    metrics_port = None
-    if config.metrics_listen:
-        metrics_port = broker.metrics.serve(config.metrics_listen)
     log.info(
         "broker started",
         extra=fields(

@@ -48,6 +48,7 @@ from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
 from sparklog.storage import errors as storage_errors
+from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -137,6 +138,7 @@ class Broker:
             lease_timeout_ms=self.config.lease_timeout_ms,
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
+            probe_peers=True,
             kafka_address=kafka_address,
         )
         # the first renewal also opens the store's connections: give it a few tries
@@ -398,7 +400,7 @@ class Broker:
         producer_id: int | None = None,
         producer_epoch: int | None = None,
         base_sequence: int | None = None,
-        compression: str = "none",
+        compression: str | None = "none",
     ) -> list[ProduceOutcome]:
         """Validate, enqueue and (unless acks=0) wait for the commit of each item."""
         if acks not in ACKS:
@@ -503,7 +505,7 @@ class Broker:
         if not ready:
             return
         compression = ready[0].requests[0].compression
-        if compression == "none":
+        if compression is None:  # the request named no codec: the broker's setting applies
             compression = self.config.compression
         try:
             staged = topic.write(
@@ -728,6 +730,7 @@ class Broker:
                     if time.monotonic() - st.refreshed > self.config.fetch_refresh_ms / 1000:
                         _storage(st.refresh)
                     hwm, lso = st.log.high_watermark, st.log.log_start_offset
+                    size_bytes = sum(s.size_bytes for s in st.log.segments())
                 leader = self.cluster.leader(name, p)
                 if self.config.force_leader:
                     leader_id, location = self.config.broker_id, self.cluster.location
@@ -742,6 +745,7 @@ class Broker:
                         "replicas": self.cluster.replicas(name, p),
                         "log_start_offset": lso,
                         "high_watermark": hwm,
+                        "size_bytes": size_bytes,
                     }
                 )
             value_type = topic.info.value_type
@@ -802,33 +806,16 @@ class Broker:
         return int(info.partitions)
 
     def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
-        """Kafka's DeleteRecords: move the log start offset up to ``before_offset``
-        (-1 = the high watermark); return the new log start offset.  The segments
-        wholly below it go with the next retention pass."""
+        """Kafka's DeleteRecords on a partition this broker leads: move the log start offset
+        up to ``before_offset`` (-1 = the high watermark), removing the segments wholly below
+        it (fenced by our leader epoch); return the new log start offset."""
         topic = self.topic(topic_name)
         st = self.partition_state(topic, partition)
         self._check_leader(topic_name, partition)
         with st.lock:
-            _storage(st.refresh)
-            hwm = st.log.high_watermark
-            target = hwm if before_offset == -1 else before_offset
-            if not st.log.log_start_offset <= target <= hwm:
-                raise OffsetOutOfRangeError(
-                    f"delete_records offset {before_offset} is out of range for {topic_name}-"
-                    f"{partition}; valid: [{st.log.log_start_offset}, {hwm}] or -1",
-                    log_start_offset=st.log.log_start_offset,
-                    high_watermark=hwm,
-                )
-
-            def build(state: Any) -> tuple[list[int], list[Any], int | None] | None:
-                if target <= state.log_start_offset:
-                    return None
-                return [], [], target
-
-            _storage(lambda: st.log.replace_segments(build, "delete_records"))
-            _storage(st.refresh)
-            self.cache.drop(st.key)
-            return int(st.log.log_start_offset)
+            start = _storage(lambda: delete_records(st.log, before_offset, leader_epoch=st.epoch))
+        self.cache.drop(st.key)
+        return int(start)
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""

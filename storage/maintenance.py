@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.errors import OffsetOutOfRangeError
 from sparklog.storage.errors import StorageError
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.records import OFFSET_FIELD, now_ms
@@ -129,6 +130,34 @@ def apply_retention(
     log.refresh()
     log.replace_segments(build, "retention", leader_epoch)
     return outcome["report"]
+
+
+def delete_records(
+    log: PartitionLog, before_offset: int, *, leader_epoch: int | None = None
+) -> int:
+    """Kafka's DeleteRecords: move the log start to ``before_offset`` (-1: the high watermark).
+
+    Segments wholly below it are removed (a commit); the rest stay and reads
+    start at the new log start.  Returns the log start offset afterwards.
+    """
+
+    def build(state: LogState) -> tuple[list[int], list[Segment], int | None] | None:
+        target = state.high_watermark if before_offset == -1 else before_offset
+        if not 0 <= target <= state.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"partition {log.name}: cannot delete records before offset {before_offset}; "
+                f"accepted: -1 (the high watermark) or 0-{state.high_watermark}",
+                state.log_start_offset,
+                state.high_watermark,
+            )
+        if target <= state.log_start_offset:
+            return None
+        gone = [s.base_offset for s in state.segments.all() if s.end_offset <= target]
+        return gone, [], target
+
+    log.refresh()
+    log.replace_segments(build, "delete_records", leader_epoch)
+    return int(log.refresh().log_start_offset)
 
 
 # -- compaction and merging -----------------------------------------------------------------

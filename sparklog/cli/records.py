@@ -40,7 +40,9 @@ def produce(
     ] = None,
     partition: int | None = typer.Option(None, "--partition", help="Write to this partition"),
     linger_ms: int = typer.Option(20, "--linger-ms", help="Producer linger.ms"),
-    compression: str = typer.Option("none", "--compression", help="none, lz4 or zstd"),
+    compression: str | None = typer.Option(
+        None, "--compression", help="none, lz4 or zstd (default: the broker's setting, or none)"
+    ),
 ) -> None:
     """Write one record per input line (stdin, or --file with a progress bar)."""
     st = state(ctx)
@@ -160,7 +162,7 @@ def consume(
         raise ConfigError(f"--max-messages {max_messages} is not accepted; accepted: >= 1")
     start_ms = parse_time_ms(from_time) if from_time is not None else None
     reset = "earliest" if from_beginning else "latest"
-    consumer = Consumer(st.address, group, auto_offset_reset=reset, **st.client_config())
+    consumer = Consumer(st.address, group_id=group, auto_offset_reset=reset, **st.client_config())
     out = sys.stdout.buffer
     seen = 0
     try:
@@ -179,7 +181,7 @@ def consume(
         idle_since = time.monotonic()
         while max_messages is None or seen < max_messages:
             left = None if max_messages is None else max_messages - seen
-            records = consumer.poll(timeout_ms=200, max_records=min(left or 500, 500))
+            records = consumer.poll_records(timeout_ms=200, max_records=min(left or 500, 500))
             if not records:
                 if timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= timeout_ms:
                     break
@@ -223,7 +225,7 @@ def _position(
             if at is None:
                 consumer.seek_to_end(tp)
             else:
-                consumer.seek(tp, at)
+                consumer.seek(tp, at.offset)
     elif from_beginning:
         consumer.seek_to_beginning(*tps)
     else:

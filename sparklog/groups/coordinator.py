@@ -602,9 +602,13 @@ class GroupCoordinator:
         )
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
+        return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
+
+    def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
         self._doc(group)
         found = self._storage(lambda: self.root.groups.fetch(group))
-        return {tp: c.offset for tp, c in found.items()}
+        return {tp: (c.offset, c.metadata) for tp, c in found.items()}
 
     def group_state(self, group: str) -> dict[str, Any]:
         """The group's current state document (after expiring silent members)."""
