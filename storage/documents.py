@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.storage.errors import CommitConflictError
+from sparklog.errors import CommitConflictError, CorruptRecordError
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
@@ -41,9 +41,20 @@ class VersionedDocument:
         versions = self.versions()
         while versions:
             version = versions.pop()
-            raw = self.store.get_or_none(version_key(self.prefix, version))
+            key = version_key(self.prefix, version)
+            raw = self.store.get_or_none(key)
             if raw is not None:
-                return version, json.loads(raw)
+                try:
+                    doc = json.loads(raw)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise CorruptRecordError(
+                        f"metadata file {self.store.url}/{key} is damaged: {exc}"
+                    ) from None
+                if not isinstance(doc, dict):
+                    raise CorruptRecordError(
+                        f"metadata file {self.store.url}/{key} is damaged: not a JSON object"
+                    )
+                return version, doc
         return -1, None
 
     def write(self, version: int, doc: Doc) -> bool:
