@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -178,6 +179,9 @@ class MetaLog(Generic[S]):
         self._state: S | None = None
         self._confirmed = 0.0  # monotonic time the view was last seen at the head
         self._recent: OrderedDict[str, Commit] = OrderedDict()
+        # Handles are shared by threads (e.g. views of several partitions of a shard):
+        # loading, refreshing and committing are serialised.
+        self._lock = threading.RLock()
 
     def key(self, version: int, suffix: str = ".json") -> str:
         return version_key(self.prefix, version, suffix)
@@ -188,12 +192,20 @@ class MetaLog(Generic[S]):
     # -- reading -----------------------------------------------------------
     @property
     def state(self) -> S:
-        if self._state is None:
-            self._state = self._load()
-        return self._state
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = self._load()
+                state = self._state
+        return state
 
     def refresh(self) -> S:
         """Catch up with commits made since the last look: one probe when nothing changed."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> S:
         if self._state is None:
             return self.state
         if (time.monotonic() - self._confirmed) * 1000 > RELOAD_AFTER_MS:
@@ -346,14 +358,15 @@ class MetaLog(Generic[S]):
             return body
 
         try:
-            return retrying(
-                attempt,
-                deadline_ms=self.commit_deadline_ms,
-                attempts_max=self.commit_attempts,
-                backoff_initial_ms=1,
-                backoff_max_ms=200,
-                before_retry=self._refresh_before_retry,
-            )
+            with self._lock:
+                return retrying(
+                    attempt,
+                    deadline_ms=self.commit_deadline_ms,
+                    attempts_max=self.commit_attempts,
+                    backoff_initial_ms=1,
+                    backoff_max_ms=200,
+                    before_retry=self._refresh_before_retry,
+                )
         except _OutcomeUnknown as exc:
             raise CommitStateUnknownError(str(exc)) from exc
         except _LostRace:
