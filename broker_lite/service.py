@@ -300,15 +300,19 @@ class Broker:
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)
 
-    def _sweep_groups(self, with_lag: bool) -> None:
+    def owned_groups(self) -> list[str]:
+        """The groups this broker sweeps and whose logs its cleaner prunes."""
         assert self.cluster is not None
         live = sorted(self.cluster.live())
-        mine = [
+        return [
             g
             for g in self.groups.list_groups()
             if live
             and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
         ]
+
+    def _sweep_groups(self, with_lag: bool) -> None:
+        mine = self.owned_groups()
         self.groups.sweep(mine)
         if with_lag:
             for group in mine:

@@ -83,3 +83,43 @@ def test_idempotent_retry_through_the_broker_is_answered_from_the_shard_log(brok
     retry = [send(0, 0), send(1, 0), send(0, 2)]
     assert [o.base_offset for o in first] == [o.base_offset for o in retry] == [0, 0, 2]
     assert all(o.duplicate for o in retry) and not any(o.duplicate for o in first)
+
+
+def test_cleaner_keeps_the_shard_and_group_log_file_counts_bounded(root_spec):
+    from sparklog.broker_lite.cleaner import Cleaner
+    from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS
+    from sparklog.storage.records import now_ms
+
+    url, options = root_spec
+    config = BrokerConfig(
+        root=url,
+        storage_options=options,
+        linger_ms=0,
+        cleaner_interval_ms=0,
+        snapshot_interval=4,
+        gc_grace_ms=0,
+    )
+    broker = Broker(config)
+    broker.start("127.0.0.1:1")
+    try:
+        broker.create_topic("t", 2)
+        root = open_root(url, options)
+        cleaner = Cleaner(broker)
+        cleaner.clock_ms = lambda: now_ms() + 2 * DEFAULT_LOG_RETENTION_MS
+        counts = []
+        for round_ in range(3):
+            for i in range(30):
+                broker.produce("t", [(i % 2, make_batch([b"x"]))])
+                broker.groups.commit_offsets("g", -1, "", {("t", 0): round_ * 30 + i})
+            broker._update_leadership()
+            cleaner.run_once()
+            counts.append(len(commits(root, "t", 0)))
+        group_files = root.store.list_names("groups/g/log")
+        assert max(counts) <= 4 + 1, counts  # commits after the newest snapshot
+        assert len(group_files) <= 4 + 3, group_files
+        assert root.topic("t").partition(0).read(0).num_rows == 45
+        assert root.groups.fetch("g")[("t", 0)].offset == 89
+        batches, hwm, _, _ = broker.fetch("t", 1, 0, 1 << 20, 0)
+        assert hwm == 45 and sum(b.num_rows for b in batches) == 45
+    finally:
+        broker.close()
