@@ -56,10 +56,16 @@ DEFAULT_PRODUCER_EXPIRATION_MS = 86_400_000
 DEFAULT_MARKER_RETENTION_MS = 7 * 86_400_000
 #: How often (at most) a writer looks for expired producers and markers.
 EXPIRY_CHECK_MS = 60_000
+#: Readers of several partitions of one shard within this window share one probe.
+READ_PROBE_SHARE_MS = 100
+#: An idle (long-polling) reader probes each shard log at most this often.
+IDLE_PROBE_INTERVAL_MS = 250
 
 __all__ = [
     "DEFAULT_COMMIT_ATTEMPTS",
     "DEFAULT_SNAPSHOT_INTERVAL",
+    "IDLE_PROBE_INTERVAL_MS",
+    "READ_PROBE_SHARE_MS",
     "STAGED_OBJECT_MAX_AGE_MS",
     "AppendResult",
     "LogState",
@@ -564,9 +570,13 @@ class PartitionLog:
     def state(self) -> LogState:
         return LogState(self.shard.state, self.partition)
 
-    def refresh(self) -> LogState:
-        """Catch up with commits made by other writers (one probe of the shard log)."""
-        self.shard.refresh()
+    def refresh(self, max_staleness_ms: int = 0) -> LogState:
+        """Catch up with commits made by other writers (one probe of the shard log).
+
+        ``max_staleness_ms`` skips the probe when the shard was seen at its head
+        that recently (see :data:`READ_PROBE_SHARE_MS`, :data:`IDLE_PROBE_INTERVAL_MS`).
+        """
+        self.shard.refresh(max_staleness_ms)
         return self.state
 
     @property

@@ -200,8 +200,19 @@ class MetaLog(Generic[S]):
                 state = self._state
         return state
 
-    def refresh(self) -> S:
-        """Catch up with commits made since the last look: one probe when nothing changed."""
+    def refresh(self, max_staleness_ms: int = 0) -> S:
+        """Catch up with commits made since the last look: one probe when nothing changed.
+
+        With ``max_staleness_ms``, a view confirmed at the head more recently
+        than that is returned as is (no request): readers of many partitions of
+        one shard share one probe, so an idle reader's cost is per shard.
+        """
+        if (
+            max_staleness_ms > 0
+            and self._state is not None
+            and (time.monotonic() - self._confirmed) * 1000 < max_staleness_ms
+        ):
+            return self._state
         with self._lock:
             return self._refresh()
 
