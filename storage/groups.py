@@ -81,9 +81,9 @@ class GroupCodec:
             separators=(",", ":"),
         ).encode()
 
-    def restore(self, payload: bytes, where: str) -> GroupLogState:
+    def restore(self, payload: memoryview, where: str) -> GroupLogState:
         try:
-            doc = json.loads(payload)
+            doc = json.loads(bytes(payload))
             return GroupLogState(
                 version=int(doc["version"]),
                 generation=int(doc["generation"]),

@@ -281,9 +281,9 @@ class ShardCodec:
             writer.write_table(table.cast(schema))
         return bytes(sink.getvalue())
 
-    def restore(self, payload: bytes, where: str) -> ShardState:
+    def restore(self, payload: memoryview, where: str) -> ShardState:
         try:
-            reader = pa.ipc.open_file(pa.py_buffer(payload))
+            reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(payload)))
             table = reader.read_all()
             meta = json.loads(reader.schema.metadata[b"state"])
             state = ShardState(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import struct
 import threading
 import time
@@ -39,9 +40,10 @@ from sparklog.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     CorruptRecordError,
+    SparklogError,
     StoreUnavailableError,
 )
-from sparklog.retry import retrying
+from sparklog.retry import is_retriable, retrying
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import now_ms
 
@@ -106,14 +108,15 @@ def encode_snapshot(payload: bytes) -> bytes:
     return payload + struct.pack("<Q", xxhash.xxh3_64_intdigest(payload)) + SNAPSHOT_MAGIC
 
 
-def decode_snapshot(raw: bytes, where: str) -> bytes:
-    """The snapshot payload, checksum verified; CorruptRecordError naming ``where``."""
+def decode_snapshot(raw: bytes, where: str) -> memoryview:
+    """The snapshot payload (a view, no copy), checksum verified; CorruptRecordError naming
+    ``where``."""
     if len(raw) < 12 or raw[-4:] != SNAPSHOT_MAGIC:
         raise CorruptRecordError(
             f"snapshot {where} is damaged: truncated or not a sparklog format-2 snapshot "
             f"({len(raw)} bytes)"
         )
-    payload = raw[:-12]
+    payload = memoryview(raw)[:-12]
     (expected,) = struct.unpack("<Q", raw[-12:-4])
     if xxhash.xxh3_64_intdigest(payload) != expected:
         raise CorruptRecordError(f"snapshot {where} fails its checksum")
@@ -142,7 +145,7 @@ class StateCodec(Protocol[S]):
 
     def snapshot(self, state: S) -> bytes: ...
 
-    def restore(self, payload: bytes, where: str) -> S: ...
+    def restore(self, payload: memoryview, where: str) -> S: ...
 
 
 class _LostRace(CommitConflictError):
@@ -370,6 +373,14 @@ class MetaLog(Generic[S]):
 
         try:
             with self._lock:
+                try:  # the uncontended path: no retry machinery
+                    return attempt()
+                except SparklogError as exc:
+                    if not is_retriable(exc):
+                        raise
+                # Back off, then re-read right before the next attempt (never a stale view).
+                time.sleep(random.random() * 0.002)
+                self._refresh()
                 return retrying(
                     attempt,
                     deadline_ms=self.commit_deadline_ms,

@@ -385,3 +385,14 @@ def test_commit_file_format_is_checksummed_json():
     raw = encode_commit({"v": 3, "kind": "x"})
     doc = json.loads(raw)
     assert set(doc) == {"sum", "c"} and doc["c"] == {"v": 3, "kind": "x"}
+
+
+@pytest.mark.parametrize("damage", [b"", b"{", b"[1, 2]", b"\xff\xfe"])
+def test_damaged_topic_metadata_is_a_corrupt_record_error_naming_it(root, damage):
+    info = root.create_topic("t", 1)
+    key = f"topics/t/meta/{info.version:020d}.json"
+    root.store.delete(key)
+    root.store.create(key, damage)
+    with pytest.raises(CorruptRecordError, match=f"{info.version:020d}.json") as err:
+        root.topic("t")
+    assert not err.value.retriable
