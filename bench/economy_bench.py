@@ -43,13 +43,13 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import boto3  # noqa: E402
-from moto.server import ThreadedMotoServer  # noqa: E402
+import boto3
+from moto.server import ThreadedMotoServer
 
-from sparklog.broker_lite.config import BrokerConfig  # noqa: E402
-from sparklog.broker_lite.service import Broker  # noqa: E402
-from sparklog.client.consumer import Consumer  # noqa: E402
-from sparklog.storage import make_batch, open_root  # noqa: E402
+from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.service import Broker
+from sparklog.client.consumer import Consumer
+from sparklog.storage import make_batch, open_root
 
 PUT_PRICE_PER_1000 = 0.005  # PUT, COPY, POST, LIST
 GET_PRICE_PER_1000 = 0.0004  # GET, HEAD and the rest
@@ -70,7 +70,7 @@ class CountingProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def _forward(self) -> None:
@@ -261,8 +261,10 @@ def main() -> None:
 
     base = rows[0][1]["broker_writes"]
     print("\n## Requests per producer flush (moto S3 behind a counting proxy; default 1 shard)")
-    print("| partitions | broker PUT | broker GET | embedded PUT | embedded GET | "
-          "writes vs 1 partition | idle consumer reads/s |")
+    print(
+        "| partitions | broker PUT | broker GET | embedded PUT | embedded GET | "
+        "writes vs 1 partition | idle consumer reads/s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for n, f, idle in rows:
         print(
@@ -271,12 +273,18 @@ def main() -> None:
             f"{f['broker_writes'] / base:.2f}x | {idle:.1f} |"
         )
     print("\n## Offset commits of one group")
-    print(f"local root: 10th commit {early_ms:.3f} ms, {args.commits:,}th {late_ms:.3f} ms "
-          f"({late_ms / early_ms:.2f}x)")
-    print(f"S3: {early_req:.2f} requests per commit around the 10th, {late_req:.2f} around the "
-          f"{args.s3_commits:,}th ({late_req / early_req:.2f}x)")
-    print(f"\n## Monthly request bill at S3 list prices: {FLUSHES_PER_S} flushes/s of every "
-          f"partition, one idle consumer, {COMMITS_PER_S} offset commit/s")
+    print(
+        f"local root: 10th commit {early_ms:.3f} ms, {args.commits:,}th {late_ms:.3f} ms "
+        f"({late_ms / early_ms:.2f}x)"
+    )
+    print(
+        f"S3: {early_req:.2f} requests per commit around the 10th, {late_req:.2f} around the "
+        f"{args.s3_commits:,}th ({late_req / early_req:.2f}x)"
+    )
+    print(
+        f"\n## Monthly request bill at S3 list prices: {FLUSHES_PER_S} flushes/s of every "
+        f"partition, one idle consumer, {COMMITS_PER_S} offset commit/s"
+    )
     print("| partitions | PUT/s | GET/s | $/month |")
     print("|---|---|---|---|")
     for n, f, idle in rows:

@@ -433,6 +433,14 @@ class PruneReport:
     dry_run: bool = False
 
 
+def _check_log_retention(retention_ms: int) -> None:
+    if retention_ms < MIN_LOG_RETENTION_MS:
+        raise InvalidConfigurationError(
+            f"log retention {retention_ms} ms is not accepted; accepted: >= "
+            f"{MIN_LOG_RETENTION_MS} ms (readers trust their view that long)"
+        )
+
+
 def prune_topic_logs(
     topic: Topic,
     retention_ms: int = DEFAULT_LOG_RETENTION_MS,
@@ -446,11 +454,7 @@ def prune_topic_logs(
     recently still finds the commits after its snapshot; the file count of a
     log stays bounded by about ``snapshot_interval`` plus what the window holds.
     """
-    if retention_ms < MIN_LOG_RETENTION_MS:
-        raise InvalidConfigurationError(
-            f"log retention {retention_ms} ms is not accepted; accepted: >= "
-            f"{MIN_LOG_RETENTION_MS} ms (readers trust their view that long)"
-        )
+    _check_log_retention(retention_ms)
     report = PruneReport(dry_run=dry_run)
     for s in range(topic.shards):
         prefix = topic.shard(s).prefix
@@ -469,11 +473,7 @@ def prune_group_log(
     dry_run: bool = False,
 ) -> PruneReport:
     """:func:`prune_topic_logs` for a consumer group's log."""
-    if retention_ms < MIN_LOG_RETENTION_MS:
-        raise InvalidConfigurationError(
-            f"log retention {retention_ms} ms is not accepted; accepted: >= "
-            f"{MIN_LOG_RETENTION_MS} ms (readers trust their view that long)"
-        )
+    _check_log_retention(retention_ms)
     log, _ = root.groups.log(group)
     return PruneReport(
         prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),

@@ -56,9 +56,7 @@ def test_three_members_split_six_partitions_and_rebalance_on_leave(root):
             m.stop(leave=False)
 
 
-def test_zombie_commit_past_a_stale_membership_check_is_refused_by_the_group_log(
-    root, monkeypatch
-):
+def test_zombie_commit_past_a_stale_membership_check_is_refused_by_the_group_log(root, monkeypatch):
     """The group's log checks the generation in the same create-only step that writes."""
     coords = [coordinator(root), coordinator(root)]
     members = [Member(coords[0], "g", ["t"]).start()]
