@@ -64,13 +64,16 @@ class Cleaner:
         broker = self.broker
         summary = {"partitions": 0, "errors": 0, "gc_topics": 0}
         started = time.perf_counter()
+        handles: dict[str, Any] = {}
         for name, partition in sorted(broker.led_partitions()):
             if broker.stopping:
                 break
             try:
                 topic = broker.topic(name)
                 st = broker.partition_state(topic, partition)
-                fresh = broker.root.topic(name)  # its own log objects; races are safe
+                fresh = handles.get(name)
+                if fresh is None:  # its own log objects (one per topic per pass); races are safe
+                    fresh = handles[name] = broker.root.topic(name)
                 report = _maintenance.run_maintenance(fresh, partition, leader_epoch=st.epoch)
                 with st.lock:
                     st.refresh()
