@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.errors import CommitConflictError, CorruptRecordError
+from sparklog.storage.errors import CommitConflictError, CorruptionError
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
@@ -19,6 +19,20 @@ Doc = dict[str, Any]
 
 def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
     return f"{prefix}/{version:020d}{suffix}"
+
+
+def parse_document(raw: bytes, name: str) -> Doc:
+    """The JSON object stored in ``name``; CorruptionError naming the file if it is not one."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptionError(
+            f"{name} is damaged: not JSON ({type(exc).__name__}: {str(exc)[:200]}); "
+            f"{len(raw)} bytes"
+        ) from None
+    if not isinstance(doc, dict):
+        raise CorruptionError(f"{name} is damaged: a {type(doc).__name__}, not a JSON object")
+    return doc
 
 
 class VersionedDocument:
@@ -44,17 +58,7 @@ class VersionedDocument:
             key = version_key(self.prefix, version)
             raw = self.store.get_or_none(key)
             if raw is not None:
-                try:
-                    doc = json.loads(raw)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise CorruptRecordError(
-                        f"metadata file {self.store.url}/{key} is damaged: {exc}"
-                    ) from None
-                if not isinstance(doc, dict):
-                    raise CorruptRecordError(
-                        f"metadata file {self.store.url}/{key} is damaged: not a JSON object"
-                    )
-                return version, doc
+                return version, parse_document(raw, f"{self.store.url}/{key}")
         return -1, None
 
     def write(self, version: int, doc: Doc) -> bool:

@@ -121,6 +121,18 @@ class TopicInfo:
 
     @classmethod
     def from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        """The topic described by metadata version ``version``; CorruptRecordError if damaged."""
+        try:
+            return cls._from_doc(version, doc)
+        except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as exc:
+            name = doc.get("name", "?") if isinstance(doc, Mapping) else "?"
+            raise CorruptRecordError(
+                f"metadata version {version} of topic {str(name)[:100]!r} is damaged "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
+
+    @classmethod
+    def _from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
         types = {
             k: schema_from_text(v).field("value").type
             for k, v in doc.get("value_schemas", {}).items()
@@ -438,10 +450,8 @@ class LogRoot:
             )
         try:
             return TopicInfo.from_doc(version, doc)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptRecordError(
-                f"topic metadata {where} is damaged: {type(exc).__name__}: {exc}"
-            ) from None
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
 
     def topic(self, name: str) -> Topic:
         return Topic(self, self.describe_topic(name))
@@ -449,7 +459,11 @@ class LogRoot:
     def list_topics(self) -> list[str]:
         names = []
         for name in self.store.list_names("topics"):
-            _, doc = self._meta(name).latest()
+            try:
+                _, doc = self._meta(name).latest()
+            except CorruptRecordError:
+                names.append(name)  # it exists; opening it reports the damage
+                continue
             if doc is not None and not doc.get("deleted"):
                 names.append(name)
         return names
