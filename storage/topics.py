@@ -441,6 +441,10 @@ class LogRoot:
         if doc is None or doc.get("deleted"):
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         where = f"{self.store.url}/{meta.prefix}/{version:020d}.json"
+        try:  # damage first: a document that does not parse is corrupt, whatever its format
+            info = TopicInfo.from_doc(version, doc)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
         found = doc.get("format", 1)
         if found not in KNOWN_FORMATS:
             raise InvalidConfigurationError(
@@ -448,10 +452,7 @@ class LogRoot:
                 f"knows formats {', '.join(map(str, KNOWN_FORMATS))} (format 1 roots are not "
                 "migrated: copy the records into a new root)"
             )
-        try:
-            return TopicInfo.from_doc(version, doc)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
+        return info
 
     def topic(self, name: str) -> Topic:
         return Topic(self, self.describe_topic(name))
