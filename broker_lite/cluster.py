@@ -42,6 +42,7 @@ class BrokerInfo:
     broker_id: int
     location: str  # host:port
     renewed_ms: int
+    kafka_address: str | None = None  # host:port of the Kafka listener, if any
 
 
 def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
@@ -75,8 +76,10 @@ class Cluster:
         lease_timeout_ms: int = 6000,
         replication_factor: int = 1,
         force_leader: bool = False,
+        kafka_address: str | None = None,
     ) -> None:
         self.root = root
+        self.kafka_address = kafka_address
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -112,6 +115,7 @@ class Cluster:
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
             "renewal": self._renewals,
+            "kafka_address": self.kafka_address,
         }
         self._store.put(self._key(self.broker_id), json.dumps(lease).encode())
         # Others may see the write as late as its start: count from before it.
@@ -133,8 +137,12 @@ class Cluster:
                     continue
                 try:
                     doc = json.loads(raw)
+                    kafka = doc.get("kafka_address")
                     info = BrokerInfo(
-                        int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
+                        int(doc["broker_id"]),
+                        str(doc["location"]),
+                        int(doc["renewed_ms"]),
+                        str(kafka) if kafka else None,
                     )
                     token = (str(doc.get("incarnation", "")), int(doc.get("renewal", 0)))
                 except (ValueError, KeyError, TypeError):
@@ -151,7 +159,9 @@ class Cluster:
             for gone in set(self._seen) - present:
                 del self._seen[gone]  # resigned or deleted: dead at once
             if self.healthy:
-                live[self.broker_id] = BrokerInfo(self.broker_id, self.location, _now_ms())
+                live[self.broker_id] = BrokerInfo(
+                    self.broker_id, self.location, _now_ms(), self.kafka_address
+                )
             self._live = live
         return live
 

@@ -221,6 +221,7 @@ class FlightBroker(flight.FlightServerBase):
         self.call_limit = _CallLimit(config.max_concurrent_calls)
         super().__init__(location, middleware={"limit": self.call_limit})
         self.broker = broker
+        self.kafka: Any = None  # the Kafka listener, set by start_broker
         self.request_bytes = _Budget(config.max_inflight_request_bytes)
         self._per_connection: dict[str, int] = {}
         self._connections_lock = threading.Lock()
@@ -560,11 +561,29 @@ def start_broker(
         ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
+    kafka = None
+    if config.kafka_listen:
+        from sparklog.broker_lite.kafka.server import KafkaListener
+
+        try:
+            kafka = KafkaListener(broker, config.kafka_listen, config.kafka_advertised)
+        except OSError as exc:
+            server.shutdown()
+            raise InvalidConfigError(
+                f"config key 'kafka_listen' = {config.kafka_listen!r}: cannot listen there "
+                f"({exc}); accepted: a free HOST:PORT on this machine (port 0 picks one) or "
+                '"" to disable'
+            ) from None
     try:
-        broker.start(location)
+        broker.start(location, kafka.advertised if kafka else None)
     except BaseException:
         server.shutdown()
+        if kafka is not None:
+            kafka.close()
         raise
+    if kafka is not None:
+        kafka.start()
+    server.kafka = kafka
     metrics_port = None
     if config.metrics_listen:
         metrics_port = broker.metrics.serve(config.metrics_listen)
@@ -574,6 +593,7 @@ def start_broker(
             broker_id=config.broker_id,
             location=location,
             port=server.port,
+            kafka_address=kafka.advertised if kafka else None,
             metrics_port=metrics_port,
             root=broker.root.url,
         ),
@@ -584,6 +604,8 @@ def start_broker(
 def stop_broker(server: FlightBroker, broker: Broker) -> None:
     """Graceful stop: flush and commit pending produce, resign the lease, stop serving."""
     broker.close()
+    if server.kafka is not None:
+        server.kafka.close()
     server.shutdown()
     broker.metrics.stop()
 
@@ -593,9 +615,14 @@ def serve(
     root: str | LogRoot | None = None,
     listen: str | None = None,
     broker_id: int | None = None,
+    kafka_listen: str | None = None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``."""
-    overrides: dict[str, Any] = {"listen": listen, "broker_id": broker_id}
+    overrides: dict[str, Any] = {
+        "listen": listen,
+        "broker_id": broker_id,
+        "kafka_listen": kafka_listen,
+    }
     if isinstance(root, str):
         overrides["root"] = root
     config = load_config(config_path, overrides)

@@ -166,8 +166,8 @@ class Broker:
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self, location: str) -> None:
-        """Publish our lease at ``location`` and start the background threads."""
+    def start(self, location: str, kafka_address: str | None = None) -> None:
+        """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         _storage(self.root.store.ensure_root)
         self.cluster = cluster = Cluster(
             self.root,
@@ -177,6 +177,7 @@ class Broker:
             lease_timeout_ms=self.config.lease_timeout_ms,
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
+            kafka_address=kafka_address,
         )
         # the first renewal also opens the store's connections: give it a few tries
         _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
@@ -765,7 +766,12 @@ class Broker:
         return {
             "broker_id": self.config.broker_id,
             "brokers": [
-                {"broker_id": b.broker_id, "location": b.location, "renewed_ms": b.renewed_ms}
+                {
+                    "broker_id": b.broker_id,
+                    "location": b.location,
+                    "renewed_ms": b.renewed_ms,
+                    "kafka_address": b.kafka_address,
+                }
                 for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
             ],
         }
@@ -871,6 +877,35 @@ class Broker:
         info = _storage(lambda: self.root.add_partitions(name, total))
         self._forget_topic(name)
         return int(info.partitions)
+
+    def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``before_offset``
+        (-1 = the high watermark); return the new log start offset.  The segments
+        wholly below it go with the next retention pass."""
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        self._check_leader(topic_name, partition)
+        with st.lock:
+            _storage(st.refresh)
+            hwm = st.log.high_watermark
+            target = hwm if before_offset == -1 else before_offset
+            if not st.log.log_start_offset <= target <= hwm:
+                raise OffsetOutOfRangeError(
+                    f"delete_records offset {before_offset} is out of range for {topic_name}-"
+                    f"{partition}; valid: [{st.log.log_start_offset}, {hwm}] or -1",
+                    log_start_offset=st.log.log_start_offset,
+                    high_watermark=hwm,
+                )
+
+            def build(state: Any) -> tuple[list[int], list[Any], int | None] | None:
+                if target <= state.log_start_offset:
+                    return None
+                return [], [], target
+
+            _storage(lambda: st.log.replace_segments(build, "delete_records"))
+            _storage(st.refresh)
+            self.cache.drop(st.key)
+            return int(st.log.log_start_offset)
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""
