@@ -7,12 +7,13 @@ last saw a peer's counter change, and a peer whose counter has not changed for
 ``lease_timeout_ms`` is dead (Kafka's session timeouts work the same way).  No
 broker compares its wall clock with a peer's, so clock skew moves no leadership.
 A broker that could not renew its own lease for ``lease_timeout_ms`` considers
-itself dead too: it leads nothing and says so.  The leader of
-a partition is the live broker with the highest rendezvous weight
-``hash(topic, partition, broker)``, so every broker that sees the same live set
-derives the same map with no coordination, and a death moves only the dead
-broker's partitions.  Views can disagree briefly (while a lease expires); the
-leader epochs in the partition logs make that safe (DESIGN.md §3-4).
+itself dead too: it leads nothing and says so.  Brokers lead shards: the leader
+of shard s of a topic is the live broker with the highest rendezvous weight
+``hash(topic, s, broker)``, and a partition's leader is its shard's (partition
+p is in shard p mod ``commit.shards``), so every broker that sees the same live
+set derives the same map with no coordination, and a death moves only the dead
+broker's shards.  Views can disagree briefly (while a lease expires); the
+leader epochs in the shard logs make that safe (DESIGN.md §3-4).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import uuid
 from dataclasses import dataclass
 
 from sparklog.broker_lite.logs import fields
+from sparklog.errors import SparklogError
 from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
@@ -105,6 +107,7 @@ class Cluster:
         self.started_ms = _now_ms()
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
+        self._shards: dict[str, int] = {}  # topic -> commit.shards
         self._seen: dict[int, _Seen] = {}
         self._gone: dict[tuple[str, int], bool] = {}  # lease token -> its holder is dead
         self._first_look = True
@@ -223,19 +226,47 @@ class Cluster:
             live.pop(self.broker_id, None)
         return live
 
-    def replicas(self, topic: str, partition: int) -> list[int]:
-        """Brokers serving the partition, leader first (rendezvous order)."""
-        ids = sorted(
-            self.live(), key=lambda b: rendezvous_weight(topic, partition, b), reverse=True
-        )
+    # -- leadership per shard (DESIGN.md §4): partition p is in shard p mod shards ----------
+    def note_shards(self, topic: str, shards: int) -> None:
+        """Remember how many shards ``topic`` has (fixed at creation)."""
+        with self._lock:
+            self._shards[topic] = shards
+
+    def forget_topic(self, topic: str) -> None:
+        with self._lock:
+            self._shards.pop(topic, None)
+
+    def shard_of(self, topic: str, partition: int) -> int:
+        """The shard whose leader leads ``partition``."""
+        with self._lock:
+            shards = self._shards.get(topic)
+        if shards is None:
+            try:
+                shards = self.root.describe_topic(topic).shards
+            except SparklogError:
+                return partition  # unknown topic: any stable answer will do
+            self.note_shards(topic, shards)
+        return partition % shards
+
+    def shard_replicas(self, topic: str, shard: int) -> list[int]:
+        """Brokers serving the shard, leader first (rendezvous order over (topic, shard))."""
+        ids = sorted(self.live(), key=lambda b: rendezvous_weight(topic, shard, b), reverse=True)
         return ids[: self.replication_factor]
 
-    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+    def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()
         if not live:
             return None
-        best = max(live, key=lambda b: rendezvous_weight(topic, partition, b))
+        best = max(live, key=lambda b: rendezvous_weight(topic, shard, b))
         return live[best]
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        """Brokers serving the partition (its shard's), leader first."""
+        return self.shard_replicas(topic, self.shard_of(topic, partition))
+
+    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+        """The leader of the partition's shard."""
+        return self.shard_leader(topic, self.shard_of(topic, partition))
 
     def is_leader(self, topic: str, partition: int) -> bool:
         if self.force_leader:

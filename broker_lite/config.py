@@ -254,8 +254,8 @@ KEYS: dict[str, Key] = {
         Key(
             "gc_grace_ms",
             "int",
-            900_000,
-            "Unreferenced objects older than this are deleted",
+            7_200_000,
+            "Unreferenced objects older than this are deleted (>= the staged-object age limit)",
             minimum=0,
         ),
         Key(
@@ -347,7 +347,7 @@ class BrokerConfig:
     replication_factor: int = 1
     force_leader: bool = False
     cleaner_interval_ms: int = 300_000
-    gc_grace_ms: int = 900_000
+    gc_grace_ms: int = 7_200_000
     group_min_session_timeout_ms: int = 1_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0

@@ -109,6 +109,7 @@ class _StateDoc:
     def __init__(self, root: LogRoot, group: str) -> None:
         self.versions = VersionedDocument(root.store, f"groups/{group}/state")
         self.group = group
+        self.offsets = root.groups  # the group's log: offset commits check generations there
         self._cache: tuple[int, dict[str, Any], float] | None = None
 
     def read(self) -> tuple[int, dict[str, Any]]:
@@ -135,11 +136,16 @@ class _StateDoc:
         """Apply ``change`` to the newest state and write it as the next version."""
         for _ in range(attempts):
             version, doc = self.read()
+            old_generation = doc.get("generation", 0)
             new = change(doc)
             if new is None:
                 return doc
             if self.versions.write(version + 1, new):
                 self._cache = (version + 1, _copy(new), time.monotonic())
+                if new.get("generation", 0) > old_generation:
+                    # a rebalance started: from now on the group's log refuses offset
+                    # commits of older generations (in the create-only step itself)
+                    self.offsets.set_generation(self.group, int(new["generation"]))
                 if (version + 1) % KEEP_VERSIONS == 0:
                     self._prune(version + 1)
                 return new
@@ -598,7 +604,14 @@ class GroupCoordinator:
             except StorageError:
                 topic_ids[topic] = ""
         self._storage(
-            lambda: self.root.groups.commit(group, clean, metadata=metadata, topic_ids=topic_ids)
+            lambda: self.root.groups.commit(
+                group,
+                clean,
+                metadata=metadata,
+                topic_ids=topic_ids,
+                generation=generation if member_id else None,
+                member_id=member_id,
+            )
         )
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:

@@ -171,7 +171,7 @@ class SparklogBatchReader(DataSourceReader):
             stop = min(ends[tp], plog.high_watermark, pushed.offset_hi)
             if stop <= first:
                 continue
-            segments = plog.state.segments.overlapping(first, stop)
+            segments = plog.segments_between(first, stop)
             for lo, hi in _timestamp_spans(segments, first, stop, pushed):
                 bounds, cum = layout_of(segments, lo, hi)
                 ranges.append(ReadRange(tp[0], tp[1], lo, hi, bounds, cum))

@@ -245,7 +245,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plog = self.view.log(*tp, refresh=False)
         if plog.high_watermark < end:
             plog.refresh()
-        bounds, cum = layout_of(plog.state.segments.overlapping(start, end), start, end)
+        bounds, cum = layout_of(plog.segments_between(start, end), start, end)
         return ReadRange(tp[0], tp[1], start, end, bounds, cum)
 
     # -- planning and reading ----------------------------------------------

@@ -35,6 +35,7 @@ from sparklog.client.types import (
 from sparklog.errors import ConfigError, UnknownTopicError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
+from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
 from sparklog.storage.maintenance import delete_records
 
 LONG_POLL_INTERVAL_S = 0.02
@@ -197,9 +198,11 @@ class EmbeddedBackend(GroupCalls):
     ) -> FetchResult:
         log, lock = self._log(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
+        staleness_ms = READ_PROBE_SHARE_MS  # partitions of a shard polled together share a probe
         while True:
             with lock:
-                log.refresh()
+                log.refresh(staleness_ms)
+                staleness_ms = IDLE_PROBE_INTERVAL_MS
                 hwm, start = log.high_watermark, log.log_start_offset
                 batches = (
                     list(log.iter_batches(offset, max_bytes=max_bytes))
