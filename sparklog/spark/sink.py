@@ -41,7 +41,6 @@ from pyspark.sql.types import (
 
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.errors import SinkColumnError, SparkSourceError
-from sparklog.spark.faults import maybe_fault
 from sparklog.spark.options import SinkOptions
 from sparklog.spark.read import cached_root
 from sparklog.storage import InvalidRecordError, Segment, Topic, UnknownTopicError
@@ -260,7 +259,6 @@ def write_task(
     writer = _TaskWriter(options, task_index)
     for batch in batches:
         writer.add(batch)
-    maybe_fault("sink.write", batch_id)
     message = writer.finish()
     message.query_id = query_id
     message.batch_id = batch_id
@@ -283,10 +281,8 @@ def commit_segments(
             if topic_ids.setdefault(name, topic_id) != topic_id:
                 raise SparkSourceError(f"topic {name!r} was deleted and created during the write")
             by_partition.setdefault((name, p), []).append(Segment.from_json(raw))
-    batch_id = txn[1] if txn else None
-    maybe_fault("sink.before_commit", batch_id)
     topics: dict[str, Topic] = {}
-    for count, ((name, p), segments) in enumerate(sorted(by_partition.items())):
+    for (name, p), segments in sorted(by_partition.items()):
         topic = topics.get(name)
         if topic is None:
             topic = topics[name] = root.topic(name)
@@ -298,9 +294,6 @@ def commit_segments(
         result = topic.partition(p).append(segments, txn=txn)
         if result.duplicate:
             log.info("partition %s-%d already has %s: skipped (replayed batch)", name, p, txn)
-        if count == 0:
-            maybe_fault("sink.mid_commit", batch_id)
-    maybe_fault("sink.after_commit", batch_id)
 
 
 class SparklogBatchWriter(DataSourceArrowWriter):
@@ -331,7 +324,6 @@ class SparklogStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if not any(isinstance(m, SinkCommitMessage) and m.segments for m in messages):
-            maybe_fault("sink.after_commit", batchId)
             return
         query_ids = {m.query_id for m in messages if isinstance(m, SinkCommitMessage)}
         query_ids.discard(None)

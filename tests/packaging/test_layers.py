@@ -109,3 +109,13 @@ def test_imports_point_one_way() -> None:
         if any(_within(name, upper) for upper in above)
     ]
     assert offenders == []
+
+
+def test_production_code_has_no_fault_injection_hooks() -> None:
+    """The exactly-once tests inject faults from tests/support/spark_faults.py only."""
+    offenders = [
+        module
+        for module, path in _modules().items()
+        if "SPARKLOG_SPARK_FAULT" in path.read_text() or "maybe_fault" in path.read_text()
+    ]
+    assert offenders == []

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.spark.faults import FAULT_ENV
 from sparklog.storage import make_batch, open_root
 from tests.spark.spark_support import REPO, classic_env
+from tests.support.spark_faults import FAULT_ENV
 
 pytestmark = pytest.mark.slow
 
