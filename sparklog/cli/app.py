@@ -331,6 +331,9 @@ def broker_start(
     root: str | None = typer.Option(None, "--root", help="Storage root URL"),
     listen: str | None = typer.Option(None, "--listen", help="host:port to listen on"),
     broker_id: int | None = typer.Option(None, "--broker-id", help="This broker's id"),
+    kafka_listen: str | None = typer.Option(
+        None, "--kafka-listen", help='Kafka protocol host:port (port 0 = free port; "" disables)'
+    ),
 ) -> None:
     """Run a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
     try:
@@ -340,7 +343,13 @@ def broker_start(
             f"the broker is not available in this installation ({exc}); accepted: a "
             "storage root address works without one"
         ) from None
-    serve(config_path=config, root=root, listen=listen, broker_id=broker_id)
+    serve(
+        config_path=config,
+        root=root,
+        listen=listen,
+        broker_id=broker_id,
+        kafka_listen=kafka_listen,
+    )
 
 
 # -- demo ---------------------------------------------------------------------------------
