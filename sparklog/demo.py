@@ -67,7 +67,12 @@ def synthetic_views(count: int, start_ms: int, seed: int = 7) -> list[tuple[byte
 def _spark_session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise DemoError(
+            "the demo runs a Spark query and needs pyspark: pip install 'sparklog[spark]'"
+        ) from exc
 
     spark = (
         SparkSession.builder.master("local[2]")
