@@ -1,15 +1,14 @@
 """The Arrow Flight face of the broker, and ``serve()``, the blocking entry point.
 
-* ``DoPut``   produce: descriptor command = JSON {topic, partition, acks, producer_id,
-  producer_epoch, base_sequence, compression}; each chunk's app_metadata may carry
-  {"partition": p}.  The reply is one metadata message {"results": [...]}.
-* ``DoGet``   fetch: ticket = JSON {topic, partition, offset, max_bytes, max_wait_ms};
-  every batch (or one empty batch) carries {"high_watermark", "log_start_offset"}.
+The wire format (requests, replies, errors) is :mod:`sparklog.broker_lite.flight_protocol`:
+
+* ``DoPut``   produce: a ``PRODUCE`` command, batches with ``PRODUCE_BATCH`` metadata.
+* ``DoGet``   fetch: a ``FETCH`` ticket; every batch carries the fetch metadata.
 * ``GetFlightInfo`` / ``ListFlights``: a topic's partitions as endpoints at their leaders.
-* ``DoAction``: admin, metadata, offsets and group calls with JSON bodies.
+* ``DoAction``: admin, metadata, offsets and group calls, bodies as in ``ACTIONS``.
 
 Errors leave as a FlightServerError whose message holds a stable code and JSON
-details (``broker_lite.errors.encode``); nothing a client sends crashes the broker.
+details (``flight_protocol.encode``); nothing a client sends crashes the broker.
 
 Resources are bounded: calls served at once (``max_concurrent_calls``, and
 ``max_calls_per_connection`` per client connection), memory of produce requests
@@ -35,14 +34,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.errors import (
     BrokerError,
     InvalidConfigError,
     InvalidRequestError,
-    encode,
     from_storage,
 )
+from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
 from sparklog.errors import (
@@ -56,23 +56,10 @@ from sparklog.errors import (
 from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.server")
-MISSING = object()
 #: most "request refused" log lines per second (the others are counted, not written)
 REFUSAL_LOG_PER_S = 10
 #: what a produce batch costs beyond its bytes (Arrow and gRPC bookkeeping)
 BATCH_OVERHEAD_BYTES = 512
-#: most characters of a client's value echoed in an error message
-ECHO_CHARS_MAX = 200
-
-
-def _echo(value: Any) -> str:
-    """``repr(value)``, capped: user input echoed in errors stays small."""
-    text = (
-        repr(value)
-        if not isinstance(value, str | bytes) or len(value) < 4 * ECHO_CHARS_MAX
-        else (repr(value[:ECHO_CHARS_MAX]))
-    )
-    return text if len(text) <= ECHO_CHARS_MAX else text[:ECHO_CHARS_MAX] + "..."
 
 
 class _Budget:
@@ -172,38 +159,6 @@ class _CallDone(flight.ServerMiddleware):
         self.calls.give(1)
 
 
-def _body(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequestError(
-            f"request body is not JSON ({bytes(raw[:40])!r}...); accepted: a JSON object"
-        ) from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body is not a JSON object")
-    return body
-
-
-def _arg(body: dict[str, Any], name: str, kind: Any, default: Any = MISSING) -> Any:
-    value = body.get(name, default)
-    if value is MISSING:
-        raise InvalidRequestError(f"field {_echo(name)} is required")
-    if value is None and default is None:
-        return None
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidRequestError(
-            f"field {name!r}={_echo(value)} is not accepted; accepted: integer"
-        )
-    if kind is not int and kind is not Any and not isinstance(value, kind):
-        raise InvalidRequestError(
-            f"field {name!r}={_echo(value)} is not accepted; accepted: "
-            f"{getattr(kind, '__name__', kind)}"
-        )
-    return value
-
-
 def _tp_list(raw: Any) -> list[tuple[str, int]]:
     try:
         return [(str(t), int(p)) for t, p in raw]
@@ -226,49 +181,42 @@ class FlightBroker(flight.FlightServerBase):
         self._per_connection: dict[str, int] = {}
         self._connections_lock = threading.Lock()
         self.refusals = _RefusalLog()
-        self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "metadata": lambda b: broker.metadata(_arg(b, "topics", list, None)),
-            "describe_cluster": lambda b: broker.describe_cluster(),
-            "list_topics": lambda b: broker.root.list_topics(),
-            "create_topic": lambda b: broker.create_topic(
-                _arg(b, "name", str),
-                _arg(b, "partitions", int, 1),
-                _arg(b, "config", dict, None),
-                _arg(b, "value_schema", str, None),
+        groups = broker.groups
+        # one handler per action of wire.ACTIONS, called with that action's fields by name
+        self.actions: dict[str, Callable[..., Any]] = {
+            "metadata": lambda topics: broker.metadata(topics),
+            "describe_cluster": lambda: broker.describe_cluster(),
+            "list_topics": lambda: broker.root.list_topics(),
+            "create_topic": lambda name, partitions, config, value_schema: broker.create_topic(
+                name, partitions, config, value_schema
             ),
-            "delete_topic": lambda b: broker.delete_topic(_arg(b, "name", str)),
-            "alter_topic_config": lambda b: broker.alter_topic_config(
-                _arg(b, "name", str), _arg(b, "updates", dict, {}), _arg(b, "remove", list, [])
+            "delete_topic": lambda name: broker.delete_topic(name),
+            "alter_topic_config": lambda name, updates, remove: broker.alter_topic_config(
+                name, updates, remove
             ),
-            "add_partitions": lambda b: broker.add_partitions(
-                _arg(b, "name", str), _arg(b, "total", int)
+            "add_partitions": lambda name, total: broker.add_partitions(name, total),
+            "list_offsets": lambda topic, partition, spec: broker.list_offsets(
+                topic, partition, spec
             ),
-            "list_offsets": lambda b: broker.list_offsets(
-                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "spec", Any)
-            ),
-            "init_producer_id": lambda b: list(broker.init_producer_id()),
-            "delete_records": lambda b: broker.delete_records(
-                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "offset", int)
+            "init_producer_id": lambda: list(broker.init_producer_id()),
+            "delete_records": lambda topic, partition, offset: broker.delete_records(
+                topic, partition, offset
             ),
             "join_group": self._join,
             "sync_group": self._sync,
-            "heartbeat": lambda b: broker.groups.heartbeat(
-                _arg(b, "group", str), _arg(b, "generation", int), _arg(b, "member_id", str)
+            "heartbeat": lambda group, generation, member_id: groups.heartbeat(
+                group, generation, member_id
             ),
-            "leave_group": lambda b: broker.groups.leave_group(
-                _arg(b, "group", str), _arg(b, "member_id", str)
-            ),
+            "leave_group": lambda group, member_id: groups.leave_group(group, member_id),
             "commit_offsets": self._commit,
-            "fetch_offsets": lambda b: [
-                [t, p, o, m]
-                for (t, p), (o, m) in sorted(
-                    broker.groups.fetch_committed(_arg(b, "group", str)).items()
-                )
+            "fetch_offsets": lambda group: [
+                [t, p, o, m] for (t, p), (o, m) in sorted(groups.fetch_committed(group).items())
             ],
-            "list_groups": lambda b: broker.groups.list_groups(),
-            "describe_group": lambda b: broker.groups.describe_group(_arg(b, "group", str)),
-            "delete_group": lambda b: broker.groups.delete_group(_arg(b, "group", str)),
+            "list_groups": lambda: groups.list_groups(),
+            "describe_group": lambda group: groups.describe_group(group),
+            "delete_group": lambda group: groups.delete_group(group),
         }
+        assert set(self.actions) == set(wire.ACTIONS), "every wire action has one handler"
 
     # -- error boundary ----------------------------------------------------
     def _guard(self, method: str, call: Callable[[], Any]) -> Any:
@@ -343,53 +291,44 @@ class FlightBroker(flight.FlightServerBase):
                 raise InvalidRequestError(
                     f"unknown action {name!r}; accepted: {', '.join(sorted(self.actions))}"
                 )
-            body = _body(action.body.to_pybytes() if action.body is not None else b"")
-            return json.dumps({"result": handler(body)}, default=str).encode()
+            body = wire.body(action.body.to_pybytes() if action.body is not None else b"")
+            return wire.encode_result(handler(**wire.parse(wire.ACTIONS[name], body)))
 
         with self._connection_slot(name, context):
             payload = self._guard(name, run)
         return iter([payload])
 
-    def _join(self, b: dict[str, Any]) -> dict[str, Any]:
+    def _join(
+        self,
+        group: str,
+        member_id: str,
+        topics: list[str],
+        strategy: Any,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> dict[str, Any]:
         result = self.broker.groups.join_group(
-            _arg(b, "group", str),
-            _arg(b, "member_id", str, ""),
-            _arg(b, "topics", list),
-            _arg(b, "strategy", Any, "range"),
-            _arg(b, "session_timeout_ms", int, 10_000),
-            _arg(b, "rebalance_timeout_ms", int, 30_000),
+            group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
         )
-        return {
-            "generation": result.generation,
-            "member_id": result.member_id,
-            "leader_id": result.leader_id,
-            "members": result.members,
-            "protocol": result.protocol,
-        }
+        return wire.encode_join_result(result)
 
-    def _sync(self, b: dict[str, Any]) -> list[list[Any]]:
-        raw = _arg(b, "assignment", dict, None)
-        assignment = None if raw is None else {m: _tp_list(tps) for m, tps in raw.items()}
-        got = self.broker.groups.sync_group(
-            _arg(b, "group", str), _arg(b, "generation", int), _arg(b, "member_id", str), assignment
-        )
+    def _sync(
+        self, group: str, generation: int, member_id: str, assignment: dict[str, Any] | None
+    ) -> list[list[Any]]:
+        tps = None if assignment is None else {m: _tp_list(v) for m, v in assignment.items()}
+        got = self.broker.groups.sync_group(group, generation, member_id, tps)
         return [[t, p] for t, p in got]
 
-    def _commit(self, b: dict[str, Any]) -> None:
-        raw = _arg(b, "offsets", list)
+    def _commit(
+        self, group: str, generation: int, member_id: str, offsets: list[Any], metadata: str
+    ) -> None:
         try:
-            offsets = {(str(t), int(p)): int(o) for t, p, o in raw}
+            by_partition = {(str(t), int(p)): int(o) for t, p, o in offsets}
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: [[topic, partition, offset], ...]"
             ) from None
-        self.broker.groups.commit_offsets(
-            _arg(b, "group", str),
-            _arg(b, "generation", int, -1),
-            _arg(b, "member_id", str, ""),
-            offsets,
-            _arg(b, "metadata", str, ""),
-        )
+        self.broker.groups.commit_offsets(group, generation, member_id, by_partition, metadata)
 
     # -- produce -----------------------------------------------------------
     def do_put(
@@ -403,9 +342,8 @@ class FlightBroker(flight.FlightServerBase):
         reserved = [0]
 
         def run() -> bytes:
-            body = _body(descriptor.command or b"")
-            topic = _arg(body, "topic", str)
-            default_partition = _arg(body, "partition", int, None)
+            command = wire.parse(wire.PRODUCE, wire.body(descriptor.command or b""))
+            default_partition = command["partition"]
             items: list[tuple[int, pa.RecordBatch]] = []
             size = 0
             while True:
@@ -417,8 +355,12 @@ class FlightBroker(flight.FlightServerBase):
                     continue
                 partition = default_partition
                 if chunk.app_metadata is not None and chunk.app_metadata.size:
-                    meta = _body(chunk.app_metadata.to_pybytes())
-                    partition = _arg(meta, "partition", int, default_partition)
+                    meta = wire.parse(
+                        wire.PRODUCE_BATCH,
+                        wire.body(chunk.app_metadata.to_pybytes()),
+                        {"partition": default_partition},
+                    )
+                    partition = meta["partition"]
                 if partition is None:
                     raise InvalidRequestError(
                         "no partition for a produced batch; give 'partition' in the command or "
@@ -442,26 +384,21 @@ class FlightBroker(flight.FlightServerBase):
                     )
                 reserved[0] += cost
                 items.append((partition, chunk.data))
-            acks = str(_arg(body, "acks", Any, "all"))
             outcomes = self.broker.produce(
-                topic,
+                command["topic"],
                 items,
-                acks=acks,
-                producer_id=_arg(body, "producer_id", int, None),
-                producer_epoch=_arg(body, "producer_epoch", int, None),
-                base_sequence=_arg(body, "base_sequence", int, None),
-                compression=_arg(body, "compression", str, None),
+                acks=str(command["acks"]),
+                producer_id=command["producer_id"],
+                producer_epoch=command["producer_epoch"],
+                base_sequence=command["base_sequence"],
+                compression=command["compression"],
             )
-            results = [
-                {
-                    "partition": partition,
-                    "base_offset": o.base_offset,
-                    "record_count": o.record_count,
-                    "duplicate": o.duplicate,
-                }
-                for (partition, _), o in zip(items, outcomes, strict=True)
-            ]
-            return json.dumps({"results": results}).encode()
+            return wire.encode_produce_reply(
+                [
+                    wire.PartitionAppend(partition, o.base_offset, o.record_count, o.duplicate)
+                    for (partition, _), o in zip(items, outcomes, strict=True)
+                ]
+            )
 
         with self._connection_slot("produce", context):
             try:
@@ -475,17 +412,15 @@ class FlightBroker(flight.FlightServerBase):
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.FlightDataStream:
         def run() -> flight.FlightDataStream:
-            body = _body(ticket.ticket)
+            request = wire.parse(wire.FETCH, wire.body(ticket.ticket))
             batches, hwm, lso, schema = self.broker.fetch(
-                _arg(body, "topic", str),
-                _arg(body, "partition", int),
-                _arg(body, "offset", int),
-                _arg(body, "max_bytes", int, 1 << 20),
-                _arg(body, "max_wait_ms", int, 500),
+                request["topic"],
+                request["partition"],
+                request["offset"],
+                request["max_bytes"],
+                request["max_wait_ms"],
             )
-            meta = pa.py_buffer(
-                json.dumps({"high_watermark": hwm, "log_start_offset": lso}).encode()
-            )
+            meta = pa.py_buffer(wire.encode_fetch_meta(hwm, lso))
             empty = pa.RecordBatch.from_pylist([], schema=schema)
             chunks = [(b, meta) for b in batches] or [(empty, meta)]
             return chunks, schema
@@ -506,11 +441,11 @@ class FlightBroker(flight.FlightServerBase):
         schema = pa.schema([("offset", pa.int64())])
         endpoints = []
         for p in topic["partitions"]:
-            ticket = json.dumps(
-                {"topic": name, "partition": p["partition"], "offset": p["log_start_offset"]}
+            ticket = wire.build(
+                wire.FETCH, topic=name, partition=p["partition"], offset=p["log_start_offset"]
             )
             locations = [f"grpc://{p['leader_location']}"] if p["leader_location"] else []
-            endpoints.append(flight.FlightEndpoint(ticket.encode(), locations))
+            endpoints.append(flight.FlightEndpoint(ticket, locations))
         return flight.FlightInfo(
             schema,
             flight.FlightDescriptor.for_path(name),
@@ -529,7 +464,8 @@ class FlightBroker(flight.FlightServerBase):
             if descriptor.path:
                 name = descriptor.path[0].decode(errors="replace")
             else:
-                name = _arg(_body(descriptor.command or b""), "topic", str)
+                command = wire.body(descriptor.command or b"")
+                name = wire.parse(wire.FLIGHT_INFO, command)["topic"]
             meta = self.broker.metadata([name])
             return self._flight_info(name, meta["topics"][name])
 

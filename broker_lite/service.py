@@ -8,7 +8,6 @@ Arrow Flight; tests and the benchmark can also drive it directly.
 
 from __future__ import annotations
 
-import base64
 import logging
 import secrets
 import threading
@@ -52,6 +51,7 @@ from sparklog.storage import errors as storage_errors
 from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
+from sparklog.storage.topics import value_type_from_text, value_type_to_text
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
@@ -865,7 +865,7 @@ class Broker:
                 "topic_id": topic.info.topic_id,
                 "partitions": partitions,
                 "config": topic.info.config,
-                "value_schema": _schema_text(value_type) if value_type is not None else None,
+                "value_schema": value_type_to_text(value_type) if value_type is not None else None,
             }
         return {**self.describe_cluster(), "topics": out, "damaged_topics": damaged}
 
@@ -933,14 +933,9 @@ class Broker:
         return secrets.randbits(62) | 1, 0
 
 
-def _schema_text(value_type: pa.DataType) -> str:
-    return base64.b64encode(pa.schema([("value", value_type)]).serialize().to_pybytes()).decode()
-
-
 def _schema_from_text(text: str) -> pa.DataType:
     try:
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-        return schema.field("value").type
+        return value_type_from_text(text)
     except (ValueError, KeyError, pa.ArrowInvalid, TypeError) as exc:
         raise InvalidRequestError(
             f"value_schema is not accepted ({exc}); accepted: base64 of an Arrow IPC schema "

@@ -62,17 +62,27 @@ def validate_topic_name(name: str) -> str:
 
 
 def schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text: base64 of its IPC form (topic documents, the broker's wire)."""
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
 def schema_from_text(text: str) -> pa.Schema:
+    """The schema :func:`schema_to_text` wrote."""
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def value_type_to_text(value_type: pa.DataType) -> str:
+    """A topic's value type as text: the schema of one field named ``value``."""
+    return schema_to_text(pa.schema([("value", value_type)]))
+
+
+def value_type_from_text(text: str) -> pa.DataType:
+    """The value type :func:`value_type_to_text` wrote."""
+    return schema_from_text(text).field("value").type
+
+
 def schema_id_of(value_type: pa.DataType) -> str:
-    return hashlib.sha256(schema_to_text(pa.schema([("value", value_type)])).encode()).hexdigest()[
-        :16
-    ]
+    return hashlib.sha256(value_type_to_text(value_type).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

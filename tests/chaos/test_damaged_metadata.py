@@ -44,7 +44,7 @@ def test_broker_starts_and_serves_other_topics(tmp_path, kind: str) -> None:
         got = client.fetch("good", 1, 0, max_wait_ms=0)
         assert [v for b in got.batches for v in b.column("value").to_pylist()] == [b"a", b"b"]
         assert sorted(client.list_topics()) == ["bad", "good"]
-        everything = client._action("metadata", {"topics": None})
+        everything = client._action("metadata", topics=None)
         assert sorted(everything["topics"]) == ["good"]
         assert "damaged" in everything["damaged_topics"]["bad"]
         with pytest.raises(CorruptRecordError) as info:

@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
+from sparklog.groups.coordinator import JoinResult
 
 TP = tuple[str, int]
 
@@ -41,13 +42,9 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
 
-
-@dataclass(frozen=True)
-class JoinResult:
-    generation: int
-    member_id: str
-    leader_id: str
-    members: dict[str, list[str]] = field(default_factory=dict)
+    @property
+    def record_count(self) -> int:
+        return sum(b.num_rows for b in self.batches)
 
 
 @dataclass(frozen=True)
@@ -142,10 +139,10 @@ class GroupCalls:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
     ) -> JoinResult:
-        r = self._group_api.join_group(
+        result: JoinResult = self._group_api.join_group(
             group, member_id, topics, strategy, session_timeout_ms, rebalance_timeout_ms
         )
-        return JoinResult(r.generation, r.member_id, r.leader_id, dict(r.members))
+        return result
 
     def sync_group(
         self,

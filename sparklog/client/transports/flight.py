@@ -137,7 +137,7 @@ class BrokerBackend(GroupCalls):
                 base_sequence=producer.sequences[p] if producer else None,
                 compression=compression,
             )
-            return p, ProduceResult(result.base_offset, result.record_count, result.duplicate)
+            return p, result
 
         todo = list(parts)
         if len(todo) <= 1:
@@ -152,7 +152,7 @@ class BrokerBackend(GroupCalls):
         r = self.client.fetch(
             topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms
         )
-        return FetchResult(list(r.batches), r.high_watermark, r.log_start_offset)
+        return r
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         return self.client.list_offsets(topic, partition, spec)

@@ -9,9 +9,7 @@ ILLEGAL_GENERATION, UNKNOWN_MEMBER) are raised to the caller, who must re-join.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import random
 import threading
 import time
@@ -22,14 +20,16 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.errors import (
     BrokerError,
     BrokerUnavailableError,
     GroupError,
     InvalidConfigError,
     NotLeaderError,
-    decode,
 )
+from sparklog.broker_lite.flight_protocol import decode
+from sparklog.client.transports.base import FetchResult, ProduceResult
 from sparklog.errors import (
     CommitStateUnknownError,
     InvalidRecordError,
@@ -39,6 +39,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
+from sparklog.storage.topics import value_type_from_text, value_type_to_text
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
@@ -62,24 +63,6 @@ class TopicMetadata:
     partitions: list[PartitionMetadata]
     config: dict[str, Any]
     value_type: pa.DataType | None = None
-
-
-@dataclass(frozen=True)
-class ProduceResult:
-    base_offset: int
-    record_count: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    batches: list[pa.RecordBatch]
-    high_watermark: int
-    log_start_offset: int
-
-    @property
-    def record_count(self) -> int:
-        return sum(b.num_rows for b in self.batches)
 
 
 #: errors a broker answers before it writes anything: the produce was certainly not applied
@@ -121,10 +104,6 @@ def parse_bootstrap(bootstrap: str) -> list[str]:
             )
         out.append(entry)
     return out
-
-
-def _schema_to_text(value_type: pa.DataType) -> str:
-    return base64.b64encode(pa.schema([("value", value_type)]).serialize().to_pybytes()).decode()
 
 
 class BrokerClient:
@@ -244,18 +223,19 @@ class BrokerClient:
         assert last is not None
         raise last
 
-    def _action(self, name: str, body: Mapping[str, Any], timeout_s: float | None = None) -> Any:
-        payload = json.dumps(body).encode()
+    def _action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
+        """Run ``action`` (its ``fields`` as in ``flight_protocol.ACTIONS``) on any broker."""
+        payload = wire.build_action(action, **fields)
 
         def call(conn: flight.FlightClient) -> Any:
-            results = list(conn.do_action(flight.Action(name, payload), self._options(timeout_s)))
-            return json.loads(results[0].body.to_pybytes())["result"] if results else None
+            results = list(conn.do_action(flight.Action(action, payload), self._options(timeout_s)))
+            return wire.decode_result(results[0].body.to_pybytes()) if results else None
 
         return self._retrying(lambda: self._any_broker(call))
 
     # -- metadata ----------------------------------------------------------
     def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
-        raw = self._action("metadata", {"topics": topics})
+        raw = self._action("metadata", topics=topics)
         with self._lock:
             for b in raw.get("brokers", []) if self.discover else []:
                 if b["location"] not in self._brokers:
@@ -264,8 +244,7 @@ class BrokerClient:
         for name, t in raw["topics"].items():
             value_type = None
             if t.get("value_schema"):
-                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t["value_schema"])))
-                value_type = schema.field("value").type
+                value_type = value_type_from_text(t["value_schema"])
             out[name] = TopicMetadata(
                 name=name,
                 topic_id=t["topic_id"],
@@ -288,7 +267,7 @@ class BrokerClient:
         return out
 
     def describe_cluster(self) -> dict[str, Any]:
-        return dict(self._action("describe_cluster", {}))
+        return dict(self._action("describe_cluster"))
 
     def _leader(self, topic: str, partition: int) -> str:
         meta = self._meta.get(topic)
@@ -316,17 +295,21 @@ class BrokerClient:
         config: Mapping[str, Any] | None = None,
         value_type: pa.DataType | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "name": name,
-            "partitions": partitions,
-            "config": dict(config or {}),
-        }
+        fields: dict[str, Any] = {}
         if value_type is not None:
-            body["value_schema"] = _schema_to_text(value_type)
-        return dict(self._action("create_topic", body))
+            fields["value_schema"] = value_type_to_text(value_type)
+        return dict(
+            self._action(
+                "create_topic",
+                name=name,
+                partitions=partitions,
+                config=dict(config or {}),
+                **fields,
+            )
+        )
 
     def delete_topic(self, name: str) -> None:
-        self._action("delete_topic", {"name": name})
+        self._action("delete_topic", name=name)
         self._meta.pop(name, None)
 
     def alter_topic_config(
@@ -334,20 +317,19 @@ class BrokerClient:
     ) -> dict[str, Any]:
         return dict(
             self._action(
-                "alter_topic_config",
-                {"name": name, "updates": dict(updates), "remove": list(remove)},
+                "alter_topic_config", name=name, updates=dict(updates), remove=list(remove)
             )
         )
 
     def add_partitions(self, name: str, total: int) -> int:
         self._meta.pop(name, None)
-        return int(self._action("add_partitions", {"name": name, "total": total}))
+        return int(self._action("add_partitions", name=name, total=total))
 
     def list_topics(self) -> list[str]:
-        return list(self._action("list_topics", {}))
+        return list(self._action("list_topics"))
 
     def init_producer_id(self) -> tuple[int, int]:
-        pid, epoch = self._action("init_producer_id", {})
+        pid, epoch = self._action("init_producer_id")
         return int(pid), int(epoch)
 
     # -- produce / fetch ---------------------------------------------------
@@ -367,17 +349,16 @@ class BrokerClient:
 
         ``compression=None`` lets the broker's configured codec apply.
         """
-        command = json.dumps(
-            {
-                "topic": topic,
-                "partition": partition,
-                "acks": str(acks),
-                "producer_id": producer_id,
-                "producer_epoch": producer_epoch,
-                "base_sequence": base_sequence,
-                "compression": compression,
-            }
-        ).encode()
+        command = wire.build(
+            wire.PRODUCE,
+            topic=topic,
+            partition=partition,
+            acks=str(acks),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            compression=compression,
+        )
         descriptor = flight.FlightDescriptor.for_command(command)
 
         maybe_applied: list[BrokerError] = []
@@ -403,12 +384,12 @@ class BrokerClient:
                 writer.close()
             if buf is None:
                 raise BrokerUnavailableError("broker closed the produce stream without an answer")
-            result = json.loads(buf.to_pybytes())["results"]
-            if not result:
+            appends = wire.decode_produce_reply(buf.to_pybytes())
+            if not appends:
                 return ProduceResult(-1, 0)
-            first = result[0]
+            first = appends[0]
             return ProduceResult(
-                first["base_offset"], sum(r["record_count"] for r in result), first["duplicate"]
+                first.base_offset, sum(a.record_count for a in appends), first.duplicate
             )
 
         if producer_id is None:
@@ -439,51 +420,48 @@ class BrokerClient:
     ) -> FetchResult:
         """Records from ``offset`` (long-polls up to ``max_wait_ms`` at the head of the log)."""
         ticket = flight.Ticket(
-            json.dumps(
-                {
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                    "max_bytes": max_bytes,
-                    "max_wait_ms": max_wait_ms,
-                }
-            ).encode()
+            wire.build(
+                wire.FETCH,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                max_bytes=max_bytes,
+                max_wait_ms=max_wait_ms,
+            )
         )
 
         def call(conn: flight.FlightClient) -> FetchResult:
             reader = conn.do_get(ticket, self._options(max_wait_ms / 1000 + self.request_timeout_s))
             batches = []
-            meta: dict[str, Any] = {}
+            meta: bytes | None = None
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
                 if chunk.app_metadata is not None:
-                    meta = json.loads(chunk.app_metadata.to_pybytes())
+                    meta = chunk.app_metadata.to_pybytes()
                 if chunk.data is not None and chunk.data.num_rows:
                     batches.append(chunk.data)
-            return FetchResult(
-                batches, int(meta.get("high_watermark", -1)), int(meta.get("log_start_offset", -1))
-            )
+            high_watermark, log_start_offset = wire.decode_fetch_meta(meta)
+            return FetchResult(batches, high_watermark, log_start_offset)
 
         return self._retrying(lambda: self._on(self._leader(topic, partition), call))
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
-        body = {"topic": topic, "partition": partition, "spec": spec}
-        return int(self._action("list_offsets", body))
+        return int(self._action("list_offsets", topic=topic, partition=partition, spec=spec))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Move the partition's log start to ``before_offset`` (on its leader); the new start."""
-        payload = json.dumps(
-            {"topic": topic, "partition": partition, "offset": before_offset}
-        ).encode()
+        payload = wire.build_action(
+            "delete_records", topic=topic, partition=partition, offset=before_offset
+        )
 
         def call(conn: flight.FlightClient) -> int:
             results = list(
                 conn.do_action(flight.Action("delete_records", payload), self._options())
             )
-            return int(json.loads(results[0].body.to_pybytes())["result"])
+            return int(wire.decode_result(results[0].body.to_pybytes()))
 
         return self._retrying(lambda: self._on(self._leader(topic, partition), call))
 
@@ -499,19 +477,15 @@ class BrokerClient:
     ) -> JoinResult:
         raw = self._action(
             "join_group",
-            {
-                "group": group,
-                "member_id": member_id,
-                "topics": list(topics),
-                "strategy": strategy if isinstance(strategy, str) else list(strategy),
-                "session_timeout_ms": session_timeout_ms,
-                "rebalance_timeout_ms": rebalance_timeout_ms,
-            },
             timeout_s=rebalance_timeout_ms / 1000 + self.request_timeout_s,
+            group=group,
+            member_id=member_id,
+            topics=list(topics),
+            strategy=strategy if isinstance(strategy, str) else list(strategy),
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
         )
-        return JoinResult(
-            raw["generation"], raw["member_id"], raw["leader_id"], raw["members"], raw["protocol"]
-        )
+        return wire.decode_join_result(raw)
 
     def sync_group(
         self,
@@ -520,19 +494,19 @@ class BrokerClient:
         member_id: str,
         assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
     ) -> list[TopicPartition]:
-        body: dict[str, Any] = {"group": group, "generation": generation, "member_id": member_id}
+        fields: dict[str, Any] = {}
         if assignment is not None:
-            body["assignment"] = {m: [list(tp) for tp in tps] for m, tps in assignment.items()}
-        raw = self._action("sync_group", body)
+            fields["assignment"] = {m: [list(tp) for tp in tps] for m, tps in assignment.items()}
+        raw = self._action(
+            "sync_group", group=group, generation=generation, member_id=member_id, **fields
+        )
         return [(str(t), int(p)) for t, p in raw]
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        self._action(
-            "heartbeat", {"group": group, "generation": generation, "member_id": member_id}
-        )
+        self._action("heartbeat", group=group, generation=generation, member_id=member_id)
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self._action("leave_group", {"group": group, "member_id": member_id})
+        self._action("leave_group", group=group, member_id=member_id)
 
     def commit_offsets(
         self,
@@ -542,14 +516,14 @@ class BrokerClient:
         offsets: Mapping[TopicPartition, int],
         metadata: str = "",
     ) -> None:
-        body = {
-            "group": group,
-            "generation": generation,
-            "member_id": member_id,
-            "offsets": [[t, p, o] for (t, p), o in offsets.items()],
-            "metadata": metadata,
-        }
-        self._action("commit_offsets", body)
+        self._action(
+            "commit_offsets",
+            group=group,
+            generation=generation,
+            member_id=member_id,
+            offsets=[[t, p, o] for (t, p), o in offsets.items()],
+            metadata=metadata,
+        )
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
         return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
@@ -557,16 +531,16 @@ class BrokerClient:
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition."""
         out = {}
-        for row in self._action("fetch_offsets", {"group": group}):
+        for row in self._action("fetch_offsets", group=group):
             metadata = str(row[3]) if len(row) > 3 and row[3] is not None else ""
             out[(str(row[0]), int(row[1]))] = (int(row[2]), metadata)
         return out
 
     def list_groups(self) -> list[str]:
-        return list(self._action("list_groups", {}))
+        return list(self._action("list_groups"))
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        return dict(self._action("describe_group", {"group": group}))
+        return dict(self._action("describe_group", group=group))
 
     def delete_group(self, group: str) -> None:
-        self._action("delete_group", {"group": group})
+        self._action("delete_group", group=group)
