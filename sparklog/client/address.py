@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.errors import ConfigError
+from sparklog.errors import ConfigError, SparklogError
 
 BROKER_SCHEME = "sparklog://"
 ROOT_SCHEMES = ("file", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
@@ -70,25 +70,44 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
     return Address(text, root=text)
 
 
-def _parse_value(raw: str) -> Any:
+def _parse_value(key: str, raw: str, error: type[SparklogError]) -> Any:
     text = raw.strip()
     if text[:1] in "{[":
         try:
             return json.loads(text)
         except ValueError:
-            raise ConfigError(f"storage option value {raw!r} is not valid JSON") from None
+            raise error(
+                f"storage option {key!r} = {raw!r} is not valid JSON; accepted: a JSON object "
+                "or array, true/false, or a plain string"
+            ) from None
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     return raw
 
 
-def _set_nested(out: dict[str, Any], path: list[str], value: Any) -> None:
+def set_storage_option(
+    out: dict[str, Any],
+    path: Sequence[str],
+    raw: str,
+    *,
+    key: str | None = None,
+    error: type[SparklogError] = ConfigError,
+) -> None:
+    """Set one storage option in ``out`` (the one rule for env, CLI and Spark options).
+
+    ``path`` nests (``client_kwargs``, ``endpoint_url``); a value starting with
+    ``{`` or ``[`` is JSON, ``true``/``false`` a bool, anything else a string.
+    ``key`` is the option as the user wrote it, named in errors of class ``error``.
+    """
+    name = key if key is not None else ".".join(path)
+    value = _parse_value(name, raw, error)
+    node = out
     for part in path[:-1]:
-        child = out.setdefault(part, {})
+        child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"storage option {'.'.join(path)!r} conflicts with a plain value")
-        out = child
-    out[path[-1]] = value
+            raise error(f"storage option {name!r} conflicts with a plain value at {part!r}")
+        node = child
+    node[path[-1]] = value
 
 
 def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -98,7 +117,7 @@ def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[s
     for name, raw in sorted(env.items()):
         if name.startswith(ENV_STORAGE_PREFIX) and len(name) > len(ENV_STORAGE_PREFIX):
             path = name[len(ENV_STORAGE_PREFIX) :].lower().split("__")
-            _set_nested(out, path, _parse_value(raw))
+            set_storage_option(out, path, raw, key=name)
     return out
 
 
@@ -109,7 +128,7 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"storage option {pair!r} is not key=value")
-        _set_nested(out, key.strip().split("."), _parse_value(value))
+        set_storage_option(out, key.strip().split("."), value, key=key.strip())
     return out
 
 

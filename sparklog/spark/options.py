@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklog.client.address import set_storage_option
 from sparklog.errors import SparkOptionError
 
 log = logging.getLogger(__name__)
@@ -216,21 +217,16 @@ def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -
 
 
 def storage_options_of(opts: Mapping[str, str]) -> dict[str, Any]:
-    """``storage.<key>`` options as fsspec storage options; dots nest (client_kwargs.x)."""
+    """``storage.<key>`` options as fsspec storage options; dots nest (client_kwargs.x).
+
+    Values follow :func:`~sparklog.client.address.set_storage_option` (JSON, booleans).
+    """
     out: dict[str, Any] = {}
     for key, raw in opts.items():
         if not key.startswith("storage."):
             continue
         path = key[len("storage.") :].split(".")
-        value: Any = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise SparkOptionError(f"option {key!r} conflicts with storage.{part}")
-        node[path[-1]] = value
+        set_storage_option(out, path, raw, key=key, error=SparkOptionError)
     return out
 
 

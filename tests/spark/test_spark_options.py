@@ -236,3 +236,20 @@ def test_limit_by_bytes_always_progresses() -> None:
     r = layout(0, 10, 1000)
     assert limit_by_bytes({("t", 0): r}, 10) == {("t", 0): 1}
     assert limit_by_bytes({("t", 0): r}, 5000) == {("t", 0): 5}
+
+
+def test_storage_options_follow_the_clients_rule_json_values_included() -> None:
+    """One rule for ``storage.<key>`` (Spark) and ``key=value`` (CLI, env): JSON values too."""
+    from sparklog.client.address import parse_storage_options
+
+    opts = parse(
+        **{"storage.config_kwargs": '{"retries": {"max_attempts": 3}}', "storage.anon": "false"}
+    )
+    expected = {"config_kwargs": {"retries": {"max_attempts": 3}}, "anon": False}
+    assert opts.storage_options == expected
+    assert (
+        parse_storage_options(['config_kwargs={"retries": {"max_attempts": 3}}', "anon=false"])
+        == expected
+    )
+    with pytest.raises(SparkOptionError, match="'storage.config_kwargs'.*not valid JSON"):
+        parse(**{"storage.config_kwargs": "{retries"})
