@@ -3,7 +3,7 @@
 Run:  .venv/bin/python bench/chaos.py [--kills 20] [--outages 5] [--roots file,s3]
 
 Real broker processes on a local root and on S3 (moto's server, behind the
-fault-injecting proxy of tests/chaos/proxy.py, with moto's conditional PUT
+fault-injecting proxy of tests/support/tcp_proxy.py, with moto's conditional PUT
 serialised so it is atomic as on S3). An idempotent ``acks=all`` producer runs
 through every scenario; after each one the root is read back and checked.
 Prints one JSON line per scenario and a table: faults injected, records

@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.chaos.proxy import FaultProxy
 from tests.support.s3 import MotoS3
+from tests.support.tcp_proxy import FaultProxy
 
 
 @contextmanager

@@ -39,13 +39,13 @@ from sparklog.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from tests.client.brokers import BrokerCluster
+from tests.support.brokers import Cluster
 
 
 @pytest.fixture
 def three_modes(tmp_path, moto_s3) -> Iterator[dict[str, tuple[str, dict]]]:
     """(address, storage options) of a file root, an S3 root and a broker (on a file root)."""
-    cluster = BrokerCluster(f"file://{tmp_path}/broker-root", tmp_path)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/broker-root")
     cluster.start(1)
     try:
         cluster.wait_live(1)

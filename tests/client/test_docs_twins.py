@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.brokers import REPO, BrokerCluster, free_port
+from tests.support.brokers import REPO, Cluster
 
 DOC = REPO / "docs" / "client.md"
 EXPECTED = repr(sorted((f"user-{i % 3}".encode(), i) for i in range(10)))
@@ -74,15 +74,10 @@ def _has_kafka_listener() -> bool:
     not _has_kafka_listener(), reason="the broker has no Kafka listener yet (issue 12)"
 )
 def test_kafka_python_twin_through_the_kafka_listener(tmp_path):
-    kafka_port = free_port()
-    cluster = BrokerCluster(
-        f"file://{tmp_path}/root",
-        tmp_path,
-        env={"SPARKLOG_KAFKA_LISTEN": f"127.0.0.1:{kafka_port}"},
-    )
-    cluster.start(1)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    cluster.start(1)  # its Kafka listener on port 0
     try:
         cluster.wait_live(1)
-        assert run(twin("kafka-python"), f"127.0.0.1:{kafka_port}", tmp_path) == EXPECTED
+        assert run(twin("kafka-python"), cluster.kafka_bootstrap, tmp_path) == EXPECTED
     finally:
         cluster.stop()

@@ -17,7 +17,7 @@ from sparklog.client.partitioner import partition_for_key
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.client.types import ConsumerRebalanceListener
 from sparklog.errors import KafkaTimeoutError, SparklogError
-from tests.client.brokers import BrokerCluster, free_port
+from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
 
@@ -245,10 +245,8 @@ def _object_bytes(root_dir: Path, topic: str) -> int:
 
 def test_producer_compression_none_is_honoured_by_a_compressing_broker(tmp_path):
     """Item 4: a producer's explicit "none" is not replaced by the broker's codec."""
-    cluster = BrokerCluster(
-        f"file://{tmp_path}/root", tmp_path, env={"SPARKLOG_COMPRESSION": "zstd"}
-    )
-    cluster.start(1)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    cluster.start(1, compression="zstd")
     try:
         cluster.wait_live(1)
         with Admin(cluster.address) as admin:
@@ -267,20 +265,18 @@ def test_producer_compression_none_is_honoured_by_a_compressing_broker(tmp_path)
 
 def test_second_broker_with_a_taken_metrics_port_names_the_key(tmp_path):
     """Item 6: the clash message names the address and the key; the failed broker leads nothing."""
-    metrics = f"127.0.0.1:{free_port()}"
-    cluster = BrokerCluster(
-        f"file://{tmp_path}/root", tmp_path, env={"SPARKLOG_METRICS_LISTEN": metrics}
-    )
-    cluster.start(1)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    first = cluster.start(1)  # metrics on port 0
+    metrics = f"127.0.0.1:{first.metrics_port}"
     try:
         cluster.wait_live(1)
-        cluster.start(2)  # same metrics address: it must refuse to start
-        second = cluster.procs.pop(2)
-        assert second.wait(timeout=120) != 0
-        output = (tmp_path / "broker-2.log").read_text()
+        with pytest.raises(RuntimeError, match="exited"):
+            cluster.start(2, metrics_listen=metrics)  # the same address: it must refuse
+        second = cluster.brokers.pop(2)
+        assert second.proc is not None and second.proc.wait(timeout=120) != 0
+        output = second.log_text()
         assert "metrics_listen" in output and metrics in output, output
         assert "Traceback" not in output
-        cluster.ports.pop(2)
         with BrokerClient(cluster.bootstrap) as client:
             assert [b["broker_id"] for b in client.describe_cluster()["brokers"]] == [1]
     finally:
@@ -289,19 +285,14 @@ def test_second_broker_with_a_taken_metrics_port_names_the_key(tmp_path):
 
 def test_fresh_broker_leads_at_once_after_a_crash(tmp_path):
     """Item 6: a crashed broker's unexpired lease does not keep a fresh broker from leading."""
-    cluster = BrokerCluster(
-        f"file://{tmp_path}/root",
-        tmp_path,
-        env={"SPARKLOG_LEASE_TIMEOUT_MS": "120000", "SPARKLOG_LEASE_INTERVAL_MS": "200"},
-    )
-    cluster.start(1)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    cluster.start(1, lease_timeout_ms=120_000, lease_interval_ms=200)
     try:
         cluster.wait_live(1)
         with Admin(cluster.address) as admin:
             admin.create_topic("led", 8)
         cluster.kill(1)
-        cluster.start(2)
-        fresh = f"127.0.0.1:{cluster.ports[2]}"
+        fresh = cluster.start(2).location
 
         def leads_everything() -> bool:
             try:

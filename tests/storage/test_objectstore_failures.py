@@ -20,32 +20,32 @@ from sparklog.errors import CommitStateUnknownError, StoreUnavailableError
 from sparklog.retry import retrying
 from sparklog.storage.objectstore import ObjectStore
 from tests.support.s3 import MotoS3
-from tests.support.tcp_proxy import LossyProxy
+from tests.support.tcp_proxy import FaultProxy
 
 
 @pytest.fixture
-def proxy(moto_s3: MotoS3) -> Iterator[LossyProxy]:
+def proxy(moto_s3: MotoS3) -> Iterator[FaultProxy]:
     parts = urlsplit(moto_s3.endpoint_url)
-    lossy = LossyProxy((parts.hostname or "127.0.0.1", parts.port or 80))
+    lossy = FaultProxy.start((parts.hostname or "127.0.0.1", parts.port or 80))
     try:
         yield lossy
     finally:
-        lossy.close()
+        lossy.stop()
 
 
-def _store_through(proxy: LossyProxy, moto_s3: MotoS3, attempts: int) -> tuple[ObjectStore, str]:
+def _store_through(proxy: FaultProxy, moto_s3: MotoS3, attempts: int) -> tuple[ObjectStore, str]:
     """A store on a fresh bucket reached through ``proxy``, and its url (for a direct store)."""
     url = moto_s3.fresh_root()
     options = {
         **moto_s3.storage_options,
-        "client_kwargs": {"endpoint_url": proxy.url, "region_name": "us-east-1"},
+        "client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"},
         "config_kwargs": {"retries": {"max_attempts": attempts, "mode": "standard"}},
     }
     return ObjectStore(url, options), url
 
 
 def test_create_applied_but_answer_lost_is_commit_state_unknown(
-    proxy: LossyProxy, moto_s3: MotoS3
+    proxy: FaultProxy, moto_s3: MotoS3
 ) -> None:
     store, url = _store_through(proxy, moto_s3, attempts=1)
     store.create("warm-up", b"-")  # the connection pool is open; now lose every answer
@@ -61,7 +61,7 @@ def test_create_applied_but_answer_lost_is_commit_state_unknown(
 
 
 def test_create_repeated_by_the_transport_after_a_lost_answer_reports_success(
-    proxy: LossyProxy, moto_s3: MotoS3
+    proxy: FaultProxy, moto_s3: MotoS3
 ) -> None:
     store, url = _store_through(proxy, moto_s3, attempts=3)
     store.create("warm-up", b"-")
