@@ -24,7 +24,7 @@ ENV_STORAGE_PREFIX = "SPARKLOG_STORAGE_"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 ACCEPTED = (
     "a storage root (a local path, file://, memory:// or s3://bucket/prefix URL) or "
-    "sparklog://host:port[,host:port]"
+    "sparklog://host:port[,host:port] (or host:port[,host:port])"
 )
 
 
@@ -56,6 +56,9 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
                 "accepted: sparklog://host:port[,host:port]"
             )
         return Address(text, bootstrap=",".join(hosts))
+    if "://" not in text and all(_HOST_PORT.match(h.strip()) for h in text.split(",")):
+        # Kafka's bootstrap form: host:port means a broker, never a folder named so.
+        return parse_address(BROKER_SCHEME + text, env)
     if "://" in text:
         scheme = text.split("://", 1)[0].lower()
         if scheme not in ROOT_SCHEMES:
