@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, stderr, stdout
+from sparklog.cli.output import print_json, print_table, quiet_exit, stderr, stdout
 from sparklog.cli.parse import parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
@@ -512,16 +512,6 @@ def _setup_logging() -> None:
     setup_logging(level, fmt, loggers=("sparklog", "storage"))
 
 
-def _quiet_broken_pipe() -> NoReturn:
-    """A reader such as ``head`` left: exit 0 without a word (and no flush error at exit)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass
-    raise SystemExit(0)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user mistakes become one line on stderr and a non-zero exit."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -544,6 +534,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        try:
+            quiet_exit()
+        except typer.Exit:
+            raise SystemExit(0) from None
     except OSError as exc:
         _fail(f"{exc}", 1, as_json=as_json, kind="OS_ERROR")

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -75,6 +75,18 @@ NUMERIC = {
     "new",
     "records",
 }
+
+
+def quiet_exit() -> NoReturn:
+    """Exit 0 without a word once stdout's reader left (``| head``): no flush error at exit."""
+    import typer
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    raise typer.Exit(0)
 
 
 def iso_ms(ms: int) -> str:

@@ -22,7 +22,7 @@ from sparklog.cli.lines import (
     line_format_from,
     record_doc,
 )
-from sparklog.cli.output import print_json, stderr, stdout
+from sparklog.cli.output import print_json, quiet_exit, stderr, stdout
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
 from sparklog.errors import ConfigError
@@ -315,6 +315,7 @@ def consume(
     consumer = Consumer(st.address, group, auto_offset_reset=reset, **st.client_config())
     out = sys.stdout.buffer
     seen = 0
+    reader_left = False
     ends: dict[TopicPartition, int] = {}
     try:
         if pattern is not None:
@@ -349,13 +350,19 @@ def consume(
                     break
                 continue
             idle_since = time.monotonic()
-            out.write(b"".join(render(record) for record in records))
-            out.flush()
+            try:
+                out.write(b"".join(render(record) for record in records))
+                out.flush()
+            except BrokenPipeError:  # the reader (head, less) left: stop quietly
+                reader_left = True
+                break
             seen += len(records)
     except KeyboardInterrupt:
         pass
     finally:
         consumer.close()
+    if reader_left:
+        quiet_exit()
     if not st.json:
         stderr.print(f"consumed {seen} records", style="dim")
 
