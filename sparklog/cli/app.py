@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, quiet_exit, stderr, stdout
+from sparklog.cli.output import print_json, print_table, quiet_exit, stdout
 from sparklog.cli.parse import parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state

@@ -51,13 +51,13 @@ class LineFormat:
                     "accepted: h1:v1,h2:v2<DELIM>[key<SEP>]value"
                 )
             for item in head.split(self.headers_separator) if head else []:
-                name, sep, value = item.partition(self.headers_key_separator)
+                name, sep, header_value = item.partition(self.headers_key_separator)
                 if not sep or not name:
                     raise ConfigError(
                         f"line {number}: header {item.decode(errors='replace')!r} is not "
                         f"name{self.headers_key_separator.decode()}value"
                     )
-                headers.append((name.decode(errors="replace"), self._nullable(value)))
+                headers.append((name.decode(errors="replace"), self._nullable(header_value)))
         key: bytes | None = None
         value: bytes | None = rest
         if self.key_separator is not None:
@@ -161,9 +161,7 @@ def record_doc(record: Any) -> dict[str, Any]:
 
 
 def _headers_text(headers: Headers, separator: bytes = b",", key_sep: bytes = b":") -> bytes:
-    return separator.join(
-        k.encode() + key_sep + (b"" if v is None else v) for k, v in headers
-    )
+    return separator.join(k.encode() + key_sep + (b"" if v is None else v) for k, v in headers)
 
 
 def kcat_format(fmt: str) -> Any:

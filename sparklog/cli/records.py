@@ -61,7 +61,10 @@ def produce(
         None, "--null-marker", metavar="TEXT", help="A key/value equal to TEXT is null (KIP-810)"
     ),
     empty_is_null: bool = typer.Option(
-        False, "--null-empty", "-Z", help="Empty key or value is null: an empty value is a tombstone"
+        False,
+        "--null-empty",
+        "-Z",
+        help="Empty key or value is null: an empty value is a tombstone",
     ),
     header: Annotated[
         list[str] | None,
@@ -92,7 +95,7 @@ def produce(
     """
     st = state(ctx)
     headers = list(parse_pairs(header or [], "--header").items())
-    fixed_headers = [(k, v.encode()) for k, v in headers]
+    fixed_headers: list[tuple[str, bytes | None]] = [(k, v.encode()) for k, v in headers]
     line_format = line_format_from(
         parse_pairs(properties or [], "--property"),
         key_separator=key_separator,
@@ -103,8 +106,8 @@ def produce(
     if file is not None and not os.path.isfile(file):
         raise ConfigError(f"--file {file!r} does not exist or is not a file")
     if file is not None:
-        with open(file, "rb") as stream:  # validate first: a bad line writes nothing
-            for number, (line, _) in enumerate(_lines(stream), start=1):
+        with open(file, "rb") as checked:  # validate first: a bad line writes nothing
+            for number, (line, _) in enumerate(_lines(checked), start=1):
                 line_format.parse(line, number)
     from sparklog.client.producer import Producer
 
@@ -254,9 +257,7 @@ def consume(
         "-e",
         help="Stop when every partition is read to the end it had at start (kcat -e)",
     ),
-    fmt: str = typer.Option(
-        "value", "--format", metavar="FORMAT", help="value, key-value or json"
-    ),
+    fmt: str = typer.Option("value", "--format", metavar="FORMAT", help="value, key-value or json"),
     format_string: str | None = typer.Option(
         None,
         "--format-string",

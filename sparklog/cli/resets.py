@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -147,9 +147,12 @@ def register(groups_app: typer.Typer) -> None:
 def reset_offsets(
     ctx: typer.Context,
     group: str = typer.Argument(..., metavar="GROUP", help="Consumer group id"),
-    topic: list[str] | None = typer.Option(
-        None, "--topic", "-t", metavar="TOPIC[:P,P]", help="Topic (and partitions) to reset"
-    ),
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic", "-t", metavar="TOPIC[:P,P]", help="Topic (and partitions) to reset"
+        ),
+    ] = None,
     all_topics: bool = typer.Option(
         False, "--all-topics", help="Every topic the group has committed offsets in"
     ),
@@ -203,11 +206,11 @@ def reset_offsets(
     how, raw = chosen[0]
     value: Any = raw
     if how == "datetime":
-        value = parse_time_ms(raw)
+        value = parse_time_ms(str(raw))
     elif how == "duration":
-        value = parse_duration_ms(raw)
+        value = parse_duration_ms(str(raw))
     elif how == "file":
-        value = read_offsets_file(raw)
+        value = read_offsets_file(str(raw))
     scope_count = sum([bool(topic), all_topics])
     if how != "file" and scope_count != 1:
         raise ConfigError("choose the topics: --topic TOPIC[:P,P] (repeatable) or --all-topics")
