@@ -1,4 +1,9 @@
-"""Kafka's perf tools: ``sparklog perf produce`` / ``perf consume``.
+"""Kafka's other tools: delete-records, dump-log, ``perf produce`` / ``perf consume``.
+
+``delete-records`` (kafka-delete-records) moves a partition's log start offset
+forward; ``dump-log`` (kafka-dump-log) lists a partition's committed segments
+with the object and byte range each lives in and the offsets it covers (and,
+with --print-data, the records).  Both work on a storage root address.
 
 Like kafka-producer-perf-test: records of ``--record-size`` bytes, an optional
 ``--throughput`` cap (records/s), and the send-to-acknowledgement latency
@@ -174,7 +179,166 @@ def _report(doc: dict[str, Any], as_json: bool) -> None:
     )
 
 
+def _root(st: Any, what: str) -> Any:
+    """The storage root of a root address (read-only open); refused for a broker address."""
+    from sparklog.client.address import merge_options, parse_address, storage_options_from_env
+    from sparklog.storage import open_root
+
+    parsed = parse_address(st.address)
+    if parsed.root is None:
+        raise ConfigError(
+            f"{what} reads the storage root directly; accepted: a storage root address "
+            "(the one the brokers serve), not host:port"
+        )
+    options = merge_options(storage_options_from_env(), st.storage_options)
+    return open_root(parsed.root, options, create=False)
+
+
+def _partitions(topic: Any, partition: int | None) -> list[int]:
+    if partition is None:
+        return list(range(topic.partitions))
+    topic.partition(partition)  # unknown partition: a clear error
+    return [partition]
+
+
+def delete_records(
+    ctx: typer.Context,
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic"),
+    before: int = typer.Option(
+        ..., "--offset", metavar="N", help="Delete the records before offset N (-1: all)"
+    ),
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", metavar="N", help="Only this partition (default: every one)"
+    ),
+) -> None:
+    """Delete the records before an offset: the log start moves up (kafka-delete-records).
+
+    Whole segments below the new log start are removed; a segment that straddles
+    it stays, its earlier records hidden from readers.
+    """
+    st = state(ctx)
+    handle = _root(st, "delete-records").topic(topic)
+    rows = []
+    for p in _partitions(handle, partition):
+        log = handle.partition(p)
+        current = log.refresh()
+        target = current.high_watermark if before == -1 else before
+        if not 0 <= target <= current.high_watermark or before < -1:
+            raise ConfigError(
+                f"--offset {before} is not accepted for {topic} partition {p}; accepted: "
+                f"0-{current.high_watermark} (the high watermark), or -1 for all"
+            )
+
+        def build(state: Any, target: int = target) -> Any:
+            if target <= state.log_start_offset:
+                return None
+            gone = [s.base_offset for s in state.segments.all() if s.end_offset <= target]
+            return gone, [], target
+
+        log.replace_segments(build, "delete-records")
+        rows.append(
+            {"topic": topic, "partition": p, "log_start_offset": log.refresh().log_start_offset}
+        )
+    if st.json:
+        print_json({"topic": topic, "partitions": rows})
+    else:
+        for row in rows:
+            stdout.print(
+                f"{topic} partition {row['partition']}: log start offset {row['log_start_offset']}",
+                highlight=False,
+            )
+
+
+def dump_log(
+    ctx: typer.Context,
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic"),
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", metavar="N", help="Only this partition (default: every one)"
+    ),
+    object_key: str | None = typer.Option(
+        None, "--object", metavar="KEY", help="Only segments stored in this object"
+    ),
+    print_data: bool = typer.Option(
+        False, "--print-data", help="Also print each record with its offset"
+    ),
+) -> None:
+    """Committed segments with their objects, byte ranges and offsets (kafka-dump-log)."""
+    from sparklog.cli.lines import record_doc
+    from sparklog.cli.output import print_table
+    from sparklog.client.types import ConsumerRecord
+
+    st = state(ctx)
+    handle = _root(st, "dump-log").topic(topic)
+    segments = []
+    for p in _partitions(handle, partition):
+        log = handle.partition(p)
+        log_state = log.refresh()
+        for seg in log.segments():
+            if object_key is not None and not seg.object_key.endswith(object_key):
+                continue
+            doc: dict[str, Any] = {
+                "topic": topic,
+                "partition": p,
+                "base_offset": seg.base_offset,
+                "last_offset": seg.end_offset - 1,
+                "records": seg.record_count,
+                "object": seg.object_key,
+                "byte_start": seg.byte_start,
+                "byte_end": seg.byte_end,
+                "min_timestamp_ms": seg.min_timestamp_ms,
+                "max_timestamp_ms": seg.max_timestamp_ms,
+            }
+            if print_data:
+                start = max(seg.base_offset, log_state.log_start_offset)
+                table = log.read(start, seg.end_offset) if start < seg.end_offset else None
+                rows = table.to_pylist() if table is not None else []
+                doc["data"] = [
+                    record_doc(
+                        ConsumerRecord(
+                            topic,
+                            p,
+                            r["offset"],
+                            r["timestamp"]
+                            if isinstance(r["timestamp"], int)
+                            else int(r["timestamp"].timestamp() * 1000),
+                            r.get("key"),
+                            r.get("value"),
+                            [(h["key"], h["value"]) for h in r.get("headers") or []],
+                        )
+                    )
+                    for r in rows
+                ]
+            segments.append(doc)
+    if st.json:
+        print_json({"topic": topic, "segments": segments})
+        return
+    print_table(
+        f"{topic} segments",
+        ["partition", "base offset", "last offset", "records", "object", "bytes"],
+        [
+            (
+                d["partition"],
+                d["base_offset"],
+                d["last_offset"],
+                d["records"],
+                d["object"],
+                f"{d['byte_start']}-{d['byte_end']}",
+            )
+            for d in segments
+        ],
+    )
+    for d in segments:
+        for r in d.get("data", []):
+            stdout.print(
+                f"| offset: {r['offset']} partition: {r['partition']} CreateTime: "
+                f"{r['timestamp_ms']} key: {r['key']} payload: {r['value']}",
+                highlight=False,
+            )
+
+
 def register(app: typer.Typer, perf_app: typer.Typer) -> None:
-    """Add the perf commands to ``perf_app``."""
+    """Add delete-records and dump-log to ``app``, produce/consume to ``perf_app``."""
+    app.command("delete-records")(delete_records)
+    app.command("dump-log")(dump_log)
     perf_app.command("produce")(perf_produce)
     perf_app.command("consume")(perf_consume)

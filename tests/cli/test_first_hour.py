@@ -31,6 +31,8 @@ COMMANDS = [
     ["produce"],
     ["consume"],
     ["offsets"],
+    ["delete-records"],
+    ["dump-log"],
     ["perf", "produce"],
     ["perf", "consume"],
     ["broker"],
@@ -359,3 +361,19 @@ def test_perf_commands(local):
     assert read["records"] == 300 and read["bytes"] == 300 * 64
     table = local("perf", "produce", "t", "-n", "10").out
     assert "records/s" in table and "99th" in table
+
+
+def test_delete_records_and_dump_log(local):
+    local("produce", "t", "-p", "0", input="a\nb\n")
+    local("produce", "t", "-p", "0", input="c\nd\n")
+    dump = json.loads(local("-o", "json", "dump-log", "t", "-p", "0", "--print-data").out)
+    spans = [(s["base_offset"], s["last_offset"], s["records"]) for s in dump["segments"]]
+    assert spans == [(0, 1, 2), (2, 3, 2)]
+    assert [r["value"] for r in dump["segments"][1]["data"]] == ["c", "d"]
+    assert all(s["object"].endswith(".arrow") for s in dump["segments"])
+    done = json.loads(local("-o", "json", "delete-records", "t", "-p", "0", "--offset", "3").out)
+    assert done["partitions"] == [{"topic": "t", "partition": 0, "log_start_offset": 3}]
+    assert local("consume", "t", "-p", "0", "--offset", "earliest", "-e").out == "d\n"
+    after = json.loads(local("-o", "json", "dump-log", "t", "-p", "0").out)["segments"]
+    assert [s["base_offset"] for s in after] == [2]  # the wholly deleted segment is gone
+    _one_error_line(local("delete-records", "t", "--offset", "99", ok=False), "0-4")
