@@ -377,3 +377,30 @@ def test_delete_records_and_dump_log(local):
     after = json.loads(local("-o", "json", "dump-log", "t", "-p", "0").out)["segments"]
     assert [s["base_offset"] for s in after] == [2]  # the wholly deleted segment is gone
     _one_error_line(local("delete-records", "t", "--offset", "99", ok=False), "0-4")
+
+
+def test_broker_start_serves_the_exported_address(local, tmp_path):
+    """README: ``export SPARKLOG_ADDRESS=...; sparklog broker start`` serves that root."""
+    from tests.client.brokers import free_port
+    from tests.support.waiting import wait_for
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
+    env.update(SPARKLOG_ADDRESS=str(tmp_path / "root"), PYTHONPATH=str(REPO))
+    env.update(SPARKLOG_METRICS_LISTEN="127.0.0.1:0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparklog.cli", "broker", "start", "--listen", f"127.0.0.1:{port}"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def listed() -> list[str] | None:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            got = _run_in(tmp_path, "-a", f"127.0.0.1:{port}", "-o", "json", "topics", "list")
+            return json.loads(got.out) if got.code == 0 else None
+
+        assert wait_for(listed, 120, "the broker") == ["t"]  # the topic made on the root
+        assert not (tmp_path / "sparklog-data").exists()  # not the config file's default root
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
