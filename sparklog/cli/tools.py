@@ -217,28 +217,34 @@ def delete_records(
     it stays, its earlier records hidden from readers.
     """
     st = state(ctx)
-    handle = _root(st, "delete-records").topic(topic)
-    rows = []
-    for p in _partitions(handle, partition):
-        log = handle.partition(p)
-        current = log.refresh()
-        target = current.high_watermark if before == -1 else before
-        if not 0 <= target <= current.high_watermark or before < -1:
+    with st.admin() as admin:
+        described = admin.describe_topic(topic, sizes=False)
+        known = {p.partition: p for p in described.partitions}
+        if partition is not None and partition not in known:
             raise ConfigError(
-                f"--offset {before} is not accepted for {topic} partition {p}; accepted: "
-                f"0-{current.high_watermark} (the high watermark), or -1 for all"
+                f"--partition {partition} is not accepted for topic {topic!r}; accepted: "
+                f"0-{len(known) - 1}"
             )
+        chosen = [known[p] for p in sorted(known) if partition in (None, p)]
+        for part in chosen:
+            if before < -1 or before > part.high_watermark:
+                raise ConfigError(
+                    f"--offset {before} is not accepted for {topic} partition {part.partition}; "
+                    f"accepted: 0-{part.high_watermark} (the high watermark), or -1 for all"
+                )
+        if hasattr(admin, "delete_records"):  # Kafka's DeleteRecords, in both modes
+            from sparklog.client.types import TopicPartition
 
-        def build(state: Any, target: int = target) -> Any:
-            if target <= state.log_start_offset:
-                return None
-            gone = [s.base_offset for s in state.segments.all() if s.end_offset <= target]
-            return gone, [], target
-
-        log.replace_segments(build, "delete-records")
-        rows.append(
-            {"topic": topic, "partition": p, "log_start_offset": log.refresh().log_start_offset}
-        )
+            starts = admin.delete_records(
+                {TopicPartition(topic, part.partition): before for part in chosen}
+            )
+            new_starts = {tp.partition: start for tp, start in starts.items()}
+        else:
+            new_starts = _delete_records_on_root(st, topic, chosen, before)
+    rows = [
+        {"topic": topic, "partition": p, "log_start_offset": start}
+        for p, start in sorted(new_starts.items())
+    ]
     if st.json:
         print_json({"topic": topic, "partitions": rows})
     else:
@@ -247,6 +253,25 @@ def delete_records(
                 f"{topic} partition {row['partition']}: log start offset {row['log_start_offset']}",
                 highlight=False,
             )
+
+
+def _delete_records_on_root(st: Any, topic: str, chosen: list[Any], before: int) -> dict[int, int]:
+    """Move the log start of each partition up to ``before`` (-1: the high watermark)."""
+    handle = _root(st, "delete-records").topic(topic)
+    out = {}
+    for part in chosen:
+        log = handle.partition(part.partition)
+        target = log.refresh().high_watermark if before == -1 else before
+
+        def build(state: Any, target: int = target) -> Any:
+            if target <= state.log_start_offset:
+                return None
+            gone = [s.base_offset for s in state.segments.all() if s.end_offset <= target]
+            return gone, [], target
+
+        log.replace_segments(build, "delete-records")
+        out[part.partition] = log.refresh().log_start_offset
+    return out
 
 
 def dump_log(
