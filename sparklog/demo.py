@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,11 @@ def quiet_spark_session(log_path: str, app_name: str = "sparklog-demo") -> Any:
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # PySpark 4.3 warns on import that it is not tested with pandas 3; sparklog's Spark
+    # paths do not go through pandas, so the warning only clutters what people read.
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
     from pyspark.sql import SparkSession
 
     sys.stderr.flush()
