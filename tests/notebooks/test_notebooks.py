@@ -60,7 +60,7 @@ def test_notebook_shows_what_it_teaches(path, tmp_path, monkeypatch):
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the inline backend: plots become outputs
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
