@@ -1,7 +1,13 @@
 """Cluster membership and partition leadership, derived from leases in the root.
 
-Each broker renews ``cluster/brokers/<id>.json`` every ``lease_interval_ms``.
-A broker whose lease is older than ``lease_timeout_ms`` is dead.  The leader of
+Each broker renews ``cluster/brokers/<id>.json`` every ``lease_interval_ms``,
+writing a counter that grows with every renewal.  A broker is live while its
+counter keeps changing: each broker notes on its *own* monotonic clock when it
+last saw a peer's counter change, and a peer whose counter has not changed for
+``lease_timeout_ms`` is dead (Kafka's session timeouts work the same way).  No
+broker compares its wall clock with a peer's, so clock skew moves no leadership.
+A broker that could not renew its own lease for ``lease_timeout_ms`` considers
+itself dead too: it leads nothing and says so.  The leader of
 a partition is the live broker with the highest rendezvous weight
 ``hash(topic, partition, broker)``, so every broker that sees the same live set
 derives the same map with no coordination, and a death moves only the dead
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -24,6 +31,8 @@ from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
+#: test-only: milliseconds added to this broker's wall clock (to show skew does not matter)
+CLOCK_OFFSET_ENV = "SPARKLOG_TEST_CLOCK_OFFSET_MS"
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,16 @@ def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return int(time.time() * 1000) + int(os.environ.get(CLOCK_OFFSET_ENV, "0") or 0)
+
+
+@dataclass
+class _Seen:
+    """A peer's lease as this broker last read it, and when (our monotonic clock) it changed."""
+
+    token: tuple[str, int]  # (incarnation, renewal counter)
+    changed_s: float
+    info: BrokerInfo
 
 
 class Cluster:
@@ -67,7 +85,13 @@ class Cluster:
         self.started_ms = _now_ms()
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
-        self._last_renewal = 0.0  # monotonic time of our last successful lease write
+        self._seen: dict[int, _Seen] = {}
+        self._renewals = 0
+        self._last_renewal = -1e12  # monotonic time of our last successful lease write
+        # Lease I/O gets a deadline well inside the lease timeout, so a dead connection
+        # fails the renewal (and the next one retries) instead of stalling it.
+        lease_call_ms = min(max(lease_timeout_ms // 2, 1_000), root.store.request_timeout_ms)
+        self._store = root.store.with_request_timeout(lease_call_ms)
 
     def _key(self, broker_id: int) -> str:
         return f"{LEASE_PREFIX}/{broker_id}.json"
@@ -75,6 +99,8 @@ class Cluster:
     def renew(self) -> dict[int, BrokerInfo]:
         """Write our lease and re-read everyone's; return the live set."""
         now = _now_ms()
+        self._renewals += 1
+        started = time.monotonic()
         lease = {
             "broker_id": self.broker_id,
             "location": self.location,
@@ -82,33 +108,47 @@ class Cluster:
             "lease_timeout_ms": self.lease_timeout_ms,
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
+            "renewal": self._renewals,
         }
-        self.root.store.put(self._key(self.broker_id), json.dumps(lease).encode())
-        self._last_renewal = time.monotonic()
+        self._store.put(self._key(self.broker_id), json.dumps(lease).encode())
+        # Others may see the write as late as its start: count from before it.
+        self._last_renewal = started
         return self.refresh()
 
     def refresh(self) -> dict[int, BrokerInfo]:
         """Re-read the leases (without renewing ours)."""
-        names = self.root.store.list_names(LEASE_PREFIX)
+        names = self._store.list_names(LEASE_PREFIX)
         keys = [f"{LEASE_PREFIX}/{n}" for n in names if n.endswith(".json")]
-        found = self.root.store.get_many(keys)
-        now = _now_ms()
+        found = self._store.get_many(keys)
+        now_s = time.monotonic()
+        timeout_s = self.lease_timeout_ms / 1000
         live: dict[int, BrokerInfo] = {}
-        for raw in found.values():
-            if raw is None:
-                continue
-            try:
-                doc = json.loads(raw)
-                info = BrokerInfo(
-                    int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
-                )
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn or foreign file: ignore it
-            if now - info.renewed_ms <= self.lease_timeout_ms:
-                live[info.broker_id] = info
-        if self.healthy:
-            live.setdefault(self.broker_id, BrokerInfo(self.broker_id, self.location, now))
         with self._lock:
+            present = set()
+            for raw in found.values():
+                if raw is None:
+                    continue
+                try:
+                    doc = json.loads(raw)
+                    info = BrokerInfo(
+                        int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
+                    )
+                    token = (str(doc.get("incarnation", "")), int(doc.get("renewal", 0)))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn or foreign file: ignore it
+                if info.broker_id == self.broker_id:
+                    continue  # our own liveness is our renewals, below
+                present.add(info.broker_id)
+                seen = self._seen.get(info.broker_id)
+                if seen is None or seen.token != token:
+                    # first sight or a renewal: alive as of now, by our clock
+                    seen = self._seen[info.broker_id] = _Seen(token, now_s, info)
+                if now_s - seen.changed_s <= timeout_s:
+                    live[info.broker_id] = info
+            for gone in set(self._seen) - present:
+                del self._seen[gone]  # resigned or deleted: dead at once
+            if self.healthy:
+                live[self.broker_id] = BrokerInfo(self.broker_id, self.location, _now_ms())
             self._live = live
         return live
 
@@ -118,8 +158,12 @@ class Cluster:
         return (time.monotonic() - self._last_renewal) * 1000 < self.lease_timeout_ms
 
     def live(self) -> dict[int, BrokerInfo]:
+        """The brokers live in our last view; never ourselves once our lease may have lapsed."""
         with self._lock:
-            return dict(self._live)
+            live = dict(self._live)
+        if not self.healthy:
+            live.pop(self.broker_id, None)
+        return live
 
     def replicas(self, topic: str, partition: int) -> list[int]:
         """Brokers serving the partition, leader first (rendezvous order)."""
@@ -146,6 +190,6 @@ class Cluster:
     def resign(self) -> None:
         """Delete our lease (graceful shutdown) so survivors take over at once."""
         try:
-            self.root.store.delete(self._key(self.broker_id))
+            self._store.delete(self._key(self.broker_id))
         except StorageError as exc:
             log.warning("could not delete lease", extra=fields(error=str(exc)))

@@ -145,6 +145,34 @@ KEYS: dict[str, Key] = {
         ),
         Key("max_request_bytes", "int", 67_108_864, "Largest produce request accepted", minimum=1),
         Key(
+            "max_request_batches",
+            "int",
+            10_000,
+            "Most record batches one produce request (DoPut) may carry",
+            minimum=1,
+        ),
+        Key(
+            "max_inflight_request_bytes",
+            "int",
+            268_435_456,
+            "Memory all produce requests being received or committed may hold together",
+            minimum=1,
+        ),
+        Key(
+            "max_concurrent_calls",
+            "int",
+            512,
+            "Flight calls served at once (each holds a server thread)",
+            minimum=1,
+        ),
+        Key(
+            "max_calls_per_connection",
+            "int",
+            128,
+            "Flight calls one client connection may have open at once",
+            minimum=1,
+        ),
+        Key(
             "compression",
             "choice",
             "none",
@@ -282,6 +310,10 @@ class BrokerConfig:
     linger_ms: int = 5
     batch_bytes: int = 4_194_304
     max_request_bytes: int = 67_108_864
+    max_request_batches: int = 10_000
+    max_inflight_request_bytes: int = 268_435_456
+    max_concurrent_calls: int = 512
+    max_calls_per_connection: int = 128
     compression: str = "none"
     tail_cache_bytes: int = 67_108_864
     fetch_max_wait_ms: int = 30_000

@@ -10,14 +10,25 @@
 
 Errors leave as a FlightServerError whose message holds a stable code and JSON
 details (``broker_lite.errors.encode``); nothing a client sends crashes the broker.
+
+Resources are bounded: calls served at once (``max_concurrent_calls``, and
+``max_calls_per_connection`` per client connection), memory of produce requests
+being received or committed (``max_inflight_request_bytes``, checked batch by
+batch while a DoPut streams in, as are ``max_request_bytes`` and
+``max_request_batches``); a call over a bound is refused at once with a
+retriable THROTTLING_QUOTA_EXCEEDED.  Refusals are logged at most
+``REFUSAL_LOG_PER_S`` times a second (the rest are counted in the next line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import resource
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,11 +45,131 @@ from sparklog.broker_lite.errors import (
 )
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
-from sparklog.errors import NotLeaderError, RebalanceInProgressError, UnknownServerError
+from sparklog.errors import (
+    BrokerNotAvailableError,
+    MessageSizeTooLargeError,
+    NotLeaderError,
+    RebalanceInProgressError,
+    ThrottlingQuotaExceededError,
+    UnknownServerError,
+)
 from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.server")
 MISSING = object()
+#: most "request refused" log lines per second (the others are counted, not written)
+REFUSAL_LOG_PER_S = 10
+#: what a produce batch costs beyond its bytes (Arrow and gRPC bookkeeping)
+BATCH_OVERHEAD_BYTES = 512
+#: most characters of a client's value echoed in an error message
+ECHO_CHARS_MAX = 200
+
+
+def _echo(value: Any) -> str:
+    """``repr(value)``, capped: user input echoed in errors stays small."""
+    text = (
+        repr(value)
+        if not isinstance(value, str | bytes) or len(value) < 4 * ECHO_CHARS_MAX
+        else (repr(value[:ECHO_CHARS_MAX]))
+    )
+    return text if len(text) <= ECHO_CHARS_MAX else text[:ECHO_CHARS_MAX] + "..."
+
+
+class _Budget:
+    """A count (bytes, calls) that many threads take from and give back; never blocks."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, amount: int) -> bool:
+        with self._lock:
+            if self.used + amount > self.limit and self.used > 0:
+                return False
+            self.used += amount
+            return True
+
+    def give(self, amount: int) -> None:
+        with self._lock:
+            self.used -= amount
+
+
+class _RefusalLog:
+    """Logs refused requests at most ``per_s`` times a second; counts what it skips."""
+
+    def __init__(self, per_s: int = REFUSAL_LOG_PER_S) -> None:
+        self.per_s = per_s
+        self._lock = threading.Lock()
+        self._window = 0
+        self._written = 0
+        self.suppressed = 0
+
+    def refused(self, method: str, code: str, message: str) -> None:
+        with self._lock:
+            window = int(time.monotonic())
+            if window != self._window:
+                self._window, self._written = window, 0
+            if self._written >= self.per_s:
+                self.suppressed += 1
+                return
+            self._written += 1
+            skipped, self.suppressed = self.suppressed, 0
+        log.info(
+            "request refused",
+            extra=fields(method=method, code=code, error=message[:500], suppressed=skipped),
+        )
+
+
+class _Released:
+    """Iterates ``chunks``, then leaves ``slot`` (also when dropped half-read)."""
+
+    def __init__(self, chunks: list[Any], slot: contextlib.AbstractContextManager[None]) -> None:
+        self._chunks = iter(chunks)
+        self._slot: contextlib.AbstractContextManager[None] | None = slot
+
+    def __iter__(self) -> _Released:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.__exit__(None, None, None)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+class _CallLimit(flight.ServerMiddlewareFactory):
+    """Refuses a call at once when ``max_concurrent_calls`` are being served."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.calls = _Budget(limit)
+
+    def start_call(self, info: Any, headers: Any) -> flight.ServerMiddleware:
+        if not self.calls.take(1):
+            err = ThrottlingQuotaExceededError(
+                f"broker is serving max_concurrent_calls={self.calls.limit} calls; retry"
+            )
+            raise flight.FlightServerError(encode(err), extra_info=encode(err).encode())
+        return _CallDone(self.calls)
+
+
+class _CallDone(flight.ServerMiddleware):
+    def __init__(self, calls: _Budget) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def call_completed(self, exception: Any) -> None:
+        self.calls.give(1)
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -58,14 +189,17 @@ def _body(raw: bytes) -> dict[str, Any]:
 def _arg(body: dict[str, Any], name: str, kind: Any, default: Any = MISSING) -> Any:
     value = body.get(name, default)
     if value is MISSING:
-        raise InvalidRequestError(f"field {name!r} is required")
+        raise InvalidRequestError(f"field {_echo(name)} is required")
     if value is None and default is None:
         return None
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidRequestError(f"field {name!r}={value!r} is not accepted; accepted: integer")
+        raise InvalidRequestError(
+            f"field {name!r}={_echo(value)} is not accepted; accepted: integer"
+        )
     if kind is not int and kind is not Any and not isinstance(value, kind):
         raise InvalidRequestError(
-            f"field {name!r}={value!r} is not accepted; accepted: {getattr(kind, '__name__', kind)}"
+            f"field {name!r}={_echo(value)} is not accepted; accepted: "
+            f"{getattr(kind, '__name__', kind)}"
         )
     return value
 
@@ -83,8 +217,14 @@ class FlightBroker(flight.FlightServerBase):
     """Arrow Flight server delegating to a :class:`Broker`."""
 
     def __init__(self, broker: Broker, location: str) -> None:
-        super().__init__(location)
+        config = broker.config
+        self.call_limit = _CallLimit(config.max_concurrent_calls)
+        super().__init__(location, middleware={"limit": self.call_limit})
         self.broker = broker
+        self.request_bytes = _Budget(config.max_inflight_request_bytes)
+        self._per_connection: dict[str, int] = {}
+        self._connections_lock = threading.Lock()
+        self.refusals = _RefusalLog()
         self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {
             "metadata": lambda b: broker.metadata(_arg(b, "topics", list, None)),
             "describe_cluster": lambda b: broker.describe_cluster(),
@@ -127,6 +267,12 @@ class FlightBroker(flight.FlightServerBase):
     # -- error boundary ----------------------------------------------------
     def _guard(self, method: str, call: Callable[[], Any]) -> Any:
         try:
+            if not self.broker.ready:
+                # The listener is up before the broker has its lease and threads (it needs
+                # the port to advertise): refuse with a retriable error until it is ready.
+                raise BrokerNotAvailableError(
+                    f"broker {self.broker.config.broker_id} is starting; retry"
+                )
             result = call()
             self.broker.metrics.requests.labels(method, "NONE").inc()
             return result
@@ -143,10 +289,38 @@ class FlightBroker(flight.FlightServerBase):
             err = UnknownServerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
         self.broker.metrics.requests.labels(method, err.code).inc()
         if not isinstance(err, NotLeaderError | RebalanceInProgressError):
-            log.info(
-                "request refused", extra=fields(method=method, code=err.code, error=err.message)
-            )
+            self.refusals.refused(method, err.code, err.message)
         raise flight.FlightServerError(encode(err), extra_info=encode(err).encode())
+
+    @contextlib.contextmanager
+    def _connection_slot(self, method: str, context: flight.ServerCallContext) -> Iterator[None]:
+        """Hold one of the ``max_calls_per_connection`` slots of the caller's connection."""
+        peer = context.peer()
+        limit = self.broker.config.max_calls_per_connection
+        with self._connections_lock:
+            held = self._per_connection.get(peer, 0)
+            if held >= limit:
+                refused = True
+            else:
+                refused = False
+                self._per_connection[peer] = held + 1
+        if refused:
+
+            def refuse() -> None:
+                raise ThrottlingQuotaExceededError(
+                    f"connection has max_calls_per_connection={limit} calls open; retry"
+                )
+
+            self._guard(method, refuse)
+        try:
+            yield
+        finally:
+            with self._connections_lock:
+                left = self._per_connection.get(peer, 1) - 1
+                if left > 0:
+                    self._per_connection[peer] = left
+                else:
+                    self._per_connection.pop(peer, None)
 
     # -- actions -----------------------------------------------------------
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -166,7 +340,8 @@ class FlightBroker(flight.FlightServerBase):
             body = _body(action.body.to_pybytes() if action.body is not None else b"")
             return json.dumps({"result": handler(body)}, default=str).encode()
 
-        payload = self._guard(name, run)
+        with self._connection_slot(name, context):
+            payload = self._guard(name, run)
         return iter([payload])
 
     def _join(self, b: dict[str, Any]) -> dict[str, Any]:
@@ -218,6 +393,9 @@ class FlightBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
+        config = self.broker.config
+        reserved = [0]
+
         def run() -> bytes:
             body = _body(descriptor.command or b"")
             topic = _arg(body, "topic", str)
@@ -240,12 +418,23 @@ class FlightBroker(flight.FlightServerBase):
                         "no partition for a produced batch; give 'partition' in the command or "
                         "in the batch's app_metadata"
                     )
-                size += chunk.data.nbytes
-                if size > self.broker.config.max_request_bytes:
-                    raise InvalidRequestError(
-                        f"produce request exceeds max_request_bytes="
-                        f"{self.broker.config.max_request_bytes}"
+                cost = chunk.data.nbytes + BATCH_OVERHEAD_BYTES
+                size += cost
+                if size > config.max_request_bytes:
+                    raise MessageSizeTooLargeError(
+                        f"produce request exceeds max_request_bytes={config.max_request_bytes}"
                     )
+                if len(items) >= config.max_request_batches:
+                    raise InvalidRequestError(
+                        f"produce request carries more than max_request_batches="
+                        f"{config.max_request_batches} record batches; send fewer, larger ones"
+                    )
+                if not self.request_bytes.take(cost):
+                    raise ThrottlingQuotaExceededError(
+                        f"broker holds max_inflight_request_bytes="
+                        f"{config.max_inflight_request_bytes} of produce requests; retry"
+                    )
+                reserved[0] += cost
                 items.append((partition, chunk.data))
             acks = str(_arg(body, "acks", Any, "all"))
             outcomes = self.broker.produce(
@@ -268,7 +457,11 @@ class FlightBroker(flight.FlightServerBase):
             ]
             return json.dumps({"results": results}).encode()
 
-        payload = self._guard("produce", run)
+        with self._connection_slot("produce", context):
+            try:
+                payload = self._guard("produce", run)
+            finally:
+                self.request_bytes.give(reserved[0])
         writer.write(pa.py_buffer(payload))
 
     # -- fetch -------------------------------------------------------------
@@ -289,9 +482,18 @@ class FlightBroker(flight.FlightServerBase):
             )
             empty = pa.RecordBatch.from_pylist([], schema=schema)
             chunks = [(b, meta) for b in batches] or [(empty, meta)]
-            return flight.GeneratorStream(schema, iter(chunks))
+            return chunks, schema
 
-        return self._guard("fetch", run)
+        slot = self._connection_slot("fetch", context)
+        slot.__enter__()
+        try:
+            chunks, schema = self._guard("fetch", run)
+        except BaseException:
+            slot.__exit__(None, None, None)
+            raise
+
+        # the slot is held until the client has read the stream (or the call is dropped)
+        return flight.GeneratorStream(schema, _Released(chunks, slot))
 
     # -- metadata ----------------------------------------------------------
     def _flight_info(self, name: str, topic: dict[str, Any]) -> flight.FlightInfo:
@@ -325,7 +527,8 @@ class FlightBroker(flight.FlightServerBase):
             meta = self.broker.metadata([name])
             return self._flight_info(name, meta["topics"][name])
 
-        return self._guard("get_flight_info", run)
+        with self._connection_slot("get_flight_info", context):
+            return self._guard("get_flight_info", run)
 
     def list_flights(
         self, context: flight.ServerCallContext, criteria: bytes
@@ -333,6 +536,14 @@ class FlightBroker(flight.FlightServerBase):
         meta = self._guard("list_flights", lambda: self.broker.metadata(None))
         for name, topic in meta["topics"].items():
             yield self._flight_info(name, topic)
+
+
+def _raise_open_files_limit() -> None:
+    """Use the hard limit on open files: every client connection holds one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def start_broker(
@@ -389,6 +600,7 @@ def serve(
         overrides["root"] = root
     config = load_config(config_path, overrides)
     setup_logging(config.log_level, config.log_format, config.broker_id)
+    _raise_open_files_limit()
     server, broker, _ = start_broker(config, root if isinstance(root, LogRoot) else None)
     stop = threading.Event()
 

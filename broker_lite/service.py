@@ -45,6 +45,7 @@ from sparklog.broker_lite.produce import (
 )
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
 from sparklog.storage import errors as storage_errors
 from sparklog.storage.records import OFFSET_FIELD
@@ -117,15 +118,18 @@ class Broker:
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._batchers: dict[str, TopicBatcher] = {}
         self._led: set[tuple[str, int]] = set()
+        #: topics whose metadata cannot be read (name -> why): not served, reported
+        self.damaged_topics: dict[str, str] = {}
         self._pool = commit_pool(8)
         self._stopping = threading.Event()
+        self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
     def start(self, location: str) -> None:
         """Publish our lease at ``location`` and start the background threads."""
         _storage(self.root.store.ensure_root)
-        self.cluster = Cluster(
+        self.cluster = cluster = Cluster(
             self.root,
             self.config.broker_id,
             location,
@@ -134,14 +138,23 @@ class Broker:
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
         )
-        _storage(self.cluster.renew)
+        # the first renewal also opens the store's connections: give it a few tries
+        _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
         self._update_leadership()
         self._spawn("lease", self._lease_loop)
+        self._spawn("tick", self._tick_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 
             cleaner = Cleaner(self)
             self._spawn("cleaner", cleaner.loop)
+
+        self._ready.set()
+
+    @property
+    def ready(self) -> bool:
+        """True once :meth:`start` has finished: the listener refuses requests until then."""
+        return self._ready.is_set()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -172,16 +185,25 @@ class Broker:
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
     def _lease_loop(self) -> None:
+        """Renew our lease, and nothing else: no other work may delay it.
+
+        Every store call in it has a deadline inside the lease timeout and it takes
+        no lock that store I/O holds, so only an outage of the store ends our lease.
+        """
+        interval = self.config.lease_interval_ms / 1000
+        assert self.cluster is not None
+        while not self._stopping.wait(interval):
+            try:
+                self.cluster.renew()
+            except StorageError as exc:
+                log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
+
+    def _tick_loop(self) -> None:
+        """Follow topic changes and leadership, sweep the groups we coordinate."""
         interval = self.config.lease_interval_ms / 1000
         ticks = 0
         while not self._stopping.wait(interval):
             ticks += 1
-            assert self.cluster is not None
-            try:
-                self.cluster.renew()
-            except StorageError as exc:
-                log.warning("lease renewal failed", extra=fields(error=str(exc)))
-                continue
             try:
                 self._reload_topics()
                 self._update_leadership()
@@ -199,6 +221,19 @@ class Broker:
                 topic.reload()
             except storage_errors.UnknownTopicError:
                 self._forget_topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._forget_topic(name)
+                self._report_damaged(name, exc)
+
+    def _report_damaged(self, name: str, exc: BaseException) -> None:
+        """Isolate a topic whose metadata is damaged: log it once, serve the other topics."""
+        message = str(exc)[:500]
+        if self.damaged_topics.get(name) != message:
+            log.error(
+                "topic metadata is damaged; the topic is not served until it is repaired",
+                extra=fields(topic=name, error=message),
+            )
+        self.damaged_topics[name] = message
 
     def _forget_topic(self, name: str) -> None:
         with self._lock:
@@ -219,8 +254,12 @@ class Broker:
         for name in _storage(self.root.list_topics):
             try:
                 topic = self.topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._report_damaged(name, exc)
+                continue
             except BrokerError:
                 continue
+            self.damaged_topics.pop(name, None)
             led.update(
                 (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
             )
@@ -236,8 +275,9 @@ class Broker:
         for name, p in lost:
             for key, st in list(self._partitions.items()):
                 if key[0] == name and key[2] == p:
-                    with st.lock:
-                        st.epoch = None
+                    # No st.lock: a commit holds it across store I/O.  The next commit
+                    # bumps the epoch again (a stale one is fenced and bumped anyway).
+                    st.epoch = None
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
@@ -250,8 +290,11 @@ class Broker:
             replicas = self.cluster.replicas(topic.name, p)
             if me in replicas[1:]:
                 st = self.partition_state(topic, p)
-                with st.lock:
-                    st.refresh()
+                if st.lock.acquire(blocking=False):  # busy means loaded: skip, never wait
+                    try:
+                        st.refresh()
+                    finally:
+                        st.lock.release()
 
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)
@@ -325,6 +368,18 @@ class Broker:
         if self.cluster.is_leader(topic, partition):
             return
         leader = self.cluster.leader(topic, partition)
+        if not self.cluster.healthy:
+            known = (
+                f"broker {leader.broker_id} at {leader.location} leads it"
+                if leader
+                else ("no other live broker is known")
+            )
+            raise NotLeaderError(
+                f"broker {self.config.broker_id} lost its lease (storage unreachable?) and "
+                f"leads nothing; for {topic}-{partition} {known}",
+                leader_id=leader.broker_id if leader else -1,
+                leader_location=leader.location if leader else "",
+            )
         raise NotLeaderError(
             f"broker {self.config.broker_id} does not lead {topic}-{partition}; broker "
             f"{leader.broker_id if leader else '?'} at {leader.location if leader else '?'} does",
@@ -431,7 +486,7 @@ class Broker:
                 for r in run.requests:
                     if r.producer is not None:
                         try:
-                            dup = duplicate_outcome(st.log.state.producers, r.producer)
+                            dup = self._duplicate_outcome(st, r.producer)
                         except BrokerError as exc:
                             r.future.set_exception(exc)
                             continue
@@ -476,6 +531,18 @@ class Broker:
         wait(futures)
         self.metrics.flush_seconds.observe(time.perf_counter() - started)
 
+    def _duplicate_outcome(self, st: PartitionState, producer: ProducerBatch) -> Any:
+        """Where this idempotent batch landed before, or None; re-reads before OUT_OF_ORDER.
+
+        Our cached state may be behind (another leader committed meanwhile): a
+        sequence error is declared only by the log as it is now (caller holds st.lock).
+        """
+        try:
+            return duplicate_outcome(st.log.state.producers, producer)
+        except storage_errors.ProducerSequenceError:
+            st.refresh()
+            return duplicate_outcome(st.log.state.producers, producer)
+
     def _commit_run(self, topic: Topic, run: Run, segment: Any) -> None:
         try:
             st = self.partition_state(topic, run.partition)
@@ -512,7 +579,13 @@ class Broker:
                         extra=fields(topic=topic.name, partition=run.partition, epoch=st.epoch),
                     )
                 started = time.perf_counter()
-                result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
+                try:
+                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
+                except storage_errors.ProducerSequenceError:
+                    # Our view may be behind the log (another leader wrote meanwhile):
+                    # OUT_OF_ORDER_SEQUENCE only if the log as it is now says so.
+                    st.refresh()
+                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
                 self.metrics.root_requests.labels("commit").inc()
                 return result
@@ -625,15 +698,23 @@ class Broker:
         assert self.cluster is not None
         names = list(topics) if topics is not None else _storage(self.root.list_topics)
         out: dict[str, Any] = {}
+        damaged: dict[str, str] = {}
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError(f"topic name {name!r} is not a string")
-            topic = self.topic(name)
             try:
-                topic.reload()
-            except storage_errors.UnknownTopicError:
-                self._forget_topic(name)
                 topic = self.topic(name)
+                try:
+                    topic.reload()
+                except storage_errors.UnknownTopicError:
+                    self._forget_topic(name)
+                    topic = self.topic(name)
+            except storage_errors.CorruptionError as exc:
+                self._forget_topic(name)
+                if topics is not None:
+                    raise  # asked for by name: the caller learns why it cannot have it
+                damaged[name] = str(exc)[:500]  # listing all topics: one bad one hides no other
+                continue
             partitions = []
             for p in range(topic.partitions):
                 st = self.partition_state(topic, p)
@@ -665,7 +746,7 @@ class Broker:
                 "config": topic.info.config,
                 "value_schema": _schema_text(value_type) if value_type is not None else None,
             }
-        return {**self.describe_cluster(), "topics": out}
+        return {**self.describe_cluster(), "topics": out, "damaged_topics": damaged}
 
     def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
         topic = self.topic(topic_name)

@@ -158,6 +158,14 @@ class KafkaTimeoutError(UnavailableError):
     canonical = True
 
 
+class ThrottlingQuotaExceededError(UnavailableError):
+    """The broker is at a resource limit (memory for requests, calls): retry after a backoff."""
+
+    errno = 89
+    code = "THROTTLING_QUOTA_EXCEEDED"
+    canonical = True
+
+
 class CommitStateUnknownError(SparklogError):
     """A write was sent but its answer was lost: it may or may not have been applied.
 

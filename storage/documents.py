@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.storage.errors import CommitConflictError
+from sparklog.storage.errors import CommitConflictError, CorruptionError
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
@@ -19,6 +19,20 @@ Doc = dict[str, Any]
 
 def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
     return f"{prefix}/{version:020d}{suffix}"
+
+
+def parse_document(raw: bytes, name: str) -> Doc:
+    """The JSON object stored in ``name``; CorruptionError naming the file if it is not one."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptionError(
+            f"{name} is damaged: not JSON ({type(exc).__name__}: {str(exc)[:200]}); "
+            f"{len(raw)} bytes"
+        ) from None
+    if not isinstance(doc, dict):
+        raise CorruptionError(f"{name} is damaged: a {type(doc).__name__}, not a JSON object")
+    return doc
 
 
 class VersionedDocument:
@@ -41,9 +55,10 @@ class VersionedDocument:
         versions = self.versions()
         while versions:
             version = versions.pop()
-            raw = self.store.get_or_none(version_key(self.prefix, version))
+            key = version_key(self.prefix, version)
+            raw = self.store.get_or_none(key)
             if raw is not None:
-                return version, json.loads(raw)
+                return version, parse_document(raw, f"{self.store.url}/{key}")
         return -1, None
 
     def write(self, version: int, doc: Doc) -> bool:

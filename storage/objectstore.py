@@ -6,6 +6,12 @@ no reader ever sees a partial object.  fsspec's generic ``mode="create"`` is
 not atomic on local files, so each backend gets the mechanism that is:
 ``os.link`` of a fully written temp file locally, ``If-None-Match: *`` on S3
 (s3fs), a process-wide lock for ``memory://``.
+
+Every call to a remote store has an overall deadline (storage option
+``request_timeout_ms``, default 30 s; connect and read timeouts below it), so a
+connection that died silently fails the call instead of hanging its thread: a
+timed-out create is :class:`CommitStateUnknownError` (it may have been applied),
+any other timed-out call :class:`StoreUnavailableError`.
 """
 
 from __future__ import annotations
@@ -20,11 +26,62 @@ from typing import Any
 
 import fsspec
 import pyarrow as pa
+from fsspec.asyn import AsyncFileSystem
 from fsspec.core import url_to_fs
 
+from sparklog.errors import CommitStateUnknownError
 from sparklog.storage.errors import InvalidConfigError, StorageError, StoreUnavailableError
 
 _MEMORY_CREATE_LOCK = threading.Lock()
+
+#: overall deadline of one call to a remote store (storage option ``request_timeout_ms``)
+REQUEST_TIMEOUT_MS = 30_000
+#: the longest a remote store may take to accept a connection
+CONNECT_TIMEOUT_MS = 5_000
+#: storage options that are sparklog's own (not passed to fsspec)
+OWN_OPTIONS = ("request_timeout_ms",)
+
+
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(errors raised before a request left: it was not applied, errors after it may have left)."""
+    unsent: list[type[BaseException]] = [ConnectionRefusedError]
+    open_: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    try:
+        from botocore import exceptions as boto
+
+        unsent += [boto.ConnectTimeoutError, boto.EndpointConnectionError]
+        open_ += [boto.ReadTimeoutError, boto.ConnectionClosedError, boto.HTTPClientError]
+    except ImportError:  # no S3 support installed
+        pass
+    try:
+        import aiohttp
+
+        unsent.append(aiohttp.ClientConnectorError)
+        open_ += [aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError]
+    except ImportError:
+        pass
+    return tuple(unsent), tuple(open_)
+
+
+_UNSENT, _OUTCOME_OPEN = _transport_errors()
+
+
+def _outcome_open(exc: BaseException) -> bool:
+    """True if ``exc`` (or what caused it) means the request may have been applied.
+
+    A deadline or a connection lost after the request left leaves a create's
+    outcome open; a refused or timed-out *connect* means nothing was sent.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, _UNSENT):
+            return False
+        if isinstance(seen, _OUTCOME_OPEN):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @dataclass(frozen=True)
@@ -59,6 +116,18 @@ class ObjectStore:
         self.url = normalize_url(url).rstrip("/")
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.fsync = fsync
+        try:
+            self.request_timeout_ms = int(
+                self.storage_options.get("request_timeout_ms", REQUEST_TIMEOUT_MS)
+            )
+        except (TypeError, ValueError):
+            self.request_timeout_ms = -1
+        if self.request_timeout_ms < 1:
+            raise InvalidConfigError(
+                f"storage option 'request_timeout_ms' = "
+                f"{self.storage_options.get('request_timeout_ms')!r} is not accepted; "
+                "accepted: an integer >= 1 (milliseconds)"
+            )
         self._fs: fsspec.AbstractFileSystem | None = None
         self._root = ""
         self.protocol = self.url.split("://", 1)[0]
@@ -78,10 +147,12 @@ class ObjectStore:
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
             try:
-                options = dict(self.storage_options)
+                options = {k: v for k, v in self.storage_options.items() if k not in OWN_OPTIONS}
                 if self.protocol not in ("file", "local", "memory"):
                     # A cached listing would hide commits other writers made since.
                     options.setdefault("use_listings_cache", False)
+                if self.protocol in ("s3", "s3a"):
+                    options["config_kwargs"] = self._timeouts(options.get("config_kwargs"))
                 fs, root = url_to_fs(self.url, **options)
             except (ValueError, TypeError, ImportError) as exc:
                 raise StoreUnavailableError(
@@ -90,6 +161,31 @@ class ObjectStore:
                 ) from exc
             self._fs, self._root = fs, root.rstrip("/")
         return self._fs
+
+    def _timeouts(self, given: Any) -> dict[str, Any]:
+        """botocore's connect/read timeouts, inside the overall deadline (unless given)."""
+        config = dict(given or {})
+        deadline_s = self.request_timeout_ms / 1000
+        config.setdefault("connect_timeout", min(CONNECT_TIMEOUT_MS / 1000, deadline_s))
+        config.setdefault("read_timeout", deadline_s)
+        return config
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the filesystem's ``method`` under the store's overall deadline.
+
+        fsspec's async filesystems (s3fs) run every call on their event loop; the
+        ``timeout`` cancels the call there when the deadline passes, so no thread
+        waits forever on a connection that died silently.
+        """
+        fs = self.fs
+        if isinstance(fs, AsyncFileSystem):
+            kwargs["timeout"] = self.request_timeout_ms / 1000
+        return getattr(fs, method)(*args, **kwargs)
+
+    def with_request_timeout(self, request_timeout_ms: int) -> ObjectStore:
+        """The same root with a shorter deadline per call (e.g. for lease renewal)."""
+        options = {**self.storage_options, "request_timeout_ms": request_timeout_ms}
+        return ObjectStore(self.url, options, self.fsync)
 
     @property
     def is_local(self) -> bool:
@@ -107,6 +203,12 @@ class ObjectStore:
         """The error a failed store call becomes: bad options, or an unreachable store."""
         if isinstance(exc, StorageError):
             return exc
+        if op == "create" and _outcome_open(exc):
+            return CommitStateUnknownError(
+                f"storage root {self.url!r}: creating {key!r} failed after the request was "
+                f"sent ({type(exc).__name__}: {exc}; deadline {self.request_timeout_ms} ms); "
+                "it may or may not exist now (re-read to learn)"
+            )
         if isinstance(exc, TypeError):
             return InvalidConfigError(
                 f"storage options {sorted(self.storage_options)} are not accepted for "
@@ -129,7 +231,7 @@ class ObjectStore:
                         return False
                     self.fs.pipe_file(path, bytes(data))
                     return True
-            self.fs.pipe_file(self._path(key), bytes(data), mode="create")
+            self._call("pipe_file", self._path(key), bytes(data), mode="create")
             return True
         except FileExistsError:
             return False
@@ -149,7 +251,12 @@ class ObjectStore:
             sink = pa.BufferOutputStream()
             produce(sink)
             data = sink.getvalue()
-            if not self.create(key, data):
+            try:
+                created = self.create(key, data)
+            except CommitStateUnknownError as exc:
+                # A fresh key nothing refers to yet: writing another one is safe.
+                raise StoreUnavailableError(str(exc)) from exc
+            if not created:
                 raise StoreUnavailableError(f"object {self.url}/{key} exists already")
             return data
         path = self._path(key)
@@ -204,14 +311,14 @@ class ObjectStore:
                     f.write(data)
                 os.replace(tmp, path)
             else:
-                self.fs.pipe_file(self._path(key), data)
+                self._call("pipe_file", self._path(key), data)
         except Exception as exc:
             raise self._unavailable("write", key, exc) from exc
 
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are fine."""
         try:
-            self.fs.rm_file(self._path(key))
+            self._call("rm_file", self._path(key))
         except FileNotFoundError:
             pass
         except Exception as exc:
@@ -221,8 +328,8 @@ class ObjectStore:
         """Remove everything below ``prefix``."""
         path = self._path(prefix)
         try:
-            if self.fs.exists(path):
-                self.fs.rm(path, recursive=True)
+            if self._call("exists", path):
+                self._call("rm", path, recursive=True)
         except FileNotFoundError:
             pass
         except Exception as exc:
@@ -232,7 +339,7 @@ class ObjectStore:
     def get(self, key: str) -> bytes:
         """The whole object; FileNotFoundError if absent."""
         try:
-            data = self.fs.cat_file(self._path(key))
+            data = self._call("cat_file", self._path(key))
         except FileNotFoundError:
             raise
         except Exception as exc:
@@ -254,7 +361,7 @@ class ObjectStore:
             return {k: self.get_or_none(k) for k in keys}
         paths = [self._path(k) for k in keys]
         try:
-            found = self.fs.cat(paths, on_error="return")
+            found = self._call("cat", paths, on_error="return")
         except Exception as exc:
             raise self._unavailable("read", keys[0], exc) from exc
         out: dict[str, bytes | None] = {}
@@ -287,7 +394,7 @@ class ObjectStore:
                 with pa.memory_map(self._path(key), "r") as mm:
                     mm.seek(start)
                     return mm.read_buffer(end - start)
-            return pa.py_buffer(self.fs.cat_file(self._path(key), start=start, end=end))
+            return pa.py_buffer(self._call("cat_file", self._path(key), start=start, end=end))
         except FileNotFoundError:
             raise
         except Exception as exc:
@@ -295,7 +402,7 @@ class ObjectStore:
 
     def exists(self, key: str) -> bool:
         try:
-            return bool(self.fs.exists(self._path(key)))
+            return bool(self._call("exists", self._path(key)))
         except Exception as exc:
             raise self._unavailable("stat", key, exc) from exc
 
@@ -303,7 +410,7 @@ class ObjectStore:
         """Every object below ``prefix`` (recursively), keys relative to the root."""
         base = self._path(prefix)
         try:
-            found = self.fs.find(base, detail=True)
+            found = self._call("find", base, detail=True)
         except FileNotFoundError:
             return []
         except Exception as exc:
@@ -321,7 +428,7 @@ class ObjectStore:
         """Names of the direct children (files or folders) of ``prefix``."""
         base = self._path(prefix)
         try:
-            entries = self.fs.ls(base, detail=False)
+            entries = self._call("ls", base, detail=False)
         except FileNotFoundError:
             return []
         except Exception as exc:
@@ -335,7 +442,7 @@ class ObjectStore:
             if self.is_local:
                 os.makedirs(self._path(""), exist_ok=True)
             else:
-                self.fs.ls(self._path(""), detail=False)
+                self._call("ls", self._path(""), detail=False)
         except FileNotFoundError:
             with contextlib.suppress(OSError):
                 self.fs.mkdirs(self._path(""), exist_ok=True)

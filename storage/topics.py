@@ -21,7 +21,12 @@ import pyarrow as pa
 from sparklog.errors import InvalidConfigurationError
 from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
 from sparklog.storage.documents import VersionedDocument
-from sparklog.storage.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from sparklog.storage.errors import (
+    CorruptionError,
+    InvalidConfigError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from sparklog.storage.groups import GroupStore
 from sparklog.storage.log import (
     DEFAULT_SNAPSHOT_INTERVAL,
@@ -98,6 +103,18 @@ class TopicInfo:
 
     @classmethod
     def from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        """The topic described by metadata version ``version``; CorruptionError if damaged."""
+        try:
+            return cls._from_doc(version, doc)
+        except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as exc:
+            name = doc.get("name", "?") if isinstance(doc, Mapping) else "?"
+            raise CorruptionError(
+                f"metadata version {version} of topic {str(name)[:100]!r} is damaged "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
+
+    @classmethod
+    def _from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
         types = {
             k: schema_from_text(v).field("value").type
             for k, v in doc.get("value_schemas", {}).items()
@@ -337,7 +354,11 @@ class LogRoot:
     def list_topics(self) -> list[str]:
         names = []
         for name in self.store.list_names("topics"):
-            _, doc = self._meta(name).latest()
+            try:
+                _, doc = self._meta(name).latest()
+            except CorruptionError:
+                names.append(name)  # it exists; opening it reports the damage
+                continue
             if doc is not None and not doc.get("deleted"):
                 names.append(name)
         return names

@@ -27,6 +27,7 @@ from sparklog.client.transports import Backend, open_backend
 from sparklog.client.transports.base import ProduceResult, ProducerIdentity
 from sparklog.client.types import BatchMetadata, RecordMetadata
 from sparklog.errors import (
+    CommitStateUnknownError,
     InvalidRecordError,
     KafkaTimeoutError,
     SparklogError,
@@ -506,6 +507,7 @@ class Producer:
         deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000
         backoff_s = self.config["retry_backoff_ms"] / 1000
         attempts = 0
+        outcome_open: SparklogError | None = None
         counts = {p: sum(c.count for c in buf.chunks) for p, buf in parts.items()}
         identity: ProducerIdentity | None = None
         if idempotent:
@@ -525,12 +527,22 @@ class Producer:
                 break
             except SparklogError as exc:
                 attempts += 1
-                retriable = exc.retriable or (isinstance(exc, UnknownTopicError) and attempts < 3)
+                # idempotent: an unknown outcome is resolved by sending the same sequences again
+                unknown = idempotent and isinstance(exc, CommitStateUnknownError)
+                outcome_open = exc if unknown else outcome_open
+                retriable = (
+                    exc.retriable
+                    or unknown
+                    or (isinstance(exc, UnknownTopicError) and attempts < 3)
+                )
                 if retriable and attempts <= self.config["retries"] and time.monotonic() < deadline:
                     log.info("produce to %s failed (%s); retry %d", topic, exc, attempts)
                     time.sleep(min(backoff_s * 2 ** (attempts - 1), _MAX_BACKOFF_S))
                     continue
-                self._fail(parts, exc, idempotent)
+                # never "failed" for records an earlier attempt may have committed
+                self._fail(
+                    parts, outcome_open if exc.retriable and outcome_open else exc, idempotent
+                )
                 return
             except Exception as exc:  # never let the sender die silently
                 self._fail(parts, SparklogError(f"produce to {topic!r} failed: {exc}"), idempotent)

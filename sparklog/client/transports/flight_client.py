@@ -30,6 +30,14 @@ from sparklog.broker_lite.errors import (
     NotLeaderError,
     decode,
 )
+from sparklog.errors import (
+    CommitStateUnknownError,
+    InvalidRecordError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    ThrottlingQuotaExceededError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.groups.coordinator import JoinResult
 
 T = TypeVar("T")
@@ -71,6 +79,17 @@ class FetchResult:
     @property
     def record_count(self) -> int:
         return sum(b.num_rows for b in self.batches)
+
+
+#: errors a broker answers before it writes anything: the produce was certainly not applied
+_REFUSED_BEFORE_WRITE = (
+    NotLeaderError,
+    LeaderNotAvailableError,
+    ThrottlingQuotaExceededError,
+    UnknownTopicOrPartitionError,
+    InvalidRequestError,
+    InvalidRecordError,
+)
 
 
 @dataclass
@@ -190,13 +209,19 @@ class BrokerClient:
         except Exception as exc:
             raise self._translate(location, exc) from None
 
-    def _retrying(self, call: Callable[[], T]) -> T:
+    def _retrying(self, call: Callable[[], T], *, idempotent: bool = False) -> T:
+        """Retry retriable errors with backoff for ``retry_timeout_ms``.
+
+        ``idempotent`` calls (a produce with producer id and sequences) also
+        retry an unknown outcome: the same sequences are deduplicated by the log.
+        """
         backoff = _Backoff(time.monotonic() + self.retry_timeout_ms / 1000)
         while True:
             try:
                 return call()
             except BrokerError as err:
-                if not err.retriable or isinstance(err, GroupError):
+                unknown = idempotent and isinstance(err, CommitStateUnknownError)
+                if (not err.retriable and not unknown) or isinstance(err, GroupError):
                     raise
                 if isinstance(err, NotLeaderError | BrokerUnavailableError):
                     self._meta.clear()
@@ -350,6 +375,16 @@ class BrokerClient:
         ).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
 
+        maybe_applied: list[BrokerError] = []
+
+        def attempt() -> ProduceResult:
+            try:
+                return self._on(self._leader(topic, partition), call)
+            except BrokerError as err:
+                if not isinstance(err, _REFUSED_BEFORE_WRITE):
+                    maybe_applied.append(err)  # a lost answer, a failed commit...
+                raise
+
         def call(conn: flight.FlightClient) -> ProduceResult:
             writer, reader = conn.do_put(descriptor, batch.schema, self._options())
             try:
@@ -371,7 +406,22 @@ class BrokerClient:
                 first["base_offset"], sum(r["record_count"] for r in result), first["duplicate"]
             )
 
-        return self._retrying(lambda: self._on(self._leader(topic, partition), call))
+        if producer_id is None:
+            return self._retrying(attempt)
+        try:
+            return self._retrying(attempt, idempotent=True)
+        except BrokerError as err:
+            if not maybe_applied or not (err.retriable or isinstance(err, CommitStateUnknownError)):
+                raise
+            # Out of time while an earlier attempt may have been committed: say so, never
+            # "failed" (the records may be in the log; a re-read tells).
+            raise CommitStateUnknownError(
+                f"outcome unknown: produce to {topic}-{partition} (producer {producer_id}, "
+                f"sequences from {base_sequence}) was not confirmed within "
+                f"{self.retry_timeout_ms} ms; the records may or may not be in the log "
+                f"(last error: {err.code}: {str(err)[:300]})",
+                last_error=err.code,
+            ) from err
 
     def fetch(
         self,

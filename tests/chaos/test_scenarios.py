@@ -1,0 +1,73 @@
+"""The chaos scenarios, short (CI) and long (``slow``); bench/chaos.py runs them longer still.
+
+Each asserts 0 acknowledged records lost, 0 duplicates, no offset gaps, no
+record reported failed that is in the log, produce again within the scenario's
+bound after each fault, and broker memory under ``RSS_MAX_BYTES``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos import scenarios
+from tests.support.s3 import MotoS3
+
+
+def test_leader_kills_file(tmp_path) -> None:
+    scenarios.leader_kills(scenarios.file_setup(tmp_path), kills=2)
+
+
+def test_leader_paused_past_its_lease_file(tmp_path) -> None:
+    scenarios.leader_pauses(scenarios.file_setup(tmp_path), pauses=1)
+
+
+def test_clock_skew_moves_no_leadership_file(tmp_path) -> None:
+    figures = scenarios.clock_skew(scenarios.file_setup(tmp_path), skew_ms=-6_000, rounds=3)
+    # the three brokers start one after another; after that, skew changes nothing
+    assert figures.notes["leadership_changes"] <= 12, figures.summary()
+
+
+def test_storage_black_hole_s3(tmp_path, moto_s3: MotoS3) -> None:
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        scenarios.storage_faults(setup, "blackhole", outages=1, fault_s=4)
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
+
+
+def test_hostile_requests_file(tmp_path) -> None:
+    scenarios.hostile_requests(scenarios.file_setup(tmp_path), idle_connections=200)
+
+
+def test_damaged_topic_file(tmp_path) -> None:
+    scenarios.damaged_topic(scenarios.file_setup(tmp_path))
+
+
+@pytest.mark.slow
+def test_leader_kills_s3_long(tmp_path, moto_s3: MotoS3) -> None:
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        scenarios.leader_kills(setup, kills=6, recover_s=60)
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reset", "drop", "blackhole"])
+def test_storage_outages_s3_long(tmp_path, moto_s3: MotoS3, mode: str) -> None:
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        scenarios.storage_faults(setup, mode, outages=3, fault_s=5)
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
+
+
+@pytest.mark.slow
+def test_leader_kills_and_pauses_file_long(tmp_path) -> None:
+    setup = scenarios.file_setup(tmp_path)
+    scenarios.leader_kills(setup, kills=10)
+    (tmp_path / "pauses").mkdir()
+    scenarios.leader_pauses(scenarios.file_setup(tmp_path / "pauses"), pauses=3)
