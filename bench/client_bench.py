@@ -90,7 +90,7 @@ def bench_mode(address: str, records: int, partitions: int, chunk: int) -> dict[
                 if batches:
                     got += sum(b.num_rows for b in consumer.poll_batches(1000, 1_000_000))
                 else:
-                    got += len(consumer.poll(1000, 10_000))
+                    got += len(consumer.poll_records(1000, 10_000))
             consumer.close()
             return got
 

@@ -12,7 +12,14 @@ partitions on a local root.  Every read is forced with Spark's ``noop`` sink
   Python data source (Python worker start, Arrow transfer to the JVM);
 * streaming read (Trigger.AvailableNow): one batch, and ten batches with
   maxOffsetsPerTrigger = records / 10;
-* write: sparklog sink vs Spark's Parquet writer, both from the same Parquet input.
+* write: sparklog sink vs Spark's Parquet writer, both from the same Parquet input;
+* latency (``--sections latency``): produce-to-output p50/p99 of a topic-to-topic
+  query with the default trigger at ``--rate`` records/s, embedded and through a
+  broker, with the median per-batch durations Spark reports (bench/spark_latency.py);
+* typed (``--sections typed``): a typed topic read as columns vs the same
+  records as JSON bytes parsed with ``from_json``, end to end.
+
+    python bench/spark_bench.py --records 2000000 --sections typed,latency --rate 200
 
 Ratios are printed against the baselines; no result is asserted.
 """
@@ -40,6 +47,14 @@ sys.path.insert(0, str(REPO))
 from sparklog.spark.schema import arrow_schema, source_schema, to_spark_batch  # noqa: E402
 from sparklog.storage import open_root  # noqa: E402
 from sparklog.storage.records import RECORD_SCHEMA  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from spark_latency import (  # noqa: E402
+    TYPED_DDL,
+    generate_typed,
+    measure_latency,
+    per_batch_work_ms,
+)
 
 KEY_BYTES, VALUE_BYTES = 16, 100
 CHUNK = 100_000
@@ -216,7 +231,15 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    parser.add_argument(
+        "--sections",
+        default="batch,stream,write,latency,typed",
+        help="comma-separated: batch, stream, write (these three run together), latency, typed",
+    )
+    parser.add_argument("--rate", type=int, default=200, help="latency: records per second")
+    parser.add_argument("--seconds", type=float, default=20, help="latency: seconds of producing")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     global REPEAT
     REPEAT = args.repeat
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -228,9 +251,12 @@ def main() -> int:
     n = args.records
     try:
         t0 = time.perf_counter()
-        url, parquet_dir, arrow_dir = generate(work, n, args.partitions)
+        url, parquet_dir, arrow_dir = generate(
+            work, n if sections & {"batch", "stream", "write"} else CHUNK, args.partitions
+        )
         print(f"generated {n} records in {time.perf_counter() - t0:.1f} s under {work}")
         from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
 
         spark = (
             SparkSession.builder.master("local[2]")
@@ -298,84 +324,136 @@ def main() -> int:
             )
             query.awaitTermination()
 
-        # Warm-up: JVM, Python workers and the page cache, outside the timings.
-        noop(sparklog().load())
-        noop(spark.read.parquet(str(parquet_dir)))
-        noop(spark.read.format("arrowmemory").option("path", str(arrow_dir)).load())
-        stream(None, "warm-up")
-        parquet_stream(None, "warm-up")
-        memory_stream(None, "warm-up")
+        if sections & {"batch", "stream", "write"}:
+            # Warm-up: JVM, Python workers and the page cache, outside the timings.
+            noop(sparklog().load())
+            noop(spark.read.parquet(str(parquet_dir)))
+            noop(spark.read.format("arrowmemory").option("path", str(arrow_dir)).load())
+            stream(None, "warm-up")
+            parquet_stream(None, "warm-up")
+            memory_stream(None, "warm-up")
 
-        timed("batch read: sparklog", lambda: noop(sparklog().load()), n, results)
-        timed(
-            "batch read: parquet (a)",
-            lambda: noop(spark.read.parquet(str(parquet_dir))),
-            n,
-            results,
-        )
-        timed(
-            "batch read: python source from memory (b)",
-            lambda: noop(spark.read.format("arrowmemory").option("path", str(arrow_dir)).load()),
-            n,
-            results,
-        )
-        timed("stream read: sparklog, one batch", lambda: stream(None, "one"), n, results)
-        timed("stream read: sparklog, ten batches", lambda: stream(n // 10, "ten"), n, results)
+            timed("batch read: sparklog", lambda: noop(sparklog().load()), n, results)
+            timed(
+                "batch read: parquet (a)",
+                lambda: noop(spark.read.parquet(str(parquet_dir))),
+                n,
+                results,
+            )
+            timed(
+                "batch read: python source from memory (b)",
+                lambda: noop(
+                    spark.read.format("arrowmemory").option("path", str(arrow_dir)).load()
+                ),
+                n,
+                results,
+            )
+            timed("stream read: sparklog, one batch", lambda: stream(None, "one"), n, results)
+            timed("stream read: sparklog, ten batches", lambda: stream(n // 10, "ten"), n, results)
 
-        files = len(list(parquet_dir.iterdir()))
-        timed(
-            "stream read: python from memory (b), one batch",
-            lambda: memory_stream(None, "one"),
-            n,
-            results,
-        )
-        timed(
-            "stream read: python from memory (b), ten batches",
-            lambda: memory_stream(max(1, files // 10), "ten"),
-            n,
-            results,
-        )
-        timed(
-            "stream read: parquet (a), one batch", lambda: parquet_stream(None, "one"), n, results
-        )
-        timed(
-            "stream read: parquet (a), ten batches",
-            lambda: parquet_stream(max(1, files // 10), "ten"),
-            n,
-            results,
-        )
-        open_root(url).create_topic("sink", args.partitions)
-        # Warm-up of the write paths (Python workers importing the sinks), outside the timings.
-        sample = source.limit(1000)
-        sample.write.format("sparklog").option("root", url).option("topic", "sink").mode(
-            "append"
-        ).save()
-        sample.write.format("arrowmemory").mode("append").save()
-        sample.write.mode("overwrite").parquet(str(work / "parquet-warm-up"))
-        timed(
-            "write: sparklog sink",
-            lambda: (
-                source.write.format("sparklog")
-                .option("root", url)
-                .option("topic", "sink")
-                .mode("append")
-                .save()
-            ),
-            n,
-            results,
-        )
-        timed(
-            "write: python sink discarding batches (b)",
-            lambda: source.write.format("arrowmemory").mode("append").save(),
-            n,
-            results,
-        )
-        timed(
-            "write: parquet (a)",
-            lambda: source.write.mode("overwrite").parquet(str(work / "parquet-out")),
-            n,
-            results,
-        )
+            files = len(list(parquet_dir.iterdir()))
+            timed(
+                "stream read: python from memory (b), one batch",
+                lambda: memory_stream(None, "one"),
+                n,
+                results,
+            )
+            timed(
+                "stream read: python from memory (b), ten batches",
+                lambda: memory_stream(max(1, files // 10), "ten"),
+                n,
+                results,
+            )
+            timed(
+                "stream read: parquet (a), one batch",
+                lambda: parquet_stream(None, "one"),
+                n,
+                results,
+            )
+            timed(
+                "stream read: parquet (a), ten batches",
+                lambda: parquet_stream(max(1, files // 10), "ten"),
+                n,
+                results,
+            )
+            open_root(url).create_topic("sink", args.partitions)
+            # Warm-up of the write paths (Python workers importing the sinks), outside the timings.
+            sample = source.limit(1000)
+            sample.write.format("sparklog").option("root", url).option("topic", "sink").mode(
+                "append"
+            ).save()
+            sample.write.format("arrowmemory").mode("append").save()
+            sample.write.mode("overwrite").parquet(str(work / "parquet-warm-up"))
+            timed(
+                "write: sparklog sink",
+                lambda: (
+                    source.write.format("sparklog")
+                    .option("root", url)
+                    .option("topic", "sink")
+                    .mode("append")
+                    .save()
+                ),
+                n,
+                results,
+            )
+            timed(
+                "write: python sink discarding batches (b)",
+                lambda: source.write.format("arrowmemory").mode("append").save(),
+                n,
+                results,
+            )
+            timed(
+                "write: parquet (a)",
+                lambda: source.write.mode("overwrite").parquet(str(work / "parquet-out")),
+                n,
+                results,
+            )
+        if "typed" in sections:
+            typed_url = f"file://{work}/typed"
+            generate_typed(typed_url, n, args.partitions)
+
+            def typed_read() -> None:
+                df = (
+                    spark.read.format("sparklog")
+                    .option("root", typed_url)
+                    .option("subscribe", "typed")
+                    .load()
+                )
+                noop(df.select("value.*"))
+
+            def json_read() -> None:
+                df = (
+                    spark.read.format("sparklog")
+                    .option("root", typed_url)
+                    .option("subscribe", "json")
+                    .load()
+                )
+                parsed = F.from_json(F.col("value").cast("string"), TYPED_DDL).alias("v")
+                noop(df.select(parsed).select("v.*"))
+
+            typed_read()  # warm-up
+            json_read()
+            timed("typed topic read as columns", typed_read, n, results)
+            timed("same records as JSON + from_json", json_read, n, results)
+        if "latency" in sections:
+            work_ms = per_batch_work_ms(work)
+            print(
+                "sparklog's own calls per micro-batch of 40 records (median ms, in-process): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in work_ms.items()),
+                flush=True,
+            )
+            for via_broker in (False, True):
+                label = "through a broker" if via_broker else "embedded"
+                figures = measure_latency(
+                    spark, work, via_broker=via_broker, rate=args.rate, seconds=args.seconds
+                )
+                print(
+                    f"latency {label:<17} {args.rate} records/s: p50 {figures['p50_ms']:.0f} ms, "
+                    f"p99 {figures['p99_ms']:.0f} ms ({figures['delivered']}/{figures['records']} "
+                    f"records, {figures['batches']} batches; median per-batch ms "
+                    f"{figures['median_durations_ms']})",
+                    flush=True,
+                )
         spark.stop()
         print("\nratios: sparklog throughput / baseline throughput (same run; > 1 is faster)")
         pairs = [
@@ -417,8 +495,16 @@ def main() -> int:
             ),
             ("write vs parquet writer (a)", "write: parquet (a)", "write: sparklog sink"),
         ]
+        pairs.append(
+            (
+                "typed columns vs JSON + from_json",
+                "same records as JSON + from_json",
+                "typed topic read as columns",
+            )
+        )
         for label, baseline, measured in pairs:
-            print(f"  {label:<46} {results[baseline] / results[measured]:5.2f}")
+            if baseline in results and measured in results:
+                print(f"  {label:<46} {results[baseline] / results[measured]:5.2f}")
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

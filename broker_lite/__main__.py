@@ -15,9 +15,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help="storage root URL (overrides the config)")
     parser.add_argument("--listen", help="HOST:PORT to listen on (port 0 = any free port)")
     parser.add_argument("--id", type=int, dest="broker_id", help="broker id")
+    parser.add_argument("--kafka-listen", help='Kafka protocol HOST:PORT ("" disables)')
     args = parser.parse_args(argv)
     try:
-        serve(args.config, args.root, args.listen, args.broker_id)
+        serve(args.config, args.root, args.listen, args.broker_id, args.kafka_listen)
     except BrokerError as exc:
         print(f"broker_lite: {exc}", file=sys.stderr)
         return 2

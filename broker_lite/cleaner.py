@@ -2,10 +2,12 @@
 
 Every ``cleaner_interval_ms`` it runs ``storage.maintenance.run_maintenance``
 on each partition this broker leads (with its leader epoch, so a deposed
-leader's pass is fenced) and ``collect_garbage`` on each topic whose partition
-0 it leads (one broker per topic).  Maintenance commits race safely with
-produce commits; afterwards the writer log is refreshed and the tail cache
-trimmed to the new log start offset.
+leader's pass is fenced), ``collect_garbage`` and ``prune_topic_logs`` on each
+topic whose partition 0 it leads (one broker per topic), and
+``prune_group_log`` on the groups it sweeps, so metadata file counts stay
+bounded.  Maintenance commits race safely with produce commits; afterwards
+the writer log is refreshed and the tail cache trimmed to the new log start
+offset.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker_lite.logs import fields
 from sparklog.storage import StorageError
+from sparklog.storage.records import now_ms
 
 if TYPE_CHECKING:
     from sparklog.broker_lite.service import Broker
@@ -40,6 +44,8 @@ class Cleaner:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.interval_s = broker.config.cleaner_interval_ms / 1000
+        #: the time pruning compares metadata files' ages with (injectable for tests)
+        self.clock_ms: Callable[[], int] = now_ms
 
     def loop(self) -> None:
         if _maintenance is None:
@@ -58,13 +64,16 @@ class Cleaner:
         broker = self.broker
         summary = {"partitions": 0, "errors": 0, "gc_topics": 0}
         started = time.perf_counter()
+        handles: dict[str, Any] = {}
         for name, partition in sorted(broker.led_partitions()):
             if broker.stopping:
                 break
             try:
                 topic = broker.topic(name)
                 st = broker.partition_state(topic, partition)
-                fresh = broker.root.topic(name)  # its own log objects; races are safe
+                fresh = handles.get(name)
+                if fresh is None:  # its own log objects (one per topic per pass); races are safe
+                    fresh = handles[name] = broker.root.topic(name)
                 report = _maintenance.run_maintenance(fresh, partition, leader_epoch=st.epoch)
                 with st.lock:
                     st.refresh()
@@ -77,6 +86,8 @@ class Cleaner:
                 if partition == 0:
                     _maintenance.collect_garbage(fresh, broker.config.gc_grace_ms)
                     summary["gc_topics"] += 1
+                    pruned = _maintenance.prune_topic_logs(fresh, now=self.clock_ms())
+                    summary["pruned_files"] = summary.get("pruned_files", 0) + len(pruned.deleted)
             except (StorageError, Exception) as exc:
                 summary["errors"] += 1
                 broker.metrics.cleaner_runs.labels("error").inc()
@@ -84,6 +95,13 @@ class Cleaner:
                     "maintenance failed",
                     extra=fields(topic=name, partition=partition, error=str(exc)),
                 )
+        for group in broker.owned_groups():
+            try:
+                pruned = _maintenance.prune_group_log(broker.root, group, now=self.clock_ms())
+                summary["pruned_files"] = summary.get("pruned_files", 0) + len(pruned.deleted)
+            except StorageError as exc:
+                summary["errors"] += 1
+                log.warning("group log pruning failed", extra=fields(group=group, error=str(exc)))
         log.info(
             "cleaner pass",
             extra=fields(**summary, seconds=round(time.perf_counter() - started, 3)),

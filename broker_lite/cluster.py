@@ -7,12 +7,13 @@ last saw a peer's counter change, and a peer whose counter has not changed for
 ``lease_timeout_ms`` is dead (Kafka's session timeouts work the same way).  No
 broker compares its wall clock with a peer's, so clock skew moves no leadership.
 A broker that could not renew its own lease for ``lease_timeout_ms`` considers
-itself dead too: it leads nothing and says so.  The leader of
-a partition is the live broker with the highest rendezvous weight
-``hash(topic, partition, broker)``, so every broker that sees the same live set
-derives the same map with no coordination, and a death moves only the dead
-broker's partitions.  Views can disagree briefly (while a lease expires); the
-leader epochs in the partition logs make that safe (DESIGN.md §3-4).
+itself dead too: it leads nothing and says so.  Brokers lead shards: the leader
+of shard s of a topic is the live broker with the highest rendezvous weight
+``hash(topic, s, broker)``, and a partition's leader is its shard's (partition
+p is in shard p mod ``commit.shards``), so every broker that sees the same live
+set derives the same map with no coordination, and a death moves only the dead
+broker's shards.  Views can disagree briefly (while a lease expires); the
+leader epochs in the shard logs make that safe (DESIGN.md §3-4).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 from sparklog.broker_lite.logs import fields
+from sparklog.errors import SparklogError
 from sparklog.storage import LogRoot, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
@@ -40,6 +43,7 @@ class BrokerInfo:
     broker_id: int
     location: str  # host:port
     renewed_ms: int
+    kafka_address: str | None = None  # host:port of the Kafka listener, if any
 
 
 def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
@@ -49,6 +53,18 @@ def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
 
 def _now_ms() -> int:
     return int(time.time() * 1000) + int(os.environ.get(CLOCK_OFFSET_ENV, "0") or 0)
+
+
+def _refuses_connections(location: str, timeout_s: float = 0.2) -> bool:
+    """True only if ``host:port`` actively refuses a TCP connection (nobody listens there)."""
+    host, _, port = location.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass
@@ -73,8 +89,14 @@ class Cluster:
         lease_timeout_ms: int = 6000,
         replication_factor: int = 1,
         force_leader: bool = False,
+        probe_peers: bool = False,
+        kafka_address: str | None = None,
     ) -> None:
+        """``probe_peers``: check whether a suspect lease's address still accepts connections
+        (a serving broker sets it; a bare Cluster, with no server behind its location, not)."""
         self.root = root
+        self.probe_peers = probe_peers
+        self.kafka_address = kafka_address
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -85,7 +107,10 @@ class Cluster:
         self.started_ms = _now_ms()
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
+        self._shards: dict[str, int] = {}  # topic -> commit.shards
         self._seen: dict[int, _Seen] = {}
+        self._gone: dict[tuple[str, int], bool] = {}  # lease token -> its holder is dead
+        self._first_look = True
         self._renewals = 0
         self._last_renewal = -1e12  # monotonic time of our last successful lease write
         # Lease I/O gets a deadline well inside the lease timeout, so a dead connection
@@ -109,6 +134,7 @@ class Cluster:
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
             "renewal": self._renewals,
+            "kafka_address": self.kafka_address,
         }
         self._store.put(self._key(self.broker_id), json.dumps(lease).encode())
         # Others may see the write as late as its start: count from before it.
@@ -130,8 +156,12 @@ class Cluster:
                     continue
                 try:
                     doc = json.loads(raw)
+                    kafka = doc.get("kafka_address")
                     info = BrokerInfo(
-                        int(doc["broker_id"]), str(doc["location"]), int(doc["renewed_ms"])
+                        int(doc["broker_id"]),
+                        str(doc["location"]),
+                        int(doc["renewed_ms"]),
+                        str(kafka) if kafka else None,
                     )
                     token = (str(doc.get("incarnation", "")), int(doc.get("renewal", 0)))
                 except (ValueError, KeyError, TypeError):
@@ -143,14 +173,45 @@ class Cluster:
                 if seen is None or seen.token != token:
                     # first sight or a renewal: alive as of now, by our clock
                     seen = self._seen[info.broker_id] = _Seen(token, now_s, info)
-                if now_s - seen.changed_s <= timeout_s:
+                if now_s - seen.changed_s <= timeout_s and not self._holder_gone(seen, now_s):
                     live[info.broker_id] = info
             for gone in set(self._seen) - present:
                 del self._seen[gone]  # resigned or deleted: dead at once
+            tokens = {s.token for s in self._seen.values()}
+            self._gone = {t: dead for t, dead in self._gone.items() if t in tokens}
+            self._first_look = False
             if self.healthy:
-                live[self.broker_id] = BrokerInfo(self.broker_id, self.location, _now_ms())
+                live[self.broker_id] = BrokerInfo(
+                    self.broker_id, self.location, _now_ms(), self.kafka_address
+                )
             self._live = live
         return live
+
+    def _holder_gone(self, seen: _Seen, now_s: float) -> bool:
+        """Whether a lease that has not timed out belongs to a broker that is certainly dead.
+
+        Without this a crashed broker's lease keeps its partitions leaderless for
+        ``lease_timeout_ms`` and a freshly started broker leads nothing meanwhile.
+        Certain means: it listened where we now listen, or (checked once per lease
+        renewal, on our first look and once it missed two renewals) its address refuses
+        connections.  An address that does not answer at all (a partition, a slow host)
+        counts as alive: the lease decides.
+        """
+        if seen.info.location == self.location:
+            return True
+        known = self._gone.get(seen.token)
+        if known is not None:
+            return known
+        stale = now_s - seen.changed_s > 2 * self.lease_interval_ms / 1000
+        if not self.probe_peers or not (self._first_look or stale):
+            return False
+        dead = self._gone[seen.token] = _refuses_connections(seen.info.location)
+        if dead:
+            log.info(
+                "lease holder is gone",
+                extra=fields(broker=seen.info.broker_id, location=seen.info.location),
+            )
+        return dead
 
     @property
     def healthy(self) -> bool:
@@ -165,19 +226,47 @@ class Cluster:
             live.pop(self.broker_id, None)
         return live
 
-    def replicas(self, topic: str, partition: int) -> list[int]:
-        """Brokers serving the partition, leader first (rendezvous order)."""
-        ids = sorted(
-            self.live(), key=lambda b: rendezvous_weight(topic, partition, b), reverse=True
-        )
+    # -- leadership per shard (DESIGN.md §4): partition p is in shard p mod shards ----------
+    def note_shards(self, topic: str, shards: int) -> None:
+        """Remember how many shards ``topic`` has (fixed at creation)."""
+        with self._lock:
+            self._shards[topic] = shards
+
+    def forget_topic(self, topic: str) -> None:
+        with self._lock:
+            self._shards.pop(topic, None)
+
+    def shard_of(self, topic: str, partition: int) -> int:
+        """The shard whose leader leads ``partition``."""
+        with self._lock:
+            shards = self._shards.get(topic)
+        if shards is None:
+            try:
+                shards = self.root.describe_topic(topic).shards
+            except SparklogError:
+                return partition  # unknown topic: any stable answer will do
+            self.note_shards(topic, shards)
+        return partition % shards
+
+    def shard_replicas(self, topic: str, shard: int) -> list[int]:
+        """Brokers serving the shard, leader first (rendezvous order over (topic, shard))."""
+        ids = sorted(self.live(), key=lambda b: rendezvous_weight(topic, shard, b), reverse=True)
         return ids[: self.replication_factor]
 
-    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+    def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()
         if not live:
             return None
-        best = max(live, key=lambda b: rendezvous_weight(topic, partition, b))
+        best = max(live, key=lambda b: rendezvous_weight(topic, shard, b))
         return live[best]
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        """Brokers serving the partition (its shard's), leader first."""
+        return self.shard_replicas(topic, self.shard_of(topic, partition))
+
+    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+        """The leader of the partition's shard."""
+        return self.shard_leader(topic, self.shard_of(topic, partition))
 
     def is_leader(self, topic: str, partition: int) -> bool:
         if self.force_leader:

@@ -24,6 +24,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "SPARKLOG_"
+#: Address keys whose empty value disables the listener.
+DISABLEABLE = ("metrics_listen", "kafka_listen", "kafka_advertised")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Key:
         if self.kind == "choice":
             return ", ".join(self.choices)
         if self.kind == "address":
-            tail = " or empty to disable" if self.name == "metrics_listen" else ""
+            tail = " or empty to disable" if self.name in DISABLEABLE else ""
             return "HOST:PORT with PORT in 0-65535" + tail
         if self.kind == "table":
             return "a table (TOML) or a JSON object (environment)"
@@ -84,7 +86,7 @@ class Key:
             return text
         if self.kind == "address":
             text = str(raw).strip()
-            if text == "" and self.name == "metrics_listen":
+            if text == "" and self.name in DISABLEABLE:
                 return ""
             host, sep, port = text.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -127,6 +129,25 @@ KEYS: dict[str, Key] = {
             "str",
             "",
             "Host name other brokers and clients use; empty = listen host",
+        ),
+        Key(
+            "kafka_listen",
+            "address",
+            "127.0.0.1:9092",
+            "Kafka protocol address; port 0 picks a free one; empty disables",
+        ),
+        Key(
+            "kafka_advertised",
+            "address",
+            "",
+            "HOST:PORT Kafka clients are told (Metadata); empty = the listen address",
+        ),
+        Key(
+            "kafka_max_request_bytes",
+            "int",
+            104_857_600,
+            "Largest Kafka request frame; a bigger one closes that connection",
+            minimum=1024,
         ),
         Key("broker_id", "int", 0, "This broker's id, unique in the cluster", minimum=0),
         Key(
@@ -176,7 +197,7 @@ KEYS: dict[str, Key] = {
             "compression",
             "choice",
             "none",
-            "Object compression when the topic says 'producer'",
+            "Object compression when the topic says 'producer' and the request names no codec",
             choices=("none", "lz4", "zstd"),
         ),
         Key(
@@ -233,8 +254,8 @@ KEYS: dict[str, Key] = {
         Key(
             "gc_grace_ms",
             "int",
-            900_000,
-            "Unreferenced objects older than this are deleted",
+            7_200_000,
+            "Unreferenced objects older than this are deleted (>= the staged-object age limit)",
             minimum=0,
         ),
         Key(
@@ -306,6 +327,9 @@ class BrokerConfig:
     snapshot_interval: int = 32
     listen: str = "127.0.0.1:8815"
     advertised_host: str = ""
+    kafka_listen: str = "127.0.0.1:9092"
+    kafka_advertised: str = ""
+    kafka_max_request_bytes: int = 104_857_600
     broker_id: int = 0
     linger_ms: int = 5
     batch_bytes: int = 4_194_304
@@ -323,7 +347,7 @@ class BrokerConfig:
     replication_factor: int = 1
     force_leader: bool = False
     cleaner_interval_ms: int = 300_000
-    gc_grace_ms: int = 900_000
+    gc_grace_ms: int = 7_200_000
     group_min_session_timeout_ms: int = 1_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
@@ -343,6 +367,13 @@ class BrokerConfig:
 
 
 def _check_consistency(values: Mapping[str, Any]) -> None:
+    kafka_host = values["kafka_listen"].rpartition(":")[0]
+    if kafka_host in ("0.0.0.0", "::", "[::]") and not values["kafka_advertised"]:
+        raise InvalidConfigError(
+            f"config key 'kafka_listen' = {values['kafka_listen']!r} listens on every interface, "
+            "so Kafka clients cannot be told where to connect; set 'kafka_advertised' "
+            "(SPARKLOG_KAFKA_ADVERTISED) to the HOST:PORT clients should use"
+        )
     grace = values["gc_grace_ms"]
     if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
         raise InvalidConfigError(

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparklog.broker_lite.errors import BrokerError, OutOfOrderSequenceError, from_storage
+from sparklog.broker_lite.errors import BrokerError, from_storage
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import BrokerNotAvailableError
-from sparklog.storage import ProducerBatch, StorageError
+from sparklog.storage import PartitionLog, ProducerBatch, StorageError
 
 log = logging.getLogger("sparklog.broker_lite.produce")
 
@@ -45,7 +45,7 @@ class ProduceRequest:
     record_count: int
     size_bytes: int
     producer: ProducerBatch | None = None
-    compression: str = "none"
+    compression: str | None = "none"  # None: the broker's configured codec
     future: Future[ProduceOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 
@@ -167,29 +167,17 @@ class TopicBatcher:
         self._thread.join(timeout=60)
 
 
-def duplicate_outcome(
-    state_producers: dict[str, dict], producer: ProducerBatch
-) -> ProduceOutcome | None:
+def duplicate_outcome(log: PartitionLog, producer: ProducerBatch) -> ProduceOutcome | None:
     """If the log already holds this idempotent batch, where it landed; None if new.
 
-    A flush may have committed several requests of one producer as one range,
-    so a retried request can be a sub-range of a recorded batch.
+    The rule is storage's (:func:`sparklog.storage.log.duplicate_of`), the one
+    the commit applies too: a retried request can be a sub-range of a recorded
+    batch (a flush may have committed several requests of one producer as one).
     """
-    entry = state_producers.get(str(producer.producer_id))
-    if entry is None or entry["epoch"] != producer.producer_epoch:
+    base = log.duplicate_of(producer)
+    if base is None:
         return None
-    if producer.last_sequence > entry["last_seq"]:
-        return None
-    for first, last, base in entry["recent"]:
-        if first <= producer.first_sequence and producer.last_sequence <= last and base >= 0:
-            return ProduceOutcome(
-                base + producer.first_sequence - first, producer.record_count, duplicate=True
-            )
-    raise OutOfOrderSequenceError(
-        f"producer {producer.producer_id} batch with sequences {producer.first_sequence}-"
-        f"{producer.last_sequence} is older than the last {len(entry['recent'])} batches "
-        "the partition remembers (DUPLICATE_SEQUENCE); it was committed before"
-    )
+    return ProduceOutcome(base, producer.record_count, duplicate=True)
 
 
 def storage_call(call: Callable[[], object]) -> object:

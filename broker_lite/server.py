@@ -221,6 +221,7 @@ class FlightBroker(flight.FlightServerBase):
         self.call_limit = _CallLimit(config.max_concurrent_calls)
         super().__init__(location, middleware={"limit": self.call_limit})
         self.broker = broker
+        self.kafka: Any = None  # the Kafka listener, set by start_broker
         self.request_bytes = _Budget(config.max_inflight_request_bytes)
         self._per_connection: dict[str, int] = {}
         self._connections_lock = threading.Lock()
@@ -246,6 +247,9 @@ class FlightBroker(flight.FlightServerBase):
                 _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "spec", Any)
             ),
             "init_producer_id": lambda b: list(broker.init_producer_id()),
+            "delete_records": lambda b: broker.delete_records(
+                _arg(b, "topic", str), _arg(b, "partition", int), _arg(b, "offset", int)
+            ),
             "join_group": self._join,
             "sync_group": self._sync,
             "heartbeat": lambda b: broker.groups.heartbeat(
@@ -256,8 +260,10 @@ class FlightBroker(flight.FlightServerBase):
             ),
             "commit_offsets": self._commit,
             "fetch_offsets": lambda b: [
-                [t, p, o]
-                for (t, p), o in sorted(broker.groups.fetch_offsets(_arg(b, "group", str)).items())
+                [t, p, o, m]
+                for (t, p), (o, m) in sorted(
+                    broker.groups.fetch_committed(_arg(b, "group", str)).items()
+                )
             ],
             "list_groups": lambda b: broker.groups.list_groups(),
             "describe_group": lambda b: broker.groups.describe_group(_arg(b, "group", str)),
@@ -444,7 +450,7 @@ class FlightBroker(flight.FlightServerBase):
                 producer_id=_arg(body, "producer_id", int, None),
                 producer_epoch=_arg(body, "producer_epoch", int, None),
                 base_sequence=_arg(body, "base_sequence", int, None),
-                compression=_arg(body, "compression", str, "none"),
+                compression=_arg(body, "compression", str, None),
             )
             results = [
                 {
@@ -560,20 +566,50 @@ def start_broker(
         ) from None
     host = config.advertised_host or config.listen_host
     location = f"{host}:{server.port}"
+    metrics_port = None
+    if config.metrics_listen:  # before the lease: a broker that cannot start must not lead
+        try:
+            metrics_port = broker.metrics.serve(config.metrics_listen)
+        except OSError as exc:
+            server.shutdown()
+            raise InvalidConfigError(
+                f"config key 'metrics_listen' = {config.metrics_listen!r}: cannot listen there "
+                f"({exc.strerror or exc}); accepted: a free HOST:PORT on this machine (each broker "
+                "on one host needs its own, e.g. SPARKLOG_METRICS_LISTEN=127.0.0.1:9816), port 0 "
+                "to pick one, or empty to disable"
+            ) from None
+    kafka = None
+    if config.kafka_listen:
+        from sparklog.broker_lite.kafka.server import KafkaListener
+
+        try:
+            kafka = KafkaListener(broker, config.kafka_listen, config.kafka_advertised)
+        except OSError as exc:
+            server.shutdown()
+            broker.metrics.stop()
+            raise InvalidConfigError(
+                f"config key 'kafka_listen' = {config.kafka_listen!r}: cannot listen there "
+                f"({exc}); accepted: a free HOST:PORT on this machine (port 0 picks one) or "
+                '"" to disable'
+            ) from None
     try:
-        broker.start(location)
+        broker.start(location, kafka.advertised if kafka else None)
     except BaseException:
         server.shutdown()
+        broker.metrics.stop()
+        if kafka is not None:
+            kafka.close()
         raise
-    metrics_port = None
-    if config.metrics_listen:
-        metrics_port = broker.metrics.serve(config.metrics_listen)
+    if kafka is not None:
+        kafka.start()
+    server.kafka = kafka
     log.info(
         "broker started",
         extra=fields(
             broker_id=config.broker_id,
             location=location,
             port=server.port,
+            kafka_address=kafka.advertised if kafka else None,
             metrics_port=metrics_port,
             root=broker.root.url,
         ),
@@ -584,6 +620,8 @@ def start_broker(
 def stop_broker(server: FlightBroker, broker: Broker) -> None:
     """Graceful stop: flush and commit pending produce, resign the lease, stop serving."""
     broker.close()
+    if server.kafka is not None:
+        server.kafka.close()
     server.shutdown()
     broker.metrics.stop()
 
@@ -593,9 +631,14 @@ def serve(
     root: str | LogRoot | None = None,
     listen: str | None = None,
     broker_id: int | None = None,
+    kafka_listen: str | None = None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``."""
-    overrides: dict[str, Any] = {"listen": listen, "broker_id": broker_id}
+    overrides: dict[str, Any] = {
+        "listen": listen,
+        "broker_id": broker_id,
+        "kafka_listen": kafka_listen,
+    }
     if isinstance(root, str):
         overrides["root"] = root
     config = load_config(config_path, overrides)

@@ -25,7 +25,6 @@ from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.errors import (
     BrokerError,
-    FencedError,
     InvalidRecordError,
     InvalidRequestError,
     NotLeaderError,
@@ -44,10 +43,14 @@ from sparklog.broker_lite.produce import (
     duplicate_outcome,
 )
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
+from sparklog.errors import FencedError as LeaderEpochFenced
+from sparklog.errors import OutOfOrderSequenceNumberError, ProducerFencedError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
 from sparklog.storage import errors as storage_errors
+from sparklog.storage.log import ShardLog
+from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -55,22 +58,59 @@ ACKS = ("0", "1", "all")
 
 
 @dataclass
-class PartitionState:
-    """What this broker holds for one partition: the writer log, epoch, and reader."""
+class ShardState:
+    """What this broker holds for one shard log: the writer, the reader, our leader epoch."""
 
-    key: PartitionKey
-    log: PartitionLog
-    reader: PartitionLog
+    key: tuple[str, str, int]  # (topic, topic id, shard)
+    log: ShardLog
+    reader: ShardLog
     lock: threading.Lock = field(default_factory=threading.Lock)
     reader_lock: threading.Lock = field(default_factory=threading.Lock)
-    changed: threading.Condition = field(default_factory=threading.Condition)
     epoch: int | None = None  # our leader epoch once we bumped it
     refreshed: float = 0.0  # monotonic time of the writer log's last refresh
 
-    def refresh(self) -> None:
-        """Re-read the log (caller holds ``lock``)."""
+    def refresh(self, min_interval_s: float = 0.0) -> None:
+        """Re-read the log (caller holds ``lock``), at most once per ``min_interval_s``."""
+        now = time.monotonic()
+        if min_interval_s and now - self.refreshed < min_interval_s:
+            return
         self.log.refresh()
         self.refreshed = time.monotonic()
+
+
+@dataclass
+class PartitionState:
+    """One partition as this broker sees it: views over its shard's writer and reader logs."""
+
+    key: PartitionKey
+    shard: ShardState
+    log: PartitionLog
+    reader: PartitionLog
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self.shard.lock
+
+    @property
+    def reader_lock(self) -> threading.Lock:
+        return self.shard.reader_lock
+
+    @property
+    def epoch(self) -> int | None:
+        return self.shard.epoch
+
+    @epoch.setter
+    def epoch(self, value: int | None) -> None:
+        self.shard.epoch = value
+
+    @property
+    def refreshed(self) -> float:
+        return self.shard.refreshed
+
+    def refresh(self, min_interval_s: float = 0.0) -> None:
+        """Re-read the shard's log (caller holds ``lock``)."""
+        self.shard.refresh(min_interval_s)
 
 
 def with_offsets(batches: Sequence[pa.RecordBatch], base_offset: int) -> list[pa.RecordBatch]:
@@ -116,6 +156,7 @@ class Broker:
         self._lock = threading.Lock()
         self._topics: dict[str, Topic] = {}
         self._partitions: dict[PartitionKey, PartitionState] = {}
+        self._shards: dict[tuple[str, str, int], ShardState] = {}
         self._batchers: dict[str, TopicBatcher] = {}
         self._led: set[tuple[str, int]] = set()
         #: topics whose metadata cannot be read (name -> why): not served, reported
@@ -126,8 +167,8 @@ class Broker:
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self, location: str) -> None:
-        """Publish our lease at ``location`` and start the background threads."""
+    def start(self, location: str, kafka_address: str | None = None) -> None:
+        """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         _storage(self.root.store.ensure_root)
         self.cluster = cluster = Cluster(
             self.root,
@@ -137,6 +178,8 @@ class Broker:
             lease_timeout_ms=self.config.lease_timeout_ms,
             replication_factor=self.config.replication_factor,
             force_leader=self.config.force_leader,
+            probe_peers=True,
+            kafka_address=kafka_address,
         )
         # the first renewal also opens the store's connections: give it a few tries
         _storage(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
@@ -243,6 +286,10 @@ class Broker:
                 for key in [k for k in self._partitions if k[0] == name]:
                     self._partitions.pop(key)
                     self.cache.drop(key)
+                for shard_key in [k for k in self._shards if k[0] == name]:
+                    self._shards.pop(shard_key)
+        if self.cluster is not None:
+            self.cluster.forget_topic(name)
         if batcher is not None:
             threading.Thread(target=batcher.close, daemon=True).start()
 
@@ -299,15 +346,19 @@ class Broker:
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)
 
-    def _sweep_groups(self, with_lag: bool) -> None:
+    def owned_groups(self) -> list[str]:
+        """The groups this broker sweeps and whose logs its cleaner prunes."""
         assert self.cluster is not None
         live = sorted(self.cluster.live())
-        mine = [
+        return [
             g
             for g in self.groups.list_groups()
             if live
             and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
         ]
+
+    def _sweep_groups(self, with_lag: bool) -> None:
+        mine = self.owned_groups()
         self.groups.sweep(mine)
         if with_lag:
             for group in mine:
@@ -324,6 +375,8 @@ class Broker:
         if topic is not None:
             return topic
         topic = _storage(lambda: self.root.topic(name))
+        if self.cluster is not None:
+            self.cluster.note_shards(name, topic.shards)
         with self._lock:
             return self._topics.setdefault(name, topic)
 
@@ -345,16 +398,20 @@ class Broker:
         with self._lock:
             st = self._partitions.get(key)
             if st is None:
+                shard_key = (topic.name, topic.info.topic_id, topic.info.shard_of(partition))
+                shard = self._shards.get(shard_key)
+                if shard is None:
+                    shard = ShardState(
+                        shard_key,
+                        log=topic.shard(shard_key[2]),
+                        reader=topic.open_shard(shard_key[2]),
+                    )
+                    self._shards[shard_key] = shard
                 st = PartitionState(
                     key,
-                    log=topic.partition(partition),
-                    reader=PartitionLog(
-                        topic.store,
-                        partition,
-                        topic.schema_for,
-                        topic=topic.name,
-                        snapshot_interval=self.root.snapshot_interval,
-                    ),
+                    shard,
+                    log=topic.view(shard.log, partition),
+                    reader=topic.view(shard.reader, partition),
                 )
                 self._partitions[key] = st
         return st
@@ -397,7 +454,7 @@ class Broker:
         producer_id: int | None = None,
         producer_epoch: int | None = None,
         base_sequence: int | None = None,
-        compression: str = "none",
+        compression: str | None = "none",
     ) -> list[ProduceOutcome]:
         """Validate, enqueue and (unless acks=0) wait for the commit of each item."""
         if acks not in ACKS:
@@ -466,6 +523,7 @@ class Broker:
             return batcher
 
     def _flush(self, topic_name: str, runs: list[Run]) -> None:
+        """Write ONE object for every run of the flush, then ONE commit per shard touched."""
         started = time.perf_counter()
         try:
             topic = self.topic(topic_name)
@@ -486,7 +544,7 @@ class Broker:
                 for r in run.requests:
                     if r.producer is not None:
                         try:
-                            dup = self._duplicate_outcome(st, r.producer)
+                            dup = duplicate_outcome(st.log, r.producer)
                         except BrokerError as exc:
                             r.future.set_exception(exc)
                             continue
@@ -502,7 +560,7 @@ class Broker:
         if not ready:
             return
         compression = ready[0].requests[0].compression
-        if compression == "none":
+        if compression is None:  # the request named no codec: the broker's setting applies
             compression = self.config.compression
         try:
             staged = topic.write(
@@ -519,99 +577,119 @@ class Broker:
             return
         self.metrics.root_objects.inc()
         self.metrics.root_requests.labels("object").inc()
-        futures: list[Future[None]] = []
+        by_shard: dict[int, list[Run]] = {}
         for run in ready:
-            seg = staged.get(run.partition)
-            if seg is None:  # only empty batches
+            if run.partition not in staged:  # only empty batches
                 st = self.partition_state(topic, run.partition)
                 for r in run.requests:
                     r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
                 continue
-            futures.append(self._pool.submit(self._commit_run, topic, run, seg))
+            by_shard.setdefault(topic.info.shard_of(run.partition), []).append(run)
+        futures = [
+            self._pool.submit(self._commit_shard, topic, shard_runs, staged)
+            for shard_runs in by_shard.values()
+        ]
         wait(futures)
         self.metrics.flush_seconds.observe(time.perf_counter() - started)
 
-    def _duplicate_outcome(self, st: PartitionState, producer: ProducerBatch) -> Any:
-        """Where this idempotent batch landed before, or None; re-reads before OUT_OF_ORDER.
-
-        Our cached state may be behind (another leader committed meanwhile): a
-        sequence error is declared only by the log as it is now (caller holds st.lock).
-        """
+    def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:
+        """Commit the runs of one shard as one commit; resolve their requests."""
+        states = {run.partition: self.partition_state(topic, run.partition) for run in runs}
+        shard = states[runs[0].partition].shard
         try:
-            return duplicate_outcome(st.log.state.producers, producer)
-        except storage_errors.ProducerSequenceError:
-            st.refresh()
-            return duplicate_outcome(st.log.state.producers, producer)
-
-    def _commit_run(self, topic: Topic, run: Run, segment: Any) -> None:
-        try:
-            st = self.partition_state(topic, run.partition)
-            with st.lock:
-                result = self._append_as_leader(topic, st, run, segment)
+            with shard.lock:
+                runs, results = self._append_as_leader(topic, shard, runs, staged)
         except BrokerError as exc:
-            _fail([run], exc)
+            _fail(runs, exc)
             return
         except Exception as exc:
-            log.exception("commit failed", extra=fields(topic=topic.name, partition=run.partition))
-            _fail([run], BrokerError(f"commit failed: {exc}"))
+            log.exception("commit failed", extra=fields(topic=topic.name, shard=shard.key[2]))
+            _fail(runs, BrokerError(f"commit failed: {exc}"))
             return
-        offset = result.base_offset
-        for r in run.requests:
-            r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
-            offset += r.record_count
-        if not result.duplicate:
-            self.cache.add(
-                st.key, result.base_offset, with_offsets(run.batches, result.base_offset)
-            )
-            with st.changed:
-                st.changed.notify_all()
+        for run in runs:
+            result = results[run.partition]
+            offset = result.base_offset
+            for r in run.requests:
+                r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
+                offset += r.record_count
+            if not result.duplicate:
+                st = states[run.partition]
+                self.cache.add(
+                    st.key, result.base_offset, with_offsets(run.batches, result.base_offset)
+                )
+                with st.changed:
+                    st.changed.notify_all()
 
-    def _append_as_leader(self, topic: Topic, st: PartitionState, run: Run, segment: Any) -> Any:
-        """Commit one run, bumping the leader epoch first if we just became leader."""
+    def _append_as_leader(
+        self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]
+    ) -> tuple[list[Run], dict[int, Any]]:
+        """Commit runs, bumping the shard's leader epoch first if we just became leader.
+
+        A run that an idempotent producer's state now refuses (another writer
+        moved the log since the pre-check) is failed alone; the others commit.
+        """
         assert self.cluster is not None
         for _ in range(4):
             try:
-                if st.epoch is None:
-                    st.epoch = st.log.bump_epoch()
+                if shard.epoch is None:
+                    shard.epoch = shard.log.bump_epoch()
                     self.metrics.root_requests.labels("commit").inc()
                     log.info(
                         "took leadership",
-                        extra=fields(topic=topic.name, partition=run.partition, epoch=st.epoch),
+                        extra=fields(topic=topic.name, shard=shard.key[2], epoch=shard.epoch),
                     )
                 started = time.perf_counter()
-                try:
-                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
-                except storage_errors.ProducerSequenceError:
-                    # Our view may be behind the log (another leader wrote meanwhile):
-                    # OUT_OF_ORDER_SEQUENCE only if the log as it is now says so.
-                    st.refresh()
-                    result = st.log.append([segment], leader_epoch=st.epoch, producer=run.producer)
+                results = shard.log.append(
+                    {run.partition: [staged[run.partition]] for run in runs},
+                    leader_epoch=shard.epoch,
+                    producers={run.partition: run.producer for run in runs if run.producer},
+                )
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
                 self.metrics.root_requests.labels("commit").inc()
-                return result
-            except storage_errors.FencedError as exc:
-                if st.log.leader_epoch <= (st.epoch or -1):
-                    raise FencedError(str(exc)) from None  # a producer epoch, not ours
+                return runs, results
+            except (ProducerFencedError, OutOfOrderSequenceNumberError):
+                runs = self._drop_refused_runs(topic, runs)
+                if not runs:
+                    return runs, {}
+            except LeaderEpochFenced as exc:
                 log.warning(
                     "fenced by a newer leader epoch",
                     extra=fields(
                         topic=topic.name,
-                        partition=run.partition,
-                        ours=st.epoch,
-                        theirs=st.log.leader_epoch,
+                        shard=shard.key[2],
+                        ours=shard.epoch,
+                        theirs=shard.log.leader_epoch,
+                        error=str(exc),
                     ),
                 )
-                st.epoch = None
-                self.cache.drop(st.key)
+                shard.epoch = None
+                for run in runs:
+                    self.cache.drop(self.partition_state(topic, run.partition).key)
                 if not self.config.force_leader:
                     _storage(self.cluster.refresh)
-                    self._check_leader(topic.name, run.partition)
+                    for run in runs:
+                        self._check_leader(topic.name, run.partition)
             except StorageError as exc:
                 raise from_storage(exc) from None
         raise NotLeaderError(
-            f"{topic.name}-{run.partition}: leadership is contested; retry",
+            f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
             leader_location="",
         )
+
+    def _drop_refused_runs(self, topic: Topic, runs: list[Run]) -> list[Run]:
+        """Fail the runs the (refreshed) producer state refuses; keep the rest."""
+        keep = []
+        for run in runs:
+            batch = run.producer
+            if batch is None:
+                keep.append(run)
+                continue
+            try:
+                self.partition_state(topic, run.partition).log.duplicate_of(batch)
+                keep.append(run)
+            except StorageError as exc:
+                _fail([run], from_storage(exc))
+        return keep
 
     # -- fetch -------------------------------------------------------------
     def fetch(
@@ -637,7 +715,9 @@ class Broker:
                 if not refreshed and (
                     offset >= st.log.high_watermark or offset < st.log.log_start_offset
                 ):
-                    _storage(st.refresh)
+                    # one probe of the shard log per fetch_refresh_ms, however many
+                    # partitions of the shard idle consumers wait on
+                    _storage(lambda: st.refresh(refresh_s))
                     refreshed = True
                 hwm, lso = st.log.high_watermark, st.log.log_start_offset
             if offset < lso or offset > hwm:
@@ -688,7 +768,12 @@ class Broker:
         return {
             "broker_id": self.config.broker_id,
             "brokers": [
-                {"broker_id": b.broker_id, "location": b.location, "renewed_ms": b.renewed_ms}
+                {
+                    "broker_id": b.broker_id,
+                    "location": b.location,
+                    "renewed_ms": b.renewed_ms,
+                    "kafka_address": b.kafka_address,
+                }
                 for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
             ],
         }
@@ -722,6 +807,7 @@ class Broker:
                     if time.monotonic() - st.refreshed > self.config.fetch_refresh_ms / 1000:
                         _storage(st.refresh)
                     hwm, lso = st.log.high_watermark, st.log.log_start_offset
+                    size_bytes = sum(s.size_bytes for s in st.log.segments())
                 leader = self.cluster.leader(name, p)
                 if self.config.force_leader:
                     leader_id, location = self.config.broker_id, self.cluster.location
@@ -736,6 +822,7 @@ class Broker:
                         "replicas": self.cluster.replicas(name, p),
                         "log_start_offset": lso,
                         "high_watermark": hwm,
+                        "size_bytes": size_bytes,
                     }
                 )
             value_type = topic.info.value_type
@@ -794,6 +881,18 @@ class Broker:
         info = _storage(lambda: self.root.add_partitions(name, total))
         self._forget_topic(name)
         return int(info.partitions)
+
+    def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords on a partition this broker leads: move the log start offset
+        up to ``before_offset`` (-1 = the high watermark), removing the segments wholly below
+        it (fenced by our leader epoch); return the new log start offset."""
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        self._check_leader(topic_name, partition)
+        with st.lock:
+            start = _storage(lambda: delete_records(st.log, before_offset, leader_epoch=st.epoch))
+        self.cache.drop(st.key)
+        return int(start)
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""

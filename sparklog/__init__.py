@@ -9,7 +9,7 @@ brokers::
         producer.send("events", b"hello", key=b"user-1")
     consumer = sparklog.Consumer("/tmp/sl", group_id="g", auto_offset_reset="earliest")
     consumer.subscribe(["events"])
-    records = consumer.poll(timeout_ms=1000)
+    records = consumer.poll_records(timeout_ms=1000)
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ _EXPORTS: dict[str, str] = {
     "BatchMetadata": "sparklog.client.types",
     "CommitFailedError": "sparklog.errors",
     "ConfigError": "sparklog.errors",
+    "ConfigResource": "sparklog.client.types",
+    "ConfigResourceType": "sparklog.client.types",
     "Consumer": "sparklog.client.consumer",
+    "ConsumerRebalanceListener": "sparklog.client.types",
     "ConsumerRecord": "sparklog.client.types",
     "FencedError": "sparklog.errors",
     "FutureBatchMetadata": "sparklog.client.producer",
@@ -33,7 +36,10 @@ _EXPORTS: dict[str, str] = {
     "GroupError": "sparklog.errors",
     "InvalidRecordError": "sparklog.errors",
     "KafkaTimeoutError": "sparklog.errors",
+    "NewPartitions": "sparklog.client.types",
+    "NewTopic": "sparklog.client.types",
     "OffsetAndMetadata": "sparklog.client.types",
+    "OffsetAndTimestamp": "sparklog.client.types",
     "OffsetOutOfRangeError": "sparklog.errors",
     "OffsetReset": "sparklog.client.admin",
     "PartitionDescription": "sparklog.client.types",
@@ -64,9 +70,15 @@ if TYPE_CHECKING:
     )
     from sparklog.client.types import (
         BatchMetadata,
+        ConfigResource,
+        ConfigResourceType,
+        ConsumerRebalanceListener,
         ConsumerRecord,
         GroupDescription,
+        NewPartitions,
+        NewTopic,
         OffsetAndMetadata,
+        OffsetAndTimestamp,
         PartitionDescription,
         PartitionLag,
         RecordMetadata,
@@ -107,7 +119,10 @@ __all__ = [
     "BatchMetadata",
     "CommitFailedError",
     "ConfigError",
+    "ConfigResource",
+    "ConfigResourceType",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "FencedError",
     "FutureBatchMetadata",
@@ -116,7 +131,10 @@ __all__ = [
     "GroupError",
     "InvalidRecordError",
     "KafkaTimeoutError",
+    "NewPartitions",
+    "NewTopic",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "OffsetReset",
     "PartitionDescription",

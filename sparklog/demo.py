@@ -131,7 +131,13 @@ class Demo:
         self.step("broker: started in-process on a free loopback port")
         config = load_config(
             None,
-            {"root": self.run.root, "listen": "127.0.0.1:0", "linger_ms": 5, "metrics_listen": ""},
+            {
+                "root": self.run.root,
+                "listen": "127.0.0.1:0",
+                "kafka_listen": "127.0.0.1:0",
+                "linger_ms": 5,
+                "metrics_listen": "",
+            },
             env={},
         )
         server, broker, _ = start_broker(config)

@@ -293,6 +293,45 @@ class CorruptRecordError(SparklogError):
     canonical = True
 
 
+
+class CorruptMessageError(SparklogError):
+    """A record batch received on the wire fails its CRC or cannot be parsed."""
+
+    errno = 2
+    code = "CORRUPT_MESSAGE"
+
+
+class UnsupportedForMessageFormatError(SparklogError):
+    """A record batch of an old message format (magic 0 or 1): only magic 2 is accepted."""
+
+    errno = 43
+    code = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+    canonical = True
+
+
+class UnsupportedCompressionTypeError(SparklogError):
+    """A record batch compressed with a codec the broker does not know."""
+
+    errno = 76
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
+    canonical = True
+
+
+class InvalidRequiredAcksError(SparklogError):
+    """Produce ``acks`` other than 0, 1 or -1 (all)."""
+
+    errno = 21
+    code = "INVALID_REQUIRED_ACKS"
+    canonical = True
+
+
+class InvalidReplicationFactorError(InvalidConfigurationError):
+    """CreateTopics with a replication factor sparklog cannot honour (the data is shared)."""
+
+    errno = 38
+    code = "INVALID_REPLICATION_FACTOR"
+    canonical = True
+
 # -- fencing and idempotent producers --------------------------------------------------------
 
 

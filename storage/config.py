@@ -104,6 +104,29 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
             minimum=1024,
         ),
         ConfigKey(
+            "commit.shards",
+            1,
+            "How many shard logs the partitions share (partition p in shard p mod shards); "
+            "fixed at creation",
+            "int",
+            minimum=1,
+        ),
+        ConfigKey(
+            "producer.id.expiration.ms",
+            86_400_000,
+            "Idempotent producer state idle this long is dropped",
+            "int",
+            minimum=1,
+        ),
+        ConfigKey(
+            "marker.retention.ms",
+            604_800_000,
+            "Spark sink (app id, version) markers older than this are dropped; a query "
+            "replaying an older batch would append it again",
+            "int",
+            minimum=1,
+        ),
+        ConfigKey(
             "compression.type",
             "producer",
             "Compression of stored objects",

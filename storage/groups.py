@@ -1,20 +1,29 @@
-"""Consumer groups' committed offsets, durable in the root.
+"""Consumer groups' committed offsets: each group's own log (like Kafka's ``__consumer_offsets``).
 
-``groups/<group>/offsets/<v:020d>.json`` holds the whole offset map of a group
-at version v (create-only, so concurrent committers never lose each other's
-partitions).  Membership and generations are the coordinator's business
-(broker_lite); this module only makes committed offsets durable.
+``groups/<group>/log/<v:020d>.json`` are create-only, checksummed commits (see
+:mod:`sparklog.storage.metalog`), with snapshots every few commits, so an offset
+commit is one append (O(1): no listing, no rewrite of the whole offset map) and
+opening a group costs a hint, a snapshot and a few commits.
+
+A commit carries the committing member's generation and is accepted in the same
+create-only step that checks it against the log's generation: the coordinator
+records each new generation in the log when a rebalance starts it, so a zombie
+member of an older generation can never commit after the rebalance (its create
+either loses to the generation commit, or re-reads it and is refused).
+Membership itself is the coordinator's business (sparklog.groups).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.storage.documents import VersionedDocument
-from sparklog.storage.errors import InvalidConfigError
+from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidConfigurationError
+from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import now_ms
 
@@ -23,7 +32,7 @@ GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 def validate_group_name(name: str) -> str:
     if not isinstance(name, str) or not GROUP_NAME_RE.match(name) or name in (".", ".."):
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"invalid group name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-]"
         )
     return name
@@ -42,14 +51,84 @@ class CommittedOffset:
 TopicPartitionKey = tuple[str, int]
 
 
+@dataclass
+class GroupLogState(LogStateBase):
+    """A group log at one version: the newest generation and the committed offsets."""
+
+    version: int = -1
+    generation: int = -1
+    offsets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commits_since_snapshot: int = 0
+
+
+class GroupCodec:
+    """Applies group commits; snapshots are the whole state as JSON."""
+
+    def empty(self) -> GroupLogState:
+        return GroupLogState()
+
+    def apply(self, state: GroupLogState, commit: Commit) -> None:
+        generation = commit.get("generation")
+        if isinstance(generation, int):
+            state.generation = max(state.generation, generation)
+        for key, entry in (commit.get("offsets") or {}).items():
+            state.offsets[key] = dict(entry)
+
+    def snapshot(self, state: GroupLogState) -> bytes:
+        return json.dumps(
+            {"version": state.version, "generation": state.generation, "offsets": state.offsets},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    def restore(self, payload: memoryview, where: str) -> GroupLogState:
+        try:
+            doc = json.loads(bytes(payload))
+            return GroupLogState(
+                version=int(doc["version"]),
+                generation=int(doc["generation"]),
+                offsets=dict(doc["offsets"]),
+            )
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(f"snapshot {where} cannot be decoded: {exc}") from None
+
+
+class GroupLog(MetaLog[GroupLogState]):
+    """One group's log.  Not thread-safe: :class:`GroupStore` locks around it."""
+
+    def __init__(
+        self, store: ObjectStore, group: str, snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
+    ) -> None:
+        super().__init__(
+            store,
+            f"groups/{validate_group_name(group)}/log",
+            GroupCodec(),
+            name=f"group {group}",
+            snapshot_interval=snapshot_interval,
+        )
+        self.group = group
+
+
 class GroupStore:
-    """Committed offsets of every consumer group under one root."""
+    """Committed offsets of every consumer group under one root (thread-safe)."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(
+        self, store: ObjectStore, *, snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
+    ) -> None:
         self.store = store
+        self.snapshot_interval = snapshot_interval
+        self._lock = threading.Lock()
+        self._logs: dict[str, tuple[GroupLog, threading.Lock]] = {}
 
-    def _doc(self, group: str) -> VersionedDocument:
-        return VersionedDocument(self.store, f"groups/{validate_group_name(group)}/offsets")
+    def log(self, group: str) -> tuple[GroupLog, threading.Lock]:
+        """The group's (cached) log and the lock to hold while using it."""
+        validate_group_name(group)
+        with self._lock:
+            found = self._logs.get(group)
+            if found is None:
+                found = (GroupLog(self.store, group, self.snapshot_interval), threading.Lock())
+                self._logs[group] = found
+            return found
 
     def commit(
         self,
@@ -58,8 +137,15 @@ class GroupStore:
         *,
         metadata: str = "",
         topic_ids: Mapping[str, str] | None = None,
+        generation: int | None = None,
+        member_id: str = "",
     ) -> None:
-        """Record ``offsets`` (next offset to consume) for the group's partitions."""
+        """Record ``offsets`` (next offset to consume) for the group's partitions.
+
+        With ``generation`` (>= 0), the commit is refused with
+        IllegalGenerationError unless it is the log's newest generation, in the
+        same create-only step that writes it.
+        """
         stamp = now_ms()
         entries = {
             f"{topic}:{partition}": {
@@ -70,20 +156,57 @@ class GroupStore:
             }
             for (topic, partition), offset in offsets.items()
         }
+        checked = generation is not None and generation >= 0
 
-        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-            current = dict((doc or {}).get("offsets", {}))
-            if all(current.get(k, {}).get("offset") == v["offset"] for k, v in entries.items()):
+        def build(state: GroupLogState) -> Commit | None:
+            if checked and generation is not None and generation < state.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation} of member {member_id!r} is not group {group!r}'s "
+                    f"current generation {state.generation}; offsets not committed",
+                    generation=state.generation,
+                )
+            unchanged = all(
+                state.offsets.get(k, {}).get("offset") == v["offset"]
+                and state.offsets.get(k, {}).get("metadata") == v["metadata"]
+                for k, v in entries.items()
+            )
+            newer = checked and generation is not None and generation > state.generation
+            if unchanged and not newer:
                 return None
-            current.update(entries)
-            return {"group": group, "offsets": current}
+            commit: Commit = {"kind": "offsets", "offsets": entries}
+            if checked:
+                commit["generation"] = generation
+                commit["member"] = member_id
+            return commit
 
-        self._doc(group).update(change)
+        log, lock = self.log(group)
+        with lock:
+            log.commit(build)
+
+    def set_generation(self, group: str, generation: int) -> None:
+        """Record that ``generation`` started: commits of older generations are refused."""
+
+        def build(state: GroupLogState) -> Commit | None:
+            if generation <= state.generation:
+                return None
+            return {"kind": "generation", "generation": generation}
+
+        log, lock = self.log(group)
+        with lock:
+            log.commit(build)
+
+    def generation(self, group: str) -> int:
+        """The newest generation the group's log has recorded (-1: none)."""
+        log, lock = self.log(group)
+        with lock:
+            return log.refresh().generation
 
     def fetch(self, group: str) -> dict[TopicPartitionKey, CommittedOffset]:
-        _, doc = self._doc(group).latest()
+        log, lock = self.log(group)
+        with lock:
+            offsets = dict(log.refresh().offsets)
         out = {}
-        for key, entry in ((doc or {}).get("offsets") or {}).items():
+        for key, entry in offsets.items():
             topic, _, partition = key.rpartition(":")
             out[(topic, int(partition))] = CommittedOffset(
                 entry["offset"],
@@ -97,4 +220,7 @@ class GroupStore:
         return self.store.list_names("groups")
 
     def delete(self, group: str) -> None:
-        self.store.delete_prefix(f"groups/{validate_group_name(group)}")
+        validate_group_name(group)
+        with self._lock:
+            self._logs.pop(group, None)
+        self.store.delete_prefix(f"groups/{group}")

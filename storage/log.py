@@ -1,21 +1,25 @@
-"""The partition log: a sequence of create-only commit files (DESIGN.md §3).
+"""Shard logs (storage format 2, DESIGN.md §3) and the partition views over them.
 
-Commit ``v`` is ``partitions/<p:05d>/log/<v:020d>.json``.  Whoever creates the
-next version wins; a loser re-reads the commits it missed, re-validates (leader
-epoch, producer sequence, transaction marker) and retries with a new base
-offset.  Objects hold no offsets, so a retry never rewrites data.  Every
-``snapshot_interval`` commits a snapshot of the full state is written as an
-Arrow file and a ``_latest.json`` hint points at it, so opening a log reads one
-hint, one snapshot and at most ``snapshot_interval`` commits.
+A topic's partitions share ``commit.shards`` shard logs; partition p belongs to
+shard ``p % shards``.  Shard s's commits are
+``shards/<s:05d>/log/<v:020d>.json`` (create-only, checksummed; see
+:mod:`sparklog.storage.metalog`).  One commit appends segments for any number
+of the shard's partitions, each at its own high watermark, so a flush or a
+Spark micro-batch lands in all of them or in none, and one flush costs one
+commit per shard touched whatever the partition count.
+
+The shard state holds, per partition, the live segments, high watermark, log
+start offset and idempotent producers (id -> epoch, last sequence, recent
+batches, last write time), plus the shard's leader epoch and the Spark sink's
+``(app id, version)`` markers.  Producers idle longer than
+``producer.id.expiration.ms`` and markers older than ``marker.retention.ms``
+are dropped by the commit that notices them, so the state stays bounded.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,26 +27,53 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.storage.documents import version_key
-from sparklog.storage.errors import (
-    CommitConflictError,
-    FencedError,
+from sparklog.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
     OffsetOutOfRangeError,
-    ProducerSequenceError,
-    StorageError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    SparklogError,
+)
+from sparklog.storage.metalog import (
+    DEFAULT_COMMIT_ATTEMPTS,
+    DEFAULT_SNAPSHOT_INTERVAL,
+    Commit,
+    LogStateBase,
+    MetaLog,
 )
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import OFFSET_FIELD, now_ms
 from sparklog.storage.segment_index import SegmentIndex
-from sparklog.storage.segments import Segment, read_segment
-
-log = logging.getLogger(__name__)
+from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
 
 PRODUCER_RECENT_BATCHES = 5
-DEFAULT_SNAPSHOT_INTERVAL = 32
-DEFAULT_COMMIT_ATTEMPTS = 200
-#: A staged object older than this is never committed: GC may be collecting it.
-STAGED_OBJECT_MAX_AGE_MS = 10 * 60 * 1000
+#: A staged object older than this is never committed, and GC never deletes an
+#: unreferenced object younger than it (its grace period must be at least this):
+#: generous, so a Spark batch whose tasks run for an hour still commits.
+STAGED_OBJECT_MAX_AGE_MS = 2 * 60 * 60 * 1000
+DEFAULT_PRODUCER_EXPIRATION_MS = 86_400_000
+DEFAULT_MARKER_RETENTION_MS = 7 * 86_400_000
+#: How often (at most) a writer looks for expired producers and markers.
+EXPIRY_CHECK_MS = 60_000
+#: Readers of several partitions of one shard within this window share one probe.
+READ_PROBE_SHARE_MS = 100
+#: An idle (long-polling) reader probes each shard log at most this often.
+IDLE_PROBE_INTERVAL_MS = 250
+
+__all__ = [
+    "DEFAULT_COMMIT_ATTEMPTS",
+    "DEFAULT_SNAPSHOT_INTERVAL",
+    "IDLE_PROBE_INTERVAL_MS",
+    "READ_PROBE_SHARE_MS",
+    "STAGED_OBJECT_MAX_AGE_MS",
+    "AppendResult",
+    "LogState",
+    "PartitionLog",
+    "ProducerBatch",
+    "ShardLog",
+    "duplicate_of",
+]
 
 SchemaResolver = Callable[[str], pa.Schema]
 
@@ -75,88 +106,453 @@ class AppendResult:
         return self.base_offset + self.record_count - 1
 
 
-@dataclass
-class LogState:
-    """Everything a partition log knows at one version."""
+def duplicate_of(
+    producers: Mapping[str, Mapping[str, Any]], batch: ProducerBatch, where: str
+) -> int | None:
+    """THE dedup rule of idempotent producers (storage and broker both use it).
 
-    version: int = -1
-    leader_epoch: int = 0
+    Returns None if ``batch`` is the next one in sequence (to be appended), the
+    base offset where it landed if it (or a range containing it) was committed
+    before; raises ProducerFencedError for an older producer epoch and
+    OutOfOrderSequenceNumberError for a gap or a batch too old to place.
+    """
+    entry = producers.get(str(batch.producer_id))
+    if entry is not None and batch.producer_epoch < entry["epoch"]:
+        raise ProducerFencedError(
+            f"producer {batch.producer_id} epoch {batch.producer_epoch} is fenced by epoch "
+            f"{entry['epoch']} in partition {where}"
+        )
+    if entry is None or batch.producer_epoch > entry["epoch"]:
+        if batch.first_sequence != 0:
+            raise OutOfOrderSequenceNumberError(
+                f"producer {batch.producer_id} epoch {batch.producer_epoch} is unknown to "
+                f"partition {where}; its first sequence must be 0, got {batch.first_sequence}"
+            )
+        return None
+    for first, last, base in entry["recent"]:
+        if first <= batch.first_sequence and batch.last_sequence <= last and base >= 0:
+            return int(base) + batch.first_sequence - int(first)
+    if batch.last_sequence <= entry["last_seq"]:
+        raise OutOfOrderSequenceNumberError(
+            f"producer {batch.producer_id} batch with sequences {batch.first_sequence}-"
+            f"{batch.last_sequence} is older than the last {len(entry['recent'])} batches "
+            f"partition {where} remembers (DUPLICATE_SEQUENCE); it was committed before"
+        )
+    expected = entry["last_seq"] + 1
+    if batch.first_sequence != expected:
+        raise OutOfOrderSequenceNumberError(
+            f"producer {batch.producer_id} sent sequence {batch.first_sequence} to partition "
+            f"{where}; expected {expected}"
+        )
+    return None
+
+
+# -- state ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PartState:
+    """One partition's part of a shard state."""
+
     log_start_offset: int = 0
     high_watermark: int = 0
     segments: SegmentIndex = field(default_factory=SegmentIndex)
     producers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    txn_versions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ShardState(LogStateBase):
+    """Everything a shard log knows at one version."""
+
+    version: int = -1
+    leader_epoch: int = 0
+    parts: dict[int, PartState] = field(default_factory=dict)
+    markers: dict[str, dict[str, int]] = field(default_factory=dict)
     commits_since_snapshot: int = 0
 
-    def scalars(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "leader_epoch": self.leader_epoch,
-            "log_start_offset": self.log_start_offset,
-            "high_watermark": self.high_watermark,
-            "producers": self.producers,
-            "txn_versions": self.txn_versions,
-        }
+    def part(self, partition: int) -> PartState:
+        found = self.parts.get(partition)
+        if found is None:
+            found = self.parts[partition] = PartState()
+        return found
 
-    def apply(self, commit: dict[str, Any]) -> None:
-        """Advance the state by one commit (pure function of the commit's contents)."""
-        self.version = commit["v"]
-        self.leader_epoch = max(self.leader_epoch, commit.get("epoch", 0))
-        for base in commit.get("remove", ()):
-            self.segments.remove(base)
-        for raw in commit.get("add", ()):
-            self.segments.add(Segment.from_json(raw))
-        for raw in commit.get("append", ()):
-            seg = Segment.from_json(raw)
-            self.segments.add(seg)
-            self.high_watermark = max(self.high_watermark, seg.end_offset)
-        if commit.get("log_start_offset") is not None:
-            self.log_start_offset = max(self.log_start_offset, commit["log_start_offset"])
-        producer = commit.get("producer")
-        if producer:
-            self._apply_producer(producer, commit)
+
+class LogState:
+    """A read-only view of one partition inside a shard state (what readers plan with)."""
+
+    def __init__(self, shard: ShardState, partition: int) -> None:
+        self._shard = shard
+        self._part = shard.parts.get(partition) or PartState()
+
+    @property
+    def version(self) -> int:
+        return self._shard.version
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._shard.leader_epoch
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._part.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._part.high_watermark
+
+    @property
+    def segments(self) -> SegmentIndex:
+        return self._part.segments
+
+    @property
+    def producers(self) -> dict[str, dict[str, Any]]:
+        return self._part.producers
+
+    @property
+    def txn_versions(self) -> dict[str, int]:
+        return {k: v["version"] for k, v in self._shard.markers.items()}
+
+
+class ShardCodec:
+    """Applies shard commits; snapshots a shard state as one Arrow file."""
+
+    def empty(self) -> ShardState:
+        return ShardState()
+
+    def apply(self, state: ShardState, commit: Commit) -> None:
+        state.leader_epoch = max(state.leader_epoch, int(commit.get("epoch", 0)))
+        ts = int(commit.get("ts", 0))
+        for key, change in (commit.get("parts") or {}).items():
+            part = state.part(int(key))
+            for base in change.get("remove", ()):
+                part.segments.remove(base)
+            for raw in change.get("add", ()):
+                part.segments.add(Segment.from_json(raw))
+            appended = [Segment.from_json(raw) for raw in change.get("append", ())]
+            for seg in appended:
+                part.segments.add(seg)
+                part.high_watermark = max(part.high_watermark, seg.end_offset)
+            if change.get("lso") is not None:
+                part.log_start_offset = max(part.log_start_offset, int(change["lso"]))
+            producer = change.get("producer")
+            if producer:
+                base = appended[0].base_offset if appended else -1
+                _apply_producer(part, producer, base, ts)
         txn = commit.get("txn")
         if txn:
-            self.txn_versions[txn["app_id"]] = max(
-                self.txn_versions.get(txn["app_id"], -1), txn["version"]
+            old = state.markers.get(txn["app_id"], {}).get("version", -1)
+            state.markers[txn["app_id"]] = {"version": max(old, int(txn["version"])), "ts": ts}
+        expire = commit.get("expire") or {}
+        if expire.get("producers_before") is not None:
+            cut = int(expire["producers_before"])
+            for part in state.parts.values():
+                for pid in [k for k, v in part.producers.items() if v.get("ts", 0) < cut]:
+                    del part.producers[pid]
+        if expire.get("markers_before") is not None:
+            cut = int(expire["markers_before"])
+            for app in [k for k, v in state.markers.items() if v.get("ts", 0) < cut]:
+                del state.markers[app]
+
+    def snapshot(self, state: ShardState) -> bytes:
+        tables = []
+        scalars: dict[str, Any] = {}
+        for p in sorted(state.parts):
+            part = state.parts[p]
+            table = part.segments.to_table()
+            tables.append(
+                table.append_column("partition", pa.array(np.full(table.num_rows, p, np.int64)))
             )
-        self.commits_since_snapshot += 1
+            scalars[str(p)] = {
+                "lso": part.log_start_offset,
+                "hwm": part.high_watermark,
+                "producers": part.producers,
+            }
+        schema = pa.schema([*SEGMENT_ARROW_SCHEMA, pa.field("partition", pa.int64())])
+        table = pa.concat_tables(tables) if tables else schema.empty_table()
+        meta = {
+            "version": state.version,
+            "leader_epoch": state.leader_epoch,
+            "parts": scalars,
+            "markers": state.markers,
+        }
+        schema = schema.with_metadata({b"state": json.dumps(meta).encode()})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, schema) as writer:
+            writer.write_table(table.cast(schema))
+        return bytes(sink.getvalue())
 
-    def _apply_producer(self, producer: dict[str, Any], commit: dict[str, Any]) -> None:
-        pid = str(producer["id"])
-        entry = self.producers.get(pid)
-        if entry is None or producer["epoch"] > entry["epoch"]:
-            entry = {"epoch": producer["epoch"], "last_seq": -1, "recent": []}
-        base = commit["append"][0]["base_offset"] if commit.get("append") else -1
-        entry["last_seq"] = producer["last_seq"]
-        entry["recent"] = [*entry["recent"], [producer["first_seq"], producer["last_seq"], base]][
-            -PRODUCER_RECENT_BATCHES:
-        ]
-        entry["ts"] = commit.get("ts", 0)
-        self.producers[pid] = entry
+    def restore(self, payload: memoryview, where: str) -> ShardState:
+        try:
+            reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(payload)))
+            table = reader.read_all()
+            meta = json.loads(reader.schema.metadata[b"state"])
+            state = ShardState(
+                version=int(meta["version"]),
+                leader_epoch=int(meta["leader_epoch"]),
+                markers=dict(meta["markers"]),
+            )
+            parts = table.column("partition").to_numpy()
+            segments = table.drop_columns(["partition"])
+            for key, scalars in meta["parts"].items():
+                p = int(key)
+                lo = int(np.searchsorted(parts, p, side="left"))
+                hi = int(np.searchsorted(parts, p, side="right"))
+                state.parts[p] = PartState(
+                    log_start_offset=int(scalars["lso"]),
+                    high_watermark=int(scalars["hwm"]),
+                    segments=SegmentIndex(segments.slice(lo, hi - lo)),
+                    producers=dict(scalars["producers"]),
+                )
+        except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+            raise CorruptRecordError(
+                f"snapshot {where} cannot be decoded: {type(exc).__name__}: {exc}"
+            ) from None
+        return state
 
 
-class PartitionLog:
-    """One partition's log.  Not thread-safe; create one per thread or lock around it."""
+def _apply_producer(part: PartState, producer: Mapping[str, Any], base: int, ts: int) -> None:
+    pid = str(producer["id"])
+    entry = part.producers.get(pid)
+    if entry is None or producer["epoch"] > entry["epoch"]:
+        entry = {"epoch": producer["epoch"], "last_seq": -1, "recent": []}
+    entry["last_seq"] = producer["last_seq"]
+    entry["recent"] = [*entry["recent"], [producer["first_seq"], producer["last_seq"], base]][
+        -PRODUCER_RECENT_BATCHES:
+    ]
+    entry["ts"] = ts
+    part.producers[pid] = entry
+
+
+# -- the shard log --------------------------------------------------------------------------
+
+
+class ShardLog(MetaLog[ShardState]):
+    """One shard's log: commits for many partitions.  Not thread-safe: lock around it."""
 
     def __init__(
         self,
         store: ObjectStore,
-        partition: int,
-        schema_for: SchemaResolver,
+        shard: int,
         *,
         topic: str = "",
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
         commit_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+        producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
+        marker_retention_ms: int = DEFAULT_MARKER_RETENTION_MS,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.store = store
+        super().__init__(
+            store,
+            f"shards/{shard:05d}/log",
+            ShardCodec(),
+            name=f"{topic}/shard-{shard}",
+            snapshot_interval=snapshot_interval,
+            commit_attempts=commit_attempts,
+            clock_ms=clock_ms,
+        )
+        self.shard = shard
+        self.topic = topic
+        self.producer_expiration_ms = producer_expiration_ms
+        self.marker_retention_ms = marker_retention_ms
+        self._expiry_checked = 0
+
+    def __repr__(self) -> str:
+        return f"ShardLog({self.topic!r}, {self.shard})"
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    def _expiry(self, state: ShardState, now: int) -> dict[str, int]:
+        """The expiry a commit should carry now (empty: nothing to expire or checked lately)."""
+        if now - self._expiry_checked < EXPIRY_CHECK_MS:
+            return {}
+        self._expiry_checked = now
+        out = {}
+        producers_before = now - self.producer_expiration_ms
+        if any(
+            v.get("ts", 0) < producers_before
+            for part in state.parts.values()
+            for v in part.producers.values()
+        ):
+            out["producers_before"] = producers_before
+        markers_before = now - self.marker_retention_ms
+        if any(v.get("ts", 0) < markers_before for v in state.markers.values()):
+            out["markers_before"] = markers_before
+        return out
+
+    def _check_epoch(self, state: ShardState, leader_epoch: int | None) -> None:
+        if leader_epoch is not None and leader_epoch < state.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"shard {self.name}: leader epoch {leader_epoch} is fenced by epoch "
+                f"{state.leader_epoch}"
+            )
+
+    def duplicate_of(self, partition: int, batch: ProducerBatch) -> int | None:
+        """The dedup rule against this log's view (see :func:`duplicate_of`).
+
+        A sequence error against a possibly stale view is checked again after a
+        refresh, so only the log's head can refuse a batch.
+        """
+        where = f"{self.topic}-{partition}"
+        part = self.state.parts.get(partition)
+        try:
+            return duplicate_of(part.producers if part else {}, batch, where)
+        except OutOfOrderSequenceNumberError:
+            part = self.refresh().parts.get(partition)
+            return duplicate_of(part.producers if part else {}, batch, where)
+
+    def append(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        leader_epoch: int | None = None,
+        producers: Mapping[int, ProducerBatch] | None = None,
+        txn: tuple[str, int] | None = None,
+        staged_max_age_ms: int = STAGED_OBJECT_MAX_AGE_MS,
+    ) -> dict[int, AppendResult]:
+        """Commit staged segments of many partitions atomically, each at its high watermark.
+
+        ``leader_epoch`` fences a deposed leader.  ``producers`` (per partition)
+        deduplicates an idempotent producer's retries: a partition whose batch
+        was committed before is answered from the log and not appended again.
+        ``txn=(app_id, version)`` makes a repeated commit of the same marker a
+        no-op for the whole shard (the Spark sink's exactly-once).
+        """
+        now = self.clock_ms()
+        for segments in appends.values():
+            for seg in segments:
+                if now - seg.created_ms > staged_max_age_ms:
+                    raise SparklogError(
+                        f"staged object {seg.object_key} is older than {staged_max_age_ms} ms "
+                        "and may be garbage-collected; write it again"
+                    )
+        producers = producers or {}
+        counts = {p: sum(s.offset_span for s in segs) for p, segs in appends.items()}
+        outcome: dict[int, AppendResult] = {}
+
+        def build(state: ShardState) -> Commit | None:
+            outcome.clear()
+            self._check_epoch(state, leader_epoch)
+            if txn is not None and state.markers.get(txn[0], {}).get("version", -1) >= txn[1]:
+                for p, n in counts.items():
+                    outcome[p] = AppendResult(-1, n, state.version, duplicate=True)
+                return None
+            parts: dict[str, Any] = {}
+            for p, segments in sorted(appends.items()):
+                batch = producers.get(p)
+                if batch is not None:
+                    dup = duplicate_of(state.part(p).producers, batch, f"{self.topic}-{p}")
+                    if dup is not None:
+                        outcome[p] = AppendResult(dup, counts[p], state.version, duplicate=True)
+                        continue
+                base = state.part(p).high_watermark
+                placed = []
+                for seg in segments:
+                    placed.append(seg.at(base).to_json())
+                    base += seg.offset_span
+                change: dict[str, Any] = {"append": placed}
+                if batch is not None:
+                    change["producer"] = {
+                        "id": batch.producer_id,
+                        "epoch": batch.producer_epoch,
+                        "first_seq": batch.first_sequence,
+                        "last_seq": batch.last_sequence,
+                    }
+                parts[str(p)] = change
+            if not parts:
+                return None
+            commit: Commit = {"kind": "append", "parts": parts, "ts": now}
+            commit["epoch"] = max(leader_epoch or 0, state.leader_epoch)
+            if txn is not None:
+                commit["txn"] = {"app_id": txn[0], "version": txn[1]}
+            expire = self._expiry(state, now)
+            if expire:
+                commit["expire"] = expire
+            return commit
+
+        try:
+            commit = self.commit(build)
+        except OutOfOrderSequenceNumberError:
+            if not producers:
+                raise
+            # A stale view must not fail a batch that the log's head would accept.
+            self.refresh()
+            commit = self.commit(build)
+        if commit is not None:
+            for key, change in commit["parts"].items():
+                p = int(key)
+                placed = change["append"]
+                base = placed[0]["base_offset"] if placed else self.state.part(p).high_watermark
+                outcome[p] = AppendResult(base, counts[p], commit["v"])
+        for p in appends:
+            if p not in outcome:  # nothing to place (no segments)
+                part = self.state.part(p)
+                outcome[p] = AppendResult(part.high_watermark, 0, self.state.version)
+        return outcome
+
+    def bump_epoch(self, new_epoch: int | None = None) -> int:
+        """Write an epoch-bump commit (a leader taking over the shard); return the new epoch."""
+
+        def build(state: ShardState) -> Commit:
+            epoch = state.leader_epoch + 1 if new_epoch is None else new_epoch
+            if epoch <= state.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"shard {self.name}: epoch {epoch} is not above current {state.leader_epoch}"
+                )
+            return {"kind": "epoch", "epoch": epoch}
+
+        commit = self.commit(build)
+        assert commit is not None
+        return int(commit["epoch"])
+
+    def replace_segments(
+        self,
+        partition: int,
+        build: Callable[[LogState], tuple[list[int], list[Segment], int | None] | None],
+        kind: str,
+        leader_epoch: int | None = None,
+    ) -> Commit | None:
+        """Commit a maintenance change of one partition: remove segments, add others."""
+
+        def commit_for(state: ShardState) -> Commit | None:
+            self._check_epoch(state, leader_epoch)
+            change = build(LogState(state, partition))
+            if change is None:
+                return None
+            remove, add, log_start = change
+            entry: dict[str, Any] = {"remove": remove, "add": [s.to_json() for s in add]}
+            if log_start is not None:
+                entry["lso"] = log_start
+            commit: Commit = {"kind": kind, "parts": {str(partition): entry}}
+            commit["epoch"] = state.leader_epoch
+            return commit
+
+        return self.commit(commit_for)
+
+
+# -- the partition view ---------------------------------------------------------------------
+
+
+class PartitionLog:
+    """One partition of a shard log: reads, appends and maintenance commits.
+
+    Several views share one :class:`ShardLog` (and its lock discipline: not
+    thread-safe, lock around the shard).
+    """
+
+    def __init__(
+        self,
+        shard: ShardLog,
+        partition: int,
+        schema_for: SchemaResolver,
+        *,
+        topic: str = "",
+    ) -> None:
+        self.shard = shard
         self.partition = partition
         self.topic = topic
         self.schema_for = schema_for
-        self.snapshot_interval = snapshot_interval
-        self.commit_attempts = commit_attempts
-        self.prefix = f"partitions/{partition:05d}/log"
-        self._state: LogState | None = None
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic!r}, {self.partition})"
@@ -165,19 +561,23 @@ class PartitionLog:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def store(self) -> ObjectStore:
+        return self.shard.store
+
     # -- state -------------------------------------------------------------
     @property
     def state(self) -> LogState:
-        if self._state is None:
-            self._state = self._load()
-        return self._state
+        return LogState(self.shard.state, self.partition)
 
-    def refresh(self) -> LogState:
-        """Catch up with commits made by other writers since the last look."""
-        if self._state is None:
-            return self.state
-        self._read_forward(self._state)
-        return self._state
+    def refresh(self, max_staleness_ms: int = 0) -> LogState:
+        """Catch up with commits made by other writers (one probe of the shard log).
+
+        ``max_staleness_ms`` skips the probe when the shard was seen at its head
+        that recently (see :data:`READ_PROBE_SHARE_MS`, :data:`IDLE_PROBE_INTERVAL_MS`).
+        """
+        self.shard.refresh(max_staleness_ms)
+        return self.state
 
     @property
     def high_watermark(self) -> int:
@@ -189,108 +589,20 @@ class PartitionLog:
 
     @property
     def leader_epoch(self) -> int:
-        return self.state.leader_epoch
+        return self.shard.state.leader_epoch
 
     def segments(self) -> list[Segment]:
         return self.state.segments.all()
 
-    def _load(self) -> LogState:
-        state = LogState()
-        hint = self.store.get_or_none(f"{self.prefix}/_latest.json")
-        snapshot_version = json.loads(hint)["snapshot"] if hint else None
-        if snapshot_version is None:
-            snapshots = [
-                int(n.split(".")[0])
-                for n in self.store.list_names(self.prefix)
-                if n.endswith(".snapshot") and n.split(".")[0].isdigit()
-            ]
-            snapshot_version = max(snapshots) if snapshots else None
-        if snapshot_version is not None:
-            loaded = self._load_snapshot(snapshot_version)
-            if loaded is not None:
-                state = loaded
-        self._read_forward(state)
-        return state
+    def segments_between(self, start: int, end: int) -> list[Segment]:
+        """Live segments covering any offset in ``[start, end)``, in offset order (planning)."""
+        return self.state.segments.overlapping(start, end)
 
-    def _load_snapshot(self, version: int) -> LogState | None:
-        try:
-            raw = self.store.get_buffer(version_key(self.prefix, version, ".snapshot"))
-        except FileNotFoundError:
-            return None
-        reader = pa.ipc.open_file(raw)
-        table = reader.read_all()
-        meta = json.loads(reader.schema.metadata[b"state"])
-        return LogState(
-            version=meta["version"],
-            leader_epoch=meta["leader_epoch"],
-            log_start_offset=meta["log_start_offset"],
-            high_watermark=meta["high_watermark"],
-            segments=SegmentIndex(table),
-            producers=meta["producers"],
-            txn_versions=meta["txn_versions"],
-        )
-
-    def _read_forward(self, state: LogState) -> None:
-        chunk = 4  # a writer that lost a race usually missed one or two commits
-        while True:
-            keys = [version_key(self.prefix, state.version + i) for i in range(1, chunk + 1)]
-            found = self.store.get_many(keys)
-            applied = 0
-            for key in keys:
-                raw = found.get(key)
-                if raw is None:
-                    break
-                state.apply(json.loads(raw))
-                applied += 1
-            if applied < chunk:
-                return
-            chunk = min(chunk * 4, 256)
+    def duplicate_of(self, batch: ProducerBatch) -> int | None:
+        """Where an idempotent batch landed if committed before; None if it is next."""
+        return self.shard.duplicate_of(self.partition, batch)
 
     # -- commits -----------------------------------------------------------
-    def _commit(self, build: Callable[[LogState], dict[str, Any] | None]) -> dict[str, Any] | None:
-        """Create the next commit from ``build(state)``; re-read and rebuild on a lost race.
-
-        ``build`` returns None when nothing must be written (e.g. a duplicate).
-        """
-        delay = 0.001
-        for _ in range(self.commit_attempts):
-            state = self.state
-            commit = build(state)
-            if commit is None:
-                return None
-            commit["v"] = state.version + 1
-            commit.setdefault("epoch", state.leader_epoch)
-            commit.setdefault("ts", now_ms())
-            data = json.dumps(commit, separators=(",", ":")).encode()
-            if self.store.create(version_key(self.prefix, commit["v"]), data):
-                state.apply(commit)
-                if state.commits_since_snapshot >= self.snapshot_interval:
-                    self._write_snapshot(state)
-                return commit
-            self.refresh()
-            time.sleep(delay * random.random())
-            delay = min(delay * 2, 1.0)
-        raise CommitConflictError(
-            f"partition {self.name}: gave up after {self.commit_attempts} lost commit races"
-        )
-
-    def _write_snapshot(self, state: LogState) -> None:
-        table = state.segments.to_table()
-        schema = table.schema.with_metadata({b"state": json.dumps(state.scalars()).encode()})
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(table.cast(schema))
-        try:
-            self.store.create(version_key(self.prefix, state.version, ".snapshot"), sink.getvalue())
-            self.store.put(
-                f"{self.prefix}/_latest.json", json.dumps({"snapshot": state.version}).encode()
-            )
-            state.commits_since_snapshot = 0
-        except StorageError as exc:  # a snapshot is an optimisation; the commit stands
-            log.warning(
-                "partition %s: snapshot at version %d failed: %s", self.name, state.version, exc
-            )
-
     def append(
         self,
         segments: Sequence[Segment],
@@ -298,139 +610,28 @@ class PartitionLog:
         leader_epoch: int | None = None,
         producer: ProducerBatch | None = None,
         txn: tuple[str, int] | None = None,
+        staged_max_age_ms: int = STAGED_OBJECT_MAX_AGE_MS,
     ) -> AppendResult:
-        """Commit staged segments at the high watermark; return the assigned offsets.
-
-        ``leader_epoch`` fences: a writer whose epoch is older than the log's
-        gets FencedError.  ``producer`` deduplicates retries of an idempotent
-        producer.  ``txn=(app_id, version)`` makes a repeated commit of the
-        same marker a no-op (the Spark sink's exactly-once).
-        """
-        now = now_ms()
-        for seg in segments:
-            if now - seg.created_ms > STAGED_OBJECT_MAX_AGE_MS:
-                raise StorageError(
-                    f"staged object {seg.object_key} is older than "
-                    f"{STAGED_OBJECT_MAX_AGE_MS} ms and may be garbage-collected; write it again"
-                )
-        count = sum(s.offset_span for s in segments)
-        outcome: dict[str, Any] = {}
-
-        def build(state: LogState) -> dict[str, Any] | None:
-            if leader_epoch is not None and leader_epoch < state.leader_epoch:
-                raise FencedError(
-                    f"partition {self.name}: leader epoch {leader_epoch} is fenced by epoch "
-                    f"{state.leader_epoch}"
-                )
-            if txn is not None and state.txn_versions.get(txn[0], -1) >= txn[1]:
-                outcome["duplicate"] = AppendResult(-1, count, state.version, duplicate=True)
-                return None
-            commit: dict[str, Any] = {"kind": "append"}
-            if leader_epoch is not None:
-                commit["epoch"] = max(leader_epoch, state.leader_epoch)
-            if producer is not None:
-                dup = self._check_producer(state, producer)
-                if dup is not None:
-                    outcome["duplicate"] = AppendResult(dup, count, state.version, duplicate=True)
-                    return None
-                commit["producer"] = {
-                    "id": producer.producer_id,
-                    "epoch": producer.producer_epoch,
-                    "first_seq": producer.first_sequence,
-                    "last_seq": producer.last_sequence,
-                }
-            if txn is not None:
-                commit["txn"] = {"app_id": txn[0], "version": txn[1]}
-            base = state.high_watermark
-            placed = []
-            for seg in segments:
-                placed.append(seg.at(base).to_json())
-                base += seg.offset_span
-            commit["append"] = placed
-            return commit
-
-        commit = self._commit(build)
-        if commit is None:
-            return outcome["duplicate"]
-        base = commit["append"][0]["base_offset"] if commit["append"] else self.high_watermark
-        return AppendResult(base, count, commit["v"])
-
-    def _check_producer(self, state: LogState, producer: ProducerBatch) -> int | None:
-        """None if the batch is next in sequence; its base offset if a duplicate."""
-        entry = state.producers.get(str(producer.producer_id))
-        if entry is not None:
-            if producer.producer_epoch < entry["epoch"]:
-                raise FencedError(
-                    f"producer {producer.producer_id} epoch {producer.producer_epoch} is fenced "
-                    f"by epoch {entry['epoch']}"
-                )
-            if producer.producer_epoch == entry["epoch"]:
-                for first, last, base in entry["recent"]:
-                    if first == producer.first_sequence and last == producer.last_sequence:
-                        return int(base)
-                expected = entry["last_seq"] + 1
-                if producer.first_sequence != expected:
-                    raise ProducerSequenceError(
-                        f"producer {producer.producer_id} sent sequence "
-                        f"{producer.first_sequence} to partition {self.name}; expected {expected}"
-                    )
-                return None
-        if producer.first_sequence != 0:
-            raise ProducerSequenceError(
-                f"producer {producer.producer_id} epoch {producer.producer_epoch} is unknown to "
-                f"partition {self.name}; its first sequence must be 0, got "
-                f"{producer.first_sequence}"
-            )
-        return None
+        """Commit staged segments at the high watermark; return the assigned offsets."""
+        results = self.shard.append(
+            {self.partition: segments},
+            leader_epoch=leader_epoch,
+            producers={self.partition: producer} if producer is not None else None,
+            txn=txn,
+            staged_max_age_ms=staged_max_age_ms,
+        )
+        return results[self.partition]
 
     def bump_epoch(self, new_epoch: int | None = None) -> int:
-        """Write an epoch-bump commit (a leader taking over); return the new epoch."""
-
-        def build(state: LogState) -> dict[str, Any]:
-            epoch = state.leader_epoch + 1 if new_epoch is None else new_epoch
-            if epoch <= state.leader_epoch:
-                raise FencedError(
-                    f"partition {self.name}: epoch {epoch} is not above current "
-                    f"{state.leader_epoch}"
-                )
-            return {"kind": "epoch", "epoch": epoch}
-
-        commit = self._commit(build)
-        assert commit is not None
-        return int(commit["epoch"])
+        return self.shard.bump_epoch(new_epoch)
 
     def replace_segments(
         self,
         build: Callable[[LogState], tuple[list[int], list[Segment], int | None] | None],
         kind: str,
         leader_epoch: int | None = None,
-    ) -> dict[str, Any] | None:
-        """Commit a maintenance change: remove segments (by base offset), add others.
-
-        ``build(state)`` returns ``(remove, add, new_log_start_offset)`` or None
-        for no change; it runs again on a lost race, against the newer state.
-        """
-
-        def commit_for(state: LogState) -> dict[str, Any] | None:
-            if leader_epoch is not None and leader_epoch < state.leader_epoch:
-                raise FencedError(
-                    f"partition {self.name}: leader epoch {leader_epoch} is fenced by epoch "
-                    f"{state.leader_epoch}"
-                )
-            change = build(state)
-            if change is None:
-                return None
-            remove, add, log_start = change
-            commit: dict[str, Any] = {
-                "kind": kind,
-                "remove": remove,
-                "add": [s.to_json() for s in add],
-            }
-            if log_start is not None:
-                commit["log_start_offset"] = log_start
-            return commit
-
-        return self._commit(commit_for)
+    ) -> Commit | None:
+        return self.shard.replace_segments(self.partition, build, kind, leader_epoch)
 
     # -- reads -------------------------------------------------------------
     def iter_batches(
@@ -454,7 +655,7 @@ class PartitionLog:
             )
         read_bytes = 0
         for seg in state.segments.overlapping(start, stop):
-            yield from self._segment_batches(seg, start, stop)
+            yield from self.segment_batches(seg, start, stop)
             read_bytes += seg.size_bytes
             if max_bytes is not None and read_bytes >= max_bytes:
                 return
@@ -467,7 +668,8 @@ class PartitionLog:
             return schema.empty_table()
         return pa.Table.from_batches(batches)
 
-    def _segment_batches(self, seg: Segment, start: int, stop: int) -> Iterator[pa.RecordBatch]:
+    def segment_batches(self, seg: Segment, start: int, stop: int) -> Iterator[pa.RecordBatch]:
+        """One segment's records with offsets in ``[start, stop)``, offset column added."""
         schema = self.schema_for(seg.schema_id)
         target = self.schema_for("")
         offset = seg.base_offset
@@ -494,12 +696,14 @@ class PartitionLog:
             if offset >= stop:
                 return
 
+    _segment_batches = segment_batches
+
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""
         state = self.state
         seg = state.segments.first_with_max_timestamp_at_least(timestamp_ms)
         while seg is not None:
-            for batch in self._segment_batches(seg, seg.base_offset, seg.end_offset):
+            for batch in self.segment_batches(seg, seg.base_offset, seg.end_offset):
                 ts = batch.column("timestamp").cast(pa.int64())
                 hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp_ms))
                 if len(hits):

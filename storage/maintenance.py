@@ -18,14 +18,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from sparklog.storage.errors import StorageError
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
+from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD, now_ms
 from sparklog.storage.segments import Segment, write_object
-from sparklog.storage.topics import Topic
+from sparklog.storage.topics import LogRoot, Topic
 
-#: Objects unreferenced for this long (and older than it) are deleted by GC.
-DEFAULT_GC_GRACE_MS = 15 * 60 * 1000
+#: Objects unreferenced for this long (and older than it) are deleted by GC; at
+#: least the staged-object age limit, so staged objects about to be committed survive.
+DEFAULT_GC_GRACE_MS = STAGED_OBJECT_MAX_AGE_MS
+#: Commit files and snapshots older than the newest snapshot by this are pruned.
+DEFAULT_LOG_RETENTION_MS = 60 * 60 * 1000
+#: Shortest accepted log retention: well above how long a reader may trust its view
+#: without re-reading the snapshot hint (metalog.RELOAD_AFTER_MS).
+MIN_LOG_RETENTION_MS = 2 * RELOAD_AFTER_MS
 
 
 @dataclass
@@ -129,6 +137,34 @@ def apply_retention(
     log.refresh()
     log.replace_segments(build, "retention", leader_epoch)
     return outcome["report"]
+
+
+def delete_records(
+    log: PartitionLog, before_offset: int, *, leader_epoch: int | None = None
+) -> int:
+    """Kafka's DeleteRecords: move the log start to ``before_offset`` (-1: the high watermark).
+
+    Segments wholly below it are removed (a commit); the rest stay and reads
+    start at the new log start.  Returns the log start offset afterwards.
+    """
+
+    def build(state: LogState) -> tuple[list[int], list[Segment], int | None] | None:
+        target = state.high_watermark if before_offset == -1 else before_offset
+        if not 0 <= target <= state.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"partition {log.name}: cannot delete records before offset {before_offset}; "
+                f"accepted: -1 (the high watermark) or 0-{state.high_watermark}",
+                state.log_start_offset,
+                state.high_watermark,
+            )
+        if target <= state.log_start_offset:
+            return None
+        gone = [s.base_offset for s in state.segments.all() if s.end_offset <= target]
+        return gone, [], target
+
+    log.refresh()
+    log.replace_segments(build, "delete_records", leader_epoch)
+    return int(log.refresh().log_start_offset)
 
 
 # -- compaction and merging -----------------------------------------------------------------
@@ -379,9 +415,7 @@ def collect_garbage(
         )
     now = now_ms() if now is None else now
     topic.reload()
-    referenced: set[str] = set()
-    for p in range(topic.partitions):
-        referenced.update(s.object_key for s in topic.partition(p).refresh().segments.all())
+    referenced = _referenced_objects(topic)
     raw = topic.store.get_or_none(MARKS_KEY)
     marks: dict[str, int] = json.loads(raw) if raw else {}
     report = GcReport(dry_run=dry_run)
@@ -401,10 +435,75 @@ def collect_garbage(
     if dry_run:
         return report
     # Re-check references just before deleting: a writer may have committed meanwhile.
-    for p in range(topic.partitions):
-        referenced.update(s.object_key for s in topic.partition(p).refresh().segments.all())
+    referenced |= _referenced_objects(topic)
     report.deleted = [k for k in report.deleted if k not in referenced]
     for key in report.deleted:
         topic.store.delete(key)
     topic.store.put(MARKS_KEY, json.dumps(new_marks, sort_keys=True).encode())
     return report
+
+
+def _referenced_objects(topic: Topic) -> set[str]:
+    """Every object a live segment of any partition references (one refresh per shard)."""
+    referenced: set[str] = set()
+    for s in range(topic.shards):
+        state = topic.shard(s).refresh()
+        for part in state.parts.values():
+            referenced.update(seg.object_key for seg in part.segments.all())
+    return referenced
+
+
+@dataclass
+class PruneReport:
+    """Metadata files (commits, snapshots) pruning deleted, or would delete in a dry run."""
+
+    deleted: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def _check_log_retention(retention_ms: int) -> None:
+    if retention_ms < MIN_LOG_RETENTION_MS:
+        raise InvalidConfigurationError(
+            f"log retention {retention_ms} ms is not accepted; accepted: >= "
+            f"{MIN_LOG_RETENTION_MS} ms (readers trust their view that long)"
+        )
+
+
+def prune_topic_logs(
+    topic: Topic,
+    retention_ms: int = DEFAULT_LOG_RETENTION_MS,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Delete each shard log's commits and snapshots older than its newest snapshot.
+
+    Only files older than ``retention_ms`` go, so a reader that opened the log
+    recently still finds the commits after its snapshot; the file count of a
+    log stays bounded by about ``snapshot_interval`` plus what the window holds.
+    """
+    _check_log_retention(retention_ms)
+    report = PruneReport(dry_run=dry_run)
+    for s in range(topic.shards):
+        prefix = topic.shard(s).prefix
+        report.deleted.extend(
+            prune_log(topic.store, prefix, retention_ms=retention_ms, now=now, dry_run=dry_run)
+        )
+    return report
+
+
+def prune_group_log(
+    root: LogRoot,
+    group: str,
+    retention_ms: int = DEFAULT_LOG_RETENTION_MS,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """:func:`prune_topic_logs` for a consumer group's log."""
+    _check_log_retention(retention_ms)
+    log, _ = root.groups.log(group)
+    return PruneReport(
+        prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),
+        dry_run,
+    )

@@ -347,10 +347,38 @@ class ObjectStore:
         return bytes(data)
 
     def get_or_none(self, key: str) -> bytes | None:
+        if self._direct_gets:
+            return self.get_many([key])[key]
         try:
             return self.get(key)
         except FileNotFoundError:
             return None
+
+    @property
+    def _direct_gets(self) -> bool:
+        """S3: read keys that may be missing with one GET each (fsspec's cat adds HEAD+LIST)."""
+        return self.protocol in ("s3", "s3a") and hasattr(self.fs, "_call_s3")
+
+    def _s3_get_many(self, paths: list[str]) -> list[bytes | BaseException | None]:
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        fs: Any = self.fs
+
+        async def one(path: str) -> bytes | None:
+            bucket, key, _ = fs.split_path(path)
+            try:
+                response = await fs._call_s3("get_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return None
+            async with response["Body"] as body:
+                return bytes(await body.read())
+
+        async def every() -> list[bytes | BaseException | None]:
+            return await asyncio.gather(*(one(p) for p in paths), return_exceptions=True)
+
+        return list(sync(fs.loop, every, timeout=self.request_timeout_ms / 1000))
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
         """Several whole objects at once (concurrently on S3); None where absent."""
@@ -361,7 +389,10 @@ class ObjectStore:
             return {k: self.get_or_none(k) for k in keys}
         paths = [self._path(k) for k in keys]
         try:
-            found = self._call("cat", paths, on_error="return")
+            if self._direct_gets:
+                found: Any = dict(zip(paths, self._s3_get_many(paths), strict=True))
+            else:
+                found = self._call("cat", paths, on_error="return")
         except Exception as exc:
             raise self._unavailable("read", keys[0], exc) from exc
         out: dict[str, bytes | None] = {}

@@ -1,9 +1,12 @@
 """Topics: names, ids, partitions, configs and value schemas; and the root that holds them.
 
-A topic's metadata is a versioned document ``topics/<name>/meta/<v>.json``.
+A topic's metadata is a versioned document ``topics/<name>/meta/<v>.json``
+recording the storage ``format`` (2: shard logs) and ``commit.shards``.
 Each incarnation of a name gets a fresh UUID and keeps its data under
 ``topics/<name>/<id>/``, so a topic deleted and created again never mixes with
-its old data, and a handle on the old incarnation notices.
+its old data, and a handle on the old incarnation notices.  A topic written
+by a storage format this code does not know (format 1's per-partition logs
+included) is refused with an error naming its metadata file.
 """
 
 from __future__ import annotations
@@ -18,21 +21,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.errors import InvalidConfigurationError
+from sparklog.errors import (
+    CorruptRecordError,
+    InvalidConfigurationError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
 from sparklog.storage.documents import VersionedDocument
-from sparklog.storage.errors import (
-    CorruptionError,
-    InvalidConfigError,
-    TopicExistsError,
-    UnknownTopicError,
-)
 from sparklog.storage.groups import GroupStore
 from sparklog.storage.log import (
     DEFAULT_SNAPSHOT_INTERVAL,
+    STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
     PartitionLog,
     ProducerBatch,
+    ShardLog,
 )
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import RECORD_SCHEMA, normalize, now_ms, record_schema
@@ -40,12 +44,17 @@ from sparklog.storage.segments import Segment, write_object
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
+#: The storage formats this code reads and writes (DESIGN.md §3).
+STORAGE_FORMAT = 2
+KNOWN_FORMATS = (2,)
+#: Topic config keys that cannot change after creation.
+FIXED_AT_CREATION = ("commit.shards",)
 
 
 def validate_topic_name(name: str) -> str:
     """Kafka's rule: ``[a-zA-Z0-9._-]``, 1-249 characters, not ``.`` or ``..``."""
     if not isinstance(name, str) or not TOPIC_NAME_RE.match(name) or name in (".", ".."):
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"invalid topic name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-], "
             "not '.' or '..'"
         )
@@ -85,11 +94,20 @@ class TopicInfo:
         return effective_config(self.config)
 
     @property
+    def shards(self) -> int:
+        """How many shard logs the partitions share (``commit.shards``, fixed at creation)."""
+        return int(self.effective_config["commit.shards"])
+
+    def shard_of(self, partition: int) -> int:
+        return partition % self.shards
+
+    @property
     def record_schema(self) -> pa.Schema:
         return record_schema(self.value_type)
 
     def to_doc(self) -> dict[str, Any]:
         return {
+            "format": STORAGE_FORMAT,
             "name": self.name,
             "id": self.topic_id,
             "partitions": self.partitions,
@@ -103,12 +121,12 @@ class TopicInfo:
 
     @classmethod
     def from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
-        """The topic described by metadata version ``version``; CorruptionError if damaged."""
+        """The topic described by metadata version ``version``; CorruptRecordError if damaged."""
         try:
             return cls._from_doc(version, doc)
         except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as exc:
             name = doc.get("name", "?") if isinstance(doc, Mapping) else "?"
-            raise CorruptionError(
+            raise CorruptRecordError(
                 f"metadata version {version} of topic {str(name)[:100]!r} is damaged "
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             ) from None
@@ -134,13 +152,13 @@ class TopicInfo:
 
 
 class Topic:
-    """A handle on one incarnation of a topic: writes objects, opens partition logs."""
+    """A handle on one incarnation of a topic: writes objects, opens shard and partition logs."""
 
     def __init__(self, root: LogRoot, info: TopicInfo) -> None:
         self.root = root
         self.info = info
         self.store = root.store.child(f"topics/{info.name}/{info.topic_id}")
-        self._logs: dict[int, PartitionLog] = {}
+        self._shards: dict[int, ShardLog] = {}
 
     def __repr__(self) -> str:
         return f"Topic({self.info.name!r}, partitions={self.info.partitions})"
@@ -152,6 +170,10 @@ class Topic:
     @property
     def partitions(self) -> int:
         return self.info.partitions
+
+    @property
+    def shards(self) -> int:
+        return self.info.shards
 
     def schema_for(self, schema_id: str) -> pa.Schema:
         """Record schema of objects written under ``schema_id`` ('' = the current one)."""
@@ -167,32 +189,63 @@ class Topic:
         """Re-read metadata (partitions added, config altered); fail if deleted."""
         info = self.root.describe_topic(self.name)
         if info.topic_id != self.info.topic_id:
-            raise UnknownTopicError(
+            raise UnknownTopicOrPartitionError(
                 f"topic {self.name!r} (id {self.info.topic_id}) was deleted; a new topic of that "
                 f"name has id {info.topic_id}"
             )
         self.info = info
+        for shard in self._shards.values():
+            self._configure(shard)
         return info
 
-    def partition(self, partition: int) -> PartitionLog:
+    def _check_partition(self, partition: int) -> None:
         if not 0 <= partition < self.info.partitions:
             self.reload()
             if not 0 <= partition < self.info.partitions:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {self.name!r} has no partition {partition}; accepted: 0-"
                     f"{self.info.partitions - 1}"
                 )
-        log = self._logs.get(partition)
-        if log is None:
-            log = PartitionLog(
+
+    def _configure(self, shard: ShardLog) -> ShardLog:
+        config = self.info.effective_config
+        shard.producer_expiration_ms = config["producer.id.expiration.ms"]
+        shard.marker_retention_ms = config["marker.retention.ms"]
+        return shard
+
+    def open_shard(self, shard: int) -> ShardLog:
+        """A new, unshared handle on shard ``shard``'s log (e.g. a broker's separate reader)."""
+        return self._configure(
+            ShardLog(
                 self.store,
-                partition,
-                self.schema_for,
+                shard,
                 topic=self.name,
                 snapshot_interval=self.root.snapshot_interval,
             )
-            self._logs[partition] = log
+        )
+
+    def shard(self, shard: int) -> ShardLog:
+        """This handle's (cached) log of shard ``shard``."""
+        log = self._shards.get(shard)
+        if log is None:
+            if not 0 <= shard < self.info.shards:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {self.name!r} has no shard {shard}; accepted: 0-{self.info.shards - 1}"
+                )
+            log = self._shards[shard] = self.open_shard(shard)
         return log
+
+    def partition(self, partition: int) -> PartitionLog:
+        """A view of ``partition`` over this handle's log of its shard."""
+        self._check_partition(partition)
+        return PartitionLog(
+            self.shard(self.info.shard_of(partition)), partition, self.schema_for, topic=self.name
+        )
+
+    def view(self, shard: ShardLog, partition: int) -> PartitionLog:
+        """A view of ``partition`` over a given handle on its shard (see :meth:`open_shard`)."""
+        self._check_partition(partition)
+        return PartitionLog(shard, partition, self.schema_for, topic=self.name)
 
     def normalize(self, data: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
         """Validate and conform producer input to this topic's schema and limits."""
@@ -233,6 +286,39 @@ class Topic:
             schema_id=self.info.value_schema_id,
         )
 
+    def commit(
+        self,
+        staged: Mapping[int, Segment | Sequence[Segment]],
+        *,
+        producers: Mapping[int, ProducerBatch] | None = None,
+        txn: tuple[str, int] | None = None,
+        leader_epoch: int | None = None,
+        staged_max_age_ms: int = STAGED_OBJECT_MAX_AGE_MS,
+    ) -> dict[int, AppendResult]:
+        """Commit staged segments of many partitions: ONE commit per shard touched.
+
+        Within a shard the commit is atomic: every partition's segments land or
+        none do.  ``txn`` is checked and recorded per shard, so a replayed Spark
+        batch is skipped in the shards that have it and lands in the others.
+        """
+        by_shard: dict[int, dict[int, list[Segment]]] = {}
+        for p, segs in staged.items():
+            self._check_partition(p)
+            listed = [segs] if isinstance(segs, Segment) else list(segs)
+            by_shard.setdefault(self.info.shard_of(p), {})[p] = listed
+        out: dict[int, AppendResult] = {}
+        for s, appends in sorted(by_shard.items()):
+            out.update(
+                self.shard(s).append(
+                    appends,
+                    producers={p: b for p, b in (producers or {}).items() if p in appends},
+                    txn=txn,
+                    leader_epoch=leader_epoch,
+                    staged_max_age_ms=staged_max_age_ms,
+                )
+            )
+        return out
+
     def append(
         self,
         partition: int,
@@ -248,9 +334,12 @@ class Topic:
         if partition not in staged:
             log = self.partition(partition)
             return AppendResult(log.high_watermark, 0, log.state.version)
-        return self.partition(partition).append(
-            [staged[partition]], producer=producer, txn=txn, leader_epoch=leader_epoch
-        )
+        return self.commit(
+            {partition: staged[partition]},
+            producers={partition: producer} if producer is not None else None,
+            txn=txn,
+            leader_epoch=leader_epoch,
+        )[partition]
 
     def produce(
         self,
@@ -259,9 +348,9 @@ class Topic:
         compression: str = "none",
         txn: tuple[str, int] | None = None,
     ) -> dict[int, AppendResult]:
-        """Write one object for many partitions, then commit each partition."""
+        """Write one object for many partitions, then one atomic commit per shard."""
         staged = self.write(parts, compression)
-        return {p: self.partition(p).append([seg], txn=txn) for p, seg in staged.items()}
+        return self.commit(staged, txn=txn)
 
 
 class LogRoot:
@@ -298,8 +387,12 @@ class LogRoot:
 
     @property
     def groups(self) -> GroupStore:
-        """Committed offsets of the consumer groups in this root."""
-        return GroupStore(self.store)
+        """Committed offsets of the consumer groups in this root (their group logs)."""
+        found: GroupStore | None = self.__dict__.get("_groups")
+        if found is None:
+            found = GroupStore(self.store, snapshot_interval=self.snapshot_interval)
+            self.__dict__["_groups"] = found
+        return found
 
     def _meta(self, name: str) -> VersionedDocument:
         return VersionedDocument(self.store, f"topics/{validate_topic_name(name)}/meta")
@@ -314,12 +407,12 @@ class LogRoot:
         """Create a topic; TopicExistsError if a live topic has the name."""
         validate_topic_name(name)
         if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
             )
         parsed = validate_config(config)
         if value_type is not None and not pa.types.is_struct(value_type):
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"value schema {value_type} is not accepted; a typed topic's value is a struct"
             )
         sid = schema_id_of(value_type) if value_type is not None else ""
@@ -337,16 +430,29 @@ class LogRoot:
         meta = self._meta(name)
         version, current = meta.latest()
         if current is not None and not current.get("deleted"):
-            raise TopicExistsError(f"topic {name!r} already exists")
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if not meta.write(version + 1, doc):
-            raise TopicExistsError(f"topic {name!r} was created concurrently")
+            raise TopicAlreadyExistsError(f"topic {name!r} was created concurrently")
         return TopicInfo.from_doc(version + 1, doc)
 
     def describe_topic(self, name: str) -> TopicInfo:
-        version, doc = self._meta(name).latest()
+        meta = self._meta(name)
+        version, doc = meta.latest()
         if doc is None or doc.get("deleted"):
-            raise UnknownTopicError(f"unknown topic {name!r}")
-        return TopicInfo.from_doc(version, doc)
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        where = f"{self.store.url}/{meta.prefix}/{version:020d}.json"
+        try:  # damage first: a document that does not parse is corrupt, whatever its format
+            info = TopicInfo.from_doc(version, doc)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
+        found = doc.get("format", 1)
+        if found not in KNOWN_FORMATS:
+            raise InvalidConfigurationError(
+                f"topic {name!r} ({where}) was written by storage format {found!r}; this code "
+                f"knows formats {', '.join(map(str, KNOWN_FORMATS))} (format 1 roots are not "
+                "migrated: copy the records into a new root)"
+            )
+        return info
 
     def topic(self, name: str) -> Topic:
         return Topic(self, self.describe_topic(name))
@@ -356,7 +462,7 @@ class LogRoot:
         for name in self.store.list_names("topics"):
             try:
                 _, doc = self._meta(name).latest()
-            except CorruptionError:
+            except CorruptRecordError:
                 names.append(name)  # it exists; opening it reports the damage
                 continue
             if doc is not None and not doc.get("deleted"):
@@ -366,7 +472,7 @@ class LogRoot:
     def _update(self, name: str, change: Any) -> TopicInfo:
         def apply(doc: dict[str, Any] | None) -> dict[str, Any]:
             if doc is None or doc.get("deleted"):
-                raise UnknownTopicError(f"unknown topic {name!r}")
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             return change(dict(doc))
 
         self._meta(name).update(apply)
@@ -377,9 +483,15 @@ class LogRoot:
     ) -> TopicInfo:
         """Set (and remove, returning to defaults) topic config keys."""
         parsed = validate_config(updates)
+        fixed = [k for k in (*parsed, *remove) if k in FIXED_AT_CREATION]
+        if fixed:
+            raise InvalidConfigurationError(
+                f"topic config {fixed[0]!r} is fixed when the topic is created; accepted: "
+                f"changes to other keys"
+            )
         unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
         if unknown:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
             )
 
@@ -396,7 +508,7 @@ class LogRoot:
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
-                raise InvalidConfigError(
+                raise InvalidConfigurationError(
                     f"partitions={total!r} is not accepted for topic {name!r}; accepted: more "
                     f"than the current {doc['partitions']} and at most {MAX_PARTITIONS}"
                 )
@@ -412,20 +524,20 @@ class LogRoot:
             info = TopicInfo.from_doc(0, doc)
             old = info.value_type
             if old is None or not pa.types.is_struct(value_type):
-                raise InvalidConfigError(
+                raise InvalidConfigurationError(
                     f"topic {name!r} is not typed or {value_type} is not a struct; only typed "
                     "topics' struct schemas can evolve"
                 )
             new_fields = {f.name: f for f in value_type}
             for f in old:
                 if f.name not in new_fields or not new_fields[f.name].type.equals(f.type):
-                    raise InvalidConfigError(
+                    raise InvalidConfigurationError(
                         f"value field {f.name!r} must stay as {f.type}; accepted changes: add "
                         "nullable fields"
                     )
             added = [f for f in value_type if f.name not in {g.name for g in old}]
             if any(not f.nullable for f in added):
-                raise InvalidConfigError(
+                raise InvalidConfigurationError(
                     f"new value fields {[f.name for f in added if not f.nullable]} must be nullable"
                 )
             sid = schema_id_of(value_type)
@@ -444,7 +556,7 @@ class LogRoot:
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             if doc["id"] != info.topic_id:
-                raise UnknownTopicError(f"unknown topic {name!r}")
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             return {"name": name, "id": doc["id"], "deleted": True, "deleted_ms": now_ms()}
 
         self._meta(name).update(
@@ -454,7 +566,7 @@ class LogRoot:
 
 
 def _raise_unknown(name: str) -> dict[str, Any]:
-    raise UnknownTopicError(f"unknown topic {name!r}")
+    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
 
 
 def open_root(

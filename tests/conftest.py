@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -60,3 +61,8 @@ def two_brokers(tmp_path) -> Iterator[BrokerCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+# Brokers started by tests (in-process or as subprocesses inheriting this environment) put
+# their Kafka listener on a free port, so the default 9092 never makes two of them collide.
+os.environ.setdefault("SPARKLOG_KAFKA_LISTEN", "127.0.0.1:0")

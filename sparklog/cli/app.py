@@ -404,6 +404,12 @@ def broker_start(
         None, "--listen", metavar="HOST:PORT", help="Address to listen on"
     ),
     broker_id: int | None = typer.Option(None, "--broker-id", metavar="N", help="This broker's id"),
+    kafka_listen: str | None = typer.Option(
+        None,
+        "--kafka-listen",
+        metavar="HOST:PORT",
+        help='Kafka protocol address (port 0 = free port; "" disables)',
+    ),
 ) -> None:
     """Run a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
     if root is None:
@@ -417,7 +423,13 @@ def broker_start(
             f"the broker is not available in this installation ({exc}); accepted: a "
             "storage root address works without one"
         ) from None
-    serve(config_path=config, root=root, listen=listen, broker_id=broker_id)
+    serve(
+        config_path=config,
+        root=root,
+        listen=listen,
+        broker_id=broker_id,
+        kafka_listen=kafka_listen,
+    )
 
 
 def _root_of_address(ctx: typer.Context) -> str | None:

@@ -83,8 +83,11 @@ def produce(
         None, "--partition", "-p", metavar="N", help="Write to this partition"
     ),
     linger_ms: int = typer.Option(20, "--linger-ms", metavar="MS", help="Producer linger.ms"),
-    compression: str = typer.Option(
-        "none", "--compression", metavar="CODEC", help="none, lz4 or zstd"
+    compression: str | None = typer.Option(
+        None,
+        "--compression",
+        metavar="CODEC",
+        help="none, lz4 or zstd (default: the broker's setting, or none)",
     ),
 ) -> None:
     """Write one record per input line (stdin, or --file with a progress bar).
@@ -313,7 +316,9 @@ def consume(
     from sparklog.client.types import TopicPartition
 
     reset = "earliest" if from_beginning else "latest"
-    consumer = Consumer(st.address, group, auto_offset_reset=reset, **st.client_config())
+    consumer = Consumer(
+        address=st.address, group_id=group, auto_offset_reset=reset, **st.client_config()
+    )
     out = sys.stdout.buffer
     seen = 0
     reader_left = False
@@ -345,7 +350,7 @@ def consume(
             if exit_at_end and _at_end(consumer, ends):
                 break
             left = None if max_messages is None else max_messages - seen
-            records = flatten(consumer.poll(timeout_ms=200, max_records=min(left or 500, 500)))
+            records = consumer.poll_records(timeout_ms=200, max_records=min(left or 500, 500))
             if not records:
                 if timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= timeout_ms:
                     break
@@ -406,7 +411,7 @@ def _position(
             if at is None:
                 consumer.seek_to_end(tp)
             else:
-                consumer.seek(tp, at if isinstance(at, int) else at.offset)
+                consumer.seek(tp, at.offset)
     elif from_beginning:
         consumer.seek_to_beginning(*tps)
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import typer
@@ -134,7 +135,7 @@ def perf_consume(
     from sparklog.client.consumer import Consumer
     from sparklog.client.types import TopicPartition
 
-    consumer = Consumer(st.address, None, **st.client_config())
+    consumer = Consumer(address=st.address, **st.client_config())
     latencies_ms: list[float] = []
     seen = size = 0
     start = time.perf_counter()
@@ -290,7 +291,6 @@ def dump_log(
     """Committed segments with their objects, byte ranges and offsets (kafka-dump-log)."""
     from sparklog.cli.lines import record_doc
     from sparklog.cli.output import print_table
-    from sparklog.client.types import ConsumerRecord
 
     st = state(ctx)
     handle = _root(st, "dump-log").topic(topic)
@@ -319,16 +319,16 @@ def dump_log(
                 rows = table.to_pylist() if table is not None else []
                 doc["data"] = [
                     record_doc(
-                        ConsumerRecord(
-                            topic,
-                            p,
-                            r["offset"],
-                            r["timestamp"]
+                        SimpleNamespace(
+                            topic=topic,
+                            partition=p,
+                            offset=r["offset"],
+                            timestamp_ms=r["timestamp"]
                             if isinstance(r["timestamp"], int)
                             else int(r["timestamp"].timestamp() * 1000),
-                            r.get("key"),
-                            r.get("value"),
-                            [(h["key"], h["value"]) for h in r.get("headers") or []],
+                            key=r.get("key"),
+                            value=r.get("value"),
+                            headers=[(h["key"], h["value"]) for h in r.get("headers") or []],
                         )
                     )
                     for r in rows

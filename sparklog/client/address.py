@@ -24,7 +24,8 @@ ENV_STORAGE_PREFIX = "SPARKLOG_STORAGE_"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 ACCEPTED = (
     "a storage root (a local path, file://, memory:// or s3://bucket/prefix URL) or "
-    "sparklog://host:port[,host:port] (or host:port[,host:port])"
+    "brokers as sparklog://host:port[,host:port] (or plain host:port[,host:port], as "
+    "kafka-python's bootstrap_servers)"
 )
 
 
@@ -47,6 +48,8 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
     text = (address if address is not None else env.get(ENV_ADDRESS, "")).strip()
     if not text:
         raise ConfigError(f"no address given (--address or ${ENV_ADDRESS}); accepted: {ACCEPTED}")
+    if "://" not in text and all(_HOST_PORT.match(h.strip()) for h in text.split(",")):
+        text = BROKER_SCHEME + text  # a bootstrap list, as Kafka's clients write it
     if text.startswith(BROKER_SCHEME):
         hosts = [h.strip() for h in text[len(BROKER_SCHEME) :].rstrip("/").split(",")]
         bad = [h for h in hosts if not _HOST_PORT.match(h) or int(h.rsplit(":", 1)[1]) > 65535]
@@ -56,9 +59,6 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
                 "accepted: sparklog://host:port[,host:port]"
             )
         return Address(text, bootstrap=",".join(hosts))
-    if "://" not in text and all(_HOST_PORT.match(h.strip()) for h in text.split(",")):
-        # Kafka's bootstrap form: host:port means a broker, never a folder named so.
-        return parse_address(BROKER_SCHEME + text, env)
     if "://" in text:
         scheme = text.split("://", 1)[0].lower()
         if scheme not in ROOT_SCHEMES:

@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
+from sparklog.client.config import client_settings
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.types import (
+    ConfigResource,
+    ConfigResourceType,
     GroupDescription,
     MemberDescription,
+    NewPartitions,
+    NewTopic,
     OffsetAndMetadata,
     PartitionLag,
     TopicDescription,
     TopicPartition,
 )
-from sparklog.errors import ConfigError, GroupError, UnknownTopicError
+from sparklog.errors import ConfigError, GroupError, SparklogError, UnknownTopicError
+
+#: kafka-python admin settings accepted and ignored (they tune its network layer).
+_IGNORED_KEYS = ("client_id", "request_timeout_ms", "api_version")
+
+
+def _struct(value_type: pa.DataType | pa.Schema | None) -> pa.DataType | None:
+    """A typed topic's value type: an Arrow struct (a schema is taken as its fields)."""
+    if value_type is None:
+        return None
+    if isinstance(value_type, pa.Schema):
+        return pa.struct(list(value_type))
+    if isinstance(value_type, pa.DataType) and pa.types.is_struct(value_type):
+        return value_type
+    raise ConfigError(
+        f"value_type {value_type!r} is not accepted; accepted: a pyarrow struct type or schema"
+    )
+
+
+def _topic_resource(resource: ConfigResource) -> str:
+    kind = resource.resource_type
+    if kind not in (ConfigResourceType.TOPIC, "TOPIC", "topic"):
+        raise ConfigError(
+            f"config resource type {kind!r} is not accepted; accepted: ConfigResourceType.TOPIC "
+            "(brokers are configured in conf/broker.toml)"
+        )
+    return resource.name
 
 
 @dataclass(frozen=True)
@@ -33,12 +66,29 @@ class Admin:
 
     def __init__(
         self,
-        address: str | None = None,
+        address: Any = None,
         *,
         storage_options: Mapping[str, Any] | None = None,
         backend: Backend | None = None,
         retry_timeout_ms: int | None = None,
+        **config: Any,
     ) -> None:
+        """``Admin(address)``, ``Admin(bootstrap_servers=...)`` (kafka-python's
+        KafkaAdminClient) or ``Admin({"bootstrap.servers": ...})`` (confluent-kafka's)."""
+        address, rest = client_settings("admin", address, config)
+        for key in list(rest):
+            name = key.replace(".", "_")
+            if name == "storage_options":
+                storage_options = rest.pop(key)
+            elif name == "retry_timeout_ms":
+                retry_timeout_ms = int(rest.pop(key))
+            elif name in _IGNORED_KEYS:
+                rest.pop(key)
+        if rest:
+            raise ConfigError(
+                f"unknown admin config {sorted(rest)[0]!r}; accepted: bootstrap_servers, "
+                f"storage_options, retry_timeout_ms, {', '.join(_IGNORED_KEYS)}"
+            )
         self._backend = backend or open_backend(
             address, storage_options, retry_timeout_ms=retry_timeout_ms
         )
@@ -56,9 +106,14 @@ class Admin:
 
     # -- topics -----------------------------------------------------------------
     def create_topic(
-        self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        value_type: pa.DataType | pa.Schema | None = None,
     ) -> TopicDescription:
-        self._backend.create_topic(name, partitions, dict(config or {}))
+        """Create a topic; ``value_type`` (an Arrow struct or schema) makes it a typed topic."""
+        self._backend.create_topic(name, partitions, dict(config or {}), _struct(value_type))
         return self._backend.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
@@ -218,3 +273,135 @@ class Admin:
 
     def delete_group(self, group: str) -> None:
         self._backend.delete_group(group)
+
+    # -- kafka-python's KafkaAdminClient calls ----------------------------------------------
+    def create_topics(
+        self,
+        new_topics: Sequence[NewTopic],
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> dict[str, TopicDescription | None]:
+        """Create each NewTopic; with ``validate_only`` only check the names are free."""
+        out: dict[str, TopicDescription | None] = {}
+        for topic in new_topics:
+            if not isinstance(topic, NewTopic):
+                raise ConfigError(f"{topic!r} is not accepted; accepted: NewTopic(...)")
+            if validate_only:
+                if topic.name in self._backend.list_topics():
+                    from sparklog.errors import TopicExistsError
+
+                    raise TopicExistsError(f"topic {topic.name!r} already exists")
+                out[topic.name] = None
+                continue
+            out[topic.name] = self.create_topic(
+                topic.name, topic.num_partitions, topic.topic_configs, topic.value_type
+            )
+        return out
+
+    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        for name in topics:
+            self._backend.delete_topic(name)
+
+    def create_partitions(
+        self,
+        topic_partitions: Mapping[str, NewPartitions | int],
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> dict[str, int]:
+        """Grow topics to ``NewPartitions(total_count)``; the new totals."""
+        out = {}
+        for name, wanted in topic_partitions.items():
+            total = wanted.total_count if isinstance(wanted, NewPartitions) else int(wanted)
+            if validate_only:
+                out[name] = total
+                continue
+            out[name] = len(self.add_partitions(name, total).partitions)
+        return out
+
+    def describe_configs(
+        self, config_resources: Sequence[ConfigResource], include_synonyms: bool = False
+    ) -> list[ConfigResource]:
+        """Each topic resource with its effective config (defaults included)."""
+        return [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                name,
+                dict(self._backend.describe_topic(name).config),
+            )
+            for name in map(_topic_resource, config_resources)
+        ]
+
+    def alter_configs(self, config_resources: Sequence[ConfigResource]) -> None:
+        """Set the given keys of each topic resource (Kafka's names, e.g. retention.ms)."""
+        for resource in config_resources:
+            self.alter_topic_config(_topic_resource(resource), resource.configs or {})
+
+    def delete_records(
+        self,
+        records_to_delete: Mapping[TopicPartition | tuple[str, int], int],
+        timeout_ms: int | None = None,
+        partition_leader_id: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Kafka's DeleteRecords: records below each offset (-1: all) become unreadable.
+
+        Returns each partition's new log start offset (its low watermark).
+        """
+        out = {}
+        for key, offset in records_to_delete.items():
+            tp = TopicPartition(str(key[0]), int(key[1]))
+            out[tp] = self._backend.delete_records(tp.topic, tp.partition, int(offset))
+        return out
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """``(group_id, protocol_type)`` of every group."""
+        return [(group, "consumer") for group in self.list_groups()]
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return [self.describe_group(group) for group in group_ids]
+
+    def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all, or those of ``partitions``)."""
+        found = {
+            TopicPartition(t, p): om for (t, p), om in self._backend.fetch_offsets(group_id).items()
+        }
+        if partitions is None:
+            return found
+        wanted = [TopicPartition(str(t), int(p)) for t, p in partitions]
+        return {tp: found[tp] for tp in wanted if tp in found}
+
+    def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int],
+    ) -> None:
+        """Set committed offsets of a group with no active members (kafka-python's call)."""
+        info = self._backend.describe_group(group_id)
+        if info.get("members"):
+            raise GroupError(
+                f"group {group_id!r} has {len(info['members'])} active member(s); stop its "
+                "consumers before altering offsets"
+            )
+        chosen = {
+            (str(k[0]), int(k[1])): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v)
+            for k, v in offsets.items()
+        }
+        self._backend.commit_offsets(group_id, -1, "", chosen)
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str]
+    ) -> list[tuple[str, SparklogError | None]]:
+        """Delete each group; ``(group_id, error or None)`` per group, as kafka-python answers."""
+        out: list[tuple[str, SparklogError | None]] = []
+        for group in group_ids:
+            try:
+                self._backend.delete_group(group)
+                out.append((group, None))
+            except SparklogError as exc:
+                out.append((group, exc))
+        return out
+
+    def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
+        names = self.list_topics() if topics is None else list(topics)
+        return [self.describe_topic(name) for name in names]

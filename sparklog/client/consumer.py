@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
-from sparklog.client.config import CONSUMER_OPTIONS, parse_config
+from sparklog.client.config import CONSUMER_OPTIONS, client_settings, parse_config
 from sparklog.client.membership import GroupMembership
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.types import (
     CREATE_TIME,
     LOG_APPEND_TIME,
+    ConsumerRebalanceListener,
     ConsumerRecord,
     OffsetAndMetadata,
+    OffsetAndTimestamp,
     TopicPartition,
 )
 from sparklog.errors import ConfigError, OffsetOutOfRangeError, SparklogError, UnknownTopicError
@@ -33,6 +37,26 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[list[TopicPartition]], Any]
 _IDLE_BACKOFF_S = (0.005, 0.1)
+
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Any], Any]
+
+
+def _is_address(value: Any) -> bool:
+    """A first positional argument that cannot be a topic name is the address (or config)."""
+    if isinstance(value, Mapping):
+        return True
+    return isinstance(value, str) and not _TOPIC_NAME.match(value)
+
+
+def _is_one_tp(value: Any) -> bool:
+    return isinstance(value, TopicPartition) or (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    )
 
 
 def _as_tp(value: Any) -> TopicPartition:
@@ -48,23 +72,40 @@ def _as_tp(value: Any) -> TopicPartition:
 
 
 class Consumer:
-    """Read records from topics: ``Consumer("file:///tmp/sl", group_id="g")``.
+    """Read records from topics, kafka-python's way or sparklog's.
+
+    ``Consumer("t1", "t2", bootstrap_servers="host:9092", group_id="g")`` subscribes
+    at once (kafka-python's ``KafkaConsumer(*topics, **config)``);
+    ``Consumer("file:///tmp/sl", group_id="g")`` takes the address first (a first
+    argument that cannot be a topic name is the address, or a confluent-kafka-style
+    config dict).  The address is a storage root (embedded) or brokers.
 
     Config (Kafka's meanings): auto_offset_reset, enable_auto_commit,
     auto_commit_interval_ms, session_timeout_ms, heartbeat_interval_ms,
-    rebalance_timeout_ms, max_poll_records, fetch_max_bytes, fetch_max_wait_ms,
-    partition_assignment_strategy, metadata_max_age_ms, client_id, storage_options.
+    rebalance_timeout_ms (alias max_poll_interval_ms), max_poll_records,
+    fetch_max_bytes, fetch_max_wait_ms, partition_assignment_strategy,
+    metadata_max_age_ms, client_id, storage_options, key_deserializer,
+    value_deserializer, consumer_timeout_ms.
     """
 
     def __init__(
         self,
+        *topics: Any,
         address: str | None = None,
         group_id: str | None = None,
-        *,
         backend: Backend | None = None,
         **config: Any,
     ) -> None:
-        self.config = parse_config("consumer", CONSUMER_OPTIONS, config)
+        names = list(topics)
+        first = names.pop(0) if names and _is_address(names[0]) else None
+        if first is not None and address is not None:
+            raise ConfigError("the address is given twice (first argument and address=)")
+        given_address = first if first is not None else address
+        address, given = client_settings("consumer", given_address, config)
+        for key in ("group_id", "group.id"):
+            found = given.pop(key, None)
+            group_id = found if group_id is None else group_id
+        self.config = parse_config("consumer", CONSUMER_OPTIONS, given)
         self.group_id = group_id
         self._backend = backend or open_backend(
             address,
@@ -77,6 +118,8 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
         self._buffered: dict[TopicPartition, deque[pa.RecordBatch]] = {}
+        self._delivering: deque[ConsumerRecord] = deque()  # polled for iteration, not yet yielded
+        self._highwater: dict[TopicPartition, int] = {}
         self._subscription: list[str] = []
         self._pattern: re.Pattern[str] | None = None
         self._pattern_checked_s = 0.0
@@ -87,6 +130,16 @@ class Consumer:
         self._rotation = 0
         self._closed = False
         self._timestamp_types: dict[str, int] = {}
+        self._committer: ThreadPoolExecutor | None = None
+        self._counts = {
+            "records-consumed-total": 0,
+            "bytes-consumed-total": 0,
+            "fetch-total": 0,
+            "poll-total": 0,
+            "commit-total": 0,
+            "rebalance-total": 0,
+        }
+        self._counts_lock = threading.Lock()
         self._membership: GroupMembership | None = None
         if group_id is not None:
             self._membership = GroupMembership(
@@ -97,29 +150,52 @@ class Consumer:
                 rebalance_timeout_ms=self.config["rebalance_timeout_ms"],
                 heartbeat_interval_ms=self.config["heartbeat_interval_ms"],
             )
+        if names:
+            self.subscribe(names)
 
     # -- subscriptions ----------------------------------------------------------------
     def subscribe(
         self,
-        topics: str | Sequence[str] | re.Pattern[str],
+        topics: str | Sequence[str] | re.Pattern[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        *,
         on_assign: Listener | None = None,
         on_revoke: Listener | None = None,
     ) -> None:
-        """Subscribe to topics or to a pattern (a compiled regex, or a string starting ``^``)."""
+        """Subscribe to topics, or to a ``pattern`` (a regex matched against whole names).
+
+        A compiled regex or a string starting ``^`` given as ``topics`` is a pattern
+        too.  ``listener`` (a ConsumerRebalanceListener) or ``on_assign``/``on_revoke``
+        are told of assignment changes.
+        """
         if self._manual:
             raise ConfigError("subscribe() after assign(): call unsubscribe() first")
-        if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
+        if pattern is not None and topics:
+            raise ConfigError("subscribe takes topics or pattern=, not both")
+        if pattern is None and (
+            isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^"))
+        ):
+            pattern = topics
+        if pattern is not None:
             try:
-                self._pattern = re.compile(topics) if isinstance(topics, str) else topics
+                self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
             except re.error as exc:
-                raise ConfigError(f"bad topic pattern {topics!r}: {exc}") from None
+                raise ConfigError(f"bad topic pattern {pattern!r}: {exc}") from None
             self._subscription = self._matching_topics()
         else:
-            names = [topics] if isinstance(topics, str) else list(topics)
+            names = [topics] if isinstance(topics, str) else list(topics)  # type: ignore[arg-type]
             if not names or not all(isinstance(n, str) and n for n in names):
                 raise ConfigError(f"subscribe takes topic names or a pattern, not {topics!r}")
             self._pattern = None
             self._subscription = sorted(set(names))
+        if listener is not None:
+            if not isinstance(listener, ConsumerRebalanceListener):
+                raise ConfigError(
+                    f"listener {listener!r} is not accepted; accepted: a ConsumerRebalanceListener"
+                )
+            on_assign = on_assign or listener.on_partitions_assigned
+            on_revoke = on_revoke or listener.on_partitions_revoked
         self._on_assign, self._on_revoke = on_assign, on_revoke
         if self._membership is not None:
             self._membership.rejoin_needed = True
@@ -170,14 +246,21 @@ class Consumer:
         keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
         self._buffered = {tp: b for tp, b in self._buffered.items() if tp in keep}
+        self._delivering = deque(r for r in self._delivering if r.topic_partition in keep)
         self._paused &= keep
 
     # -- group coordination ------------------------------------------------------------
     def _revoke(self) -> None:
+        """Give the assignment up: commit what was delivered (auto-commit), tell the listener.
+
+        The commit carries the generation the partitions were assigned in, which
+        the coordinator still accepts while the group prepares the rebalance; so
+        the next owner starts after the records this member already delivered.
+        """
         if not self._assignment or self._membership is None or self._manual:
             return
         revoked = list(self._assignment)
-        if self.config["enable_auto_commit"] and self._membership.active:
+        if self.config["enable_auto_commit"] and self._membership.generation >= 0:
             self._commit_quietly()
         if self._on_revoke is not None:
             self._on_revoke(revoked)
@@ -197,6 +280,7 @@ class Consumer:
         if not membership.rejoin_needed:
             return
         self._revoke()
+        self._count("rebalance-total")
         assigned = membership.join(self._subscription)
         self._set_assignment([TopicPartition(t, p) for t, p in assigned])
         self._positions.clear()
@@ -230,7 +314,7 @@ class Consumer:
         tp = _as_tp(partition)
         self._require_assigned(tp)
         self._fill_positions()
-        return self._positions[tp]
+        return self._delivered()[tp]
 
     def _require_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._assignment:
@@ -243,6 +327,7 @@ class Consumer:
             raise ConfigError(f"seek offset {offset!r} is not accepted; accepted: integers >= 0")
         self._positions[tp] = offset
         self._buffered.pop(tp, None)
+        self._delivering = deque(r for r in self._delivering if r.topic_partition != tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
         for tp in [_as_tp(p) for p in partitions] or list(self._assignment):
@@ -254,15 +339,28 @@ class Consumer:
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
-    ) -> dict[TopicPartition, int | None]:
-        """The earliest offset whose timestamp is >= the given ms; None if there is none yet."""
-        out: dict[TopicPartition, int | None] = {}
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the earliest record whose timestamp is >= the given ms (its offset
+        and timestamp), or None if there is none yet."""
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for key, ts in timestamps.items():
             tp = _as_tp(key)
-            offset = self._backend.list_offsets(tp.topic, tp.partition, int(ts))
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise ConfigError(f"timestamp {ts!r} for {tp} is not accepted; accepted: ms >= 0")
+            offset = self._backend.list_offsets(tp.topic, tp.partition, ts)
             end = self._backend.list_offsets(tp.topic, tp.partition, "latest")
-            out[tp] = None if offset >= end else offset
+            out[tp] = None if offset >= end else self._offset_and_timestamp(tp, offset)
         return out
+
+    def _offset_and_timestamp(self, tp: TopicPartition, offset: int) -> OffsetAndTimestamp:
+        found = self._backend.fetch(tp.topic, tp.partition, offset, max_bytes=1, max_wait_ms=0)
+        for batch in found.batches:
+            offsets = batch.column(batch.schema.names.index("offset")).to_pylist()
+            if offset in offsets:
+                stamp = batch.column(batch.schema.names.index("timestamp"))[offsets.index(offset)]
+                millis = stamp.cast(pa.int64()).as_py() if stamp.is_valid else -1
+                return OffsetAndTimestamp(offset, millis)
+        return OffsetAndTimestamp(offset, -1)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {
@@ -286,31 +384,73 @@ class Consumer:
         return set(self._paused)
 
     # -- commits ---------------------------------------------------------------------
+    def _delivered(self) -> dict[TopicPartition, int]:
+        """Positions after the records handed to the application (not those still queued
+        for iteration): what a commit without offsets stores."""
+        out = dict(self._positions)
+        for record in reversed(self._delivering):
+            out[record.topic_partition] = record.offset
+        return out
+
+    def _chosen(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int] | None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if self.group_id is None:
+            raise ConfigError("commit() needs a group_id")
+        if offsets is None:
+            return {tp: OffsetAndMetadata(o) for tp, o in self._delivered().items()}
+        chosen = {}
+        for key, value in offsets.items():
+            tp = _as_tp(key)
+            chosen[tp] = (
+                value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+            )
+        return chosen
+
     def commit(
         self,
         offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int] | None = None,
     ) -> None:
         """Commit ``offsets`` (next offset to read), or every assigned partition's position."""
-        if self.group_id is None:
-            raise ConfigError("commit() needs a group_id")
-        if offsets is None:
-            chosen = {
-                (tp.topic, tp.partition): OffsetAndMetadata(o) for tp, o in self._positions.items()
-            }
-        else:
-            chosen = {}
-            for key, value in offsets.items():
-                tp = _as_tp(key)
-                om = (
-                    value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
-                )
-                chosen[(tp.topic, tp.partition)] = om
+        self._commit_now(self._chosen(offsets))
+
+    def _commit_now(self, chosen: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         if not chosen:
             return
+        assert self.group_id is not None
+        by_tp = {(tp.topic, tp.partition): om for tp, om in chosen.items()}
         if self._membership is not None and not self._manual:
-            self._membership.commit(chosen)  # type: ignore[arg-type]
+            self._membership.commit(by_tp)  # type: ignore[arg-type]
         else:
-            self._backend.commit_offsets(self.group_id, -1, "", chosen)
+            self._backend.commit_offsets(self.group_id, -1, "", by_tp)
+        self._count("commit-total")
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> Future[None]:
+        """Commit in the background; ``callback(offsets, error_or_None)`` when done.
+
+        The offsets are taken now; commits run one at a time, in call order.
+        """
+        chosen = self._chosen(offsets)
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="sparklog-commit")
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self._commit_now(chosen)
+            except SparklogError as exc:
+                error = exc
+            if callback is not None:
+                callback(dict(chosen), error)
+            if error is not None:
+                raise error
+
+        return self._committer.submit(run)
 
     def _commit_quietly(self) -> None:
         try:
@@ -318,13 +458,22 @@ class Consumer:
         except SparklogError as exc:
             log.warning("auto-commit to group %s failed: %s", self.group_id, exc)
 
-    def committed(
-        self, partitions: Iterable[TopicPartition | tuple[str, int]]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    def committed(self, partition: Any, metadata: bool = False) -> Any:
+        """The group's committed offset of ``partition`` (int, or None if none is committed).
+
+        ``metadata=True`` returns the OffsetAndMetadata.  Given a list of partitions,
+        a dict of partition -> OffsetAndMetadata (or None).
+        """
         if self.group_id is None:
             raise ConfigError("committed() needs a group_id")
         found = self._backend.fetch_offsets(self.group_id)
-        return {tp: found.get((tp.topic, tp.partition)) for tp in map(_as_tp, partitions)}
+        if _is_one_tp(partition):
+            tp = _as_tp(partition)
+            om = found.get((tp.topic, tp.partition))
+            if metadata or om is None:
+                return om
+            return om.offset
+        return {tp: found.get((tp.topic, tp.partition)) for tp in map(_as_tp, partition)}
 
     # -- polling ------------------------------------------------------------------------
     def poll_batches(
@@ -334,6 +483,7 @@ class Consumer:
         limit = max_records or self.config["max_poll_records"]
         if self._closed:
             raise SparklogError("consumer is closed")
+        self._count("poll-total")
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         idle_s = _IDLE_BACKOFF_S[0]
         while True:
@@ -345,22 +495,62 @@ class Consumer:
             time.sleep(min(idle_s, max(deadline - time.monotonic(), 0)))
             idle_s = min(idle_s * 2, _IDLE_BACKOFF_S[1])
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records, at most ``max_records`` (default max_poll_records), waiting up to timeout_ms."""
+    def poll_records(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """Records as one flat list, at most ``max_records``, waiting up to timeout_ms."""
         records: list[ConsumerRecord] = []
         for batch in self.poll_batches(timeout_ms, max_records):
             topic = batch.column(0)[0].as_py()
-            records.extend(_records(batch, self._timestamp_type(topic)))
+            records.extend(
+                _records(
+                    batch,
+                    self._timestamp_type(topic),
+                    self.config["key_deserializer"],
+                    self.config["value_deserializer"],
+                )
+            )
+        with self._counts_lock:
+            self._counts["records-consumed-total"] += len(records)
         return records
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """kafka-python's poll: ``{TopicPartition: [records]}``, at most ``max_records``.
+
+        Waits up to ``timeout_ms`` for the first records.  ``update_offsets`` is
+        accepted for kafka-python's signature; positions always advance.
+        """
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for record in self.poll_records(timeout_ms, max_records):
+            out.setdefault(record.topic_partition, []).append(record)
+        return out
 
     def __iter__(self) -> Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
+        """The next record; StopIteration after ``consumer_timeout_ms`` without one.
+
+        The clock starts once the group (if any) is joined: a rebalance is not idleness.
+        """
+        if self._delivering:
+            return self._delivering.popleft()
+        if self._closed:
+            raise StopIteration
+        self._ensure_group()
+        limit_ms = self.config["consumer_timeout_ms"]
+        deadline = None if limit_ms is None else time.monotonic() + limit_ms / 1000
         while True:
-            records = self.poll(timeout_ms=1000, max_records=1)
-            if records:
-                return records[0]
+            wait_ms = 1000
+            if deadline is not None:
+                wait_ms = int(max(min(deadline - time.monotonic(), 1.0), 0) * 1000)
+            self._delivering.extend(self.poll_records(timeout_ms=wait_ms))
+            if self._delivering:
+                return self._delivering.popleft()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StopIteration
 
     def _maybe_autocommit(self) -> None:
         if (
@@ -373,6 +563,10 @@ class Consumer:
             )
             if self._membership is None or self._manual or self._membership.active:
                 self._commit_quietly()
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[name] += amount
 
     def _take(self, limit: int) -> list[pa.RecordBatch]:
         self._fill_positions()
@@ -424,29 +618,64 @@ class Consumer:
             return deque()
         queue = deque(b for b in result.batches if b.num_rows)
         self._buffered[tp] = queue
+        if result.high_watermark >= 0:
+            self._highwater[tp] = result.high_watermark
+        with self._counts_lock:
+            self._counts["fetch-total"] += 1
+            self._counts["bytes-consumed-total"] += sum(b.nbytes for b in queue)
         return queue
 
     # -- misc --------------------------------------------------------------------------
     def list_topics(self) -> list[str]:
         return self._backend.list_topics()
 
-    def partitions_for_topic(self, topic: str) -> list[int]:
-        return list(range(self._backend.topic_layout(topic)[0]))
+    def topics(self) -> set[str]:
+        """Every topic at the address (kafka-python's name)."""
+        return set(self._backend.list_topics())
 
-    def close(self, autocommit: bool = True) -> None:
-        """Commit (if auto-commit is on), leave the group, release resources."""
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The topic's partition numbers (kafka-python returns a set too)."""
+        return set(range(self._backend.topic_layout(topic)[0]))
+
+    def highwater(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """The high watermark last seen by a fetch of an assigned partition (None before one)."""
+        tp = _as_tp(partition)
+        self._require_assigned(tp)
+        return self._highwater.get(tp)
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """Counters of this consumer (records, bytes, fetches, polls, commits, rebalances)."""
+        with self._counts_lock:
+            counts = {k: float(v) for k, v in self._counts.items()}
+        return {"consumer-metrics": counts}
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit what was delivered (if auto-commit is on), revoke, leave the group."""
         if self._closed:
             return
         try:
-            can_commit = self._membership is None or self._manual or self._membership.active
-            if autocommit and self.group_id and self.config["enable_auto_commit"] and can_commit:
-                self._commit_quietly()
-            if self._membership is not None:
-                self._membership.leave()
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+            try:
+                if self._membership is not None and not self._manual:
+                    if not autocommit:
+                        self._on_revoke_only()
+                    else:
+                        self._revoke()  # auto-commit, then the revoke callback (as Kafka does)
+                elif autocommit and self.group_id and self.config["enable_auto_commit"]:
+                    self._commit_quietly()
+            finally:  # a failing listener must not keep this member in the group
+                if self._membership is not None:
+                    self._membership.leave()
         finally:
             self._closed = True
             if self._owns_backend:
                 self._backend.close()
+
+    def _on_revoke_only(self) -> None:
+        if self._assignment and self._on_revoke is not None:
+            self._on_revoke(list(self._assignment))
+        self._set_assignment([])
 
     def __enter__(self) -> Consumer:
         return self
@@ -467,7 +696,12 @@ def _with_source(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
     )
 
 
-def _records(batch: pa.RecordBatch, timestamp_type: int) -> list[ConsumerRecord]:
+def _records(
+    batch: pa.RecordBatch,
+    timestamp_type: int,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[bytes], Any] | None = None,
+) -> list[ConsumerRecord]:
     columns = batch.schema.names
     topics = batch.column(columns.index("topic")).to_pylist()
     parts = batch.column(columns.index("partition")).to_pylist()
@@ -479,18 +713,23 @@ def _records(batch: pa.RecordBatch, timestamp_type: int) -> list[ConsumerRecord]
     head_rows = (
         [None] * batch.num_rows if headers.null_count == batch.num_rows else headers.to_pylist()
     )
-    return [
-        ConsumerRecord(
-            t,
-            p,
-            o,
-            ts,
-            k,
-            v,
-            [(h["key"], h["value"]) for h in hs] if hs else [],
-            timestamp_type,
+    out = []
+    for t, p, o, ts, k, v, hs in zip(
+        topics, parts, offsets, stamps, keys, values, head_rows, strict=True
+    ):
+        out.append(
+            ConsumerRecord(
+                t,
+                p,
+                o,
+                -1 if ts is None else ts,  # Kafka's "no timestamp"
+                timestamp_type,
+                k if k is None or key_deserializer is None else key_deserializer(k),
+                v if v is None or value_deserializer is None else value_deserializer(v),
+                [(h["key"], h["value"]) for h in hs] if hs else [],
+                None,
+                -1 if k is None else len(k),
+                -1 if v is None else len(v) if isinstance(v, bytes) else -1,
+            )
         )
-        for t, p, o, ts, k, v, hs in zip(
-            topics, parts, offsets, stamps, keys, values, head_rows, strict=True
-        )
-    ]
+    return out

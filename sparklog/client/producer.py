@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.client.config import PRODUCER_OPTIONS, parse_config
+from sparklog.client.config import PRODUCER_OPTIONS, client_settings, parse_config
 from sparklog.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.transports.base import ProduceResult, ProducerIdentity
@@ -44,22 +44,26 @@ _MAX_BACKOFF_S = 1.0
 class _Completion:
     """The outcome of one chunk of records: its base offset once committed, or an error."""
 
-    __slots__ = ("_callbacks", "_event", "base_offset", "error")
+    __slots__ = ("_callbacks", "_event", "_lock", "base_offset", "error")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
         self.base_offset = -1
         self.error: BaseException | None = None
         self._callbacks: list[Callable[[], None]] = []
 
     def resolve(self, base_offset: int, error: BaseException | None = None) -> None:
-        self.base_offset, self.error = base_offset, error
-        self._event.set()
-        for cb in self._callbacks:
-            try:
-                cb()
-            except Exception:  # a user callback must not kill the sender
-                log.exception("producer callback failed")
+        with self._lock:
+            self.base_offset, self.error = base_offset, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            _run_callback(cb)
+
+    def settle(self, timeout_s: float | None) -> bool:
+        """Wait up to ``timeout_s`` for the outcome; whether it is known."""
+        return self._event.wait(timeout_s)
 
     def wait(self, timeout_s: float | None) -> None:
         if not self._event.wait(timeout_s):
@@ -71,67 +75,184 @@ class _Completion:
         return self._event.is_set()
 
     def on_done(self, cb: Callable[[], None]) -> None:
-        if self._event.is_set():
-            cb()
-        else:
-            self._callbacks.append(cb)
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(cb)
+                return
+        _run_callback(cb)
 
 
-class FutureRecordMetadata:
+def _run_callback(cb: Callable[[], None]) -> None:
+    try:
+        cb()
+    except Exception:  # a user callback must not kill the sender
+        log.exception("producer callback failed")
+
+
+class _FutureBase:
+    """The future protocol shared by ``send`` and ``send_batch`` results.
+
+    As in ``concurrent.futures``: ``get``/``result`` return the value or raise the
+    record's error; ``exception(timeout)`` returns the record's error (or None)
+    and raises KafkaTimeoutError only if the outcome is not known within
+    ``timeout`` (a record still in flight has not failed).  As in kafka-python:
+    ``add_callback(fn, *args)`` calls ``fn(*args, value)`` on success,
+    ``add_errback(fn, *args)`` calls ``fn(*args, error)`` on failure; both chain.
+    """
+
+    def _completions(self) -> list[_Completion]:
+        raise NotImplementedError
+
+    def _value(self) -> Any:
+        raise NotImplementedError
+
+    def get(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for completion in self._completions():
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            completion.wait(left)
+        return self._value()
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.get(timeout)
+
+    def done(self) -> bool:
+        return all(c.done() for c in self._completions())
+
+    is_done = property(done)
+
+    def _error(self) -> BaseException | None:
+        return next((c.error for c in self._completions() if c.error is not None), None)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The record's error, None if it succeeded; KafkaTimeoutError if still in flight."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for completion in self._completions():
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if not completion.settle(left):
+                raise KafkaTimeoutError(f"outcome not known within {timeout} s (still in flight)")
+        return self._error()
+
+    def succeeded(self) -> bool:
+        return self.done() and self._error() is None
+
+    def failed(self) -> bool:
+        return self.done() and self._error() is not None
+
+    def _when_done(self, fn: Callable[[], None]) -> None:
+        pending = list(self._completions())
+        if not pending:
+            fn()
+            return
+        lock = threading.Lock()
+        left = [len(pending)]
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                fn()
+
+        for completion in pending:
+            completion.on_done(one_done)
+
+    def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
+        """``fn(future)`` once the outcome is known (concurrent.futures' shape)."""
+        self._when_done(lambda: fn(self))
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _FutureBase:
+        """``fn(*args, value, **kwargs)`` once the records are committed (kafka-python's)."""
+
+        def call() -> None:
+            if self._error() is None:
+                fn(*args, self._value(), **kwargs)
+
+        self._when_done(call)
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _FutureBase:
+        """``fn(*args, error, **kwargs)`` if the records failed (kafka-python's)."""
+
+        def call() -> None:
+            error = self._error()
+            if error is not None:
+                fn(*args, error, **kwargs)
+
+        self._when_done(call)
+        return self
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _FutureBase:
+        self.add_callback(fn, *args, **kwargs)
+        return self.add_errback(fn, *args, **kwargs)
+
+
+class FutureRecordMetadata(_FutureBase):
     """What ``send`` returns: ``get()``/``result()`` gives RecordMetadata or raises the error."""
 
-    __slots__ = ("_completion", "_index", "partition", "timestamp_ms", "topic")
+    __slots__ = (
+        "_completion",
+        "_index",
+        "partition",
+        "serialized_key_size",
+        "serialized_value_size",
+        "timestamp_ms",
+        "topic",
+    )
 
     def __init__(
-        self, completion: _Completion, index: int, topic: str, partition: int, timestamp_ms: int
+        self,
+        completion: _Completion,
+        index: int,
+        topic: str,
+        partition: int,
+        timestamp_ms: int,
+        serialized_key_size: int = -1,
+        serialized_value_size: int = -1,
     ) -> None:
         self._completion, self._index = completion, index
         self.topic, self.partition, self.timestamp_ms = topic, partition, timestamp_ms
+        self.serialized_key_size = serialized_key_size
+        self.serialized_value_size = serialized_value_size
 
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        self._completion.wait(timeout)
+    def _completions(self) -> list[_Completion]:
+        return [self._completion]
+
+    def _value(self) -> RecordMetadata:
         return RecordMetadata(
             self.topic,
             self.partition,
             self._completion.base_offset + self._index,
             self.timestamp_ms,
+            serialized_key_size=self.serialized_key_size,
+            serialized_value_size=self.serialized_value_size,
         )
 
-    result = get
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        result: RecordMetadata = super().get(timeout)
+        return result
 
-    def done(self) -> bool:
-        return self._completion.done()
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        try:
-            self._completion.wait(timeout)
-        except SparklogError as exc:
-            return exc
-        return None
-
-    def add_done_callback(self, fn: Callable[[FutureRecordMetadata], Any]) -> None:
-        self._completion.on_done(lambda: fn(self))
+    @property
+    def value(self) -> RecordMetadata | None:
+        """The RecordMetadata once committed, else None (kafka-python's attribute)."""
+        return self._value() if self.succeeded() else None
 
 
-class FutureBatchMetadata:
+class FutureBatchMetadata(_FutureBase):
     """What ``send_batch`` returns: ``get()`` gives BatchMetadata (offset range per partition)."""
 
     def __init__(self, topic: str, parts: list[tuple[int, int, _Completion]]) -> None:
         self.topic, self._parts = topic, parts
 
+    def _completions(self) -> list[_Completion]:
+        return [c for _, _, c in self._parts]
+
+    def _value(self) -> BatchMetadata:
+        return BatchMetadata(self.topic, [(p, c.base_offset, n) for p, n, c in self._parts])
+
     def get(self, timeout: float | None = None) -> BatchMetadata:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ranges = []
-        for partition, count, completion in self._parts:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0)
-            completion.wait(left)
-            ranges.append((partition, completion.base_offset, count))
-        return BatchMetadata(self.topic, ranges)
-
-    result = get
-
-    def done(self) -> bool:
-        return all(c.done() for _, _, c in self._parts)
+        result: BatchMetadata = super().get(timeout)
+        return result
 
 
 class _Chunk:
@@ -185,6 +306,30 @@ class _Buffer:
         return self.chunks[-1]
 
 
+def _with_send_time(table: pa.Table, now_ms: int) -> pa.Table:
+    """Give rows without a timestamp the send time (Kafka's CreateTime is set by the producer).
+
+    A missing ``timestamp`` column, or null entries in it, would otherwise be stored
+    as null timestamps, which readers cannot print and time lookups skip.
+    """
+    stamp = pa.scalar(now_ms, pa.int64()).cast(TIMESTAMP_TYPE)
+    if "timestamp" not in table.column_names:
+        return table.append_column("timestamp", pa.repeat(stamp, table.num_rows))
+    column = table.column("timestamp")
+    if not column.null_count:
+        return table
+    if pa.types.is_integer(column.type):
+        filled = pc.fill_null(column.cast(pa.int64()), now_ms)
+    elif pa.types.is_timestamp(column.type) or pa.types.is_null(column.type):
+        if pa.types.is_timestamp(column.type) and column.type.tz is None:
+            column = column.cast(pa.timestamp(column.type.unit, tz="UTC"))
+        filled = pc.fill_null(column.cast(TIMESTAMP_TYPE, safe=False), stamp)
+    else:
+        return table  # a wrong type: the storage layer refuses it, naming the accepted types
+    index = table.column_names.index("timestamp")
+    return table.set_column(index, "timestamp", filled)
+
+
 def _to_bytes(what: str, value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -216,17 +361,20 @@ def _headers(headers: Headers) -> list[dict[str, Any]] | None:
 
 
 class Producer:
-    """Publish records to topics; ``Producer("file:///tmp/sl")`` or ``Producer("sparklog://h:9092")``.
+    """Publish records to topics: ``Producer("file:///tmp/sl")``, ``Producer("host:9092")``,
+    ``Producer(bootstrap_servers="host:9092")`` (kafka-python) or
+    ``Producer({"bootstrap.servers": "host:9092"})`` (confluent-kafka's dict).
 
-    Config (Kafka's meanings): acks, linger_ms, batch_size, compression,
-    enable_idempotence, retries, retry_backoff_ms, delivery_timeout_ms,
-    buffer_memory, max_block_ms, metadata_max_age_ms, client_id, storage_options.
+    Config (Kafka's meanings): acks, linger_ms, batch_size, compression
+    (compression_type), enable_idempotence, retries, retry_backoff_ms,
+    delivery_timeout_ms, buffer_memory, max_block_ms, metadata_max_age_ms,
+    client_id, storage_options, key_serializer, value_serializer.
     """
 
-    def __init__(
-        self, address: str | None = None, *, backend: Backend | None = None, **config: Any
-    ):
-        self.config = parse_config("producer", PRODUCER_OPTIONS, config)
+    def __init__(self, address: Any = None, *, backend: Backend | None = None, **config: Any):
+        address, given = client_settings("producer", address, config)
+        self.config = parse_config("producer", PRODUCER_OPTIONS, given)
+        self._sent = 0
         self._backend = backend or open_backend(
             address,
             self.config["storage_options"],
@@ -258,8 +406,19 @@ class Producer:
             self._layouts[topic] = cached
         return cached[0], cached[1]
 
-    def partitions_for(self, topic: str) -> list[int]:
-        return list(range(self._layout(topic, refresh=True)[0]))
+    def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition numbers (a set, as kafka-python returns)."""
+        return set(range(self._layout(topic, refresh=True)[0]))
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """Counters of this producer (records sent, bytes buffered now)."""
+        with self._cv:
+            return {
+                "producer-metrics": {
+                    "record-send-total": float(self._sent),
+                    "buffered-bytes": float(self._buffered_bytes),
+                }
+            }
 
     def _check_partition(self, topic: str, partition: int) -> int:
         count, _ = self._layout(topic)
@@ -281,7 +440,17 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
-        """Buffer one record; the future resolves to its RecordMetadata once committed."""
+        """Buffer one record; the future resolves to its RecordMetadata once committed.
+
+        ``key_serializer``/``value_serializer`` (if configured) turn non-null keys and
+        values into bytes; null stays null (a null value is a tombstone).
+        """
+        if self._closed:
+            raise SparklogError("producer is closed")
+        if key is not None and self.config["key_serializer"] is not None:
+            key = self.config["key_serializer"](key)
+        if value is not None and self.config["value_serializer"] is not None:
+            value = self.config["value_serializer"](value)
         key_bytes = _to_bytes("key", key)
         value_obj = value if isinstance(value, dict) else _to_bytes("value", value)
         header_rows = _headers(headers)
@@ -314,6 +483,7 @@ class Producer:
             chunk.timestamps.append(ts)
             chunk.headers.append(header_rows)
             chunk.count += 1
+            self._sent += 1
             buf.size_bytes += size
             if buf.size_bytes >= self.config["batch_size"]:
                 if key_bytes is None and partition is None:
@@ -321,7 +491,15 @@ class Producer:
                 self._cv.notify_all()
             elif was_idle or self.config["linger_ms"] == 0:
                 self._cv.notify_all()
-        return FutureRecordMetadata(chunk.completion, index, topic, p, ts)
+        return FutureRecordMetadata(
+            chunk.completion,
+            index,
+            topic,
+            p,
+            ts,
+            -1 if key_bytes is None else len(key_bytes),
+            len(value_obj) if isinstance(value_obj, bytes) else -1,
+        )
 
     def send_batch(
         self, topic: str, data: pa.RecordBatch | pa.Table, partition: int | None = None
@@ -338,6 +516,7 @@ class Producer:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if "value" not in table.column_names:
             raise InvalidRecordError("record batch has no 'value' column; 'value' is required")
+        table = _with_send_time(table, int(time.time() * 1000))
         count, _ = self._layout(topic)
         n = table.num_rows
         if partition is not None:

@@ -26,12 +26,25 @@ class OffsetAndMetadata(NamedTuple):
 
 
 class RecordMetadata(NamedTuple):
-    """Where a produced record landed."""
+    """Where a produced record landed (kafka-python's RecordMetadata fields)."""
 
     topic: str
     partition: int
     offset: int
     timestamp_ms: int
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    log_start_offset: int = -1
+    checksum: None = None
+
+    @property
+    def timestamp(self) -> int:
+        """The record's timestamp in ms (kafka-python's name)."""
+        return self.timestamp_ms
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 class BatchMetadata(NamedTuple):
@@ -51,25 +64,67 @@ LOG_APPEND_TIME = 1
 
 
 class ConsumerRecord(NamedTuple):
-    """One consumed record."""
+    """One consumed record, with kafka-python's fields.
+
+    ``checksum`` is always None (record batch v2 has no per-record checksum);
+    the serialized sizes are those of the stored key and value (-1 for null);
+    ``leader_epoch`` is -1 (not tracked per record).
+    """
 
     topic: str
     partition: int
     offset: int
-    timestamp_ms: int
-    key: bytes | None
+    timestamp: int
+    timestamp_type: int
+    key: Any
     value: Any
     headers: list[Header]
-    timestamp_type: int = CREATE_TIME
+    checksum: None = None
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    leader_epoch: int = -1
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The timestamp in ms (the name sparklog used before kafka-python's)."""
+        return self.timestamp
 
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
 
+class OffsetAndTimestamp(NamedTuple):
+    """``offsets_for_times``' answer: the first offset at or after a time, and its timestamp."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
+
+
+class ConsumerRebalanceListener:
+    """Called around rebalances (kafka-python's and Kafka's interface); override both.
+
+    ``on_partitions_revoked`` runs before a member gives its partitions up (after
+    the auto-commit of what it delivered) and on ``close()``;
+    ``on_partitions_assigned`` once the new assignment is known.
+    """
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Partitions this member is about to lose."""
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Partitions this member now owns."""
+
+
+#: The ``leader`` a storage root reports: embedded writers commit with optimistic concurrency.
+EMBEDDED_LEADER = "embedded"
+
+
 @dataclass(frozen=True)
 class PartitionDescription:
-    """A partition's leader and offsets (leader is ``None`` on a storage root)."""
+    """A partition's leader (``id@host:port``, or ``"embedded"`` on a storage root), offsets
+    and stored bytes."""
 
     partition: int
     leader: str | None
@@ -80,10 +135,13 @@ class PartitionDescription:
 
 @dataclass(frozen=True)
 class TopicDescription:
+    """A topic's id, partitions and effective config; ``value_type`` on typed topics."""
+
     name: str
     topic_id: str
     partitions: list[PartitionDescription]
     config: dict[str, Any]
+    value_type: Any = None  # a pyarrow struct type on typed topics
 
 
 @dataclass(frozen=True)
@@ -123,3 +181,43 @@ class GroupDescription:
     @property
     def total_lag(self) -> int:
         return sum(p.lag or 0 for p in self.lag)
+
+
+@dataclass
+class NewTopic:
+    """A topic to create (kafka-python's NewTopic), plus sparklog's ``value_type`` (typed topics).
+
+    ``replication_factor`` and ``replica_assignments`` are accepted for
+    kafka-python's signature; the object store holds the only copy.
+    """
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    replica_assignments: dict[int, list[int]] | None = None
+    topic_configs: dict[str, Any] | None = None
+    value_type: Any = None
+
+
+@dataclass
+class NewPartitions:
+    """The total partition count a topic should grow to (kafka-python's NewPartitions)."""
+
+    total_count: int
+    new_assignments: list[list[int]] | None = None
+
+
+class ConfigResourceType:
+    """Kafka's config resource types; sparklog has per-topic configs only."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass
+class ConfigResource:
+    """A resource's configs (kafka-python's ConfigResource); ``describe_configs`` fills them."""
+
+    resource_type: int | str
+    name: str
+    configs: dict[str, Any] | None = None

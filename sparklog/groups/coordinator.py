@@ -9,6 +9,12 @@ generation and a member id, so a zombie of an older generation cannot commit.
 
 The state is a versioned document ``groups/<group>/state/<v>.json`` written
 create-only, and each member's liveness is ``groups/<group>/members/<id>.json``.
+Two kinds of members share one group.  sparklog's clients let the coordinator
+assign (``ASSIGNORS``); Kafka clients join with opaque protocol metadata
+(``protocol_metadata``) and their leader assigns, handing the coordinator
+opaque per-member assignments (plus the decoded partitions, for describe and
+lag).  When the leader is a Kafka client the coordinator computes nothing.
+
 Because every change is a create of the next version, several coordinators
 (brokers, or embedded clients in different processes) can serve one group at
 once without corrupting it: a loser of a race re-reads and re-applies.  Blocking
@@ -17,6 +23,7 @@ calls (join, a follower's sync) poll the document every ``poll_ms``.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -61,6 +68,15 @@ class JoinResult:
     leader_id: str
     members: dict[str, list[str]] = field(default_factory=dict)
     protocol: str = ""
+    #: Kafka clients' opaque metadata per member for ``protocol`` (None: a sparklog member)
+    member_metadata: dict[str, bytes | None] = field(default_factory=dict)
+
+
+def _opaque(metadata: Mapping[str, str] | None, protocol: str) -> bytes | None:
+    """A member's opaque metadata for ``protocol`` (None for a sparklog member)."""
+    if metadata is None or protocol not in metadata:
+        return None
+    return base64.b64decode(metadata[protocol])
 
 
 def _now_ms() -> int:
@@ -93,6 +109,7 @@ class _StateDoc:
     def __init__(self, root: LogRoot, group: str) -> None:
         self.versions = VersionedDocument(root.store, f"groups/{group}/state")
         self.group = group
+        self.offsets = root.groups  # the group's log: offset commits check generations there
         self._cache: tuple[int, dict[str, Any], float] | None = None
 
     def read(self) -> tuple[int, dict[str, Any]]:
@@ -119,11 +136,16 @@ class _StateDoc:
         """Apply ``change`` to the newest state and write it as the next version."""
         for _ in range(attempts):
             version, doc = self.read()
+            old_generation = doc.get("generation", 0)
             new = change(doc)
             if new is None:
                 return doc
             if self.versions.write(version + 1, new):
                 self._cache = (version + 1, _copy(new), time.monotonic())
+                if new.get("generation", 0) > old_generation:
+                    # a rebalance started: from now on the group's log refuses offset
+                    # commits of older generations (in the create-only step itself)
+                    self.offsets.set_generation(self.group, int(new["generation"]))
                 if (version + 1) % KEEP_VERSIONS == 0:
                     self._prune(version + 1)
                 return new
@@ -218,6 +240,7 @@ class GroupCoordinator:
         for member in gone:
             doc["members"].pop(member, None)
             doc["assignment"].pop(member, None)
+            doc.get("opaque_assignment", {}).pop(member, None)
         if not doc["members"]:
             doc.update(
                 state=EMPTY,
@@ -249,7 +272,11 @@ class GroupCoordinator:
         first = joined[order[0]]["strategies"]
         common = [s for s in first if all(s in m["strategies"] for m in joined.values())]
         doc["protocol"] = common[0] if common else first[0]
-        doc["assignment"] = self._compute_assignment(doc)
+        doc["opaque_assignment"] = {}
+        if joined[doc["leader"]].get("metadata") is not None or doc["protocol"] not in ASSIGNORS:
+            doc["assignment"] = {}  # a Kafka client leads: it assigns in its SyncGroup
+        else:
+            doc["assignment"] = self._compute_assignment(doc)
         doc["state"] = COMPLETING
         timeout = max(m["rebalance_timeout_ms"] for m in joined.values())
         doc["sync_deadline_ms"] = now + timeout
@@ -339,19 +366,38 @@ class GroupCoordinator:
         strategy: str | Sequence[str] = "range",
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 30_000,
+        protocol_metadata: Mapping[str, bytes] | None = None,
     ) -> JoinResult:
-        """Join (or re-join) and wait until the rebalance completes; return the generation."""
+        """Join (or re-join) and wait until the rebalance completes; return the generation.
+
+        ``protocol_metadata`` ({protocol name: opaque bytes}, in preference order) is a
+        Kafka client's join: its protocols replace ``strategy`` and its leader assigns.
+        """
         state = self._doc(group)
         self._check_member_id(member_id)
         self._check_timeouts(session_timeout_ms, rebalance_timeout_ms)
-        strategies = [strategy] if isinstance(strategy, str) else list(strategy)
-        unknown = [s for s in strategies if s not in ASSIGNORS]
+        opaque = None
+        if protocol_metadata is not None:
+            opaque = {
+                str(name): base64.b64encode(bytes(data)).decode()
+                for name, data in protocol_metadata.items()
+            }
+            strategies = list(opaque)
+            if not strategies:
+                raise InconsistentGroupProtocolError("a join without any protocol")
+        else:
+            strategies = [strategy] if isinstance(strategy, str) else list(strategy)
+        unknown = [s for s in strategies if s not in ASSIGNORS and opaque is None]
         if not strategies or unknown:
             raise InvalidConfigError(
                 f"assignment strategy {unknown[0] if unknown else strategies!r} is not "
                 f"accepted; accepted: {', '.join(ASSIGNORS)}"
             )
-        if isinstance(topics, str) or not topics or not all(isinstance(t, str) for t in topics):
+        if (
+            isinstance(topics, str)
+            or (not topics and opaque is None)
+            or not all(isinstance(t, str) for t in topics)
+        ):
             raise InvalidRequestError(
                 f"topics={topics!r} is not accepted; accepted: a non-empty list of topic names"
             )
@@ -382,6 +428,7 @@ class GroupCoordinator:
                 "rebalance_timeout_ms": rebalance_timeout_ms,
                 "join_ms": previous["join_ms"] if previous else now,
                 "joined": True,
+                "metadata": opaque,
             }
             if doc["state"] != PREPARING:
                 self._start_rebalance(doc, now)
@@ -406,6 +453,10 @@ class GroupCoordinator:
                     leader_id=doc["leader"],
                     members={m: list(v["topics"]) for m, v in doc["members"].items()},
                     protocol=doc["protocol"],
+                    member_metadata={
+                        m: _opaque(v.get("metadata"), doc["protocol"])
+                        for m, v in doc["members"].items()
+                    },
                 )
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
                 # a newer rebalance began after ours completed unseen: join it too
@@ -423,6 +474,18 @@ class GroupCoordinator:
         assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
     ) -> list[TopicPartition]:
         """The member's partitions for ``generation``; the leader may supply everyone's."""
+        return self.sync_group_opaque(group, generation, member_id, assignment)[0]
+
+    def sync_group_opaque(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+        opaque_assignment: Mapping[str, bytes] | None = None,
+    ) -> tuple[list[TopicPartition], bytes | None]:
+        """:meth:`sync_group` for Kafka clients: also the member's opaque assignment bytes
+        (None when the coordinator assigned); a Kafka leader supplies everyone's."""
         state = self._doc(group)
         self._check_member_id(member_id)
         given = None
@@ -456,6 +519,12 @@ class GroupCoordinator:
                     doc["assignment"] = {
                         m: [[t, p] for t, p in given.get(m, [])] for m in doc["members"]
                     }
+                if opaque_assignment is not None:
+                    doc["opaque_assignment"] = {
+                        str(m): base64.b64encode(bytes(data)).decode()
+                        for m, data in opaque_assignment.items()
+                        if m in doc["members"]
+                    }
                 self._stabilize(doc)
                 return doc
             return doc if changed else None
@@ -467,7 +536,9 @@ class GroupCoordinator:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == STABLE:
                 self._touch(group, member_id)
-                return [(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])]
+                mine = [(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])]
+                raw = doc.get("opaque_assignment", {}).get(member_id)
+                return mine, base64.b64decode(raw) if raw is not None else None
             time.sleep(self.poll_ms / 1000)
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
@@ -533,13 +604,28 @@ class GroupCoordinator:
             except StorageError:
                 topic_ids[topic] = ""
         self._storage(
-            lambda: self.root.groups.commit(group, clean, metadata=metadata, topic_ids=topic_ids)
+            lambda: self.root.groups.commit(
+                group,
+                clean,
+                metadata=metadata,
+                topic_ids=topic_ids,
+                generation=generation if member_id else None,
+                member_id=member_id,
+            )
         )
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
+        return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
+
+    def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
         self._doc(group)
         found = self._storage(lambda: self.root.groups.fetch(group))
-        return {tp: c.offset for tp, c in found.items()}
+        return {tp: (c.offset, c.metadata) for tp, c in found.items()}
+
+    def group_state(self, group: str) -> dict[str, Any]:
+        """The group's current state document (after expiring silent members)."""
+        return self._current(group)
 
     def list_groups(self) -> list[str]:
         return list(self._storage(self.root.groups.list_groups))

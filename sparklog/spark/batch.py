@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.spark.offsets import RootView, check_start, resolve_positions
+from sparklog.spark.offsets import RootView, check_batch_range, check_start, resolve_positions
 from sparklog.spark.options import SourceOptions
 from sparklog.spark.plan import ReadRange, ReadTask, default_parallelism, layout_of, plan_tasks
 from sparklog.spark.read import cached_root, read_task
@@ -156,9 +156,10 @@ class SparklogBatchReader(DataSourceReader):
         ends = resolve_positions(opts.ending, view, every, which="ending")
         ranges: list[ReadRange] = []
         for tp in every:
+            plog = view.log(*tp, refresh=False)
+            check_batch_range(tp, starts[tp], ends[tp], plog.high_watermark)
             if not pushed.allows(*tp):
                 continue
-            plog = view.log(*tp, refresh=False)
             first = check_start(
                 tp,
                 starts[tp],
@@ -170,11 +171,16 @@ class SparklogBatchReader(DataSourceReader):
             stop = min(ends[tp], plog.high_watermark, pushed.offset_hi)
             if stop <= first:
                 continue
-            segments = plog.state.segments.overlapping(first, stop)
+            segments = plog.segments_between(first, stop)
             for lo, hi in _timestamp_spans(segments, first, stop, pushed):
                 bounds, cum = layout_of(segments, lo, hi)
                 ranges.append(ReadRange(tp[0], tp[1], lo, hi, bounds, cum))
-        tasks = plan_tasks(ranges, min_partitions=opts.min_partitions, cores=default_parallelism())
+        tasks = plan_tasks(
+            ranges,
+            min_partitions=opts.min_partitions,
+            cores=default_parallelism(),
+            max_records=opts.max_records_per_partition,
+        )
         used = sorted({r.topic for rs in tasks for r in rs})
         return [
             ReadTask(

@@ -3,6 +3,11 @@
 Offsets are Kafka's JSON, ``{"topic": {"0": 5, "1": 7}}`` (next offset to
 read), with topics and partitions always in sorted order: Spark stores the JSON
 verbatim and compares it as text, so equal positions must give equal text.
+sparklog adds one entry Kafka cannot have, ``"@topicIds": {"topic": "<id>"}``
+(``@`` is not allowed in topic names): the incarnation of each topic the
+offsets belong to, so that a topic deleted and created again under a running
+query is detected even when the new topic already holds as many records as the
+old position.  Checkpoints without it (older versions) are still read.
 :class:`RootView` answers, for one subscription, which topic-partitions exist
 now and their log start and high watermark; it keeps topic and partition
 handles between triggers so that a new look costs only the commits since the
@@ -26,20 +31,35 @@ EARLIEST = -2
 LATEST = -1
 
 
-def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    """Kafka-style offsets JSON with stable (sorted) key order."""
-    out: dict[str, dict[str, int]] = {}
+TOPIC_IDS_KEY = "@topicIds"
+
+
+def encode_offsets(
+    offsets: Mapping[TopicPartition, int], topic_ids: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Kafka-style offsets JSON with stable (sorted) key order, plus the topics' ids."""
+    out: dict[str, Any] = {}
     for topic, partition in sorted(offsets):
         out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    ids = {t: topic_ids[t] for t in sorted(out) if topic_ids and topic_ids.get(t)}
+    if ids:
+        out[TOPIC_IDS_KEY] = ids
     return out
 
 
 def decode_offsets(doc: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
     out: dict[TopicPartition, int] = {}
     for topic, parts in (doc or {}).items():
+        if topic == TOPIC_IDS_KEY:
+            continue
         for partition, offset in parts.items():
             out[(topic, int(partition))] = int(offset)
     return out
+
+
+def topic_ids_of(doc: Mapping[str, Any] | None) -> dict[str, str]:
+    """The topic ids recorded in an offsets document (empty for older checkpoints)."""
+    return dict((doc or {}).get(TOPIC_IDS_KEY) or {})
 
 
 class RootView:
@@ -194,8 +214,9 @@ def check_start(
     elif start > high_watermark:
         message = (
             f"offset {start} of {topic}-{partition} is beyond its high watermark "
-            f"{high_watermark}: the topic was deleted and created again, so records "
-            f"{log_start}-{start - 1} of the new topic would be skipped; reading from {log_start}"
+            f"{high_watermark}: the partition's log was replaced (topic deleted and created "
+            f"again, or its records removed), so records {log_start}-{start - 1} of the new log "
+            "would be skipped"
         )
     else:
         return start
@@ -203,5 +224,28 @@ def check_start(
         raise DataLossError(
             f"{message}. Set failOnDataLoss=false to continue at the log start instead"
         )
-    log.warning("data loss: %s; continuing (failOnDataLoss=false)", message)
+    log.warning("data loss: %s; continuing at %d (failOnDataLoss=false)", message, log_start)
     return log_start
+
+
+def check_batch_range(tp: TopicPartition, start: int, end: int, high_watermark: int) -> None:
+    """Kafka's check of a batch read's resolved range: a start after the end is an error.
+
+    Whatever failOnDataLoss says: the start was given by the query, so reading
+    anything else would return offsets the query excluded, and returning no
+    rows would hide the mistake.
+    """
+    if start <= end:
+        return
+    topic, partition = tp
+    reason = (
+        f"the start is beyond the end of the log (high watermark {high_watermark})"
+        if start > high_watermark
+        else "the ending position resolves before the start"
+    )
+    raise SparkOptionError(
+        f"the resolved start offset {start} is greater than the resolved end offset {end} for "
+        f"topic {topic!r} partition {partition}: {reason}. Check startingOffsets/"
+        "startingTimestamp against endingOffsets/endingTimestamp and the topic's offsets "
+        "(sparklog topics describe)"
+    )

@@ -5,14 +5,19 @@ pipeline moves over by changing ``format("kafka")`` to ``format("sparklog")``;
 sparklog adds ``root``, ``broker``, ``storage.<key>``, ``group``, ``txnAppId``
 and ``compression``.  Spark passes options case-insensitively (lower-cased);
 messages use the documented spelling.  Unknown options are refused so that a
-typo never silently changes what a query reads; Kafka client properties
-(``kafka.*``) are accepted and ignored, except ``kafka.bootstrap.servers``
-which is taken as ``broker``.
+typo never silently changes what a query reads.  Kafka client properties
+(``kafka.*``) are accepted and ignored, except: ``kafka.bootstrap.servers`` is
+taken as ``broker``, ``kafka.group.id`` as ``group``, and the properties Kafka's
+connector refuses (``kafka.auto.offset.reset``, the (de)serializers,
+``kafka.enable.auto.commit``, ``kafka.interceptor.classes``) are refused with
+its reasons.  Like Kafka's connector, a batch read ignores the streaming-only
+rate options with a warning, so one options dict serves a stream and its backfill.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.errors import SparkOptionError
+
+log = logging.getLogger(__name__)
 
 ROOT_ENV = "SPARKLOG_ROOT"
 
@@ -44,9 +51,59 @@ SOURCE_KEYS = (
     "failOnDataLoss",
     "includeHeaders",
     "minPartitions",
+    "maxRecordsPerPartition",
     "group",
 )
-SINK_KEYS = ("root", "broker", "topic", "txnAppId", "compression", "includeHeaders")
+#: Streaming-only options that a batch read ignores with a warning (as Kafka's connector does).
+STREAM_ONLY_KEYS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+STARTING_OFFSETS_INSTEAD = (
+    "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+    "'startingOffsets' to 'earliest' or 'latest' to specify where to start. Structured "
+    "Streaming manages which offsets are consumed internally, rather than relying on the "
+    "consumer to do it, so no data is missed when topics or partitions are added. Note that "
+    "'startingOffsets' only applies when a new streaming query is started; a resumed query "
+    "always continues where it left off"
+)
+#: kafka.* consumer properties Kafka's connector refuses, with its reasons.
+REFUSED_SOURCE_KAFKA_KEYS = {
+    "kafka.auto.offset.reset": STARTING_OFFSETS_INSTEAD,
+    "kafka.key.deserializer": (
+        "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte "
+        "arrays. Use DataFrame operations to explicitly deserialize the keys"
+    ),
+    "kafka.value.deserializer": (
+        "Kafka option 'value.deserializer' is not supported as values are deserialized as byte "
+        "arrays (or the topic's struct on a typed topic). Use DataFrame operations to "
+        "explicitly deserialize the values"
+    ),
+    "kafka.enable.auto.commit": (
+        "Kafka option 'enable.auto.commit' is not supported: the checkpoint holds the offsets; "
+        "set option 'group' to also record them as the group's committed offsets"
+    ),
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+#: kafka.* producer properties Kafka's connector refuses.
+REFUSED_SINK_KAFKA_KEYS = {
+    "kafka.key.serializer": (
+        "Kafka option 'key.serializer' is not supported as keys are serialized as byte arrays. "
+        "Use DataFrame operations to explicitly serialize the keys into a string or binary column"
+    ),
+    "kafka.value.serializer": (
+        "Kafka option 'value.serializer' is not supported as values are serialized as byte "
+        "arrays. Use DataFrame operations to explicitly serialize the values into a string or "
+        "binary column"
+    ),
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+SINK_KEYS = (
+    "root",
+    "broker",
+    "topic",
+    "txnAppId",
+    "txnVersion",
+    "compression",
+    "includeHeaders",
+)
 #: Kafka-source options that tune Kafka's consumer; accepted so pipelines move
 #: over unchanged, without effect here.
 IGNORED_KEYS = (
@@ -82,7 +139,8 @@ class Subscription:
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            # Kafka's connector searches (java.util.regex find): unanchored, like re.search.
+            return re.search(self.pattern, topic) is not None
         if self.assign:
             return any(t == topic for t, _ in self.assign)
         return topic in self.topics
@@ -121,6 +179,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     group: str | None = None
 
 
@@ -134,6 +193,7 @@ class SinkOptions:
     topic: str | None
     txn_app_id: str | None
     compression: str = "none"
+    txn_version: int | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -142,12 +202,16 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
     known = {k.lower() for k in (*allowed, *IGNORED_KEYS)}
+    refused = REFUSED_SOURCE_KAFKA_KEYS if what == "source" else REFUSED_SINK_KAFKA_KEYS
     for key in opts:
+        if key in refused:
+            raise SparkOptionError(refused[key])
         if key in known or key.startswith(("storage.", "kafka.", "spark.")):
             continue
         raise SparkOptionError(
             f"unknown {what} option {key!r}; accepted: {', '.join(allowed)}, storage.<key>, "
-            f"kafka.* (ignored; kafka.bootstrap.servers is taken as broker)"
+            "kafka.* (ignored; kafka.bootstrap.servers is taken as broker, kafka.group.id as "
+            "group)"
         )
 
 
@@ -345,6 +409,44 @@ def _offset_spec(opts: Mapping[str, str], which: str, batch: bool) -> OffsetSpec
     return OffsetSpec("offsets", offsets=offsets)
 
 
+def _group(opts: Mapping[str, str]) -> str | None:
+    """Option ``group``, or Kafka's ``kafka.group.id`` (the same thing under Kafka's name)."""
+    group = opts.get("group")
+    kafka_group = opts.get("kafka.group.id")
+    if group is not None and kafka_group is not None and group != kafka_group:
+        raise SparkOptionError(
+            f"options 'group'={group!r} and 'kafka.group.id'={kafka_group!r} differ; "
+            "accepted: one of them (kafka.group.id is taken as group)"
+        )
+    group = group if group is not None else kafka_group
+    if group is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", group):
+        name = "group" if "group" in opts else "kafka.group.id"
+        raise SparkOptionError(
+            f"option {name!r}={group!r} is not accepted; accepted: 1-249 characters from "
+            "[a-zA-Z0-9._-]"
+        )
+    return group
+
+
+def _check_start_not_after_end(starting: OffsetSpec | None, ending: OffsetSpec | None) -> None:
+    """Kafka's check of explicit offsets: a start after its end is an error, not 0 rows."""
+    if starting is None or ending is None or starting.kind != ending.kind:
+        return
+    if starting.kind not in ("offsets", "timestamps"):
+        return
+    first = starting.offsets if starting.kind == "offsets" else starting.timestamps
+    last = ending.offsets if ending.kind == "offsets" else ending.timestamps
+    what = "offset" if starting.kind == "offsets" else "timestamp"
+    for topic in sorted(first):
+        for partition, start in sorted(first[topic].items()):
+            end = last.get(topic, {}).get(partition)
+            if end is not None and start >= 0 and end >= 0 and start > end:
+                raise SparkOptionError(
+                    f"the specified start {what} {start} is greater than the end {what} {end} "
+                    f"for topic {topic!r} partition {partition}"
+                )
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate the reader options of a streaming (readStream) or batch (read) query."""
     opts = _lower(options)
@@ -358,24 +460,25 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             "batch queries only; a streaming query reads until it is stopped"
         )
     if not streaming:
-        for key in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        for key in STREAM_ONLY_KEYS:
             if key.lower() in opts:
-                raise SparkOptionError(
-                    f"option {key!r} applies to streaming queries only; remove it for a batch read"
-                )
+                log.warning("%s option ignored in batch queries", key)
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise SparkOptionError(
             f"option 'startingOffsetsByTimestampStrategy'={strategy!r} is not accepted; "
             "accepted: error, latest"
         )
-    delay_raw = opts.get("maxtriggerdelay")
-    group = opts.get("group")
-    if group is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", group):
+    delay_raw = opts.get("maxtriggerdelay") if streaming else None
+    max_offsets = _int(opts, "maxOffsetsPerTrigger") if streaming else None
+    min_offsets = _int(opts, "minOffsetsPerTrigger") if streaming else None
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
         raise SparkOptionError(
-            f"option 'group'={group!r} is not accepted; accepted: 1-249 characters from "
-            "[a-zA-Z0-9._-]"
+            f"option 'minOffsetsPerTrigger'={min_offsets} is higher than "
+            f"'maxOffsetsPerTrigger'={max_offsets}; accepted: minOffsetsPerTrigger <= "
+            "maxOffsetsPerTrigger"
         )
+    _check_start_not_after_end(starting, ending)
     return SourceOptions(
         root=_root(opts),
         storage_options=storage_options_of(opts),
@@ -384,8 +487,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         starting=starting or OffsetSpec("latest" if streaming else "earliest"),
         ending=ending or (None if streaming else OffsetSpec("latest")),
         timestamp_strategy=strategy,
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger"),
-        min_offsets_per_trigger=_int(opts, "minOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=(
             parse_duration_ms("maxTriggerDelay", delay_raw) if delay_raw else 15 * 60_000
         ),
@@ -393,7 +496,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         min_partitions=_int(opts, "minPartitions"),
-        group=group,
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
+        group=_group(opts),
     )
 
 
@@ -417,13 +521,21 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             f"option 'topic'={topic!r} is not accepted; accepted: a topic name of 1-249 "
             "characters from [a-zA-Z0-9._-]"
         )
+    txn_app_id = opts.get("txnappid")
+    txn_version = _int(opts, "txnVersion", minimum=0)
+    if (txn_app_id is None) != (txn_version is None) and txn_version is not None:
+        raise SparkOptionError(
+            "option 'txnVersion' needs option 'txnAppId' (the writer's stable id); set both, as "
+            "with Delta's idempotent writes"
+        )
     return SinkOptions(
         root=_root(opts),
         storage_options=storage_options_of(opts),
         broker=_broker(opts),
         topic=topic,
-        txn_app_id=opts.get("txnappid"),
+        txn_app_id=txn_app_id,
         compression=compression,
+        txn_version=txn_version,
     )
 
 

@@ -107,12 +107,23 @@ def default_parallelism() -> int:
 
 
 def plan_tasks(
-    ranges: Sequence[ReadRange], *, min_partitions: int | None, cores: int
+    ranges: Sequence[ReadRange],
+    *,
+    min_partitions: int | None,
+    cores: int,
+    max_records: int | None = None,
 ) -> list[list[ReadRange]]:
-    """Group ranges into tasks of about equal bytes; split big ranges, pack small ones."""
+    """Group ranges into tasks of about equal bytes; split big ranges, pack small ones.
+
+    ``max_records`` (Kafka's maxRecordsPerPartition) caps the records of every
+    task: ranges are cut into pieces of at most that many offsets, each its own
+    task, as Kafka's connector does.
+    """
     ranges = [r for r in ranges if r.end > r.start]
     if not ranges:
         return []
+    if max_records:
+        return [[piece] for piece in split_by_records(ranges, max_records)]
     total = sum(max(r.size_bytes, 1) for r in ranges)
     tasks = max(1, min(cores, math.ceil(total / MIN_TASK_BYTES)))
     if min_partitions:
@@ -143,6 +154,16 @@ def plan_tasks(
     for chosen in bins:
         chosen.sort(key=lambda r: (r.topic, r.partition, r.start))
     return [b for b in bins if b]
+
+
+def split_by_records(ranges: Sequence[ReadRange], max_records: int) -> list[ReadRange]:
+    """Each range cut into equal pieces of at most ``max_records`` offsets."""
+    pieces: list[ReadRange] = []
+    for r in ranges:
+        count = math.ceil((r.end - r.start) / max_records)
+        cuts = [r.start + (r.end - r.start) * k // count for k in range(count + 1)]
+        pieces.extend(r.piece(a, b) for a, b in itertools.pairwise(cuts) if b > a)
+    return pieces
 
 
 def split_budget(backlogs: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:

@@ -83,7 +83,9 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
             plog.high_watermark,
             fail_on_data_loss=task.fail_on_data_loss,
         )
-        if start >= r.end:
+        if start < r.start or start >= r.end:
+            # start < r.start: the range lies beyond the log now (log replaced); reading from
+            # the log start would return offsets this task was not asked for.
             continue
         ts_type = timestamp_type_of(topic.info.effective_config)
         try:
@@ -98,6 +100,6 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
                 exc.high_watermark,
                 fail_on_data_loss=task.fail_on_data_loss,
             )
-            if resume < r.end:
+            if r.start <= resume < r.end:
                 for batch in coalesce(plog.iter_batches(resume, r.end)):
                     yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)

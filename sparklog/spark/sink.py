@@ -7,7 +7,10 @@ objects with ``Topic.write`` and return the *staged* segments in their commit
 messages; nothing is visible yet.  The driver's ``commit`` appends each
 partition's segments in one log commit marked ``(app id, batch id)``; a batch
 that Spark replays after a failure finds its marker and is skipped, so each
-record lands exactly once.  ``abort`` deletes nothing: a commit may already
+record lands exactly once.  Batch writes with Delta's ``txnAppId`` and
+``txnVersion`` options get the same marker ``(txnAppId, txnVersion)``: a
+version a partition already holds (or an older one) is skipped, which makes
+``foreachBatch`` exactly-once in every output mode.  ``abort`` deletes nothing: a commit may already
 have published some objects, and unreferenced ones are collected by GC.
 """
 
@@ -285,19 +288,21 @@ def commit_segments(
             by_partition.setdefault((name, p), []).append(Segment.from_json(raw))
     batch_id = txn[1] if txn else None
     maybe_fault("sink.before_commit", batch_id)
-    topics: dict[str, Topic] = {}
-    for count, ((name, p), segments) in enumerate(sorted(by_partition.items())):
-        topic = topics.get(name)
-        if topic is None:
-            topic = topics[name] = root.topic(name)
-            if topic.info.topic_id != topic_ids[name]:
-                raise SparkSourceError(
-                    f"topic {name!r} was deleted and created again during the write; "
-                    "its records were not committed"
-                )
-        result = topic.partition(p).append(segments, txn=txn)
-        if result.duplicate:
-            log.info("partition %s-%d already has %s: skipped (replayed batch)", name, p, txn)
+    by_topic: dict[str, dict[int, list[Segment]]] = {}
+    for (name, p), segments in sorted(by_partition.items()):
+        by_topic.setdefault(name, {})[p] = segments
+    for count, (name, parts) in enumerate(sorted(by_topic.items())):
+        topic: Topic = root.topic(name)
+        if topic.info.topic_id != topic_ids[name]:
+            raise SparkSourceError(
+                f"topic {name!r} was deleted and created again during the write; "
+                "its records were not committed"
+            )
+        # one atomic commit per shard: the batch lands in all its partitions or none
+        results = topic.commit(parts, txn=txn)
+        skipped = sorted(p for p, r in results.items() if r.duplicate)
+        if skipped:
+            log.info("%s partitions %s already have %s: skipped (replay)", name, skipped, txn)
         if count == 0:
             maybe_fault("sink.mid_commit", batch_id)
     maybe_fault("sink.after_commit", batch_id)
@@ -313,7 +318,11 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         return write_task(self.options, iterator, streaming=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_segments(self.options, messages, txn=None)
+        opts = self.options
+        txn = None
+        if opts.txn_app_id is not None and opts.txn_version is not None:
+            txn = (opts.txn_app_id, opts.txn_version)
+        commit_segments(opts, messages, txn=txn)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = sum(len(m.segments) for m in messages if isinstance(m, SinkCommitMessage))

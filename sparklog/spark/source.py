@@ -63,16 +63,38 @@ class SparklogDataSource(DataSource):
         return SparklogStreamReader(parse_source_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch writer; exactly-once per (txnAppId, txnVersion) when both are set.
+
+        Spark refuses its default save mode (ErrorIfExists) for every Python
+        data source before calling this, naming Append; ``overwrite`` reaches
+        here and is refused with the same fix.
+        """
         options = parse_sink_options(self.options)
         if overwrite:
             raise SparkOptionError(
                 "save mode 'overwrite' is not supported: a topic is an append-only log; "
-                "accepted: append"
+                'accepted: append (write .mode("append"))'
+            )
+        if options.txn_app_id is not None and options.txn_version is None:
+            raise SparkOptionError(
+                "option 'txnAppId' needs option 'txnVersion' in a batch write (a number that "
+                "grows with every write of this app id, e.g. foreachBatch's batch id); a write "
+                "whose version was already committed is skipped"
             )
         validate_sink_schema(schema, options)
         return SparklogBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The streaming writer; ``overwrite`` is complete mode, appended as Kafka's sink does.
+
+        Update mode never reaches here: Spark refuses it for Python sinks (the
+        recipe is foreachBatch with txnAppId/txnVersion, see docs/spark.md).
+        """
         options = parse_sink_options(self.options)
+        if options.txn_version is not None:
+            raise SparkOptionError(
+                "option 'txnVersion' is for batch writes (df.write, e.g. inside foreachBatch); "
+                "a streaming write is marked with its batch id"
+            )
         validate_sink_schema(schema, options)
         return SparklogStreamWriter(options)

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.errors import DataLossError
+from sparklog.errors import DataLossError, SparkOptionError
 from sparklog.spark.faults import maybe_fault
 from sparklog.spark.offsets import (
     RootView,
@@ -39,6 +39,7 @@ from sparklog.spark.offsets import (
     decode_offsets,
     encode_offsets,
     resolve_positions,
+    topic_ids_of,
 )
 from sparklog.spark.options import SourceOptions
 from sparklog.spark.plan import (
@@ -99,6 +100,15 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 which="starting",
                 timestamp_strategy=self.options.timestamp_strategy,
             )
+            if self.options.starting.kind == "offsets":
+                for tp, offset in positions.items():
+                    hwm = view.log(*tp, refresh=False).high_watermark
+                    if offset > hwm:  # never read the offsets the query excluded instead
+                        raise SparkOptionError(
+                            f"option 'startingOffsets' gives offset {offset} for topic "
+                            f"{tp[0]!r} partition {tp[1]}, beyond the end of its log (high "
+                            f"watermark {hwm}); accepted: -2, -1 or an offset up to {hwm}"
+                        )
             if self.options.group:
                 committed = view.root.groups.fetch(self.options.group)
                 for tp in partitions:
@@ -108,7 +118,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if entry.topic_id and entry.topic_id != infos[tp[0]].topic_id:
                         continue  # offsets of an earlier topic of the same name
                     positions[tp] = entry.offset
-            self._initial = encode_offsets(positions)
+            ids = {name: info.topic_id for name, info in infos.items()}
+            self._initial = encode_offsets(positions, ids)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -134,6 +145,11 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(begin)
         view = self.view
         infos = view.refresh_topics()
+        recorded = topic_ids_of(start)
+        ids = {name: info.topic_id for name, info in infos.items()}
+        begin = self._check_incarnations(begin, recorded, ids)
+        # A topic gone for now keeps its recorded id, so its re-creation is still recognised.
+        ids = {**{t: i for t, i in recorded.items() if t not in ids}, **ids}
         partitions = view.partitions(infos)
         bounds = view.bounds(partitions)
         self._latest = {tp: hwm for tp, (_, hwm) in bounds.items()}
@@ -180,14 +196,48 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ends = limit_by_bytes(ranges, max_bytes)
         for tp, offset in begin.items():
             ends.setdefault(tp, offset)  # vanished partitions keep their position
-        end = encode_offsets(ends)
-        if end != encode_offsets(begin):
+        end = encode_offsets(ends, ids)
+        if end != encode_offsets(begin, ids):
             self._last_trigger_ms = int(time.time() * 1000)
             return end
         return start
 
+    def _check_incarnations(
+        self,
+        begin: dict[TopicPartition, int],
+        recorded: dict[str, str],
+        current: dict[str, str],
+    ) -> dict[TopicPartition, int]:
+        """Positions of topics deleted and created again under the query: fail, or restart them.
+
+        The offsets carry each topic's id, so a new topic of the same name is
+        recognised even when it already holds as many records as the old
+        position (Kafka's connector cannot tell).  failOnDataLoss=true fails;
+        false reads the new topic from its log start.
+        """
+        replaced = sorted(
+            name for name, old in recorded.items() if name in current and current[name] != old
+        )
+        if not replaced:
+            return begin
+        name = replaced[0]
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"topic {name!r} was deleted and created again while the query ran (topic id "
+                f"{recorded[name]} is now {current[name]}): records of the old topic after "
+                "the query's position were lost and the new topic's records would be read from "
+                "the old topic's offsets. Set failOnDataLoss=false to continue with the new "
+                "topic from its log start"
+            )
+        log.warning(
+            "data loss: topics %s were deleted and created again; reading them from their log "
+            "start (failOnDataLoss=false)",
+            replaced,
+        )
+        return {tp: (0 if tp[0] in replaced else offset) for tp, offset in begin.items()}
+
     def reportLatestOffset(self) -> dict | None:
-        return encode_offsets(self._latest) if self._latest else None
+        return encode_offsets(self._latest) if self._latest else None  # Kafka's shape: no ids
 
     def _range(self, tp: TopicPartition, start: int, end: int) -> ReadRange:
         if end <= start:
@@ -195,7 +245,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plog = self.view.log(*tp, refresh=False)
         if plog.high_watermark < end:
             plog.refresh()
-        bounds, cum = layout_of(plog.state.segments.overlapping(start, end), start, end)
+        bounds, cum = layout_of(plog.segments_between(start, end), start, end)
         return ReadRange(tp[0], tp[1], start, end, bounds, cum)
 
     # -- planning and reading ----------------------------------------------
@@ -203,8 +253,25 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         begin, finish = decode_offsets(start), decode_offsets(end)
         view = self.view
+        end_ids = topic_ids_of(end)
+        replaced = self._replaced_since(end_ids)
+        start_ids = topic_ids_of(start)
+        for tp in list(begin):
+            if start_ids.get(tp[0], end_ids.get(tp[0])) != end_ids.get(tp[0], start_ids.get(tp[0])):
+                begin[tp] = 0  # a new incarnation (failOnDataLoss=false): from its log start
         ranges: list[ReadRange] = []
         for tp, stop in sorted(finish.items()):
+            if tp[0] in replaced:
+                message = (
+                    f"topic {tp[0]!r} was deleted and created again before offsets "
+                    f"{begin.get(tp, 0)}-{stop - 1} of partition {tp[1]} were read"
+                )
+                if opts.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{message}. Set failOnDataLoss=false to continue without them"
+                    )
+                log.warning("data loss: %s; skipped (failOnDataLoss=false)", message)
+                continue
             try:
                 plog = view.log(*tp, refresh=False)
             except UnknownTopicError:
@@ -226,7 +293,12 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             if first < stop:
                 ranges.append(self._range(tp, first, stop))
-        tasks = plan_tasks(ranges, min_partitions=opts.min_partitions, cores=default_parallelism())
+        tasks = plan_tasks(
+            ranges,
+            min_partitions=opts.min_partitions,
+            cores=default_parallelism(),
+            max_records=opts.max_records_per_partition,
+        )
         topics = {r.topic for rs in tasks for r in rs}
         infos = {name: view.topic(name).info for name in sorted(topics)}
         return [
@@ -240,6 +312,22 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             for i, rs in enumerate(tasks)
         ]
+
+    def _replaced_since(self, recorded: dict[str, str]) -> set[str]:
+        """Topics whose current incarnation differs from the one ``recorded`` in an offset."""
+        view = self.view
+        replaced = set()
+        for name, topic_id in recorded.items():
+            try:
+                current = view.topic(name).info.topic_id
+                if current != topic_id:
+                    view.refresh_topics()
+                    current = view.topic(name).info.topic_id
+            except UnknownTopicError:
+                continue  # deleted: handled as a vanished partition
+            if current != topic_id:
+                replaced.add(name)
+        return replaced
 
     def read(self, partition: InputPartition) -> Any:
         if not isinstance(partition, ReadTask):  # Spark's stand-in when nothing is planned

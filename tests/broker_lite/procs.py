@@ -56,6 +56,9 @@ class BrokerProcess:
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int | None = None
     log_path: pathlib.Path | None = None
+    #: Kafka listener: port 0 on first start; a restart reuses the port it got.
+    kafka_listen: str = "127.0.0.1:0"
+    kafka_address: str | None = None
 
     @property
     def location(self) -> str:
@@ -82,6 +85,8 @@ class BrokerProcess:
                     self.location,
                     "--id",
                     str(self.broker_id),
+                    "--kafka-listen",
+                    self.kafka_listen,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -93,6 +98,7 @@ class BrokerProcess:
             for line in self.log_lines():
                 if line.get("msg") == "broker started":
                     self.metrics_port = line.get("metrics_port")
+                    self.kafka_address = line.get("kafka_address")
                     return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited: {self.log_text()}")
@@ -147,6 +153,8 @@ class Cluster:
         broker = BrokerProcess(
             self.workdir, self.root, broker_id, port, self.storage_options, config
         )
+        if old is not None and old.kafka_address:
+            broker.kafka_listen = old.kafka_address
         self.brokers[broker_id] = broker
         return broker.start()
 
@@ -157,6 +165,11 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.location for b in self.brokers.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners' addresses (bootstrap.servers for Kafka clients)."""
+        return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
 
     def stop_all(self) -> None:
         for b in self.brokers.values():

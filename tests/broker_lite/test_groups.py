@@ -56,6 +56,28 @@ def test_three_members_split_six_partitions_and_rebalance_on_leave(root):
             m.stop(leave=False)
 
 
+def test_zombie_commit_past_a_stale_membership_check_is_refused_by_the_group_log(root, monkeypatch):
+    """The group's log checks the generation in the same create-only step that writes."""
+    coords = [coordinator(root), coordinator(root)]
+    members = [Member(coords[0], "g", ["t"]).start()]
+    try:
+        generation = wait_stable(members, 6)
+        zombie_id = members[0].member_id
+        coords[0].commit_offsets("g", generation, zombie_id, {("t", 0): 3})
+        members.append(Member(coords[1], "g", ["t"]).start())
+        new_generation = wait_stable(members, 6)
+        assert new_generation > generation
+        assert open_root(root.url).groups.generation("g") >= new_generation
+        # the zombie's membership check passed before the rebalance (check-then-write)
+        monkeypatch.setattr(GroupCoordinator, "_check_generation", lambda *args: None)
+        with pytest.raises(IllegalGenerationError):
+            coords[0].commit_offsets("g", generation, zombie_id, {("t", 0): 99})
+        assert coords[1].fetch_offsets("g") == {("t", 0): 3}
+    finally:
+        for m in members:
+            m.stop(leave=False)
+
+
 def test_silent_member_is_expelled_after_session_timeout(root):
     coords = [coordinator(root), coordinator(root)]
     members = [Member(c, "g", ["t"], session_timeout_ms=300).start() for c in coords]

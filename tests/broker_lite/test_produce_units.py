@@ -6,10 +6,11 @@ import pyarrow as pa
 import pytest
 
 from sparklog.broker_lite.errors import OutOfOrderSequenceError
-from sparklog.broker_lite.produce import ProduceRequest, duplicate_outcome, take_runs
+from sparklog.broker_lite.produce import ProduceRequest, take_runs
 from sparklog.broker_lite.service import with_offsets
 from sparklog.broker_lite.tailcache import TailCache
 from sparklog.storage import ProducerBatch, make_batch
+from sparklog.storage.log import duplicate_of
 
 
 def req(partition: int, pid: int | None = None, seq: int = 0, n: int = 2) -> ProduceRequest:
@@ -30,14 +31,14 @@ def test_runs_merge_one_producer_contiguous_and_keep_order():
 
 
 def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
+    """The broker's pre-check and the commit share storage's one dedup rule."""
     producers = {"7": {"epoch": 0, "last_seq": 5, "recent": [[0, 5, 100]]}}
-    dup = duplicate_outcome(producers, ProducerBatch(7, 0, 2, 2))
-    assert dup is not None and (dup.base_offset, dup.duplicate) == (102, True)
-    assert duplicate_outcome(producers, ProducerBatch(7, 0, 6, 2)) is None  # the next batch
-    assert duplicate_outcome(producers, ProducerBatch(7, 1, 0, 2)) is None  # a newer epoch
+    assert duplicate_of(producers, ProducerBatch(7, 0, 2, 2), "t-0") == 102
+    assert duplicate_of(producers, ProducerBatch(7, 0, 6, 2), "t-0") is None  # the next batch
+    assert duplicate_of(producers, ProducerBatch(7, 1, 0, 2), "t-0") is None  # a newer epoch
     old = {"7": {"epoch": 0, "last_seq": 50, "recent": [[40, 50, 900]]}}
     with pytest.raises(OutOfOrderSequenceError):
-        duplicate_outcome(old, ProducerBatch(7, 0, 0, 2))
+        duplicate_of(old, ProducerBatch(7, 0, 0, 2), "t-0")
 
 
 def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():

@@ -22,7 +22,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     consumer = Consumer(
         address,
-        group,
+        group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         session_timeout_ms=3000,
@@ -39,7 +39,7 @@ def main() -> None:
     consumer.subscribe([topic], on_assign=write_assignment, on_revoke=lambda tps: None)
     with open(f"{out}.log", "a") as log:
         while not stop["now"]:
-            records = consumer.poll(timeout_ms=200)
+            records = consumer.poll_records(timeout_ms=200)
             for r in records:
                 log.write(f"{r.partition} {r.offset}\n")
             log.flush()

@@ -10,7 +10,7 @@ import pytest
 import sparklog
 from sparklog import Admin, Consumer, Producer, TopicPartition
 from sparklog.client.partitioner import partition_for_key
-from sparklog.client.types import LOG_APPEND_TIME
+from sparklog.client.types import LOG_APPEND_TIME, OffsetAndTimestamp
 
 
 @pytest.fixture(params=["file", "memory", "s3", "broker"])
@@ -37,7 +37,7 @@ def _drain(consumer: Consumer, expected: int, timeout_ms: int = 20_000) -> list:
 
     deadline = time.monotonic() + timeout_ms / 1000
     while len(got) < expected and time.monotonic() < deadline:
-        got.extend(consumer.poll(timeout_ms=200))
+        got.extend(consumer.poll_records(timeout_ms=200))
     return got
 
 
@@ -106,12 +106,12 @@ def test_poll_batches_columns_and_limits(address):
     assert sum(b.num_rows for b in batches) == 20
     assert batches[0].schema.names[:3] == ["topic", "partition", "offset"]
     assert consumer.position(TopicPartition("b", 1)) == 20
-    rest = consumer.poll(timeout_ms=2000)
+    rest = consumer.poll_records(timeout_ms=2000)
     assert [r.offset for r in rest] == list(range(20, 30))
     consumer.seek(TopicPartition("b", 1), 5)
-    assert consumer.poll(timeout_ms=2000, max_records=1)[0].offset == 5
+    assert consumer.poll_records(timeout_ms=2000, max_records=1)[0].offset == 5
     consumer.seek_to_end()
-    assert consumer.poll(timeout_ms=100) == []
+    assert consumer.poll_records(timeout_ms=100) == []
     consumer.close()
 
 
@@ -123,15 +123,15 @@ def test_commit_committed_and_resume(address):
         for i in range(10):
             producer.send("c", str(i))
     tp = TopicPartition("c", 0)
-    first = Consumer(url, "g1", storage_options=options, auto_offset_reset="earliest")
+    first = Consumer(url, group_id="g1", storage_options=options, auto_offset_reset="earliest")
     first.assign([tp])
-    assert len(first.poll(timeout_ms=3000, max_records=4)) == 4
+    assert len(first.poll_records(timeout_ms=3000, max_records=4)) == 4
     first.commit()
     assert first.committed([tp])[tp].offset == 4
     first.close()
-    second = Consumer(url, "g1", storage_options=options, enable_auto_commit=False)
+    second = Consumer(url, group_id="g1", storage_options=options, enable_auto_commit=False)
     second.assign([tp])
-    assert [r.value for r in second.poll(timeout_ms=3000)] == [
+    assert [r.value for r in second.poll_records(timeout_ms=3000)] == [
         str(i).encode() for i in range(4, 10)
     ]
     second.close()
@@ -157,12 +157,12 @@ def test_offsets_for_times_and_pause(address):
     tp = TopicPartition("ts", 0)
     consumer = Consumer(url, storage_options=options, auto_offset_reset="earliest")
     consumer.assign([tp])
-    assert consumer.offsets_for_times({tp: 1_002_500}) == {tp: 3}
+    assert consumer.offsets_for_times({tp: 1_002_500}) == {tp: OffsetAndTimestamp(3, 1_003_000)}
     assert consumer.offsets_for_times({tp: 9_000_000}) == {tp: None}
     consumer.pause(tp)
-    assert consumer.poll(timeout_ms=100) == []
+    assert consumer.poll_records(timeout_ms=100) == []
     consumer.resume(tp)
-    assert len(consumer.poll(timeout_ms=3000)) == 5
+    assert len(consumer.poll_records(timeout_ms=3000)) == 5
     consumer.close()
 
 
@@ -235,29 +235,29 @@ def test_pattern_subscription_and_rebalance_callbacks(tmp_path):
     with Admin(url) as admin:
         admin.create_topic("logs-a", partitions=2)
     events: list[tuple[str, list]] = []
-    first = Consumer(url, "pg", metadata_max_age_ms=200, session_timeout_ms=3000)
+    first = Consumer(url, group_id="pg", metadata_max_age_ms=200, session_timeout_ms=3000)
     first.subscribe(
         "^logs-.*",
         on_assign=lambda tps: events.append(("assign", sorted(tps))),
         on_revoke=lambda tps: events.append(("revoke", sorted(tps))),
     )
-    first.poll(timeout_ms=100)
+    first.poll_records(timeout_ms=100)
     assert events[-1] == ("assign", [("logs-a", 0), ("logs-a", 1)])
     with Admin(url) as admin:
         admin.create_topic("logs-b", partitions=2)
         admin.create_topic("other", partitions=1)
     deadline = time.monotonic() + 20
     while len(first.assignment()) < 4 and time.monotonic() < deadline:
-        first.poll(timeout_ms=100)
+        first.poll_records(timeout_ms=100)
     assert first.subscription() == ["logs-a", "logs-b"]
     assert len(first.assignment()) == 4
-    second = Consumer(url, "pg", metadata_max_age_ms=200, session_timeout_ms=3000)
+    second = Consumer(url, group_id="pg", metadata_max_age_ms=200, session_timeout_ms=3000)
     second.subscribe("^logs-.*")
-    joined = threading.Thread(target=lambda: second.poll(timeout_ms=100))
+    joined = threading.Thread(target=lambda: second.poll_records(timeout_ms=100))
     joined.start()
     deadline = time.monotonic() + 20
     while (joined.is_alive() or len(first.assignment()) != 2) and time.monotonic() < deadline:
-        first.poll(timeout_ms=100)
+        first.poll_records(timeout_ms=100)
     joined.join(timeout=5)
     assert ("revoke", sorted(first.assignment() | second.assignment())) in events
     assert len(first.assignment()) == 2 and len(second.assignment()) == 2

@@ -38,7 +38,7 @@ def test_producer_survives_leader_failover(two_brokers):
     got = []
     deadline = time.monotonic() + 60
     while len(got) < len(sent) and time.monotonic() < deadline:
-        got.extend(consumer.poll(timeout_ms=500))
+        got.extend(consumer.poll_records(timeout_ms=500))
     consumer.close()
     assert len(got) == len(sent), "every acknowledged record is there exactly once"
     assert sorted((r.partition, r.offset) for r in got) == sorted(

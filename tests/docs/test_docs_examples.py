@@ -25,6 +25,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL = {"sh", "bash", "shell", "console"}
 PYTHON = {"python", "py", "python3"}
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(?P<reason>.+?)\s*-->")
+#: docs/client.md's kafka-python/sparklog twins run in tests/client/test_docs_twins.py.
+TWIN = re.compile(r"<!--\s*twin:\s*(?P<which>.+?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 
 
@@ -60,6 +62,8 @@ def extract_blocks(path: Path) -> list[Block]:
             before -= 1
         if before >= 0 and (marker := NOT_RUN.search(lines[before])):
             reason = marker.group("reason")
+        elif before >= 0 and (twin := TWIN.search(lines[before])):
+            reason = f"the {twin.group('which')} twin runs in tests/client/test_docs_twins.py"
         blocks.append(Block(path, start + 1, lang, "\n".join(body) + "\n", reason))
     return blocks
 

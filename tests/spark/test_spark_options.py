@@ -73,7 +73,7 @@ def test_subscriptions() -> None:
     pattern = parse_source_options(
         {"root": "/r", "subscribePattern": "ev.*"}, streaming=True
     ).subscription
-    assert pattern.matches("events") and not pattern.matches("xevents")
+    assert pattern.matches("events") and pattern.matches("xevents") and not pattern.matches("e")
     assign = parse_source_options(
         {"root": "/r", "assign": '{"b":[1,0],"a":[2]}'}, streaming=True
     ).subscription
@@ -103,7 +103,23 @@ def test_durations() -> None:
         ({**BASE, "startingOffsets": "latest"}, False, "not accepted for batch queries"),
         ({**BASE, "startingOffsets": '{"t":{"0":-1}}'}, False, "-1 (latest)"),
         ({**BASE, "endingOffsets": "earliest"}, False, "'endingOffsets'='earliest'"),
-        ({**BASE, "maxOffsetsPerTrigger": "5"}, False, "streaming queries only"),
+        (
+            {**BASE, "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            True,
+            "'minOffsetsPerTrigger'=10 is higher than 'maxOffsetsPerTrigger'=5",
+        ),
+        (
+            {**BASE, "startingOffsets": '{"t":{"0":9}}', "endingOffsets": '{"t":{"0":5}}'},
+            False,
+            "start offset 9 is greater than the end offset 5 for topic 't' partition 0",
+        ),
+        ({**BASE, "kafka.auto.offset.reset": "earliest"}, True, "Instead set the source option"),
+        ({**BASE, "kafka.key.deserializer": "x"}, True, "'key.deserializer' is not supported"),
+        ({**BASE, "kafka.value.deserializer": "x"}, False, "'value.deserializer' is not"),
+        ({**BASE, "kafka.enable.auto.commit": "true"}, True, "'enable.auto.commit' is not"),
+        ({**BASE, "kafka.interceptor.classes": "x"}, True, "'interceptor.classes' is not"),
+        ({**BASE, "group": "a", "kafka.group.id": "b"}, True, "'group'='a' and 'kafka.group.id'"),
+        ({**BASE, "maxRecordsPerPartition": "0"}, False, "'maxRecordsPerPartition'='0'"),
         ({"root": "/r", "subscribePattern": "("}, True, "not a valid regular expression"),
         ({"root": "/r", "assign": '{"t":"0"}'}, True, "option 'assign': topic 't'"),
         ({**BASE, "group": "bad group"}, True, "option 'group'='bad group'"),
@@ -122,6 +138,42 @@ def test_kafka_client_options_are_accepted_and_bootstrap_is_the_broker() -> None
     assert opts.broker == "h:9092"
 
 
+def test_kafka_group_id_is_the_group() -> None:
+    assert parse(**{"kafka.group.id": "g1"}).group == "g1"
+    assert parse(**{"kafka.group.id": "g1", "group": "g1"}).group == "g1"
+
+
+def test_batch_reads_ignore_streaming_rate_options_with_a_warning(caplog) -> None:
+    """Kafka's connector ignores them in batch queries, so one options dict serves both."""
+    shared = {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "2", "maxTriggerDelay": "1s"}
+    with caplog.at_level("WARNING", logger="sparklog.spark.options"):
+        opts = parse(streaming=False, **shared)
+    assert opts.max_offsets_per_trigger is None and opts.min_offsets_per_trigger is None
+    warned = [r.getMessage() for r in caplog.records]
+    assert "maxOffsetsPerTrigger option ignored in batch queries" in warned
+    assert "maxTriggerDelay option ignored in batch queries" in warned
+    assert parse(**shared).max_offsets_per_trigger == 5
+
+
+def test_subscribe_pattern_searches_like_kafka() -> None:
+    """Kafka's connector uses Matcher.find: an unanchored pattern matches inside names."""
+    sub = parse_source_options({"root": "/r", "subscribePattern": "orders"}, streaming=True)
+    assert sub.subscription.matches("eu.orders.v1") and not sub.subscription.matches("order")
+    anchored = parse_source_options({"root": "/r", "subscribePattern": "^ev"}, streaming=True)
+    assert anchored.subscription.matches("events") and not anchored.subscription.matches("xev")
+
+
+def test_max_records_per_partition_caps_every_task() -> None:
+    opts = parse(streaming=False, maxRecordsPerPartition="30")
+    assert opts.max_records_per_partition == 30
+    ranges = [layout(0, 100, 10), ReadRange("t", 1, 5, 20, (5, 20), (0, 150))]
+    tasks = plan_tasks(ranges, min_partitions=None, cores=2, max_records=30)
+    sizes = [sum(r.end - r.start for r in task) for task in tasks]
+    assert max(sizes) <= 30 and sum(sizes) == 115 and len(tasks) == 5
+    offsets = sorted(o for task in tasks for r in task for o in range(r.start, r.end))
+    assert offsets == sorted([*range(100), *range(5, 20)])
+
+
 def test_sink_options() -> None:
     opts = parse_sink_options({"root": "/r", "topic": "out", "kafka.compression.type": "zstd"})
     assert opts.topic == "out" and opts.compression == "zstd"
@@ -129,6 +181,12 @@ def test_sink_options() -> None:
         parse_sink_options({"root": "/r", "compression": "gzip"})
     with pytest.raises(SparkOptionError, match="unknown sink option 'subscribe'"):
         parse_sink_options({"root": "/r", "subscribe": "t"})
+    with pytest.raises(SparkOptionError, match="'key.serializer' is not supported"):
+        parse_sink_options({"root": "/r", "kafka.key.serializer": "x"})
+    with pytest.raises(SparkOptionError, match="'txnVersion' needs option 'txnAppId'"):
+        parse_sink_options({"root": "/r", "txnVersion": "3"})
+    txn = parse_sink_options({"root": "/r", "txnAppId": "job", "txnVersion": "3"})
+    assert (txn.txn_app_id, txn.txn_version) == ("job", 3)
 
 
 # -- planning -----------------------------------------------------------------

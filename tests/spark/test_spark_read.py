@@ -254,7 +254,7 @@ def test_fail_on_data_loss(spark, tmp_path) -> None:
     ("options", "message"),
     [
         ({}, "exactly one of the options 'subscribe', 'subscribePattern', 'assign'"),
-        ({"subscribe": "t", "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
+        ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "set the source option"),
         ({"subscribe": "t", "startingOffsets": "latest"}, "not accepted for batch queries"),
         ({"subscribe": "t", "includeHeaders": "yes"}, "'includeheaders'='yes'"),
     ],

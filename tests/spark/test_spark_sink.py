@@ -151,10 +151,48 @@ def test_missing_topic_and_overwrite_are_refused(spark, tmp_path) -> None:
         write(df, url)
     with pytest.raises(PySparkException, match="topic 'nope' does not exist"):
         write(df, url, topic="nope")
-    with pytest.raises(PySparkException, match="save mode 'overwrite' is not supported"):
+    with pytest.raises(PySparkException, match=r'accepted: append \(write .mode\("append"\)\)'):
         df.write.format("sparklog").option("root", url).option("topic", "out").mode(
             "overwrite"
         ).save()
+
+
+def test_save_without_a_mode_is_refused_by_spark_naming_append(spark, tmp_path) -> None:
+    """Spark refuses ErrorIfExists for every Python data source before sparklog runs.
+
+    If a later Spark lets Python sources accept it, this test fails: make
+    save() append then and update docs/spark.md.
+    """
+    url = f"file://{tmp_path}/root"
+    open_root(url).create_topic("out", 1)
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match='cannot be written in the "ErrorIfExists" mode'):
+        df.write.format("sparklog").option("root", url).option("topic", "out").save()
+    with pytest.raises(PySparkException, match='"Append"'):
+        df.write.format("sparklog").option("root", url).option("topic", "out").save()
+    assert records(open_root(url), "out") == []
+
+
+def test_batch_writes_with_txn_app_id_and_version_are_exactly_once(spark, tmp_path) -> None:
+    """Delta's idempotent-write options: a version already committed (or older) is skipped."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    root.create_topic("out", 2)
+
+    def write_version(first: int, version: int) -> None:
+        df = spark.range(first, first + 4).select(
+            F.concat(F.lit("v"), F.col("id").cast("string")).alias("value")
+        )
+        write(df, url, topic="out", txnAppId="nightly", txnVersion=str(version))
+
+    write_version(0, 0)
+    write_version(0, 0)  # the same write replayed: skipped
+    write_version(4, 1)
+    write_version(8, 0)  # an older version: skipped too
+    got = Counter(r["value"] for r in records(root, "out"))
+    assert got == Counter(f"v{i}".encode() for i in range(8))
+    with pytest.raises(PySparkException, match="'txnAppId' needs option 'txnVersion'"):
+        write(spark.createDataFrame([("x",)], "value string"), url, topic="out", txnAppId="a")
 
 
 def test_out_of_range_partition_column_fails(spark, tmp_path) -> None:
@@ -212,3 +250,46 @@ def test_a_replayed_commit_is_skipped(tmp_path) -> None:
     assert sorted(r["value"] for r in records(root, "out")) == [b"a", b"b", b"c"]
     commit_segments(options, [message], txn=("spark-q1", 8))
     assert len(records(root, "out")) == 6
+
+
+def test_update_mode_is_refused_by_spark_and_complete_mode_appends(spark, tmp_path) -> None:
+    """Spark offers Python sinks no update mode (docs/spark.md: the foreachBatch recipe).
+
+    Complete mode reaches the sink as overwrite; like Kafka's sink, sparklog
+    appends the whole result table each batch.  If a later Spark accepts
+    update mode for Python sinks, this test fails: accept it then.
+    """
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    fill(root, "in", partitions=1, batches=1, per_batch=6)
+    root.create_topic("out", 1)
+    counts = (
+        spark.readStream.format("sparklog")
+        .option("root", url)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .load()
+        .groupBy((F.col("offset") % 2).cast("string").alias("key"))
+        .count()
+        .select("key", F.col("count").cast("string").alias("value"))
+    )
+    for mode in ("update", "complete"):
+        query = (
+            counts.writeStream.format("sparklog")
+            .outputMode(mode)
+            .option("root", url)
+            .option("topic", "out")
+            .option("checkpointLocation", str(tmp_path / f"ck-{mode}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        if mode == "update":
+            with pytest.raises(PySparkException, match="does not support Update mode"):
+                query.awaitTermination(120)
+        else:
+            query.awaitTermination(120)
+            assert query.exception() is None
+    assert sorted((r["key"], r["value"]) for r in records(root, "out")) == [
+        (b"0", b"3"),
+        (b"1", b"3"),
+    ]

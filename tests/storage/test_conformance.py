@@ -209,7 +209,7 @@ def test_open_after_many_commits_uses_snapshots(root):
     topic = root.topic("t")
     for i in range(11):
         topic.append(0, make_batch([f"v{i}".encode()]))
-    names = root.store.list_names(f"topics/t/{topic.info.topic_id}/partitions/00000/log")
+    names = root.store.list_names(f"topics/t/{topic.info.topic_id}/shards/00000/log")
     assert "_latest.json" in names and any(n.endswith(".snapshot") for n in names)
     fresh = open_root(root.url, root.store.storage_options).topic("t").partition(0)
     assert fresh.high_watermark == 11

@@ -73,3 +73,101 @@ def test_offsets_unique_gapless_ordered_and_acked_bytes_read_back(tmp_path_facto
             for i, r in enumerate(rows)
         }
         assert got == {o: (k, v, t, list(h)) for o, (k, v, t, h) in expected.items()}
+
+
+# -- idempotent producers, epoch bumps and maintenance interleaved with appends ---------------
+
+step = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 2), st.integers(0, 2), st.integers(1, 4)),
+    st.tuples(st.just("idempotent"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1)),
+    st.tuples(st.just("retry"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1)),
+    st.tuples(st.just("bump_producer"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1)),
+    st.tuples(st.just("leader_epoch"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1)),
+    st.tuples(st.just("maintenance"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1)),
+)
+
+
+def _check_interleaving(url: str, options: dict, steps: list) -> None:
+    from sparklog.errors import FencedError
+    from sparklog.storage import ProducerBatch
+    from sparklog.storage.maintenance import merge_small_segments, run_maintenance
+
+    open_root(url, options, snapshot_interval=3).create_topic(
+        "t", 3, {"commit.shards": 2, "segment.bytes": 4096}
+    )
+    writers = [open_root(url, options, snapshot_interval=3).topic("t") for _ in range(3)]
+    acked: dict[int, dict[int, bytes]] = {p: {} for p in range(3)}
+    producers = {0: [0, 0], 1: [0, 0]}  # pid -> [epoch, next sequence]
+    last_batch: dict[tuple[int, int], tuple[ProducerBatch, int, bytes]] = {}
+    epochs = [None, None, None]
+    counter = 0
+    for kind, writer, partition, arg in steps:
+        topic = writers[writer]
+        counter += 1
+        value = f"r{counter}".encode()
+        if kind == "append":
+            values = [value + bytes([i]) for i in range(arg)]
+            try:
+                result = topic.append(partition, make_batch(values), leader_epoch=epochs[writer])
+            except FencedError:
+                epochs[writer] = None
+                continue
+            for i, v in enumerate(values):
+                assert result.base_offset + i not in acked[partition], "offset assigned twice"
+                acked[partition][result.base_offset + i] = v
+        elif kind in ("idempotent", "bump_producer"):
+            pid = arg
+            if kind == "bump_producer":
+                producers[pid] = [producers[pid][0] + 1, 0]
+                last_batch = {k: v for k, v in last_batch.items() if k[0] != pid}
+            epoch, seq = producers[pid]
+            if (pid, partition) in last_batch or kind == "bump_producer" or seq == 0:
+                pass
+            batch_seq = last_batch.get((pid, partition), (None, -1, b""))[1] + 1
+            batch = ProducerBatch(pid, epoch, batch_seq, 1)
+            result = topic.append(partition, make_batch([value]), producer=batch)
+            assert not result.duplicate
+            acked[partition][result.base_offset] = value
+            last_batch[(pid, partition)] = (batch, batch_seq, value)
+        elif kind == "retry":
+            found = last_batch.get((arg, partition))
+            if found is None:
+                continue
+            batch, _, value = found
+            result = topic.append(partition, make_batch([value]), producer=batch)
+            assert result.duplicate, "a retried idempotent batch was appended twice"
+            assert acked[partition][result.base_offset] == value
+        elif kind == "leader_epoch":
+            epochs[writer] = topic.partition(partition).bump_epoch()
+        else:
+            if arg:
+                run_maintenance(topic, partition)
+            else:
+                merge_small_segments(topic, partition)
+    reader = open_root(url, options).topic("t")
+    for partition, expected in acked.items():
+        log = reader.partition(partition)
+        assert sorted(expected) == list(range(log.high_watermark)), "gap or hole in offsets"
+        rows = log.read(0).to_pylist()
+        assert {r["offset"]: r["value"] for r in rows} == expected
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(step, min_size=1, max_size=16), st.sampled_from(["memory", "file"]))
+def test_producers_epochs_and_maintenance_interleaved(tmp_path_factory, steps, kind):
+    url = (
+        f"memory://prop-{uuid.uuid4().hex}"
+        if kind == "memory"
+        else f"file://{tmp_path_factory.mktemp('prop')}"
+    )
+    _check_interleaving(url, {}, steps)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(step, min_size=1, max_size=10))
+def test_producers_epochs_and_maintenance_interleaved_on_s3(moto_s3, steps):
+    _check_interleaving(moto_s3.fresh_root(), moto_s3.storage_options, steps)

@@ -14,6 +14,7 @@ import pytest
 
 from sparklog.storage import OffsetOutOfRangeError, make_batch, open_root
 from sparklog.storage.maintenance import (
+    DEFAULT_GC_GRACE_MS,
     collect_garbage,
     compact,
     merge_small_segments,
@@ -224,7 +225,7 @@ def test_gc_grace_protects_readers_with_old_segment_lists(root):
     stale_reader = open_root(root.url, root.store.storage_options).topic("t").partition(0)
     stale_reader.refresh()  # holds the segment list before retention
     run_maintenance(topic, 0, now=NOW)
-    grace = 15 * 60 * 1000
+    grace = DEFAULT_GC_GRACE_MS
     collect_garbage(topic, grace)
     report = collect_garbage(topic, grace)
     assert report.deleted == []

@@ -26,10 +26,17 @@ from sparklog.client.transports.base import (
     ProducerIdentity,
     TopicLayout,
 )
-from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from sparklog.client.types import (
+    EMBEDDED_LEADER,
+    OffsetAndMetadata,
+    PartitionDescription,
+    TopicDescription,
+)
 from sparklog.errors import ConfigError, UnknownTopicError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
+from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
+from sparklog.storage.maintenance import delete_records
 
 LONG_POLL_INTERVAL_S = 0.02
 
@@ -95,9 +102,17 @@ class EmbeddedBackend(GroupCalls):
                 log.refresh()
                 size = sum(s.size_bytes for s in log.segments()) if sizes else None
                 parts.append(
-                    PartitionDescription(p, None, log.log_start_offset, log.high_watermark, size)
+                    PartitionDescription(
+                        p, EMBEDDED_LEADER, log.log_start_offset, log.high_watermark, size
+                    )
                 )
-        return TopicDescription(name, topic.info.topic_id, parts, dict(topic.info.effective_config))
+        return TopicDescription(
+            name,
+            topic.info.topic_id,
+            parts,
+            dict(topic.info.effective_config),
+            topic.info.value_type,
+        )
 
     def topic_layout(self, name: str) -> TopicLayout:
         topic = self._topic(name, refresh=True)
@@ -108,8 +123,14 @@ class EmbeddedBackend(GroupCalls):
             config["message.timestamp.type"] == "LogAppendTime",
         )
 
-    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
-        self.root.create_topic(name, partitions, dict(config))
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, Any],
+        value_type: pa.DataType | None = None,
+    ) -> None:
+        self.root.create_topic(name, partitions, dict(config), value_type)
 
     def delete_topic(self, name: str) -> None:
         self.root.delete_topic(name)
@@ -135,8 +156,9 @@ class EmbeddedBackend(GroupCalls):
         *,
         acks: str = "all",
         producer: ProducerIdentity | None = None,
-        compression: str = "none",
+        compression: str | None = None,
     ) -> dict[int, ProduceResult]:
+        compression = compression or "none"
         handle = self._topic(topic)
         try:
             staged = handle.write(parts, compression)
@@ -179,9 +201,11 @@ class EmbeddedBackend(GroupCalls):
     ) -> FetchResult:
         log, lock = self._log(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
+        staleness_ms = READ_PROBE_SHARE_MS  # partitions of a shard polled together share a probe
         while True:
             with lock:
-                log.refresh()
+                log.refresh(staleness_ms)
+                staleness_ms = IDLE_PROBE_INTERVAL_MS
                 hwm, start = log.high_watermark, log.log_start_offset
                 batches = (
                     list(log.iter_batches(offset, max_bytes=max_bytes))
@@ -203,6 +227,11 @@ class EmbeddedBackend(GroupCalls):
             if isinstance(spec, int):
                 return log.offset_for_timestamp(spec)
         raise ConfigError(f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms")
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        log, lock = self._log(topic, partition)
+        with lock:
+            return delete_records(log, before_offset)
 
     # -- groups (in-process coordinator over the root) ------------------------------
     def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:

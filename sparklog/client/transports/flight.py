@@ -71,12 +71,14 @@ class BrokerBackend(GroupCalls):
                 f"{p.leader_id}@{p.leader_location}" if p.leader_location else None,
                 p.log_start_offset,
                 p.high_watermark,
-                None,
+                p.size_bytes if sizes else None,
             )
             for p in meta.partitions
         ]
         # metadata carries the topic's own settings; show every key with its default too
-        return TopicDescription(name, meta.topic_id, parts, effective_config(meta.config))
+        return TopicDescription(
+            name, meta.topic_id, parts, effective_config(meta.config), meta.value_type
+        )
 
     def topic_layout(self, name: str) -> TopicLayout:
         meta = self._metadata(name, fresh=True)
@@ -87,8 +89,14 @@ class BrokerBackend(GroupCalls):
             config["message.timestamp.type"] == "LogAppendTime",
         )
 
-    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> None:
-        self.client.create_topic(name, partitions, dict(config))
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, Any],
+        value_type: pa.DataType | None = None,
+    ) -> None:
+        self.client.create_topic(name, partitions, dict(config), value_type)
 
     def delete_topic(self, name: str) -> None:
         self.client.delete_topic(name)
@@ -112,7 +120,7 @@ class BrokerBackend(GroupCalls):
         *,
         acks: str = "all",
         producer: ProducerIdentity | None = None,
-        compression: str = "none",
+        compression: str | None = None,
     ) -> dict[int, ProduceResult]:
         schema = record_schema(self._metadata(topic).value_type)
 
@@ -149,7 +157,10 @@ class BrokerBackend(GroupCalls):
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         return self.client.list_offsets(topic, partition, spec)
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        return self.client.delete_records(topic, partition, before_offset)
+
     # -- groups (coordinated by the brokers) ----------------------------------------
     def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
-        found = self.client.fetch_offsets(group)
-        return {tp: OffsetAndMetadata(o) for tp, o in found.items()}
+        found = self.client.fetch_committed(group)
+        return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

@@ -52,6 +52,7 @@ class PartitionMetadata:
     log_start_offset: int
     high_watermark: int
     replicas: tuple[int, ...] = ()
+    size_bytes: int | None = None  # bytes of the partition's stored segments
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,7 @@ class BrokerClient:
                         p["log_start_offset"],
                         p["high_watermark"],
                         tuple(p.get("replicas", ())),
+                        p.get("size_bytes"),
                     )
                     for p in t["partitions"]
                 ],
@@ -359,9 +361,12 @@ class BrokerClient:
         producer_id: int | None = None,
         producer_epoch: int | None = None,
         base_sequence: int | None = None,
-        compression: str = "none",
+        compression: str | None = None,
     ) -> ProduceResult:
-        """Append ``batch`` to one partition through its leader; the assigned base offset."""
+        """Append ``batch`` to one partition through its leader; the assigned base offset.
+
+        ``compression=None`` lets the broker's configured codec apply.
+        """
         command = json.dumps(
             {
                 "topic": topic,
@@ -468,6 +473,20 @@ class BrokerClient:
         body = {"topic": topic, "partition": partition, "spec": spec}
         return int(self._action("list_offsets", body))
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Move the partition's log start to ``before_offset`` (on its leader); the new start."""
+        payload = json.dumps(
+            {"topic": topic, "partition": partition, "offset": before_offset}
+        ).encode()
+
+        def call(conn: flight.FlightClient) -> int:
+            results = list(
+                conn.do_action(flight.Action("delete_records", payload), self._options())
+            )
+            return int(json.loads(results[0].body.to_pybytes())["result"])
+
+        return self._retrying(lambda: self._on(self._leader(topic, partition), call))
+
     # -- consumer groups ---------------------------------------------------
     def join_group(
         self,
@@ -533,9 +552,15 @@ class BrokerClient:
         self._action("commit_offsets", body)
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
-        return {
-            (str(t), int(p)): int(o) for t, p, o in self._action("fetch_offsets", {"group": group})
-        }
+        return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
+
+    def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed ``(offset, metadata)`` per partition."""
+        out = {}
+        for row in self._action("fetch_offsets", {"group": group}):
+            metadata = str(row[3]) if len(row) > 3 and row[3] is not None else ""
+            out[(str(row[0]), int(row[1]))] = (int(row[2]), metadata)
+        return out
 
     def list_groups(self) -> list[str]:
         return list(self._action("list_groups", {}))

@@ -1,0 +1,209 @@
+"""Kafka listener throughput and latency against sparklog's own client on the same broker.
+
+One broker process on a local root.  confluent-kafka (librdkafka) produces
+100-byte records through the Kafka listener and consumes them back; sparklog's
+Producer (``send`` per record) and Consumer (``poll``) do the same through
+Flight on the same broker, as the baseline of the ratios.  Then latency:
+confluent-kafka produces at a fixed rate (default 2,000 records/s) while a
+confluent-kafka consumer reads; each record carries its send time, and the
+p50/p99 of receive minus send is printed.  Targets (issue 12): >= 300,000
+records/s produced, >= 500,000 consumed, p99 < 50 ms.
+
+    PYTHONPATH=. python bench/kafka_bench.py --records 200000 --partitions 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sparklog import Admin  # noqa: E402
+from sparklog import Consumer as SlConsumer  # noqa: E402
+from sparklog import Producer as SlProducer  # noqa: E402
+
+VALUE = b"v" * 100
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(root: str, log_path: Path) -> tuple[subprocess.Popen, str, str]:
+    """A broker process; (process, Flight address, Kafka bootstrap) once it is up."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "SPARKLOG_METRICS_LISTEN": "",
+        "SPARKLOG_LOG_LEVEL": "INFO",
+        "SPARKLOG_LOG_FORMAT": "json",
+    }
+    log = open(log_path, "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparklog.cli", "broker", "start", "--root", root,
+         "--listen", f"127.0.0.1:{port}", "--broker-id", "1", "--kafka-listen", "127.0.0.1:0"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if '"broker started"' in line:
+                kafka = json.loads(line)["kafka_address"]
+                return proc, f"sparklog://127.0.0.1:{port}", kafka
+        if proc.poll() is not None:
+            raise SystemExit(f"broker exited; see {log_path}")
+        time.sleep(0.1)
+    raise SystemExit("broker did not start within 60 s")
+
+
+def kafka_produce(bootstrap: str, topic: str, records: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(300):
+        raise SystemExit("confluent-kafka producer did not flush")
+    return records / (time.perf_counter() - started)
+
+
+def kafka_consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "fetch.max.bytes": 52_428_800}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    started = time.perf_counter()
+    while got < records:
+        got += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+    rate = records / (time.perf_counter() - started)
+    consumer.close()
+    return rate
+
+
+def sparklog_produce(address: str, topic: str, records: int) -> float:
+    producer = SlProducer(address)
+    started = time.perf_counter()
+    for _ in range(records):
+        producer.send(topic, VALUE)
+    producer.flush()
+    rate = records / (time.perf_counter() - started)
+    producer.close()
+    return rate
+
+
+def sparklog_consume(address: str, topic: str, partitions: int, records: int) -> float:
+    consumer = SlConsumer(address)
+    consumer.assign([(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    got = 0
+    started = time.perf_counter()
+    while got < records:
+        got += len(consumer.poll(timeout_ms=1000, max_records=100_000))
+    rate = records / (time.perf_counter() - started)
+    consumer.close(autocommit=False)
+    return rate
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[float, float]:
+    """p50, p99 (ms) of produce-to-consume latency at ``rate`` records/s."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "latency", "fetch.wait.max.ms": 100}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    samples: list[float] = []
+    total = int(rate * seconds)
+    done = threading.Event()
+
+    def read() -> None:
+        while len(samples) < total and not done.is_set():
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is None:
+                    (sent,) = struct.unpack(">d", m.value()[:8])
+                    samples.append((time.time() - sent) * 1000)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    interval = 1 / rate
+    started = time.perf_counter()
+    for i in range(total):
+        target = started + i * interval
+        while (now := time.perf_counter()) < target:
+            producer.poll(min(target - now, 0.001))
+        producer.produce(topic, struct.pack(">d", time.time()) + VALUE[8:], partition=0)
+    producer.flush(60)
+    reader.join(timeout=60)
+    done.set()
+    consumer.close()
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=2_000, help="latency run: records/s")
+    parser.add_argument("--seconds", type=float, default=10, help="latency run: duration")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparklog-kafka-bench-"))
+    proc, address, bootstrap = start_broker(f"file://{work}/root", work / "broker.log")
+    try:
+        with Admin(address) as admin:
+            for name in ("kafka", "flight"):
+                admin.create_topic(f"bench-{name}", args.partitions)
+            admin.create_topic("bench-latency", 1)
+        result = {
+            "kafka_produce": kafka_produce(bootstrap, "bench-kafka", args.records),
+            "kafka_consume": kafka_consume(bootstrap, "bench-kafka", args.partitions, args.records),
+            "flight_produce": sparklog_produce(address, "bench-flight", args.records),
+            "flight_consume": sparklog_consume(
+                address, "bench-flight", args.partitions, args.records
+            ),
+        }
+        p50, p99 = latency(bootstrap, "bench-latency", args.rate, args.seconds)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    print(f"records: {args.records} x 100 B, partitions: {args.partitions}")
+    print(f"{'path':<28}{'records/s':>12}{'vs Flight':>12}")
+    for what in ("produce", "consume"):
+        kafka, flight = result[f"kafka_{what}"], result[f"flight_{what}"]
+        print(f"{'Kafka listener ' + what:<28}{kafka:>12,.0f}{kafka / flight:>11.2f}x")
+        print(f"{'sparklog Flight ' + what:<28}{flight:>12,.0f}{1:>11.2f}x")
+    print(f"latency at {args.rate} records/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Admin APIs: topics, partitions, topic configs and DeleteRecords.
+
+Topics are sparklog topics: CreateTopics makes one in the root, configs are
+the topic configs sparklog knows (Kafka's names: retention.ms, cleanup.policy,
+message.timestamp.type, max.message.bytes ...); an unknown key is refused by
+the storage layer with INVALID_CONFIG.  Broker resources (type 4) are
+described with no entries: brokers are configured by conf/broker.toml.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.broker_lite.kafka.metadata import topic_uuid
+from sparklog.errors import InvalidReplicationFactorError, InvalidRequestError, SparklogError
+
+TOPIC = 2
+BROKER = 4
+#: Kafka's config sources: DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG.
+SOURCE_TOPIC = 1
+SOURCE_DEFAULT = 5
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def handle_create_topics(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(19, ctx.api_version)
+    result_cls = nested(cls, "CreatableTopicResult")
+    results = []
+    for topic in request.topics:
+        error, message, partitions, topic_id = 0, None, -1, uuid.UUID(int=0)
+        try:
+            if topic.assignments:
+                raise InvalidRequestError(
+                    "manual replica assignments are not accepted; sparklog's data lives in the "
+                    "shared root and leaders follow the live brokers"
+                )
+            if topic.replication_factor not in (-1, 1):
+                raise InvalidReplicationFactorError(
+                    f"replication factor {topic.replication_factor} is not accepted; accepted: "
+                    "1 or -1 (the data is stored once in the root, served by any broker)"
+                )
+            count = int(topic.num_partitions)
+            if count == -1:
+                count = 1
+            config = {c.name: c.value for c in topic.configs if c.value is not None}
+            if not request.validate_only:
+                made = ctx.broker.create_topic(topic.name, count, config)
+                topic_id = topic_uuid(made.get("topic_id", ""))
+            partitions = count
+        except SparklogError as exc:
+            error, message = errno_of(exc), str(exc)
+        results.append(
+            make(
+                result_cls,
+                name=topic.name,
+                topic_id=topic_id,
+                error_code=error,
+                error_message=message,
+                topic_config_error_code=0,
+                num_partitions=partitions,
+                replication_factor=1 if not error else -1,
+                configs=None if error else (),
+            )
+        )
+    return make(cls, throttle_time=0, topics=tuple(results))
+
+
+def handle_delete_topics(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(20, ctx.api_version)
+    result_cls = nested(cls, "DeletableTopicResult")
+    results = []
+    for name in request.topic_names:
+        error, message = 0, None
+        try:
+            ctx.broker.delete_topic(name)
+        except SparklogError as exc:
+            error, message = errno_of(exc), str(exc)
+        results.append(make(result_cls, name=name, error_code=error, error_message=message))
+    return make(cls, throttle_time=0, responses=tuple(results))
+
+
+def handle_create_partitions(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(37, ctx.api_version)
+    result_cls = nested(cls, "CreatePartitionsTopicResult")
+    results = []
+    for topic in request.topics:
+        error, message = 0, None
+        try:
+            if topic.assignments:
+                raise InvalidRequestError("manual replica assignments are not accepted")
+            if not request.validate_only:
+                ctx.broker.add_partitions(topic.name, int(topic.count))
+        except SparklogError as exc:
+            error, message = errno_of(exc), str(exc)
+        results.append(make(result_cls, name=topic.name, error_code=error, error_message=message))
+    return make(cls, throttle_time=0, results=tuple(results))
+
+
+def handle_delete_records(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(21, ctx.api_version)
+    topic_cls = nested(cls, "DeleteRecordsTopicResult")
+    part_cls = nested(cls, "DeleteRecordsPartitionResult")
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, low = 0, -1
+            try:
+                low = ctx.broker.delete_records(t.name, int(p.partition_index), int(p.offset))
+            except SparklogError as exc:
+                error = errno_of(exc)
+            parts.append(
+                make(
+                    part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error
+                )
+            )
+        topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=0, topics=tuple(topics))
+
+
+def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(32, ctx.api_version)
+    result_cls = nested(cls, "DescribeConfigsResult")
+    entry_cls = nested(cls, "DescribeConfigsResourceResult")
+    results = []
+    for resource in request.resources:
+        error, message, entries = 0, None, []
+        try:
+            if resource.resource_type == TOPIC:
+                info = ctx.broker.topic(resource.resource_name).info
+                ctx.broker.topic(resource.resource_name).reload()
+                info = ctx.broker.topic(resource.resource_name).info
+                wanted = resource.configuration_keys
+                for name, value in sorted(info.effective_config.items()):
+                    if wanted is not None and name not in wanted:
+                        continue
+                    explicit = name in info.config
+                    entries.append(
+                        make(
+                            entry_cls,
+                            name=name,
+                            value=_text(value),
+                            read_only=False,
+                            is_default=not explicit,
+                            config_source=SOURCE_TOPIC if explicit else SOURCE_DEFAULT,
+                            is_sensitive=False,
+                            synonyms=(),
+                            config_type=0,
+                            documentation=None,
+                        )
+                    )
+            elif resource.resource_type != BROKER:
+                raise InvalidRequestError(
+                    f"resource type {resource.resource_type} is not accepted; accepted: 2 "
+                    "(topic), 4 (broker)"
+                )
+        except SparklogError as exc:
+            error, message, entries = errno_of(exc), str(exc), []
+        results.append(
+            make(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(entries),
+            )
+        )
+    return make(cls, throttle_time=0, results=tuple(results))
+
+
+def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    for resource in request.resources:
+        error, message = 0, None
+        try:
+            if resource.resource_type != TOPIC:
+                raise InvalidRequestError(
+                    f"resource type {resource.resource_type} cannot be altered; accepted: 2 "
+                    "(topic); brokers are configured by conf/broker.toml"
+                )
+            name = resource.resource_name
+            updates: dict[str, Any] = {}
+            remove: list[str] = []
+            current = ctx.broker.topic(name).info.config
+            for c in resource.configs:
+                op = int(getattr(c, "config_operation", SET))
+                if op == SET and c.value is not None:
+                    updates[c.name] = c.value
+                elif op == DELETE or c.value is None:
+                    remove.append(c.name)
+                else:
+                    raise InvalidRequestError(
+                        f"config operation {op} on {c.name!r} is not accepted; accepted: 0 "
+                        "(set), 1 (delete)"
+                    )
+            if not incremental:  # AlterConfigs replaces the whole set
+                remove = sorted(set(current) - set(updates))
+            if not request.validate_only:
+                ctx.broker.alter_topic_config(name, updates, remove)
+        except SparklogError as exc:
+            error, message = errno_of(exc), str(exc)
+        results.append(
+            make(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return make(cls, throttle_time=0, responses=tuple(results))
+
+
+def handle_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, load_response_schema(33, ctx.api_version), incremental=False)
+
+
+def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, load_response_schema(44, ctx.api_version), incremental=True)

@@ -1,0 +1,165 @@
+"""Fetch: long-poll (max wait, min bytes), per-partition and response byte limits.
+
+Records come from ``Broker.fetch`` (the tail cache or the root) as Arrow and
+are encoded as uncompressed v2 batches.  There are no transactions, so
+read_committed and read_uncommitted see the same records (the last stable
+offset is the high watermark).  Fetch sessions (KIP-227) are not kept: the
+answer's session id is 0, so clients send full fetch requests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
+from sparklog.broker_lite.kafka.records import encode_batch
+from sparklog.errors import SparklogError
+
+#: Slice of the wait spent on each partition when several are polled.
+POLL_SLICE_MS = 10
+#: Bytes of encoded batches kept for consumers reading the same records.
+ENCODED_CACHE_BYTES = 64 * 2**20
+
+
+class EncodedCache:
+    """Encoded v2 batches, LRU, keyed by (topic id, partition, first and last offset,
+    rows, timestamp type): that names the records exactly (a committed offset never
+    changes its record; compaction only removes offsets; a re-created topic has a
+    new id), so consumers at the tail share one encoding."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.used = 0
+        self._items: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> bytes | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[Any, ...], value: bytes) -> None:
+        with self._lock:
+            if key in self._items or len(value) > self.budget:
+                return
+            self._items[key] = value
+            self.used += len(value)
+            while self.used > self.budget:
+                _, old = self._items.popitem(last=False)
+                self.used -= len(old)
+
+
+ENCODED = EncodedCache(ENCODED_CACHE_BYTES)
+
+
+def _read(
+    broker: Any, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
+) -> tuple[int, int, int, bytes]:
+    """(error, high watermark, log start offset, encoded records) of one partition."""
+    try:
+        batches, hwm, lso, _schema = broker.fetch(
+            topic, partition, offset, max(max_bytes, 1), wait_ms
+        )
+    except SparklogError as exc:
+        details = getattr(exc, "details", {})
+        return (
+            errno_of(exc),
+            int(details.get("high_watermark", -1)),
+            int(details.get("log_start_offset", -1)),
+            b"",
+        )
+    info = broker.topic(topic).info
+    log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
+    out = bytearray()
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        first = batch.column("offset")[0].as_py()
+        if first < offset:  # a cached batch that starts before the fetch offset
+            batch = batch.slice(offset - first)
+            if batch.num_rows == 0:
+                continue
+            first = offset
+        last = batch.column("offset")[batch.num_rows - 1].as_py()
+        key = (info.topic_id, partition, first, last, batch.num_rows, log_append)
+        encoded = ENCODED.get(key)
+        if encoded is None:
+            encoded = encode_batch(batch, log_append)
+            ENCODED.put(key, encoded)
+        out += encoded
+        if len(out) >= max_bytes:
+            break
+    return 0, hwm, lso, bytes(out)
+
+
+def handle_fetch(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = load_response_schema(1, ctx.api_version)
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    wanted = [
+        (t.topic, p.partition, int(p.fetch_offset), int(p.partition_max_bytes))
+        for t in request.topics
+        for p in t.partitions
+    ]
+    max_wait_ms = max(ms(request.max_wait), 0)
+    min_bytes = int(request.min_bytes)
+    max_total = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    results: dict[tuple[str, int], tuple[int, int, int, bytes]] = {}
+    while True:
+        total = 0
+        for topic, partition, offset, part_max in wanted:
+            budget = min(part_max, max(max_total - total, 0))
+            if budget <= 0 and total:
+                results[(topic, partition)] = results.get((topic, partition), (0, -1, -1, b""))
+                continue
+            results[(topic, partition)] = _read(broker, topic, partition, offset, budget, 0)
+            total += len(results[(topic, partition)][3])
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        errors = any(r[0] for r in results.values())
+        if total >= max(min_bytes, 1) or errors or remaining_ms <= 0 or not wanted:
+            break
+        if broker.stopping:
+            break
+        if len(wanted) == 1:  # one partition: the broker's long-poll wakes on the commit
+            topic, partition, offset, part_max = wanted[0]
+            results[(topic, partition)] = _read(
+                broker, topic, partition, offset, min(part_max, max_total), remaining_ms
+            )
+            break
+        slice_ms = min(remaining_ms, POLL_SLICE_MS)
+        topic, partition, offset, part_max = wanted[0]
+        _read(broker, topic, partition, offset, 1, slice_ms)
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, _offset, _max in wanted:
+        error, hwm, lso, records = results[(topic, partition)]
+        by_topic.setdefault(topic, []).append(
+            make(
+                part_cls,
+                partition_index=partition,
+                error_code=error,
+                high_watermark=hwm,
+                last_stable_offset=hwm,
+                log_start_offset=lso,
+                aborted_transactions=None if error else (),
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        session_id=0,
+        responses=tuple(
+            make(topic_cls, topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+        ),
+    )

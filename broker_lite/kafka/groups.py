@@ -1,0 +1,343 @@
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/Leave, Describe/List/Delete groups.
+
+Kafka clients assign on the client side: JoinGroup hands the leader every
+member's opaque protocol metadata, the leader's SyncGroup brings opaque
+assignments back.  The coordinator (``broker.groups``, shared with sparklog's
+own clients and stored in the root) keeps them, together with the partitions
+decoded from Kafka's consumer protocol, so one group may mix both kinds of
+members, commits are shared and ``sparklog groups describe`` shows lag.
+Every broker can serve every group (the state is in the root); FindCoordinator
+names the one the group's rendezvous hash picks, as the broker's sweeper does.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import io
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment as AssignmentV0,
+)
+from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedV0
+from kio.schema.consumer_protocol_subscription.v0.data import (
+    ConsumerProtocolSubscription as SubscriptionV0,
+)
+from kio.serial import entity_reader, entity_writer
+
+from sparklog.broker_lite.cluster import rendezvous_weight
+from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
+from sparklog.broker_lite.kafka.metadata import kafka_brokers
+from sparklog.errors import (
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    NonEmptyGroupError,
+    SparklogError,
+)
+
+CONSUMER = "consumer"
+
+
+# -- Kafka's consumer protocol (the opaque bytes, decoded for the coordinator) ----------
+def _data_cls(kind: str, version: int) -> type:
+    module = importlib.import_module(f"kio.schema.consumer_protocol_{kind}.v{min(version, 3)}.data")
+    name = (
+        "ConsumerProtocolSubscription" if kind == "subscription" else "ConsumerProtocolAssignment"
+    )
+    found = getattr(module, name)
+    assert isinstance(found, type)
+    return found
+
+
+def decode_subscription(data: bytes) -> list[str]:
+    """The topics in a consumer's subscription metadata ([] if not Kafka's format)."""
+    try:
+        (version,) = struct.unpack_from(">h", data, 0)
+        sub: Any
+        sub, _ = entity_reader(_data_cls("subscription", max(version, 0)))(data, 2)
+        return [str(t) for t in sub.topics]
+    except Exception:  # another protocol type's bytes: no topics known
+        return []
+
+
+def decode_assignment(data: bytes) -> list[tuple[str, int]]:
+    """The partitions in a consumer's assignment bytes ([] if not Kafka's format)."""
+    if not data:
+        return []
+    try:
+        (version,) = struct.unpack_from(">h", data, 0)
+        assignment: Any
+        assignment, _ = entity_reader(_data_cls("assignment", max(version, 0)))(data, 2)
+        return [
+            (str(tp.topic), int(p)) for tp in assignment.assigned_partitions for p in tp.partitions
+        ]
+    except Exception:
+        return []
+
+
+def encode_subscription(topics: list[str]) -> bytes:
+    buf = io.BytesIO()
+    buf.write(struct.pack(">h", 0))
+    entity_writer(SubscriptionV0)(buf, SubscriptionV0(topics=tuple(topics), user_data=None))
+    return buf.getvalue()
+
+
+def encode_assignment(partitions: list[tuple[str, int]]) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    buf = io.BytesIO()
+    buf.write(struct.pack(">h", 0))
+    entity_writer(AssignmentV0)(
+        buf,
+        AssignmentV0(
+            assigned_partitions=tuple(
+                make(AssignedV0, topic=t, partitions=tuple(sorted(ps)))
+                for t, ps in sorted(by_topic.items())
+            ),
+            user_data=None,
+        ),
+    )
+    return buf.getvalue()
+
+
+# -- handlers -----------------------------------------------------------------------------
+def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(10, ctx.api_version)
+    brokers = kafka_brokers(ctx.broker)
+    if getattr(request, "key_type", 0) != 0 or not brokers:
+        error = CoordinatorNotAvailableError
+        return make(
+            cls,
+            throttle_time=0,
+            error_code=error.errno,
+            error_message="transactions are not supported" if brokers else "no live broker",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    node = max(brokers, key=lambda b: rendezvous_weight(request.key, 0, b))
+    host, port = brokers[node]
+    return make(
+        cls, throttle_time=0, error_code=0, error_message=None, node_id=node, host=host, port=port
+    )
+
+
+def handle_join_group(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(11, ctx.api_version)
+    member_cls = nested(cls, "JoinGroupResponseMember")
+    protocols = {p.name: bytes(p.metadata) for p in request.protocols}
+    topics = sorted(
+        {t for data in protocols.values() for t in decode_subscription(data)}
+        if request.protocol_type == CONSUMER
+        else set()
+    )
+    session_ms = ms(request.session_timeout)
+    rebalance_ms = ms(getattr(request, "rebalance_timeout", session_ms))
+    try:
+        joined = ctx.broker.groups.join_group(
+            request.group_id,
+            request.member_id or "",
+            topics,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_metadata=protocols,
+        )
+    except SparklogError as exc:
+        return make(
+            cls,
+            throttle_time=0,
+            error_code=errno_of(exc),
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name="" if ctx.api_version < 7 else None,
+            leader="",
+            member_id=request.member_id or "",
+            members=(),
+        )
+    members = ()
+    if joined.leader_id == joined.member_id:
+        members = tuple(
+            make(
+                member_cls,
+                member_id=m,
+                group_instance_id=None,
+                metadata=joined.member_metadata.get(m) or encode_subscription(list(ts)),
+            )
+            for m, ts in sorted(joined.members.items())
+        )
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        generation_id=joined.generation,
+        protocol_type=request.protocol_type,
+        protocol_name=joined.protocol,
+        leader=joined.leader_id,
+        member_id=joined.member_id,
+        members=members,
+    )
+
+
+def handle_sync_group(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(14, ctx.api_version)
+    opaque = {a.member_id: bytes(a.assignment) for a in request.assignments} or None
+    decoded = {m: decode_assignment(data) for m, data in opaque.items()} if opaque else None
+    try:
+        partitions, raw = ctx.broker.groups.sync_group_opaque(
+            request.group_id, request.generation_id, request.member_id, decoded, opaque
+        )
+    except SparklogError as exc:
+        return make(
+            cls,
+            throttle_time=0,
+            error_code=errno_of(exc),
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignment=raw if raw is not None else encode_assignment(partitions),
+    )
+
+
+def handle_heartbeat(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(12, ctx.api_version)
+    error = 0
+    try:
+        ctx.broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id)
+    except SparklogError as exc:
+        error = errno_of(exc)
+    return make(cls, throttle_time=0, error_code=error)
+
+
+def handle_leave_group(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(13, ctx.api_version)
+    ids = [request.member_id] if ctx.api_version < 3 else [m.member_id for m in request.members]
+    results = []
+    top = 0
+    for member in ids:
+        error = 0
+        try:
+            ctx.broker.groups.leave_group(request.group_id, member)
+        except SparklogError as exc:
+            error = top = errno_of(exc)
+        results.append((member, error))
+    if ctx.api_version < 3:
+        return make(cls, throttle_time=0, error_code=top)
+    member_cls = nested(cls, "MemberResponse")
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        members=tuple(
+            make(member_cls, member_id=m, group_instance_id=None, error_code=e) for m, e in results
+        ),
+    )
+
+
+def _no_group(group_cls: type, group: str, state: str, error: int) -> Any:
+    """A DescribeGroups entry without members: an unknown (Dead) group or an error."""
+    return make(
+        group_cls,
+        error_code=error,
+        group_id=group,
+        group_state=state,
+        protocol_type="",
+        protocol_data="",
+        members=(),
+        authorized_operations=-2147483648,
+    )
+
+
+def handle_describe_groups(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(15, ctx.api_version)
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "DescribedGroupMember")
+    known = set(ctx.broker.groups.list_groups())
+    out = []
+    for group in request.groups:
+        try:
+            if group not in known:
+                out.append(_no_group(group_cls, group, "Dead", 0))
+                continue
+            doc = ctx.broker.groups.group_state(group)
+        except SparklogError as exc:
+            out.append(_no_group(group_cls, group, "", errno_of(exc)))
+            continue
+        members = []
+        for member, entry in sorted(doc["members"].items()):
+            metadata = (entry.get("metadata") or {}).get(doc["protocol"])
+            raw = doc.get("opaque_assignment", {}).get(member)
+            assigned = [(str(t), int(p)) for t, p in doc["assignment"].get(member, [])]
+            members.append(
+                make(
+                    member_cls,
+                    member_id=member,
+                    group_instance_id=None,
+                    client_id=member,
+                    client_host="",
+                    member_metadata=base64.b64decode(metadata)
+                    if metadata
+                    else encode_subscription(list(entry["topics"])),
+                    member_assignment=base64.b64decode(raw) if raw else encode_assignment(assigned),
+                )
+            )
+        out.append(
+            make(
+                group_cls,
+                error_code=0,
+                group_id=group,
+                group_state=doc["state"],
+                protocol_type=CONSUMER,
+                protocol_data=doc["protocol"],
+                members=tuple(members),
+                authorized_operations=-2147483648,
+            )
+        )
+    return make(cls, throttle_time=0, groups=tuple(out))
+
+
+def handle_list_groups(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(16, ctx.api_version)
+    group_cls = nested(cls, "ListedGroup")
+    wanted = set(getattr(request, "states_filter", ()) or ())
+    out = []
+    try:
+        for group in ctx.broker.groups.list_groups():
+            doc = ctx.broker.groups.group_state(group)
+            if wanted and doc["state"] not in wanted:
+                continue
+            out.append(
+                make(group_cls, group_id=group, protocol_type=CONSUMER, group_state=doc["state"])
+            )
+    except SparklogError as exc:
+        return make(cls, throttle_time=0, error_code=errno_of(exc), groups=())
+    return make(cls, throttle_time=0, error_code=0, groups=tuple(out))
+
+
+def handle_delete_groups(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(42, ctx.api_version)
+    result_cls = nested(cls, "DeletableGroupResult")
+    known = set(ctx.broker.groups.list_groups())
+    results = []
+    for group in request.groups_names:
+        error = 0
+        try:
+            if group not in known:
+                raise GroupIdNotFoundError(f"group {group!r} does not exist")
+            if ctx.broker.groups.group_state(group)["members"]:
+                raise NonEmptyGroupError(f"group {group!r} has active members")
+            ctx.broker.groups.delete_group(group)
+        except SparklogError as exc:
+            error = errno_of(exc)
+        results.append(make(result_cls, group_id=group, error_code=error))
+    return make(cls, throttle_time=0, results=tuple(results))

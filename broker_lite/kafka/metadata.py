@@ -1,0 +1,132 @@
+"""Metadata and DescribeCluster: every live broker (node id = broker id) and leaders.
+
+Any broker answers for the whole cluster: the brokers come from the leases in
+the root (each lease carries the broker's Kafka address), each partition's
+leader from ``cluster.leader(topic, partition)``.  A partition whose leader has
+no Kafka listener is reported as LEADER_NOT_AVAILABLE, so clients retry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.errors import LeaderNotAvailableError, SparklogError
+
+CLUSTER_ID = "sparklog"
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """A sparklog topic id as Kafka's UUID (the zero UUID if it is not one)."""
+    try:
+        return uuid.UUID(hex=topic_id)
+    except (ValueError, TypeError, AttributeError):
+        return uuid.UUID(int=0)
+
+
+def kafka_brokers(broker: Any) -> dict[int, tuple[str, int]]:
+    """Live brokers with a Kafka listener: id -> (host, port)."""
+    out = {}
+    for info in broker.cluster.live().values():
+        address = getattr(info, "kafka_address", None)
+        if address:
+            host, _, port = address.rpartition(":")
+            out[info.broker_id] = (host, int(port))
+    return out
+
+
+def controller_id(brokers: dict[int, tuple[str, int]]) -> int:
+    return min(brokers) if brokers else -1
+
+
+def handle_metadata(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(3, ctx.api_version)
+    broker_cls = nested(cls, "MetadataResponseBroker")
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    partition_cls = nested(cls, "MetadataResponsePartition")
+    broker = ctx.broker
+    brokers = kafka_brokers(broker)
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        names = broker.metadata(None)["topics"].keys()
+        wanted: list[str] = sorted(names)
+    else:
+        wanted = [t.name for t in request.topics if t.name is not None]
+    topics = []
+    for name in wanted:
+        try:
+            meta = broker.metadata([name])["topics"][name]
+        except SparklogError as exc:
+            topics.append(
+                make(
+                    topic_cls,
+                    error_code=errno_of(exc),
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=(),
+                )
+            )
+            continue
+        partitions = []
+        for p in meta["partitions"]:
+            leader = p["leader_id"]
+            error = 0
+            if leader not in brokers:
+                error, leader = LeaderNotAvailableError.errno, -1
+            nodes = (leader,) if leader >= 0 else ()
+            partitions.append(
+                make(
+                    partition_cls,
+                    error_code=error,
+                    partition_index=p["partition"],
+                    leader_id=leader,
+                    leader_epoch=-1,
+                    replica_nodes=nodes,
+                    isr_nodes=nodes,
+                    offline_replicas=(),
+                )
+            )
+        topics.append(
+            make(
+                topic_cls,
+                error_code=0,
+                name=name,
+                topic_id=topic_uuid(meta.get("topic_id", "")),
+                is_internal=False,
+                partitions=tuple(partitions),
+            )
+        )
+    return make(
+        cls,
+        throttle_time=0,
+        brokers=tuple(
+            make(broker_cls, node_id=bid, host=host, port=port, rack=None)
+            for bid, (host, port) in sorted(brokers.items())
+        ),
+        cluster_id=CLUSTER_ID,
+        controller_id=controller_id(brokers),
+        topics=tuple(topics),
+    )
+
+
+def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(60, ctx.api_version)
+    broker_cls = nested(cls, "DescribeClusterBroker")
+    brokers = kafka_brokers(ctx.broker)
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=CLUSTER_ID,
+        controller_id=controller_id(brokers),
+        brokers=tuple(
+            make(broker_cls, broker_id=bid, host=host, port=port, rack=None)
+            for bid, (host, port) in sorted(brokers.items())
+        ),
+        cluster_authorized_operations=-2147483648,
+    )

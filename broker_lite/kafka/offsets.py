@@ -1,0 +1,156 @@
+"""ListOffsets (earliest, latest, by timestamp), OffsetCommit and OffsetFetch.
+
+Committed offsets live in the group coordinator, shared with sparklog's own
+clients: a Kafka consumer and a sparklog Consumer of one group see each other's
+commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.errors import SparklogError
+
+LATEST = -1
+EARLIEST = -2
+
+
+def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) Kafka answers for one ListOffsets partition."""
+    if timestamp == LATEST:
+        return broker.list_offsets(topic, partition, "latest"), -1
+    if timestamp == EARLIEST:
+        return broker.list_offsets(topic, partition, "earliest"), -1
+    offset = broker.list_offsets(topic, partition, int(timestamp))
+    batches, hwm, _lso, _schema = (
+        broker.fetch(topic, partition, offset, 1, 0)
+        if offset >= 0
+        else (
+            [],
+            -1,
+            -1,
+            None,
+        )
+    )
+    if offset < 0 or offset >= hwm:
+        return -1, -1  # no record at or after the timestamp
+    for batch in batches:
+        offsets = batch.column("offset").to_pylist()
+        if offset in offsets:
+            stamp = batch.column("timestamp")[offsets.index(offset)].cast("int64").as_py()
+            return offset, int(stamp)
+    return offset, int(timestamp)
+
+
+def handle_list_offsets(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(2, ctx.api_version)
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, offset, stamp = 0, -1, -1
+            try:
+                offset, stamp = _offset_for(ctx.broker, t.name, p.partition_index, p.timestamp)
+            except SparklogError as exc:
+                error = errno_of(exc)
+            parts.append(
+                make(
+                    part_cls,
+                    partition_index=p.partition_index,
+                    error_code=error,
+                    timestamp=stamp,
+                    offset=offset,
+                    leader_epoch=-1,
+                    old_style_offsets=(offset,),
+                )
+            )
+        topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=0, topics=tuple(topics))
+
+
+def handle_offset_commit(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(8, ctx.api_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    part_cls = nested(cls, "OffsetCommitResponsePartition")
+    generation = int(getattr(request, "generation_id_or_member_epoch", -1))
+    member = request.member_id or ""
+    offsets = {
+        (t.name, int(p.partition_index)): int(p.committed_offset)
+        for t in request.topics
+        for p in t.partitions
+    }
+    metadata = next(
+        (
+            p.committed_metadata
+            for t in request.topics
+            for p in t.partitions
+            if p.committed_metadata
+        ),
+        "",
+    )
+    error = 0
+    try:
+        ctx.broker.groups.commit_offsets(
+            request.group_id, generation, member, offsets, metadata=metadata or ""
+        )
+    except SparklogError as exc:
+        error = errno_of(exc)
+    return make(
+        cls,
+        throttle_time=0,
+        topics=tuple(
+            make(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(part_cls, partition_index=p.partition_index, error_code=error)
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(9, ctx.api_version)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    try:
+        committed = ctx.broker.groups.fetch_offsets(request.group_id)
+    except SparklogError as exc:
+        return make(cls, throttle_time=0, topics=(), error_code=errno_of(exc))
+    if request.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        topics=tuple(
+            make(
+                topic_cls,
+                name=name,
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p,
+                        committed_offset=committed.get((name, p), -1),
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=0,
+                    )
+                    for p in parts
+                ),
+            )
+            for name, parts in wanted.items()
+        ),
+    )

@@ -1,0 +1,313 @@
+"""The Kafka listener: TCP framing, request headers, dispatch, responses.
+
+One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT``
+of them are handled at once (so a client pipelining small produce requests
+gets them joined into one commit by the broker's batcher) and a writer thread
+sends the answers in request order, as Kafka requires.  An idempotent
+producer's Produce requests are handled one after another so its sequence
+numbers reach the broker in order.  Frames larger than ``kafka_max_request_bytes``, negative
+sizes and headers that do not parse close that connection only; a request for
+an unknown API or an unsupported version is answered with UNSUPPORTED_VERSION
+(ApiVersions follows KIP-511: a v0 answer listing the supported ranges).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import queue
+import socket
+import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
+
+from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
+from sparklog.broker_lite.logs import fields
+from sparklog.errors import UnsupportedVersionError
+
+log = logging.getLogger("sparklog.broker_lite.kafka")
+SIZE = struct.Struct(">i")
+#: Connections served at once; more are accepted and closed at once.
+MAX_CONNECTIONS = 1024
+#: Requests of one connection handled at once (answers still leave in order).
+MAX_IN_FLIGHT = 64
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    listener: KafkaListener
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    previous_produce: threading.Event | None = None
+
+    @property
+    def broker(self) -> Any:
+        return self.listener.broker
+
+
+class MalformedRequest(Exception):
+    """The frame cannot be parsed as a request: the connection is closed."""
+
+
+class KafkaListener:
+    """Accepts Kafka clients on ``listen`` (HOST:PORT; port 0 = a free port)."""
+
+    def __init__(self, broker: Any, listen: str, advertised: str = "") -> None:
+        from sparklog.broker_lite.kafka.versions import API_TABLE
+
+        self.broker = broker
+        self.table = API_TABLE
+        self.max_request_bytes = int(broker.config.kafka_max_request_bytes)
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, int(port)))
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.listen(256)
+        self.port = int(self._sock.getsockname()[1])
+        if advertised:
+            adv_host, _, adv_port = advertised.rpartition(":")
+            self.advertised = f"{adv_host}:{self.port if adv_port == '0' else adv_port}"
+        else:
+            self.advertised = f"{host}:{self.port}"
+        self.pool = ThreadPoolExecutor(32, thread_name_prefix="kafka-work")
+        self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
+        self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def advertised_host(self) -> str:
+        return self.advertised.rpartition(":")[0]
+
+    @property
+    def advertised_port(self) -> int:
+        return int(self.advertised.rpartition(":")[2])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._accept_loop, name="kafka-accept", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.requests.shutdown(wait=False, cancel_futures=True)
+
+    def _accept_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, peer = self._sock.accept()
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                continue
+            with self._lock:
+                if len(self._connections) >= MAX_CONNECTIONS:
+                    conn.close()
+                    log.warning("kafka connection refused: too many connections")
+                    continue
+                self._connections.add(conn)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(
+                target=self._serve, args=(conn, peer), name="kafka-conn", daemon=True
+            ).start()
+
+    # -- one connection ------------------------------------------------------
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
+        """Read requests, handle up to ``MAX_IN_FLIGHT`` at once, answer them in order."""
+        pending: queue.Queue[Future[bytes | None] | None] = queue.Queue(MAX_IN_FLIGHT)
+        closed = threading.Event()
+        writer = threading.Thread(
+            target=self._write_loop, args=(conn, peer, pending, closed), daemon=True
+        )
+        writer.start()
+        last_produce: threading.Event | None = None
+        try:
+            while not self._stopping.is_set() and not closed.is_set():
+                frame = self._read_frame(conn)
+                if frame is None:
+                    break
+                previous = None
+                done = None
+                if frame[:2] == b"\x00\x00":  # Produce: idempotent batches keep their order
+                    previous, done = last_produce, threading.Event()
+                    last_produce = done
+                future = self.requests.submit(self._handle_in_order, frame, previous, done)
+                while not closed.is_set():
+                    try:
+                        pending.put(future, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+        except MalformedRequest as exc:
+            log.info("kafka connection closed: %s", exc, extra=fields(peer=str(peer)))
+        except OSError:
+            pass  # the client went away
+        finally:
+            while not closed.is_set():
+                try:
+                    pending.put(None, timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
+            writer.join()
+            conn.close()
+            with self._lock:
+                self._connections.discard(conn)
+
+    def _handle_in_order(
+        self, frame: bytes, previous: threading.Event | None, done: threading.Event | None
+    ) -> bytes | None:
+        try:
+            return self.handle_frame(frame, previous)
+        finally:
+            if done is not None:
+                done.set()
+
+    def _write_loop(
+        self,
+        conn: socket.socket,
+        peer: Any,
+        pending: queue.Queue[Future[bytes | None] | None],
+        closed: threading.Event,
+    ) -> None:
+        """Send responses in request order; a malformed request closes the connection."""
+        try:
+            while True:
+                future = pending.get()
+                if future is None:
+                    return
+                response = future.result()
+                if response is not None:
+                    conn.sendall(response)
+        except MalformedRequest as exc:
+            log.info("kafka connection closed: %s", exc, extra=fields(peer=str(peer)))
+        except OSError:
+            pass
+        closed.set()
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+        while True:  # unblock the reader; drop what is left
+            try:
+                if pending.get_nowait() is None:
+                    return
+            except queue.Empty:
+                return
+
+    def _read_exact(self, conn: socket.socket, size: int) -> bytes | None:
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = conn.recv_into(view[got:], size - got)
+            if n == 0:
+                return None
+            got += n
+        return bytes(buf)
+
+    def _read_frame(self, conn: socket.socket) -> bytes | None:
+        head = self._read_exact(conn, 4)
+        if head is None:
+            return None
+        (size,) = SIZE.unpack(head)
+        if size < 8 or size > self.max_request_bytes:
+            raise MalformedRequest(
+                f"request frame of {size} bytes; accepted: 8 to kafka_max_request_bytes="
+                f"{self.max_request_bytes}"
+            )
+        frame = self._read_exact(conn, size)
+        if frame is None:
+            raise MalformedRequest("connection closed inside a request frame")
+        return frame
+
+    # -- one request -----------------------------------------------------------
+    def handle_frame(
+        self, frame: bytes, previous_produce: threading.Event | None = None
+    ) -> bytes | None:
+        """The response frame for one request frame (None: no response, e.g. acks=0).
+
+        ``previous_produce`` is set when the connection's previous Produce is done; an
+        idempotent Produce waits for it so its batches reach the broker in order.
+        """
+        api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        entry = self.table.get(api_key)
+        if entry is None or not entry.min_version <= api_version <= entry.max_version:
+            if api_key == 18:  # KIP-511: answer in v0 with the ranges we support
+                from sparklog.broker_lite.kafka.versions import api_versions_fallback
+
+                return self._encode(api_versions_fallback(self), correlation_id)
+            log.info(
+                "kafka request refused: unsupported API or version",
+                extra=fields(api_key=api_key, api_version=api_version),
+            )
+            # Every response starts with the correlation id; an error code follows.
+            return _frame(struct.pack(">ih", correlation_id, UnsupportedVersionError.errno))
+        request_cls = load_request_schema(api_key, api_version)
+        try:
+            header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
+            request, _size = entity_reader(request_cls)(frame, offset)
+        except Exception as exc:  # kio raises several types for bad bytes
+            raise MalformedRequest(
+                f"api {api_key} v{api_version} request does not parse ({type(exc).__name__}: {exc})"
+            ) from None
+        ctx = RequestContext(
+            self,
+            api_key,
+            api_version,
+            correlation_id,
+            getattr(header, "client_id", None),
+            previous_produce,
+        )
+        try:
+            response = entry.handler(ctx, request)
+        except MalformedRequest:
+            raise
+        except Exception:
+            log.exception(
+                "kafka request failed", extra=fields(api_key=api_key, api_version=api_version)
+            )
+            raise MalformedRequest(f"api {api_key} v{api_version}: internal error") from None
+        if response is None:
+            return None
+        return self._encode(response, correlation_id)
+
+    def _encode(self, response: Any, correlation_id: int) -> bytes:
+        header_cls = response.__header_schema__
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+        entity_writer(type(response))(buf, response)
+        out = buf.getbuffer()
+        SIZE.pack_into(out, 0, len(out) - 4)
+        return bytes(out)
+
+
+def _frame(payload: bytes) -> bytes:
+    return SIZE.pack(len(payload)) + payload

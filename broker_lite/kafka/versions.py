@@ -1,0 +1,91 @@
+"""The APIs the Kafka listener implements, with exactly the versions it implements.
+
+ApiVersions advertises this table as is.  Ranges are those kio generates and
+the handlers were written for (e.g. Fetch stops at v12 because v13 addresses
+topics by id, Produce at v9 for the same reason in v10+).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+
+from sparklog.broker_lite.kafka import admin, fetch, groups, metadata, offsets, produce
+from sparklog.broker_lite.kafka.messages import make, nested
+from sparklog.errors import UnsupportedVersionError
+
+Handler = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+def api_versions(ctx: Any, request: Any) -> Any:
+    """ApiVersions: every API in the table with its version range."""
+    cls = _response_cls(ctx.api_version)
+    entry = nested(cls, "ApiVersion")
+    keys = tuple(
+        make(entry, api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+        for a in API_TABLE.values()
+    )
+    return make(cls, error_code=0, api_keys=keys, throttle_time=0)
+
+
+def api_versions_fallback(listener: Any) -> Any:
+    """KIP-511: a newer ApiVersions than we know gets v0 with UNSUPPORTED_VERSION + ranges."""
+    keys = tuple(
+        make(ApiVersionV0, api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+        for a in API_TABLE.values()
+    )
+    return make(ApiVersionsResponseV0, error_code=UnsupportedVersionError.errno, api_keys=keys)
+
+
+def _response_cls(version: int) -> type:
+    from kio.index import load_response_schema
+
+    return load_response_schema(18, version)
+
+
+_APIS = [
+    Api(0, "Produce", 3, 9, produce.handle_produce),
+    Api(1, "Fetch", 4, 12, fetch.handle_fetch),
+    Api(2, "ListOffsets", 1, 6, offsets.handle_list_offsets),
+    Api(3, "Metadata", 0, 12, metadata.handle_metadata),
+    Api(8, "OffsetCommit", 2, 8, offsets.handle_offset_commit),
+    Api(9, "OffsetFetch", 1, 7, offsets.handle_offset_fetch),
+    Api(10, "FindCoordinator", 0, 3, groups.handle_find_coordinator),
+    Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
+    Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
+    Api(13, "LeaveGroup", 0, 4, groups.handle_leave_group),
+    Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
+    Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
+    Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
+    Api(18, "ApiVersions", 0, 3, api_versions),
+    Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
+    Api(20, "DeleteTopics", 1, 5, admin.handle_delete_topics),
+    Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
+    Api(22, "InitProducerId", 0, 4, produce.handle_init_producer_id),
+    Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+    Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
+    Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
+    Api(
+        44,
+        "IncrementalAlterConfigs",
+        0,
+        1,
+        admin.handle_incremental_alter_configs,
+    ),
+    Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
+]
+API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}

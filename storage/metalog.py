@@ -1,0 +1,449 @@
+"""Checksummed, create-only metadata logs: the engine under shard logs and group logs.
+
+A log is a folder of commits ``<v:020d>.json`` (create-only: whoever creates
+version v+1 first wins), snapshots ``<v:020d>.snapshot`` of the full state
+every ``snapshot_interval`` commits, and a best-effort hint ``_latest.json``
+naming the newest snapshot, so opening a log costs one hint, one snapshot and
+at most ``snapshot_interval`` commits, never a listing (except when the hint is
+missing or damaged).
+
+Integrity (DESIGN.md §3): every commit and snapshot carries an xxh3 checksum
+verified on read; a damaged file is a :class:`CorruptRecordError` naming it,
+never a parse error.  A version missing in the middle of a log (a later one
+exists) is detected by readers, and writers probe the version after the one
+they create, so they never re-use a missing version.
+
+Outcomes: each commit carries a random id.  When a create's answer is lost
+(the store raised, or the retry found the key already there), the writer
+re-reads the log and recognises its own commit by that id, so a lost race is
+told apart from its own earlier success and nothing is applied twice.  A
+writer re-reads its view after its backoff sleep, right before retrying
+(:func:`sparklog.retry.retrying`), so concurrent committers do not starve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import struct
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import xxhash
+
+from sparklog.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptRecordError,
+    SparklogError,
+    StoreUnavailableError,
+)
+from sparklog.retry import is_retriable, retrying
+from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.records import now_ms
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SNAPSHOT_INTERVAL = 32
+DEFAULT_COMMIT_ATTEMPTS = 200
+DEFAULT_COMMIT_DEADLINE_MS = 120_000
+#: A view not confirmed for this long re-reads the snapshot hint before trusting
+#: "no next version": commits below the newest snapshot may have been pruned.
+RELOAD_AFTER_MS = 5 * 60 * 1000
+#: How many recent commits a log remembers (in memory) to recognise its own.
+RECENT_COMMITS = 64
+HINT_NAME = "_latest.json"
+SNAPSHOT_MAGIC = b"SLS2"
+_COMMIT_HEAD = b'{"sum":"'
+_COMMIT_MID = b'","c":'
+
+Commit = dict[str, Any]
+
+
+def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
+    return f"{prefix}/{version:020d}{suffix}"
+
+
+# -- the file formats --------------------------------------------------------------------
+
+
+def encode_commit(body: Commit) -> bytes:
+    """``{"sum":"<xxh3 hex>","c":<body>}``: valid JSON whose body bytes are checksummed."""
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    digest = xxhash.xxh3_64_hexdigest(data).encode()
+    return _COMMIT_HEAD + digest + _COMMIT_MID + data + b"}"
+
+
+def decode_commit(raw: bytes, where: str) -> Commit:
+    """The commit body; CorruptRecordError naming ``where`` for any damage."""
+    head = len(_COMMIT_HEAD) + 16 + len(_COMMIT_MID)
+    if (
+        len(raw) <= head + 1
+        or not raw.startswith(_COMMIT_HEAD)
+        or raw[len(_COMMIT_HEAD) + 16 : head] != _COMMIT_MID
+        or not raw.endswith(b"}")
+    ):
+        raise CorruptRecordError(
+            f"metadata file {where} is damaged: not a sparklog format-2 commit ({len(raw)} bytes)"
+        )
+    body = raw[head:-1]
+    if xxhash.xxh3_64_hexdigest(body).encode() != raw[len(_COMMIT_HEAD) : len(_COMMIT_HEAD) + 16]:
+        raise CorruptRecordError(f"metadata file {where} fails its checksum")
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"metadata file {where} cannot be parsed: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("v"), int):
+        raise CorruptRecordError(f"metadata file {where} is not a commit")
+    return doc
+
+
+def encode_snapshot(payload: bytes) -> bytes:
+    """``payload + xxh3-64 (8 bytes LE) + magic``."""
+    return payload + struct.pack("<Q", xxhash.xxh3_64_intdigest(payload)) + SNAPSHOT_MAGIC
+
+
+def decode_snapshot(raw: bytes, where: str) -> memoryview:
+    """The snapshot payload (a view, no copy), checksum verified; CorruptRecordError naming
+    ``where``."""
+    if len(raw) < 12 or raw[-4:] != SNAPSHOT_MAGIC:
+        raise CorruptRecordError(
+            f"snapshot {where} is damaged: truncated or not a sparklog format-2 snapshot "
+            f"({len(raw)} bytes)"
+        )
+    payload = memoryview(raw)[:-12]
+    (expected,) = struct.unpack("<Q", raw[-12:-4])
+    if xxhash.xxh3_64_intdigest(payload) != expected:
+        raise CorruptRecordError(f"snapshot {where} fails its checksum")
+    return payload
+
+
+# -- the engine --------------------------------------------------------------------------
+
+
+class LogStateBase:
+    """What every log state holds besides its own content."""
+
+    version: int
+    commits_since_snapshot: int
+
+
+S = TypeVar("S", bound=LogStateBase)
+
+
+class StateCodec(Protocol[S]):
+    """How one kind of log builds, advances and snapshots its state."""
+
+    def empty(self) -> S: ...
+
+    def apply(self, state: S, commit: Commit) -> None: ...
+
+    def snapshot(self, state: S) -> bytes: ...
+
+    def restore(self, payload: memoryview, where: str) -> S: ...
+
+
+class _LostRace(CommitConflictError):
+    """Another writer created the version first (retried after a re-read)."""
+
+
+class _OutcomeUnknown(CommitConflictError):
+    """The create's answer was lost; resolved by re-reading (retried after a re-read)."""
+
+
+class MetaLog(Generic[S]):
+    """One create-only log of commits and snapshots.  Not thread-safe: lock around it."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str,
+        codec: StateCodec[S],
+        *,
+        name: str,
+        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        commit_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+        commit_deadline_ms: int = DEFAULT_COMMIT_DEADLINE_MS,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.codec = codec
+        self.name = name
+        self.snapshot_interval = snapshot_interval
+        self.commit_attempts = commit_attempts
+        self.commit_deadline_ms = commit_deadline_ms
+        self.clock_ms = clock_ms
+        self._state: S | None = None
+        self._confirmed = 0.0  # monotonic time the view was last seen at the head
+        self._recent: OrderedDict[str, Commit] = OrderedDict()
+        # Handles are shared by threads (e.g. views of several partitions of a shard):
+        # loading, refreshing and committing are serialised.
+        self._lock = threading.RLock()
+
+    def key(self, version: int, suffix: str = ".json") -> str:
+        return version_key(self.prefix, version, suffix)
+
+    def where(self, key: str) -> str:
+        return f"{self.store.url}/{key}"
+
+    # -- reading -----------------------------------------------------------
+    @property
+    def state(self) -> S:
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = self._load()
+                state = self._state
+        return state
+
+    def refresh(self, max_staleness_ms: int = 0) -> S:
+        """Catch up with commits made since the last look: one probe when nothing changed.
+
+        With ``max_staleness_ms``, a view confirmed at the head more recently
+        than that is returned as is (no request): readers of many partitions of
+        one shard share one probe, so an idle reader's cost is per shard.
+        """
+        if (
+            max_staleness_ms > 0
+            and self._state is not None
+            and (time.monotonic() - self._confirmed) * 1000 < max_staleness_ms
+        ):
+            return self._state
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> S:
+        if self._state is None:
+            return self.state
+        if (time.monotonic() - self._confirmed) * 1000 > RELOAD_AFTER_MS:
+            snapshot = self._hinted_snapshot()
+            if snapshot is not None and snapshot > self._state.version:
+                self._state = self._load()
+                return self._state
+        self._read_forward(self._state, first_chunk=1)
+        return self._state
+
+    def _hinted_snapshot(self) -> int | None:
+        """The hint's snapshot version; None if absent or damaged (it is only a hint)."""
+        try:
+            raw = self.store.get_or_none(f"{self.prefix}/{HINT_NAME}")
+            if raw is None:
+                return None
+            version = json.loads(raw)["snapshot"]
+            return version if isinstance(version, int) and version >= 0 else None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            log.warning("log %s: ignoring a damaged %s hint", self.name, HINT_NAME)
+            return None
+
+    def _load(self) -> S:
+        snapshot = self._hinted_snapshot()
+        state: S | None = None
+        if snapshot is not None:
+            state = self._load_snapshot(snapshot)
+        if state is None:
+            found = [
+                int(n.split(".")[0])
+                for n in self.store.list_names(self.prefix)
+                if n.endswith(".snapshot") and n.split(".")[0].isdigit()
+            ]
+            for version in sorted(found, reverse=True):
+                state = self._load_snapshot(version)
+                if state is not None:
+                    break
+        if state is None:
+            state = self.codec.empty()
+        self._read_forward(state, first_chunk=4)
+        return state
+
+    def _load_snapshot(self, version: int) -> S | None:
+        key = self.key(version, ".snapshot")
+        raw = self.store.get_or_none(key)  # whole bytes, never a memory map
+        if raw is None:
+            return None
+        where = self.where(key)
+        state = self.codec.restore(decode_snapshot(raw, where), where)
+        if state.version != version:
+            raise CorruptRecordError(f"snapshot {where} holds version {state.version}")
+        state.commits_since_snapshot = 0
+        return state
+
+    def _read_forward(self, state: S, first_chunk: int) -> None:
+        """Apply the commits after ``state.version``.
+
+        Reads chunks of versions at once (concurrently on S3), each with one
+        version of lookahead, so a missing version followed by an existing one
+        is detected; an idle probe (``first_chunk=1``) reads just the next key.
+        """
+        chunk, lookahead = first_chunk, first_chunk > 1
+        while True:
+            wanted = chunk + (1 if lookahead else 0)
+            keys = [self.key(state.version + i) for i in range(1, wanted + 1)]
+            found = self.store.get_many(keys)
+            for i, key in enumerate(keys[:chunk]):
+                raw = found.get(key)
+                if raw is None:
+                    later = next((k for k in keys[i + 1 :] if found.get(k) is not None), None)
+                    if later is not None:
+                        raise CorruptRecordError(
+                            f"log {self.name}: commit {self.where(key)} is missing while a later "
+                            f"one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
+                        )
+                    self._confirmed = time.monotonic()
+                    return
+                self._apply(state, self._decode(raw, key, state.version + 1))
+            chunk, lookahead = min(max(chunk, 2) * 4, 256), True
+
+    def _decode(self, raw: bytes, key: str, version: int) -> Commit:
+        commit = decode_commit(raw, self.where(key))
+        if commit["v"] != version:
+            raise CorruptRecordError(
+                f"metadata file {self.where(key)} holds version {commit['v']}, not {version}"
+            )
+        return commit
+
+    def _apply(self, state: S, commit: Commit) -> None:
+        try:
+            self.codec.apply(state, commit)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRecordError(
+                f"metadata file {self.where(self.key(commit['v']))} has an unexpected "
+                f"shape: {type(exc).__name__}: {exc}"
+            ) from None
+        state.version = commit["v"]
+        state.commits_since_snapshot += 1
+        commit_id = commit.get("id")
+        if isinstance(commit_id, str):
+            self._recent[commit_id] = commit
+            while len(self._recent) > RECENT_COMMITS:
+                self._recent.popitem(last=False)
+
+    # -- writing -----------------------------------------------------------
+    def commit(self, build: Callable[[S], Commit | None]) -> Commit | None:
+        """Create the next commit from ``build(state)``; re-read and rebuild on a lost race.
+
+        ``build`` returns None when nothing must be written; it may raise to
+        refuse (fencing, sequence errors).  Returns the commit that landed.
+        """
+        tried: set[str] = set()
+
+        def attempt() -> Commit | None:
+            state = self.state
+            for commit_id in tried:
+                mine = self._recent.get(commit_id)
+                if mine is not None:  # an earlier attempt landed after all
+                    return mine
+            body = build(state)
+            if body is None:
+                return None
+            version = state.version + 1
+            body["v"] = version
+            body["id"] = uuid.uuid4().hex
+            body.setdefault("ts", self.clock_ms())
+            data = encode_commit(body)
+            # Never re-use a missing version: if the one after ours exists, our
+            # view is stale (or the log has a hole); the re-read tells which.
+            if self.store.get_or_none(self.key(version + 1)) is not None:
+                if not self.store.exists(self.key(version)):
+                    raise CorruptRecordError(
+                        f"log {self.name}: commit {self.where(self.key(version))} is missing "
+                        "while a later one exists; the log needs repair (not re-using it)"
+                    )
+                raise _LostRace(f"log {self.name}: version {version} is behind the head")
+            tried.add(body["id"])
+            try:
+                created = self.store.create(self.key(version), data)
+            except (CommitStateUnknownError, StoreUnavailableError) as exc:
+                raise _OutcomeUnknown(
+                    f"log {self.name}: the outcome of creating version {version} is unknown: {exc}"
+                ) from exc
+            if not created:
+                raise _LostRace(f"log {self.name}: version {version} was created by another")
+            self._apply(state, body)
+            self._confirmed = time.monotonic()
+            if state.commits_since_snapshot >= self.snapshot_interval:
+                self._write_snapshot(state)
+            return body
+
+        try:
+            with self._lock:
+                try:  # the uncontended path: no retry machinery
+                    return attempt()
+                except SparklogError as exc:
+                    if not is_retriable(exc):
+                        raise
+                # Back off, then re-read right before the next attempt (never a stale view).
+                time.sleep(random.random() * 0.002)
+                self._refresh()
+                return retrying(
+                    attempt,
+                    deadline_ms=self.commit_deadline_ms,
+                    attempts_max=self.commit_attempts,
+                    backoff_initial_ms=1,
+                    backoff_max_ms=200,
+                    before_retry=self._refresh_before_retry,
+                )
+        except _OutcomeUnknown as exc:
+            raise CommitStateUnknownError(str(exc)) from exc
+        except _LostRace:
+            raise CommitConflictError(
+                f"log {self.name}: gave up after {self.commit_attempts} lost commit races"
+            ) from None
+
+    def _refresh_before_retry(self, _exc: BaseException) -> None:
+        self.refresh()
+
+    def _write_snapshot(self, state: S) -> None:
+        key = self.key(state.version, ".snapshot")
+        try:
+            self.store.create(key, encode_snapshot(self.codec.snapshot(state)))
+            self.store.put(
+                f"{self.prefix}/{HINT_NAME}", json.dumps({"snapshot": state.version}).encode()
+            )
+            state.commits_since_snapshot = 0
+        except (StoreUnavailableError, CommitStateUnknownError) as exc:
+            log.warning("log %s: snapshot at version %d failed: %s", self.name, state.version, exc)
+
+
+def prune_log(
+    store: ObjectStore,
+    prefix: str,
+    *,
+    retention_ms: int,
+    now: int | None = None,
+    dry_run: bool = False,
+) -> list[str]:
+    """Delete commits and snapshots older than the newest snapshot by ``retention_ms``.
+
+    Keeps the newest snapshot and every commit after it, so the log's file
+    count stays bounded.  Returns the keys deleted (or that would be).
+    """
+    now = now_ms() if now is None else now
+    objects = store.list_objects(prefix)
+    snapshots = [
+        int(o.key.rsplit("/", 1)[-1].split(".")[0])
+        for o in objects
+        if o.key.endswith(".snapshot") and o.key.rsplit("/", 1)[-1].split(".")[0].isdigit()
+    ]
+    if not snapshots:
+        return []
+    newest = max(snapshots)
+    doomed = []
+    for obj in objects:
+        stem, _, ext = obj.key.rsplit("/", 1)[-1].partition(".")
+        if not stem.isdigit() or ext not in ("json", "snapshot"):
+            continue
+        version = int(stem)
+        below = version <= newest if ext == "json" else version < newest
+        if below and now - obj.modified_ms >= retention_ms:
+            doomed.append(obj.key)
+    if not dry_run:
+        for key in doomed:
+            store.delete(key)
+    return doomed

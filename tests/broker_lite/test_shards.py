@@ -1,0 +1,125 @@
+"""The broker's produce path over shard logs: one object and one commit per shard per flush."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.service import Broker
+from sparklog.storage import make_batch, open_root
+
+
+@pytest.fixture
+def broker(root_spec) -> Iterator[Broker]:
+    """An in-process broker (no Flight server) on each storage backend."""
+    url, options = root_spec
+    config = BrokerConfig(
+        root=url, storage_options=options, linger_ms=20, cleaner_interval_ms=0, broker_id=3
+    )
+    made = Broker(config)
+    made.start("127.0.0.1:1")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def commits(root, topic: str, shard: int) -> list[str]:
+    info = root.describe_topic(topic)
+    names = root.store.list_names(f"topics/{topic}/{info.topic_id}/shards/{shard:05d}/log")
+    return [n for n in names if n.endswith(".json") and n[0].isdigit()]
+
+
+def objects(root, topic: str) -> int:
+    info = root.describe_topic(topic)
+    return len(root.store.list_objects(f"topics/{topic}/{info.topic_id}/objects"))
+
+
+def test_a_flush_of_many_partitions_is_one_object_and_one_commit_per_shard(broker):
+    broker.create_topic("t", 16, {"commit.shards": 2})
+    root = open_root(broker.config.root, broker.config.storage_options)
+    outcomes = broker.produce("t", [(p, make_batch([b"warm"])) for p in range(16)])
+    assert [o.base_offset for o in outcomes] == [0] * 16
+    before = [len(commits(root, "t", s)) for s in range(2)], objects(root, "t")
+    outcomes = broker.produce("t", [(p, make_batch([b"a", b"b"])) for p in range(16)])
+    assert [o.base_offset for o in outcomes] == [1] * 16
+    after = [len(commits(root, "t", s)) for s in range(2)], objects(root, "t")
+    assert [a - b for a, b in zip(after[0], before[0], strict=True)] == [1, 1]
+    assert after[1] - before[1] == 1
+    reader = root.topic("t")
+    for p in range(16):
+        assert reader.partition(p).read(0).column("value").to_pylist() == [b"warm", b"a", b"b"]
+        batches, hwm, _, _ = broker.fetch("t", p, 0, 1 << 20, 0)
+        assert hwm == 3 and sum(b.num_rows for b in batches) == 3
+
+
+def test_leaders_lead_shards(broker):
+    broker.create_topic("one", 8)
+    broker.create_topic("four", 8, {"commit.shards": 4})
+    cluster = broker.cluster
+    assert cluster is not None
+    assert [cluster.shard_of("one", p) for p in range(8)] == [0] * 8
+    assert [cluster.shard_of("four", p) for p in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    leader = cluster.leader("four", 5)
+    assert leader is not None and leader.broker_id == 3
+    assert cluster.leader("four", 5) == cluster.shard_leader("four", 1)
+
+
+def test_idempotent_retry_through_the_broker_is_answered_from_the_shard_log(broker):
+    broker.create_topic("t", 4)
+
+    def send(partition: int, sequence: int):
+        return broker.produce(
+            "t",
+            [(partition, make_batch([b"a", b"b"]))],
+            producer_id=11,
+            producer_epoch=0,
+            base_sequence=sequence,
+        )[0]
+
+    first = [send(0, 0), send(1, 0), send(0, 2)]
+    retry = [send(0, 0), send(1, 0), send(0, 2)]
+    assert [o.base_offset for o in first] == [o.base_offset for o in retry] == [0, 0, 2]
+    assert all(o.duplicate for o in retry) and not any(o.duplicate for o in first)
+
+
+def test_cleaner_keeps_the_shard_and_group_log_file_counts_bounded(root_spec):
+    from sparklog.broker_lite.cleaner import Cleaner
+    from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS
+    from sparklog.storage.records import now_ms
+
+    url, options = root_spec
+    config = BrokerConfig(
+        root=url,
+        storage_options=options,
+        linger_ms=0,
+        cleaner_interval_ms=0,
+        snapshot_interval=4,
+        gc_grace_ms=0,
+    )
+    broker = Broker(config)
+    broker.start("127.0.0.1:1")
+    try:
+        broker.create_topic("t", 2)
+        root = open_root(url, options)
+        cleaner = Cleaner(broker)
+        cleaner.clock_ms = lambda: now_ms() + 2 * DEFAULT_LOG_RETENTION_MS
+        counts = []
+        for round_ in range(3):
+            for i in range(30):
+                broker.produce("t", [(i % 2, make_batch([b"x"]))])
+                broker.groups.commit_offsets("g", -1, "", {("t", 0): round_ * 30 + i})
+            broker._update_leadership()
+            cleaner.run_once()
+            counts.append(len(commits(root, "t", 0)))
+        group_files = root.store.list_names("groups/g/log")
+        assert max(counts) <= 4 + 1, counts  # commits after the newest snapshot
+        assert len(group_files) <= 4 + 3, group_files
+        assert root.topic("t").partition(0).read(0).num_rows == 45
+        assert root.groups.fetch("g")[("t", 0)].offset == 89
+        batches, hwm, _, _ = broker.fetch("t", 1, 0, 1 << 20, 0)
+        assert hwm == 45 and sum(b.num_rows for b in batches) == 45
+    finally:
+        broker.close()

@@ -1,0 +1,96 @@
+"""kafka-python's admin client against the Kafka listener."""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as Tp
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+from tests.broker_lite.procs import Cluster
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def admin(one_broker: Cluster):
+    client = KafkaAdminClient(bootstrap_servers=one_broker.kafka_bootstrap)
+    yield client
+    client.close()
+
+
+def configs_of(admin: KafkaAdminClient, topic: str) -> dict[str, str]:
+    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    return {name: entry["value"] for name, entry in result["topic"][topic].items()}
+
+
+def test_topics_and_configs(admin: KafkaAdminClient) -> None:
+    admin.create_topics([NewTopic("audit", 2, 1, topic_configs={"retention.ms": "3600000"})])
+    with pytest.raises(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic("audit", 2, 1)])
+    assert "audit" in admin.list_topics()
+    described = admin.describe_topics(["audit"])[0]
+    assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1]
+
+    assert configs_of(admin, "audit")["retention.ms"] == "3600000"
+    compact = {"cleanup.policy": "compact"}
+    admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, "audit", configs=compact)], incremental=True
+    )
+    after = configs_of(admin, "audit")
+    assert (after["cleanup.policy"], after["retention.ms"]) == ("compact", "3600000")
+    admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, "audit", configs={"retention.ms": "60000"})],
+        incremental=False,
+    )
+    after = configs_of(admin, "audit")  # kafka-python sends the whole set to AlterConfigs
+    assert (after["cleanup.policy"], after["retention.ms"]) == ("compact", "60000")
+
+    admin.create_partitions({"audit": NewPartitions(total_count=5)})
+    wait_for(
+        lambda: len(admin.describe_topics(["audit"])[0]["partitions"]) == 5,
+        what="five partitions",
+    )
+    admin.delete_topics(["audit"])
+    wait_for(lambda: "audit" not in admin.list_topics(), what="topic deleted")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.delete_topics(["audit"])
+
+
+def test_delete_records_and_groups(one_broker: Cluster, admin: KafkaAdminClient) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    admin.create_topics([NewTopic("trail", 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(20):
+        producer.send("trail", value=f"v{i}".encode(), partition=0)
+    producer.flush(30)
+    producer.close()
+
+    admin.delete_records({Tp("trail", 0): 8})
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id="auditors",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
+    consumer.subscribe(["trail"])
+    values = [m.value for m in consumer]
+    assert values == [f"v{i}".encode() for i in range(8, 20)]
+    consumer.commit()
+    assert consumer.beginning_offsets([Tp("trail", 0)])[Tp("trail", 0)] == 8
+
+    listed = {g["group_id"]: g for g in admin.list_groups()}
+    assert listed["auditors"]["protocol_type"] == "consumer"
+    group = admin.describe_groups(["auditors"])["auditors"]
+    assert group["group_state"] == "Stable" and len(group["members"]) == 1
+    assignment = group["members"][0]["member_assignment"]["assigned_partitions"]
+    assert assignment == [{"topic": "trail", "partitions": [0]}]
+    assert admin.list_group_offsets("auditors")["auditors"][Tp("trail", 0)].offset == 20
+    consumer.close()
+    wait_for(
+        lambda: admin.describe_groups(["auditors"])["auditors"]["group_state"] == "Empty",
+        what="group empty after close",
+    )
+    admin.delete_groups(["auditors"])
+    assert "auditors" not in [g["group_id"] for g in admin.list_groups()]

@@ -1,0 +1,103 @@
+"""The listener's answers to unusual and bad requests, at the byte level."""
+
+from __future__ import annotations
+
+import struct
+from datetime import timedelta
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from sparklog.broker_lite.kafka.versions import API_TABLE
+from tests.broker_lite.procs import Cluster
+from tests.kafka.wire import Connection, record_batch_bytes
+
+
+@pytest.fixture
+def conn(one_broker: Cluster):
+    c = Connection(one_broker.brokers[0].kafka_address)
+    yield c
+    c.close()
+
+
+def produce_request(topic: str, records: bytes) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+            ),
+        ),
+    )
+
+
+def test_api_versions_lists_exactly_the_table(conn: Connection) -> None:
+    response = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    assert response.error_code == ErrorCode.none
+    assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
+        (a.key, a.min_version, a.max_version) for a in API_TABLE.values()
+    }
+
+
+def test_newer_api_versions_gets_the_kip_511_answer(conn: Connection) -> None:
+    # ApiVersions v99: the broker cannot parse it, answers v0 with UNSUPPORTED_VERSION + ranges
+    conn.send_frame(struct.pack(">hhih", 18, 99, 7, -1) + b"\x00garbage")
+    frame = conn.read_frame()
+    assert frame is not None
+    correlation, error, count = struct.unpack_from(">ihi", frame, 0)
+    assert (correlation, error, count) == (7, 35, len(API_TABLE))
+
+
+def test_unknown_api_and_unsupported_version_get_an_error_not_a_hangup(conn: Connection) -> None:
+    for api_key, version in ((9999, 0), (0, 0), (1, 99)):
+        conn.send_frame(struct.pack(">hhih", api_key, version, 5, -1))
+        frame = conn.read_frame()
+        assert frame is not None and struct.unpack(">ih", frame) == (5, 35)
+    # the connection still works
+    assert conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+
+
+def test_bad_crc_and_old_magic_are_refused_per_partition(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "wire", 1)
+    good = record_batch_bytes([b"a", b"b"])
+    corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
+    old_magic = good[:16] + b"\x01" + good[17:]
+    for records, code in ((corrupt, 2), (old_magic, 43), (good, 0)):
+        response = conn.call(produce_request("wire", records))
+        part = response.responses[0].partition_responses[0]
+        assert part.error_code == code
+    assert part.base_offset == 0  # only the good batch was written
+
+
+def test_batch_over_max_message_bytes_is_message_too_large(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "small", 1, {"max.message.bytes": "2000"})
+    response = conn.call(produce_request("small", record_batch_bytes([b"x" * 3000])))
+    assert response.responses[0].partition_responses[0].error_code == 10
+    response = conn.call(produce_request("small", record_batch_bytes([b"x" * 100])))
+    assert response.responses[0].partition_responses[0].error_code == 0
+
+
+def test_oversized_and_garbage_frames_close_only_that_connection(one_broker: Cluster) -> None:
+    address = one_broker.brokers[0].kafka_address
+    other = Connection(address)
+    big = Connection(address)
+    big.sock.sendall(struct.pack(">i", 2**31 - 1))
+    assert big.read_frame() is None  # over kafka_max_request_bytes: closed
+    garbage = Connection(address)
+    garbage.send_frame(struct.pack(">hhih", 3, 12, 1, 5) + b"\xff" * 3)
+    assert garbage.read_frame() is None  # a header that does not parse: closed
+    assert other.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    for c in (other, big, garbage):
+        c.close()
