@@ -27,6 +27,8 @@ PYTHON = {"python", "py", "python3"}
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(?P<reason>.+?)\s*-->")
 #: docs/client.md's kafka-python/sparklog twins run in tests/client/test_docs_twins.py.
 TWIN = re.compile(r"<!--\s*twin:\s*(?P<which>.+?)\s*-->")
+#: docs/spark.md's Kafka/sparklog pipeline pairs run in tests/spark/test_spark_migration.py.
+PIPELINE = re.compile(r"<!--\s*pipeline:\s*(?P<which>.+?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 
 
@@ -64,6 +66,10 @@ def extract_blocks(path: Path) -> list[Block]:
             reason = marker.group("reason")
         elif before >= 0 and (twin := TWIN.search(lines[before])):
             reason = f"the {twin.group('which')} twin runs in tests/client/test_docs_twins.py"
+        elif before >= 0 and (pipeline := PIPELINE.search(lines[before])):
+            reason = (
+                f"pipeline {pipeline.group('which')} runs in tests/spark/test_spark_migration.py"
+            )
         blocks.append(Block(path, start + 1, lang, "\n".join(body) + "\n", reason))
     return blocks
 
