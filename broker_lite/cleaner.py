@@ -1,57 +1,78 @@
 """The log cleaner: retention, compaction, merging and GC for the partitions a broker leads.
 
-Every ``cleaner_interval_ms`` it runs ``storage.maintenance.run_maintenance``
-on each partition this broker leads (with its leader epoch, so a deposed
-leader's pass is fenced), ``collect_garbage`` and ``prune_topic_logs`` on each
-topic whose partition 0 it leads (one broker per topic), and
-``prune_group_log`` on the groups it sweeps, so metadata file counts stay
-bounded.  Maintenance commits race safely with produce commits; afterwards
-the writer log is refreshed and the tail cache trimmed to the new log start
-offset.
+Every ``interval_ms`` it asks its host (the broker) to run maintenance on each
+partition the host leads (the host passes its leader epoch, so a deposed
+leader's pass is fenced, then refreshes its view and trims its tail cache) and
+to collect garbage for each topic whose partition 0 it leads (one broker per
+topic), and to
+prune the shard logs of those topics and the logs of the groups it sweeps, so metadata file
+counts stay bounded. The cleaner sees only :class:`MaintenanceHost`, never the broker's
+locks, caches or state: the broker decides how a pass touches them.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from sparklog.broker_lite.logs import fields
-from sparklog.storage import StorageError
 from sparklog.storage.records import now_ms
-
-if TYPE_CHECKING:
-    from sparklog.broker_lite.service import Broker
 
 log = logging.getLogger("sparklog.broker_lite.cleaner")
 
-_maintenance: Any
-try:  # storage.maintenance is written on main by the lead; guard until it lands
-    _maintenance = importlib.import_module("sparklog.storage.maintenance")
-except ImportError:  # pragma: no cover - depends on the storage version
-    _maintenance = None
 
+class MaintenanceHost(Protocol):
+    """What the cleaner needs from whoever leads partitions (the broker)."""
 
-def maintenance_available() -> bool:
-    return _maintenance is not None
+    def led_partitions(self) -> Iterable[tuple[str, int]]:
+        """(topic, partition) pairs this host leads now."""
+        ...
+
+    def wait_stopping(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s``; true once the host is stopping."""
+        ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def maintain_partition(self, topic: str, partition: int) -> Any:
+        """Retention, compaction and merging of one led partition; returns a report."""
+        ...
+
+    def collect_garbage(self, topic: str) -> None:
+        """Delete the topic's objects no log references any more (after the grace period)."""
+        ...
+
+    def count_cleaner_run(self, outcome: str) -> None:
+        """Record one partition pass, ``ok`` or ``error`` (a metric)."""
+        ...
+
+    def prune_topic_logs(self, topic: str, now_ms: int) -> int:
+        """Delete the topic's commit files and snapshots below its retention; how many."""
+        ...
+
+    def owned_groups(self) -> Iterable[str]:
+        """The groups whose logs this host prunes."""
+        ...
+
+    def prune_group_log(self, group: str, now_ms: int) -> int:
+        """Delete the group's commit files and snapshots below its retention; how many."""
+        ...
 
 
 class Cleaner:
-    """Scheduled maintenance of one broker's led partitions."""
+    """Scheduled maintenance of the partitions one host leads."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.interval_s = broker.config.cleaner_interval_ms / 1000
+    def __init__(self, host: MaintenanceHost, interval_ms: int) -> None:
+        self.host = host
+        self.interval_s = interval_ms / 1000
         #: the time pruning compares metadata files' ages with (injectable for tests)
         self.clock_ms: Callable[[], int] = now_ms
 
     def loop(self) -> None:
-        if _maintenance is None:
-            log.warning("storage.maintenance is not available; the cleaner is idle")
-            return
-        while not self.broker._stopping.wait(self.interval_s):
+        while not self.host.wait_stopping(self.interval_s):
             try:
                 self.run_once()
             except Exception:
@@ -59,47 +80,36 @@ class Cleaner:
 
     def run_once(self) -> dict[str, Any]:
         """One pass over the led partitions; returns counts for logs and tests."""
-        if _maintenance is None:
-            return {"skipped": "storage.maintenance is not available"}
-        broker = self.broker
+        host = self.host
         summary = {"partitions": 0, "errors": 0, "gc_topics": 0}
         started = time.perf_counter()
-        handles: dict[str, Any] = {}
-        for name, partition in sorted(broker.led_partitions()):
-            if broker.stopping:
+        for name, partition in sorted(host.led_partitions()):
+            if host.stopping:
                 break
             try:
-                topic = broker.topic(name)
-                st = broker.partition_state(topic, partition)
-                fresh = handles.get(name)
-                if fresh is None:  # its own log objects (one per topic per pass); races are safe
-                    fresh = handles[name] = broker.root.topic(name)
-                report = _maintenance.run_maintenance(fresh, partition, leader_epoch=st.epoch)
-                with st.lock:
-                    st.refresh()
-                    broker.cache.trim(st.key, st.log.log_start_offset)
+                report = host.maintain_partition(name, partition)
                 summary["partitions"] += 1
-                broker.metrics.cleaner_runs.labels("ok").inc()
+                host.count_cleaner_run("ok")
                 log.debug(
                     "maintenance", extra=fields(topic=name, partition=partition, report=str(report))
                 )
                 if partition == 0:
-                    _maintenance.collect_garbage(fresh, broker.config.gc_grace_ms)
+                    host.collect_garbage(name)
                     summary["gc_topics"] += 1
-                    pruned = _maintenance.prune_topic_logs(fresh, now=self.clock_ms())
-                    summary["pruned_files"] = summary.get("pruned_files", 0) + len(pruned.deleted)
-            except (StorageError, Exception) as exc:
+                    pruned = host.prune_topic_logs(name, self.clock_ms())
+                    summary["pruned_files"] = summary.get("pruned_files", 0) + pruned
+            except Exception as exc:  # one partition's failure must not stop the others
                 summary["errors"] += 1
-                broker.metrics.cleaner_runs.labels("error").inc()
+                host.count_cleaner_run("error")
                 log.warning(
                     "maintenance failed",
                     extra=fields(topic=name, partition=partition, error=str(exc)),
                 )
-        for group in broker.owned_groups():
+        for group in host.owned_groups():
             try:
-                pruned = _maintenance.prune_group_log(broker.root, group, now=self.clock_ms())
-                summary["pruned_files"] = summary.get("pruned_files", 0) + len(pruned.deleted)
-            except StorageError as exc:
+                pruned = host.prune_group_log(group, self.clock_ms())
+                summary["pruned_files"] = summary.get("pruned_files", 0) + pruned
+            except Exception as exc:  # one group's failure must not stop the pass
                 summary["errors"] += 1
                 log.warning("group log pruning failed", extra=fields(group=group, error=str(exc)))
         log.info(

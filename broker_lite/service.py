@@ -189,7 +189,7 @@ class Broker:
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 
-            cleaner = Cleaner(self)
+            cleaner = Cleaner(self, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
 
         self._ready.set()
@@ -342,6 +342,40 @@ class Broker:
                         st.refresh()
                     finally:
                         st.lock.release()
+
+    # -- the cleaner's view of the broker (cleaner.MaintenanceHost) ---------------------------
+    def wait_stopping(self, timeout_s: float) -> bool:
+        return self._stopping.wait(timeout_s)
+
+    def maintain_partition(self, topic: str, partition: int) -> Any:
+        """Maintenance of a led partition under this broker's epoch, then refresh and trim."""
+        from sparklog.storage.maintenance import run_maintenance
+
+        st = self.partition_state(self.topic(topic), partition)
+        fresh = self.root.topic(topic)  # its own log objects; races are safe
+        report = run_maintenance(fresh, partition, leader_epoch=st.epoch)
+        with st.lock:
+            st.refresh()
+            self.cache.trim(st.key, st.log.log_start_offset)
+        return report
+
+    def collect_garbage(self, topic: str) -> None:
+        from sparklog.storage.maintenance import collect_garbage
+
+        collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
+
+    def count_cleaner_run(self, outcome: str) -> None:
+        self.metrics.cleaner_runs.labels(outcome).inc()
+
+    def prune_topic_logs(self, topic: str, now_ms: int) -> int:
+        from sparklog.storage.maintenance import prune_topic_logs
+
+        return len(prune_topic_logs(self.root.topic(topic), now=now_ms).deleted)
+
+    def prune_group_log(self, group: str, now_ms: int) -> int:
+        from sparklog.storage.maintenance import prune_group_log
+
+        return len(prune_group_log(self.root, group, now=now_ms).deleted)
 
     def led_partitions(self) -> set[tuple[str, int]]:
         return set(self._led)

@@ -79,7 +79,12 @@ def quiet_spark_session(log_path: str, app_name: str = "sparklog-demo") -> Any:
     warnings.filterwarnings(
         "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
     )
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise DemoError(
+            "the demo runs a Spark query and needs pyspark: pip install 'sparklog[spark]'"
+        ) from exc
 
     sys.stderr.flush()
     saved = os.dup(2)

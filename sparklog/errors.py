@@ -293,7 +293,6 @@ class CorruptRecordError(SparklogError):
     canonical = True
 
 
-
 class CorruptMessageError(SparklogError):
     """A record batch received on the wire fails its CRC or cannot be parsed."""
 
@@ -331,6 +330,7 @@ class InvalidReplicationFactorError(InvalidConfigurationError):
     errno = 38
     code = "INVALID_REPLICATION_FACTOR"
     canonical = True
+
 
 # -- fencing and idempotent producers --------------------------------------------------------
 

@@ -22,15 +22,19 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import fsspec
 import pyarrow as pa
 from fsspec.asyn import AsyncFileSystem
 from fsspec.core import url_to_fs
 
-from sparklog.errors import CommitStateUnknownError
-from sparklog.storage.errors import InvalidConfigError, StorageError, StoreUnavailableError
+from sparklog.errors import (
+    CommitStateUnknownError,
+    InvalidConfigurationError,
+    SparklogError,
+    StoreUnavailableError,
+)
 
 _MEMORY_CREATE_LOCK = threading.Lock()
 
@@ -84,6 +88,54 @@ def _outcome_open(exc: BaseException) -> bool:
     return False
 
 
+def _io_failure_classes() -> tuple[type[BaseException], ...]:
+    """The exceptions that are I/O, network or service failures (outages).
+
+    Only these become :class:`StoreUnavailableError` (or, for a create whose
+    request went out, :class:`CommitStateUnknownError`); anything else (a
+    ``TypeError``, ``AttributeError``, ``KeyError``: a bug) propagates as itself.
+    botocore and aiohttp are s3fs's transport; they are absent when s3fs is.
+    """
+    io: list[type[BaseException]] = [OSError]
+    try:
+        import botocore.exceptions as boto
+
+        io += [boto.BotoCoreError, boto.ClientError]
+    except ImportError:
+        pass
+    try:
+        import aiohttp
+
+        io.append(aiohttp.ClientError)
+    except ImportError:
+        pass
+    return tuple(io)
+
+
+_IO_FAILURES = _io_failure_classes()
+#: botocore errors that are our own mistakes (a bad parameter), not outages
+_PROGRAMMING_ERROR_NAMES = frozenset({"ParamValidationError", "UnknownParameterError"})
+
+
+def is_io_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is an I/O, network or service failure (an outage), not a bug."""
+    if type(exc).__name__ in _PROGRAMMING_ERROR_NAMES:
+        return False
+    return isinstance(exc, _IO_FAILURES)
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """True when the store refused a create-only write because the key exists (HTTP 412)."""
+    for err in (exc, exc.__cause__):
+        response = getattr(err, "response", None)
+        if isinstance(response, Mapping):
+            error = response.get("Error") or {}
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if error.get("Code") == "PreconditionFailed" or status == 412:
+                return True
+    return False
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """Size and modification time of one stored object."""
@@ -123,7 +175,7 @@ class ObjectStore:
         except (TypeError, ValueError):
             self.request_timeout_ms = -1
         if self.request_timeout_ms < 1:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"storage option 'request_timeout_ms' = "
                 f"{self.storage_options.get('request_timeout_ms')!r} is not accepted; "
                 "accepted: an integer >= 1 (milliseconds)"
@@ -154,10 +206,16 @@ class ObjectStore:
                 if self.protocol in ("s3", "s3a"):
                     options["config_kwargs"] = self._timeouts(options.get("config_kwargs"))
                 fs, root = url_to_fs(self.url, **options)
+                if self.protocol in ("s3", "s3a"):
+                    # builds the client (no request): bad client/config kwargs fail here,
+                    # named as options, not later as a TypeError inside a read or write
+                    fs.connect()
             except (ValueError, TypeError, ImportError) as exc:
-                raise StoreUnavailableError(
-                    f"cannot open storage root {self.url!r}: {exc}; accepted: a local path, "
-                    "file://, memory:// or s3://bucket/prefix URL with valid storage options"
+                raise InvalidConfigurationError(
+                    f"cannot open storage root {self.url!r} with storage options "
+                    f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}; accepted: "
+                    "a local path, file://, memory:// or s3://bucket/prefix URL with the "
+                    "filesystem's storage options"
                 ) from exc
             self._fs, self._root = fs, root.rstrip("/")
         return self._fs
@@ -199,24 +257,45 @@ class ObjectStore:
         """A store rooted at ``prefix`` below this one."""
         return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)
 
-    def _unavailable(self, op: str, key: str, exc: BaseException) -> StorageError:
-        """The error a failed store call becomes: bad options, or an unreachable store."""
-        if isinstance(exc, StorageError):
-            return exc
-        if op == "create" and _outcome_open(exc):
-            return CommitStateUnknownError(
-                f"storage root {self.url!r}: creating {key!r} failed after the request was "
-                f"sent ({type(exc).__name__}: {exc}; deadline {self.request_timeout_ms} ms); "
-                "it may or may not exist now (re-read to learn)"
-            )
-        if isinstance(exc, TypeError):
-            return InvalidConfigError(
-                f"storage options {sorted(self.storage_options)} are not accepted for "
-                f"{self.url!r}: {exc}"
-            )
-        return StoreUnavailableError(
-            f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
-        )
+    def _raise_failure(
+        self, op: str, key: str, exc: BaseException, outcome_unknown: bool = False
+    ) -> NoReturn:
+        """Raise what a failed store call becomes.
+
+        sparklog errors and programming errors propagate as themselves (a bug is
+        not an outage and must never be retried); I/O, network and service
+        failures become the retriable :class:`StoreUnavailableError`, except a
+        create-only write that failed after its request went out
+        (``outcome_unknown``: a read timeout, a dropped connection), which may
+        have been applied: :class:`CommitStateUnknownError`, resolved by re-reading.
+        """
+        if isinstance(exc, SparklogError) or not is_io_failure(exc):
+            raise exc
+        where = f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
+        if outcome_unknown and _outcome_open(exc):
+            raise CommitStateUnknownError(
+                f"{where}; the request was sent (deadline {self.request_timeout_ms} ms), so "
+                f"{key!r} may or may not have been created: re-read it to learn the outcome",
+                url=self.url,
+                key=key,
+            ) from exc
+        raise StoreUnavailableError(where) from exc
+
+    def _created_by_this_call(self, key: str, data: bytes | memoryview | pa.Buffer) -> bool:
+        """After a create-only write found ``key`` present: is it our own bytes?
+
+        s3fs and botocore repeat a request whose answer was lost; when the first
+        attempt was applied, the repeat finds the key taken. The object holding
+        exactly our bytes means this call created it (or an identical write did:
+        the same outcome), so the caller must not believe it lost a race.
+        """
+        try:
+            existing = self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            return False  # taken, then removed again (a cleaner): not ours
+        except Exception as exc:
+            self._raise_failure("read back", key, exc, outcome_unknown=True)
+        return bytes(existing) == bytes(data)
 
     # -- writes ------------------------------------------------------------
     def create(self, key: str, data: bytes | memoryview | pa.Buffer) -> bool:
@@ -233,12 +312,14 @@ class ObjectStore:
                     return True
             self._call("pipe_file", self._path(key), bytes(data), mode="create")
             return True
-        except FileExistsError:
-            return False
         except Exception as exc:
-            if "pre-condition" in str(exc) or "PreconditionFailed" in str(exc):
+            remote = not self.is_local and self.protocol != "memory"
+            if not isinstance(exc, FileExistsError) and not _precondition_failed(exc):
+                self._raise_failure("create", key, exc, outcome_unknown=remote)
+            if not remote:
                 return False
-            raise self._unavailable("create", key, exc) from exc
+        # the key exists: another writer won, or a repeat of our own lost-answer request
+        return self._created_by_this_call(key, data)
 
     def create_streamed(self, key: str, produce: Callable[[pa.NativeFile], None]) -> pa.Buffer:
         """Create a new object (``key`` must be fresh, e.g. a UUID) by streaming into it.
@@ -277,7 +358,7 @@ class ObjectStore:
         except FileExistsError as exc:
             raise StoreUnavailableError(f"object {self.url}/{key} exists already") from exc
         except Exception as exc:
-            raise self._unavailable("create", key, exc) from exc
+            self._raise_failure("create", key, exc)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -313,7 +394,7 @@ class ObjectStore:
             else:
                 self._call("pipe_file", self._path(key), data)
         except Exception as exc:
-            raise self._unavailable("write", key, exc) from exc
+            self._raise_failure("write", key, exc)
 
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are fine."""
@@ -322,7 +403,7 @@ class ObjectStore:
         except FileNotFoundError:
             pass
         except Exception as exc:
-            raise self._unavailable("delete", key, exc) from exc
+            self._raise_failure("delete", key, exc)
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove everything below ``prefix``."""
@@ -333,7 +414,7 @@ class ObjectStore:
         except FileNotFoundError:
             pass
         except Exception as exc:
-            raise self._unavailable("delete", prefix, exc) from exc
+            self._raise_failure("delete", prefix, exc)
 
     # -- reads -------------------------------------------------------------
     def get(self, key: str) -> bytes:
@@ -343,7 +424,7 @@ class ObjectStore:
         except FileNotFoundError:
             raise
         except Exception as exc:
-            raise self._unavailable("read", key, exc) from exc
+            self._raise_failure("read", key, exc)
         return bytes(data)
 
     def get_or_none(self, key: str) -> bytes | None:
@@ -394,14 +475,14 @@ class ObjectStore:
             else:
                 found = self._call("cat", paths, on_error="return")
         except Exception as exc:
-            raise self._unavailable("read", keys[0], exc) from exc
+            self._raise_failure("read", keys[0], exc)
         out: dict[str, bytes | None] = {}
         for key, path in zip(keys, paths, strict=False):
             value = found.get(path) if isinstance(found, dict) else found
             if isinstance(value, FileNotFoundError) or value is None:
                 out[key] = None
             elif isinstance(value, BaseException):
-                raise self._unavailable("read", key, value)
+                self._raise_failure("read", key, value)
             else:
                 out[key] = bytes(value)
         return out
@@ -416,7 +497,7 @@ class ObjectStore:
         except FileNotFoundError:
             raise
         except Exception as exc:
-            raise self._unavailable("read", key, exc) from exc
+            self._raise_failure("read", key, exc)
 
     def get_range(self, key: str, start: int, end: int) -> pa.Buffer:
         """Bytes ``[start, end)`` of ``key``: memory-mapped locally, a range GET elsewhere."""
@@ -429,13 +510,13 @@ class ObjectStore:
         except FileNotFoundError:
             raise
         except Exception as exc:
-            raise self._unavailable("read", key, exc) from exc
+            self._raise_failure("read", key, exc)
 
     def exists(self, key: str) -> bool:
         try:
             return bool(self._call("exists", self._path(key)))
         except Exception as exc:
-            raise self._unavailable("stat", key, exc) from exc
+            self._raise_failure("stat", key, exc)
 
     def list_objects(self, prefix: str) -> list[ObjectInfo]:
         """Every object below ``prefix`` (recursively), keys relative to the root."""
@@ -445,7 +526,7 @@ class ObjectStore:
         except FileNotFoundError:
             return []
         except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
+            self._raise_failure("list", prefix, exc)
         cut = len(self._root) + 1 if self._root else 0
         out = []
         for path, info in found.items():
@@ -463,7 +544,7 @@ class ObjectStore:
         except FileNotFoundError:
             return []
         except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
+            self._raise_failure("list", prefix, exc)
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and ".tmp-" not in n)
 
@@ -478,7 +559,7 @@ class ObjectStore:
             with contextlib.suppress(OSError):
                 self.fs.mkdirs(self._path(""), exist_ok=True)
         except Exception as exc:
-            raise self._unavailable("reach", "", exc) from exc
+            self._raise_failure("reach", "", exc)
 
 
 def _mtime_ms(info: Mapping[str, Any]) -> int:

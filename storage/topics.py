@@ -589,9 +589,9 @@ def open_root(
     elif create is not None:
         store = root.store
         try:
-            found = store.fs.exists(store._path(""))
+            found = store._call("exists", store._path(""))
         except Exception as exc:
-            raise store._unavailable("reach", "", exc) from exc
+            store._raise_failure("reach", "", exc)
         if not found:
             raise InvalidConfigurationError(
                 f"no sparklog root at {store.url!r} (nothing exists there; it is not created "

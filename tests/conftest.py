@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.client.brokers import BrokerCluster
+from tests.support.brokers import Cluster
 from tests.support.s3 import MotoS3
 
 
@@ -39,9 +39,9 @@ def s3_root_spec(moto_s3: MotoS3) -> tuple[str, dict]:
 
 
 @pytest.fixture
-def broker(tmp_path) -> Iterator[BrokerCluster]:
+def broker(tmp_path) -> Iterator[Cluster]:
     """One broker on a fresh file root."""
-    cluster = BrokerCluster(f"file://{tmp_path}/broker-root", tmp_path)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/broker-root")
     cluster.start(1)
     try:
         cluster.wait_live(1)
@@ -51,9 +51,9 @@ def broker(tmp_path) -> Iterator[BrokerCluster]:
 
 
 @pytest.fixture
-def two_brokers(tmp_path) -> Iterator[BrokerCluster]:
+def two_brokers(tmp_path) -> Iterator[Cluster]:
     """Two brokers sharing a file root (for failover)."""
-    cluster = BrokerCluster(f"file://{tmp_path}/broker-root", tmp_path)
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/broker-root")
     cluster.start(1)
     cluster.start(2)
     try:

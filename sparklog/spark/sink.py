@@ -44,7 +44,6 @@ from pyspark.sql.types import (
 
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.errors import SinkColumnError, SparkSourceError
-from sparklog.spark.faults import maybe_fault
 from sparklog.spark.options import SinkOptions
 from sparklog.spark.read import cached_root
 from sparklog.storage import InvalidRecordError, Segment, Topic, UnknownTopicError
@@ -263,7 +262,6 @@ def write_task(
     writer = _TaskWriter(options, task_index)
     for batch in batches:
         writer.add(batch)
-    maybe_fault("sink.write", batch_id)
     message = writer.finish()
     message.query_id = query_id
     message.batch_id = batch_id
@@ -286,12 +284,10 @@ def commit_segments(
             if topic_ids.setdefault(name, topic_id) != topic_id:
                 raise SparkSourceError(f"topic {name!r} was deleted and created during the write")
             by_partition.setdefault((name, p), []).append(Segment.from_json(raw))
-    batch_id = txn[1] if txn else None
-    maybe_fault("sink.before_commit", batch_id)
     by_topic: dict[str, dict[int, list[Segment]]] = {}
     for (name, p), segments in sorted(by_partition.items()):
         by_topic.setdefault(name, {})[p] = segments
-    for count, (name, parts) in enumerate(sorted(by_topic.items())):
+    for name, parts in sorted(by_topic.items()):
         topic: Topic = root.topic(name)
         if topic.info.topic_id != topic_ids[name]:
             raise SparkSourceError(
@@ -303,9 +299,6 @@ def commit_segments(
         skipped = sorted(p for p, r in results.items() if r.duplicate)
         if skipped:
             log.info("%s partitions %s already have %s: skipped (replay)", name, skipped, txn)
-        if count == 0:
-            maybe_fault("sink.mid_commit", batch_id)
-    maybe_fault("sink.after_commit", batch_id)
 
 
 class SparklogBatchWriter(DataSourceArrowWriter):
@@ -340,7 +333,6 @@ class SparklogStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if not any(isinstance(m, SinkCommitMessage) and m.segments for m in messages):
-            maybe_fault("sink.after_commit", batchId)
             return
         query_ids = {m.query_id for m in messages if isinstance(m, SinkCommitMessage)}
         query_ids.discard(None)

@@ -31,7 +31,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.errors import DataLossError, SparkOptionError
-from sparklog.spark.faults import maybe_fault
 from sparklog.spark.offsets import (
     RootView,
     TopicPartition,
@@ -332,7 +331,6 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Any:
         if not isinstance(partition, ReadTask):  # Spark's stand-in when nothing is planned
             return iter(())
-        maybe_fault("source.read", None)
         return read_task(partition, arrow_schema(self.schema))
 
     # -- group offsets -------------------------------------------------------

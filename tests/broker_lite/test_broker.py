@@ -25,7 +25,7 @@ from sparklog.broker_lite.errors import (
 )
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.storage import make_batch, open_root
-from tests.broker_lite.procs import REPO
+from tests.support.brokers import REPO
 
 
 def values_of(batches: list[pa.RecordBatch]) -> list:

@@ -28,9 +28,9 @@ import pyarrow.flight as flight
 from sparklog.broker_lite.cluster import CLOCK_OFFSET_ENV
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.storage import make_batch, open_root
-from tests.broker_lite.procs import BrokerProcess, Cluster
 from tests.chaos.proxy import FaultProxy
 from tests.chaos.workload import Verdict, Workload, check, rss_bytes
+from tests.support.brokers import BrokerProcess, Cluster
 from tests.support.waiting import wait_for
 
 #: the most resident memory a broker may use in any scenario

@@ -84,6 +84,17 @@ def test_sliced_arrays_hash_their_own_rows():
     ]
 
 
+def test_chunked_arrays_hash_every_chunk():
+    column = pa.array([b"21", None, b"foobar", b"abc"], pa.binary())
+    chunked = pa.chunked_array([column[:1], column[1:]])
+    assert partitions_for_keys(chunked, 12).tolist() == partitions_for_keys(column, 12).tolist()
+
+
+def test_string_keys_hash_as_their_utf8_bytes():
+    got = partitions_for_keys(pa.array(["foobar", "21", None]), 5).tolist()
+    assert got == [partition_for_key(b"foobar", 5), partition_for_key(b"21", 5), -1]
+
+
 def test_sticky_partitioner_sticks_then_moves():
     sticky = StickyPartitioner()
     first = sticky.partition("t", 5)

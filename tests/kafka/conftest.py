@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker_lite.procs import Cluster
+from tests.support.brokers import Cluster
 
 
 @pytest.fixture

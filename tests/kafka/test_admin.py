@@ -8,7 +8,7 @@ from kafka import TopicPartition as Tp
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
-from tests.broker_lite.procs import Cluster
+from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
 

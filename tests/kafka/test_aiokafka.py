@@ -8,7 +8,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.broker_lite.procs import Cluster
+from tests.support.brokers import Cluster
 
 BASE_MS = 1_690_000_000_000
 

@@ -17,8 +17,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from sparklog.broker_lite.kafka.versions import API_TABLE
-from tests.broker_lite.procs import Cluster
 from tests.kafka.wire import Connection, record_batch_bytes
+from tests.support.brokers import Cluster
 
 PING = ApiVersionsRequest(client_software_name="fuzz", client_software_version="1")
 

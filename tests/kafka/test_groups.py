@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker_lite.procs import REPO, Cluster
+from tests.support.brokers import REPO, Cluster
 from tests.support.waiting import wait_for
 
 TOPIC = "orders"

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker_lite.procs import Cluster
+from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
 TOPIC = "payments"

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sparklog import Admin
 from sparklog import Consumer as SlConsumer
 from sparklog import Producer as SlProducer
-from tests.broker_lite.procs import REPO, Cluster
+from tests.support.brokers import REPO, Cluster
 from tests.support.waiting import wait_for
 
 STAMP = 1_700_000_000_000

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from tests.broker_lite.procs import Cluster
+from tests.support.brokers import Cluster
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:

@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 from confluent_kafka import Producer
 
-from tests.broker_lite.procs import Cluster
 from tests.kafka.test_interop import STAMP, create, kafka_records
 from tests.spark.spark_support import source_options, spark  # noqa: F401
+from tests.support.brokers import Cluster
 
 pytestmark = pytest.mark.slow
 

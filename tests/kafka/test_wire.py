@@ -11,8 +11,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from sparklog.broker_lite.kafka.versions import API_TABLE
-from tests.broker_lite.procs import Cluster
 from tests.kafka.wire import Connection, record_batch_bytes
+from tests.support.brokers import Cluster
 
 
 @pytest.fixture

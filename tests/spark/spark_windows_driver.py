@@ -7,7 +7,8 @@ windows on the record timestamp, watermark, ``outputMode("update")``) written
 to topic ``counts`` through ``foreachBatch`` as a batch write with
 ``txnAppId``/``txnVersion``.  Each output record is one window's count as of
 one batch: key = window start, value = JSON ``{"window", "count", "batch"}``.
-``SPARKLOG_SPARK_FAULT`` (sparklog/spark/faults.py) kills it at a chosen point.
+``SPARKLOG_SPARK_FAULT`` (tests/support/spark_faults.py) kills it at a chosen point: the
+writes go through ``format("sparklog_faulty")``, sparklog's sink with the kill points.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from sparklog.spark.faults import PGID_ENV
 from tests.spark.spark_support import new_session
+from tests.support.spark_faults import PGID_ENV, FaultySparklogDataSource
 
 
 def main(argv: list[str]) -> int:
     root_url, checkpoint = argv
     os.environ[PGID_ENV] = str(os.getpgid(0))
     spark = new_session("sparklog-windows", master="local[2,4]")
+    spark.dataSource.register(FaultySparklogDataSource)
     counts = (
         spark.readStream.format("sparklog")
         .option("root", root_url)
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
                     )
                 ).alias("value"),
             )
-            .write.format("sparklog")
+            .write.format("sparklog_faulty")
             .option("root", root_url)
             .option("topic", "counts")
             .option("txnAppId", "window-counts")

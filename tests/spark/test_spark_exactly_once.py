@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.spark.faults import FAULT_ENV
 from sparklog.storage import make_batch, open_root
 from tests.spark.spark_data import BASE_TS_MS
 from tests.spark.spark_support import REPO, classic_env
+from tests.support.spark_faults import FAULT_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,10 @@
-"""Real broker processes for tests: ``python -m broker_lite`` on loopback ports."""
+"""Real broker processes for tests (the one harness): ``python -m sparklog.broker_lite``.
+
+Each broker listens on 127.0.0.1 port 0 and the harness reads the port it got
+from the broker's "broker started" log line (no free-port probing, so no race
+with other processes for a released port). A restarted broker asks for the port
+it had, so clients' bootstrap addresses stay valid.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,12 +34,6 @@ TEST_CONFIG: dict[str, Any] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -50,7 +49,7 @@ class BrokerProcess:
     workdir: pathlib.Path
     root: str
     broker_id: int
-    port: int
+    port: int = 0  # 0: the OS picks one; the broker's log reports it
     storage_options: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
@@ -98,6 +97,7 @@ class BrokerProcess:
             for line in self.log_lines():
                 if line.get("msg") == "broker started":
                     self.metrics_port = line.get("metrics_port")
+                    self.port = int(line["port"])
                     self.kafka_address = line.get("kafka_address")
                     return self
             if self.proc.poll() is not None:
@@ -149,7 +149,7 @@ class Cluster:
 
     def start(self, broker_id: int, **config: Any) -> BrokerProcess:
         old = self.brokers.get(broker_id)
-        port = old.port if old is not None else free_port()
+        port = old.port if old is not None else 0
         broker = BrokerProcess(
             self.workdir, self.root, broker_id, port, self.storage_options, config
         )
@@ -165,6 +165,35 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.location for b in self.brokers.values())
+
+    @property
+    def address(self) -> str:
+        """The clients' address of the running brokers (``sparklog://host:port,...``)."""
+        return f"sparklog://{self.bootstrap}"
+
+    def wait_live(self, count: int, timeout_s: float = 60) -> None:
+        """Wait until the brokers see ``count`` live brokers (leases on the root)."""
+        from sparklog.client.transports.flight_client import BrokerClient
+        from tests.support.waiting import wait_for
+
+        def live() -> bool:
+            for broker in self.brokers.values():
+                if broker.proc is not None and broker.proc.poll() is not None:
+                    raise AssertionError(f"broker {broker.broker_id} exited: {broker.log_text()}")
+            try:
+                with BrokerClient(self.bootstrap, retry_timeout_ms=500) as client:
+                    return len(client.describe_cluster()["brokers"]) == count
+            except Exception:
+                return False
+
+        wait_for(live, timeout_s=timeout_s, what=f"{count} brokers live")
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL one broker: no flush, no lease release."""
+        self.brokers[broker_id].kill()
+
+    def stop(self) -> None:
+        self.stop_all()
 
     @property
     def kafka_bootstrap(self) -> str:
