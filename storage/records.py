@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.storage.errors import InvalidRecordError
+from sparklog.errors import InvalidRecordError
 
 HEADER_TYPE = pa.list_(
     pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

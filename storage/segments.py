@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from sparklog.storage.errors import CorruptionError, InvalidConfigError
+from sparklog.errors import CorruptionError, InvalidConfigError
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import OFFSET_FIELD, now_ms
 
