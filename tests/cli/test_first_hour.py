@@ -3,6 +3,7 @@ no silent successes, output shapes, startup imports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -384,21 +385,34 @@ def test_delete_records_and_dump_log(local):
 
 def test_broker_start_serves_the_exported_address(local, tmp_path):
     """README: ``export SPARKLOG_ADDRESS=...; sparklog broker start`` serves that root."""
-    from tests.client.brokers import free_port
     from tests.support.waiting import wait_for
 
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
     env.update(SPARKLOG_ADDRESS=str(tmp_path / "root"), PYTHONPATH=str(REPO))
     env.update(SPARKLOG_METRICS_LISTEN="127.0.0.1:0")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sparklog.cli", "broker", "start", "--listen", f"127.0.0.1:{port}"],
-        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    log_path = tmp_path / "broker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparklog.cli", "broker", "start", "--listen", "127.0.0.1:0"],
+            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
     try:
 
+        def started_port() -> int | None:
+            """The port the broker got (port 0), from its "broker started" log line."""
+            text = log_path.read_text(errors="replace")
+            assert proc.poll() is None, text
+            for line in text.splitlines():
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if isinstance(entry, dict) and entry.get("msg") == "broker started":
+                        return int(entry["port"])
+            return None
+
+        port = wait_for(started_port, 120, "the broker to start")
+
         def listed() -> list[str] | None:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, log_path.read_text(errors="replace")
             got = _run_in(tmp_path, "-a", f"127.0.0.1:{port}", "-o", "json", "topics", "list")
             return json.loads(got.out) if got.code == 0 else None
 
