@@ -26,6 +26,15 @@ class TopicLayout(NamedTuple):
     max_message_bytes: int
     log_append_time: bool = False
 
+    @classmethod
+    def of(cls, partitions: int, effective_config: Mapping[str, Any]) -> TopicLayout:
+        """The layout of a topic with ``partitions`` and its effective (defaulted) config."""
+        return cls(
+            partitions,
+            int(effective_config["max.message.bytes"]),
+            effective_config["message.timestamp.type"] == "LogAppendTime",
+        )
+
 
 @dataclass(frozen=True)
 class ProduceResult:

@@ -116,12 +116,7 @@ class EmbeddedBackend(GroupCalls):
 
     def topic_layout(self, name: str) -> TopicLayout:
         topic = self._topic(name, refresh=True)
-        config = topic.info.effective_config
-        return TopicLayout(
-            topic.partitions,
-            int(config["max.message.bytes"]),
-            config["message.timestamp.type"] == "LogAppendTime",
-        )
+        return TopicLayout.of(topic.partitions, topic.info.effective_config)
 
     def create_topic(
         self,

@@ -82,12 +82,7 @@ class BrokerBackend(GroupCalls):
 
     def topic_layout(self, name: str) -> TopicLayout:
         meta = self._metadata(name, fresh=True)
-        config = effective_config(meta.config)
-        return TopicLayout(
-            len(meta.partitions),
-            int(config["max.message.bytes"]),
-            config["message.timestamp.type"] == "LogAppendTime",
-        )
+        return TopicLayout.of(len(meta.partitions), effective_config(meta.config))
 
     def create_topic(
         self,
