@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import SparklogError
-from sparklog.storage import LogRoot, StorageError
+from sparklog.storage import LogRoot
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
@@ -280,5 +280,5 @@ class Cluster:
         """Delete our lease (graceful shutdown) so survivors take over at once."""
         try:
             self._store.delete(self._key(self.broker_id))
-        except StorageError as exc:
+        except SparklogError as exc:
             log.warning("could not delete lease", extra=fields(error=str(exc)))

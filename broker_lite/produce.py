@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from sparklog.broker_lite.errors import BrokerError, from_storage
 from sparklog.broker_lite.logs import fields
-from sparklog.errors import BrokerNotAvailableError
-from sparklog.storage import PartitionLog, ProducerBatch, StorageError
+from sparklog.errors import BrokerNotAvailableError, SparklogError
+from sparklog.storage import PartitionLog, ProducerBatch
 
 log = logging.getLogger("sparklog.broker_lite.produce")
 
@@ -183,7 +183,7 @@ def duplicate_outcome(log: PartitionLog, producer: ProducerBatch) -> ProduceOutc
 def storage_call(call: Callable[[], object]) -> object:
     try:
         return call()
-    except StorageError as exc:
+    except SparklogError as exc:
         raise from_storage(exc) from None
 
 

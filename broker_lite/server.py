@@ -50,10 +50,11 @@ from sparklog.errors import (
     MessageSizeTooLargeError,
     NotLeaderError,
     RebalanceInProgressError,
+    SparklogError,
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
-from sparklog.storage import LogRoot, StorageError
+from sparklog.storage import LogRoot
 
 log = logging.getLogger("sparklog.broker_lite.server")
 MISSING = object()
@@ -286,7 +287,7 @@ class FlightBroker(flight.FlightServerBase):
             raise
         except BrokerError as exc:
             err = exc
-        except StorageError as exc:
+        except SparklogError as exc:
             err = from_storage(exc)
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, KeyError) as exc:
             err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.errors import (
@@ -44,11 +45,10 @@ from sparklog.broker_lite.produce import (
 )
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.errors import FencedError as LeaderEpochFenced
-from sparklog.errors import OutOfOrderSequenceNumberError, ProducerFencedError
+from sparklog.errors import OutOfOrderSequenceNumberError, ProducerFencedError, SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
-from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, StorageError, Topic, open_root
-from sparklog.storage import errors as storage_errors
+from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
 from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
@@ -128,7 +128,7 @@ def with_offsets(batches: Sequence[pa.RecordBatch], base_offset: int) -> list[pa
 def _storage(call: Callable[[], Any]) -> Any:
     try:
         return call()
-    except StorageError as exc:
+    except SparklogError as exc:
         raise from_storage(exc) from None
 
 
@@ -238,7 +238,7 @@ class Broker:
         while not self._stopping.wait(interval):
             try:
                 self.cluster.renew()
-            except StorageError as exc:
+            except SparklogError as exc:
                 log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
 
     def _tick_loop(self) -> None:
@@ -251,7 +251,7 @@ class Broker:
                 self._reload_topics()
                 self._update_leadership()
                 self._sweep_groups(with_lag=ticks % 5 == 0)
-            except (StorageError, BrokerError) as exc:
+            except (SparklogError, BrokerError) as exc:
                 log.warning("background tick failed", extra=fields(error=str(exc)))
             except Exception:
                 log.exception("background tick failed")
@@ -262,9 +262,9 @@ class Broker:
         for name, topic in cached.items():
             try:
                 topic.reload()
-            except storage_errors.UnknownTopicError:
+            except errors.UnknownTopicError:
                 self._forget_topic(name)
-            except storage_errors.CorruptionError as exc:
+            except errors.CorruptionError as exc:
                 self._forget_topic(name)
                 self._report_damaged(name, exc)
 
@@ -301,7 +301,7 @@ class Broker:
         for name in _storage(self.root.list_topics):
             try:
                 topic = self.topic(name)
-            except storage_errors.CorruptionError as exc:
+            except errors.CorruptionError as exc:
                 self._report_damaged(name, exc)
                 continue
             except BrokerError:
@@ -420,7 +420,7 @@ class Broker:
         if not 0 <= partition < topic.partitions:
             try:
                 topic.reload()
-            except storage_errors.UnknownTopicError:
+            except errors.UnknownTopicError:
                 self._forget_topic(topic.name)
                 raise UnknownTopicError(f"topic {topic.name!r} was deleted") from None
             if not 0 <= partition < topic.partitions:
@@ -507,7 +507,7 @@ class Broker:
             self._check_leader(topic_name, partition)
             try:
                 batches = topic.normalize(data)
-            except StorageError as exc:
+            except SparklogError as exc:
                 raise from_storage(exc) from None
             count = sum(b.num_rows for b in batches)
             size = sum(b.nbytes for b in batches)
@@ -572,7 +572,7 @@ class Broker:
                 if st.epoch is None:  # not yet leading: others may have committed meanwhile
                     try:
                         st.refresh()
-                    except StorageError as exc:
+                    except SparklogError as exc:
                         _fail([run], from_storage(exc))
                         continue
                 for r in run.requests:
@@ -582,7 +582,7 @@ class Broker:
                         except BrokerError as exc:
                             r.future.set_exception(exc)
                             continue
-                        except StorageError as exc:
+                        except SparklogError as exc:
                             r.future.set_exception(from_storage(exc))
                             continue
                         if dup is not None:
@@ -602,7 +602,7 @@ class Broker:
                 compression=compression,
                 validated=True,
             )
-        except StorageError as exc:
+        except SparklogError as exc:
             _fail(ready, from_storage(exc))
             return
         except Exception as exc:
@@ -703,7 +703,7 @@ class Broker:
                     _storage(self.cluster.refresh)
                     for run in runs:
                         self._check_leader(topic.name, run.partition)
-            except StorageError as exc:
+            except SparklogError as exc:
                 raise from_storage(exc) from None
         raise NotLeaderError(
             f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
@@ -721,7 +721,7 @@ class Broker:
             try:
                 self.partition_state(topic, run.partition).log.duplicate_of(batch)
                 keep.append(run)
-            except StorageError as exc:
+            except SparklogError as exc:
                 _fail([run], from_storage(exc))
         return keep
 
@@ -789,10 +789,10 @@ class Broker:
                         st.reader.refresh()
                     self.metrics.root_requests.labels("read").inc()
                     return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
-                except storage_errors.OffsetOutOfRangeError as exc:
+                except errors.OffsetOutOfRangeError as exc:
                     if attempt:
                         raise from_storage(exc) from None
-                except StorageError as exc:
+                except SparklogError as exc:
                     raise from_storage(exc) from None
         return []
 
@@ -825,10 +825,10 @@ class Broker:
                 topic = self.topic(name)
                 try:
                     topic.reload()
-                except storage_errors.UnknownTopicError:
+                except errors.UnknownTopicError:
                     self._forget_topic(name)
                     topic = self.topic(name)
-            except storage_errors.CorruptionError as exc:
+            except errors.CorruptionError as exc:
                 self._forget_topic(name)
                 if topics is not None:
                     raise  # asked for by name: the caller learns why it cannot have it

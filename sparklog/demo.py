@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,9 +65,20 @@ def synthetic_views(count: int, start_ms: int, seed: int = 7) -> list[tuple[byte
     return out
 
 
-def _spark_session() -> Any:
+def quiet_spark_session(log_path: str, app_name: str = "sparklog-demo") -> Any:
+    """A local[2] session whose JVM (and Python workers) write their stderr to ``log_path``.
+
+    Java's start-up notices, log4j's and the workers' warnings would otherwise land
+    in the middle of the demo's output; the JVM inherits stderr when it starts, so
+    fd 2 points at the log file just for the launch.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # PySpark 4.3 warns on import that it is not tested with pandas 3; sparklog's Spark
+    # paths do not go through pandas, so the warning only clutters what people read.
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -74,9 +86,24 @@ def _spark_session() -> Any:
             "the demo runs a Spark query and needs pyspark: pip install 'sparklog[spark]'"
         ) from exc
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparklog-demo")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 2)
+    try:
+        spark = _build_session(SparkSession, app_name)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _build_session(session_class: Any, app_name: str) -> Any:
+    return (
+        session_class.builder.master("local[2]")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -84,8 +111,6 @@ def _spark_session() -> Any:
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class Demo:
@@ -198,7 +223,15 @@ class Demo:
 
         self.step(f"Structured Streaming: views per page per minute, group {GROUP!r}")
         lag_before = self.total_lag()
-        self.console.print(f"lag of {GROUP!r} before the query: {lag_before:,}")
+        self.console.print(
+            f"lag of {GROUP!r} before the query: {lag_before:,} = {self.run.produced:,} page "
+            "views + 1 heartbeat record (it moves event time past the last window, so the "
+            "query emits every window)"
+        )
+        self.console.print(
+            f"the query reads at most {max(self.records // 3, 1):,} records per micro-batch, "
+            "one micro-batch a second; each line below is one micro-batch"
+        )
         view = StructType(
             [
                 StructField("user", StringType()),
@@ -246,8 +279,10 @@ class Demo:
         # (no-data) micro-batch after the heartbeat: wait until every input row is in an
         # emitted window, then stop.
         deadline = time.monotonic() + float(os.environ.get("SPARKLOG_DEMO_STREAM_S", 240))
+        shown = 0
         try:
-            while self.output_views(spark) < self.run.produced:
+            while (emitted := self.output_views(spark)) < self.run.produced:
+                shown = self._show_batches(query.recentProgress, shown, emitted)
                 if query.exception() is not None:
                     raise DemoError(f"streaming query failed: {_first_lines(query.exception())}")
                 if time.monotonic() > deadline:
@@ -259,6 +294,7 @@ class Demo:
         finally:
             progress = query.recentProgress
             query.stop()
+        self._show_batches(progress, shown, self.output_views(spark))
         self.run.stream_s = time.perf_counter() - started
         self.run.streamed = sum(int(p["numInputRows"]) for p in progress) - 1  # heartbeat
         batches = sum(1 for p in progress if int(p["numInputRows"]))
@@ -268,12 +304,27 @@ class Demo:
         )
         self.step(f"consumer group {GROUP!r}: lag falls to zero")
         lag_after = self.total_lag()
-        self.console.print(f"lag of {GROUP!r}: {lag_before:,} before, {lag_after:,} after")
+        self.console.print(
+            f"lag of {GROUP!r}: {lag_before:,} before ({self.run.produced:,} views + 1 "
+            f"heartbeat), {lag_after:,} after"
+        )
         if lag_after != 0 or self.run.streamed != self.run.produced:
             raise DemoError(
                 f"expected the query to read all {self.run.produced:,} records and leave lag 0; "
                 f"it read {self.run.streamed:,} and the lag is {lag_after:,}"
             )
+
+    def _show_batches(self, progress: list[Any], shown: int, emitted: int) -> int:
+        """Print the micro-batches finished since the last call; return how many are shown."""
+        for batch in progress[shown:]:
+            rows = int(batch["numInputRows"])
+            duration_ms = int((batch.get("durationMs") or {}).get("triggerExecution", 0))
+            self.console.print(
+                f"  micro-batch {batch['batchId']}: {rows:,} input rows in {duration_ms:,} ms; "
+                f"{emitted:,} of {self.run.produced:,} views in emitted windows",
+                highlight=False,
+            )
+        return len(progress)
 
     def output_table(self, spark: Any) -> Any:
         from pyspark.sql import functions as F
@@ -373,11 +424,13 @@ class Demo:
         for name, n in r.reprocessed.items():
             table.add_row(f"reprocessed {name}", f"{n:,}")
         self.console.print(table)
-        self.console.print(
-            "explore further:"
-            if self.keep
-            else "explore further (run with --keep to keep the root):"
-        )
+        if not self.keep:
+            self.console.print(
+                "the root is removed now; run [bold]sparklog demo --keep[/] (or --root DIR) "
+                "to keep it and explore it with the sparklog commands"
+            )
+            return
+        self.console.print("explore further:")
         for command in (
             f"sparklog --address {r.root} topics describe {INPUT_TOPIC}",
             f"sparklog --address {r.root} consume {OUTPUT_TOPIC} --from-beginning "
@@ -408,20 +461,26 @@ def run_demo(root: str | None, records: int, keep: bool, console: Console | None
     demo = Demo(console, url, records, keep)
     server = broker = spark = None
     checkpoint = tempfile.mkdtemp(prefix="sparklog-demo-checkpoint-")
+    log_fd, spark_log = tempfile.mkstemp(prefix="sparklog-demo-spark-", suffix=".log")
+    os.close(log_fd)
+    failed = True
     try:
         server, broker = demo.start_broker()
         demo.create_topics()
         start_ms = demo.produce()
         console.print("starting Spark (local[2]) ...")
-        spark = _spark_session()
+        spark = quiet_spark_session(spark_log)
         demo.stream(spark, checkpoint)
         demo.read_output(spark)
         demo.reprocess(spark, start_ms)
         demo.summary()
-    except DemoError:
-        raise
+        failed = False
+    except DemoError as exc:
+        raise DemoError(f"{exc} (Spark's log: {spark_log})") from exc
     except Exception as exc:
-        raise DemoError(f"step {demo.step_no} failed: {_first_lines(exc)}") from exc
+        raise DemoError(
+            f"step {demo.step_no} failed: {_first_lines(exc)} (Spark's log: {spark_log})"
+        ) from exc
     finally:
         if spark is not None:
             spark.stop()
@@ -430,6 +489,8 @@ def run_demo(root: str | None, records: int, keep: bool, console: Console | None
 
             stop_broker(server, broker)
         shutil.rmtree(checkpoint, ignore_errors=True)
+        if not failed:
+            os.remove(spark_log)
         if made_root and not keep:
             shutil.rmtree(url, ignore_errors=True)
             console.print(f"removed {url} (use --keep to keep it)")

@@ -10,19 +10,6 @@ Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
     topic.partition(0).read(0)
 """
 
-from sparklog.storage.errors import (
-    CommitConflictError,
-    CorruptionError,
-    FencedError,
-    InvalidConfigError,
-    InvalidRecordError,
-    OffsetOutOfRangeError,
-    ProducerSequenceError,
-    StorageError,
-    StoreUnavailableError,
-    TopicExistsError,
-    UnknownTopicError,
-)
 from sparklog.storage.log import AppendResult, PartitionLog, ProducerBatch
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import RECORD_SCHEMA, make_batch, record_schema
@@ -32,24 +19,13 @@ from sparklog.storage.topics import LogRoot, Topic, TopicInfo, open_root, valida
 __all__ = [
     "RECORD_SCHEMA",
     "AppendResult",
-    "CommitConflictError",
-    "CorruptionError",
-    "FencedError",
-    "InvalidConfigError",
-    "InvalidRecordError",
     "LogRoot",
     "ObjectStore",
-    "OffsetOutOfRangeError",
     "PartitionLog",
     "ProducerBatch",
-    "ProducerSequenceError",
     "Segment",
-    "StorageError",
-    "StoreUnavailableError",
     "Topic",
-    "TopicExistsError",
     "TopicInfo",
-    "UnknownTopicError",
     "make_batch",
     "open_root",
     "record_schema",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.storage.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigError
 
 
 @dataclass(frozen=True)

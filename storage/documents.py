@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.storage.errors import CommitConflictError, CorruptionError
+from sparklog.errors import CommitConflictError, CorruptionError
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]

@@ -17,8 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError
-from sparklog.storage.errors import StorageError
+from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD, now_ms
@@ -412,7 +411,7 @@ def collect_garbage(
     objects readers may still hold in older segment lists, survive).
     """
     if grace_ms < STAGED_OBJECT_MAX_AGE_MS and grace_ms != 0:
-        raise StorageError(
+        raise SparklogError(
             f"gc grace {grace_ms} ms is shorter than the staged-object limit "
             f"{STAGED_OBJECT_MAX_AGE_MS} ms; accepted: 0 (tests only) or >= that limit"
         )

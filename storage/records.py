@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog.storage.errors import InvalidRecordError
+from sparklog.errors import InvalidRecordError
 
 HEADER_TYPE = pa.list_(
     pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
-from sparklog.storage.errors import CorruptionError, InvalidConfigError
+from sparklog.errors import CorruptionError, InvalidConfigError
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import OFFSET_FIELD, now_ms
 

@@ -570,10 +570,34 @@ def _raise_unknown(name: str) -> dict[str, Any]:
 
 
 def open_root(
-    url: str, storage_options: Mapping[str, Any] | None = None, **settings: Any
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    create: bool | None = None,
+    **settings: Any,
 ) -> LogRoot:
-    """Open a storage root (a local path, ``file://``, ``memory://`` or ``s3://`` URL)."""
-    return LogRoot(url, storage_options, **settings)
+    """Open a storage root (a local path, ``file://``, ``memory://`` or ``s3://`` URL).
+
+    ``create=True`` makes the root (folder or bucket) if it is missing, for writers;
+    ``create=False`` is the read-only open: a missing root is an error, never made,
+    so a mistyped path or bucket is reported instead of silently created; ``None``
+    (default) touches nothing until the first call.
+    """
+    root = LogRoot(url, storage_options, **settings)
+    if create:
+        root.store.ensure_root()
+    elif create is not None:
+        store = root.store
+        try:
+            found = store._call("exists", store._path(""))
+        except Exception as exc:
+            store._raise_failure("reach", "", exc)
+        if not found:
+            raise InvalidConfigurationError(
+                f"no sparklog root at {store.url!r} (nothing exists there; it is not created "
+                "by a read-only command); accepted: an existing root, or create a topic first"
+            )
+    return root
 
 
 __all__ = ["RECORD_SCHEMA", "LogRoot", "Topic", "TopicInfo", "open_root", "validate_topic_name"]

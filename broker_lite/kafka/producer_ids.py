@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from sparklog.broker_lite.errors import from_storage
-from sparklog.storage import StorageError
+from sparklog.errors import SparklogError
 
 PREFIX = "kafka/producer-id-blocks"
 BLOCK_SIZE = 1000
@@ -36,7 +36,7 @@ class ProducerIdAllocator:
             body = json.dumps({"broker_id": self.broker_id, "ms": int(time.time() * 1000)})
             while not self.store.create(f"{PREFIX}/{block:012d}.json", body.encode()):
                 block += 1
-        except StorageError as exc:
+        except SparklogError as exc:
             raise from_storage(exc) from None
         self._next = block * BLOCK_SIZE + 1
         self._end = (block + 1) * BLOCK_SIZE + 1

@@ -1,38 +1,64 @@
 """The ``sparklog`` command line: topics, produce, consume, groups, offsets, broker, demo.
 
-Every command takes the global ``--address`` (a storage root or
+Every command takes the global ``--address`` (a storage root, ``host:port`` or
 ``sparklog://host:port``; default ``$SPARKLOG_ADDRESS``), ``--storage-option
 key=value`` (or ``SPARKLOG_STORAGE_<KEY>``) and ``--output table|json``.  A user
-mistake prints one line on stderr and exits non-zero, never a traceback.
+mistake prints one line on stderr (a JSON object with ``--output json``) and
+exits non-zero, never a traceback.  Client modules are imported inside the
+commands: ``--help`` and metadata commands start fast.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, stderr, stdout
-from sparklog.cli.parse import parse_offset_spec, parse_pairs, parse_time_ms
+from sparklog.cli.output import print_json, print_table, quiet_exit, stdout
+from sparklog.cli.parse import parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
-from sparklog.cli.state import CliState, state
-from sparklog.client.types import TopicDescription
+from sparklog.cli.state import CliState, check_output, state
 from sparklog.errors import ConfigError, SparklogError
+
+if TYPE_CHECKING:
+    from sparklog.client.types import GroupDescription, TopicDescription
+
+
+def _plain_argument_help() -> None:
+    """Arguments show their METAVAR only: typer 0.29 appends a ``<str>`` type label."""
+    import typer.core
+
+    argument = getattr(typer.core, "TyperArgument", None)
+    if argument is not None and hasattr(argument, "display_type_rich"):
+        argument.display_type_rich = lambda self, ctx: None
+
+
+_plain_argument_help()
+
+
+def _typer(help_text: str) -> typer.Typer:
+    # rich_markup_mode=None: plain help (no <str>/<bool> type noise, no rich import)
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, help=help_text)
+
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="sparklog: Kafka's model on object storage, for Spark.",
 )
-topics_app = typer.Typer(no_args_is_help=True, help="Create, list, describe, alter, delete topics.")
-groups_app = typer.Typer(no_args_is_help=True, help="List, describe, reset and delete groups.")
-broker_app = typer.Typer(no_args_is_help=True, help="Run a broker.")
+topics_app = _typer("Create, list, describe, alter, delete topics.")
+groups_app = _typer("List, describe, reset, delete groups and their offsets.")
+broker_app = _typer("Run a broker.")
+perf_app = _typer("Producer and consumer performance tests (kafka-*-perf-test).")
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
 app.add_typer(broker_app, name="broker")
+app.add_typer(perf_app, name="perf")
 app.command("produce")(produce)
 app.command("consume")(consume)
 
@@ -45,30 +71,37 @@ def main_options(
         "--address",
         "-a",
         envvar="SPARKLOG_ADDRESS",
-        help="Storage root (path, file://, s3://, memory://) or sparklog://host:port[,host:port]",
+        metavar="ADDRESS",
+        help="Storage root (path, file://, s3://, memory://), or brokers host:port[,host:port] "
+        "(also sparklog://host:port)",
     ),
     storage_option: Annotated[
         list[str] | None,
-        typer.Option("--storage-option", "-S", help="fsspec storage option key=value"),
+        typer.Option(
+            "--storage-option", "-S", metavar="K=V", help="fsspec storage option key=value"
+        ),
     ] = None,
-    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+    output: str = typer.Option("table", "--output", "-o", metavar="FORMAT", help="table or json"),
 ) -> None:
     """sparklog: Kafka's model on object storage, for Spark."""
-    if ctx.invoked_subcommand in ("demo", "broker"):
-        ctx.obj = None  # these take their own root; no address needed
-        if output not in ("table", "json"):
-            raise ConfigError(f"--output {output!r} is not accepted; accepted: table, json")
-        return
-    ctx.obj = CliState(address, list(storage_option or []), output)
+    # Only stored here: the address is checked when a command uses it, so any
+    # command's --help works without one (and demo/broker take their own root).
+    ctx.obj = CliState(address, list(storage_option or []), check_output(output))
+
+
+TOPIC = typer.Argument(..., metavar="TOPIC", help="Topic name")
+GROUP = typer.Argument(..., metavar="GROUP", help="Consumer group id")
 
 
 # -- topics ------------------------------------------------------------------------
-def _topic_doc(desc: TopicDescription) -> dict[str, Any]:
+def topic_doc(desc: TopicDescription) -> dict[str, Any]:
+    """The JSON shape of a topic, the same in every command that prints one."""
     return {
-        "name": desc.name,
+        "topic": desc.name,
         "topic_id": desc.topic_id,
         "partitions": [
             {
+                "topic": desc.name,
                 "partition": p.partition,
                 "leader": p.leader,
                 "log_start_offset": p.log_start_offset,
@@ -83,7 +116,7 @@ def _topic_doc(desc: TopicDescription) -> dict[str, Any]:
 
 def _print_topic(desc: TopicDescription, as_json: bool) -> None:
     if as_json:
-        print_json(_topic_doc(desc))
+        print_json(topic_doc(desc))
         return
     stdout.print(f"[bold]{desc.name}[/]  id {desc.topic_id}  partitions {len(desc.partitions)}")
     print_table(
@@ -106,18 +139,21 @@ def _print_topic(desc: TopicDescription, as_json: bool) -> None:
 @topics_app.command("create")
 def topics_create(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="Topic name"),
-    partitions: int = typer.Option(1, "--partitions", "-p", help="Number of partitions"),
+    name: str = TOPIC,
+    partitions: int = typer.Option(
+        1, "--partitions", "-p", metavar="N", help="Number of partitions"
+    ),
     config: Annotated[
-        list[str] | None, typer.Option("--config", "-c", help="key=value topic config")
+        list[str] | None,
+        typer.Option("--config", "-c", metavar="K=V", help="Topic config key=value"),
     ] = None,
 ) -> None:
-    """Create a topic."""
+    """Create a topic (and the storage root, if this is its first topic)."""
     st = state(ctx)
-    with st.admin() as admin:
+    with st.admin(create=True) as admin:
         desc = admin.create_topic(name, partitions, parse_pairs(config or [], "--config"))
     if st.json:
-        print_json(_topic_doc(desc))
+        print_json(topic_doc(desc))
     else:
         stdout.print(f"created topic {name} with {partitions} partitions")
 
@@ -140,7 +176,7 @@ def topics_list(ctx: typer.Context) -> None:
 
 
 @topics_app.command("describe")
-def topics_describe(ctx: typer.Context, name: str = typer.Argument(...)) -> None:
+def topics_describe(ctx: typer.Context, name: str = TOPIC) -> None:
     """Partitions (leader, log start, high watermark, size) and config of a topic."""
     st = state(ctx)
     with st.admin() as admin:
@@ -150,46 +186,84 @@ def topics_describe(ctx: typer.Context, name: str = typer.Argument(...)) -> None
 @topics_app.command("alter")
 def topics_alter(
     ctx: typer.Context,
-    name: str = typer.Argument(...),
+    name: str = TOPIC,
     config: Annotated[
-        list[str] | None, typer.Option("--config", "-c", help="key=value to set")
+        list[str] | None, typer.Option("--config", "-c", metavar="K=V", help="Config to set")
+    ] = None,
+    delete_config: Annotated[
+        list[str] | None,
+        typer.Option("--delete-config", metavar="KEY", help="Config to remove (back to default)"),
     ] = None,
 ) -> None:
-    """Change topic config."""
+    """Change topic config: set keys with --config, remove them with --delete-config."""
     st = state(ctx)
     updates = parse_pairs(config or [], "--config")
+    removed = list(delete_config or [])
+    if not updates and not removed:
+        raise ConfigError("nothing to alter; accepted: --config key=value, --delete-config key")
+    both = sorted(set(updates) & set(removed))
+    if both:
+        raise ConfigError(f"{both[0]!r} is both set and deleted; choose one")
     with st.admin() as admin:
-        desc = admin.alter_topic_config(name, updates)
+        if removed:
+            _delete_topic_config(admin, name, removed)
+        desc = admin.alter_topic_config(name, updates) if updates else admin.describe_topic(name)
     if st.json:
-        print_json(_topic_doc(desc))
+        print_json(topic_doc(desc))
     else:
-        stdout.print(f"altered {name}: " + ", ".join(f"{k}={desc.config[k]}" for k in updates))
+        changes = [f"{k}={desc.config[k]}" for k in updates] + [
+            f"{k} back to default ({desc.config.get(k, 'unset')})" for k in removed
+        ]
+        stdout.print(f"altered {name}: " + ", ".join(changes))
+
+
+def _delete_topic_config(admin: Any, name: str, keys: list[str]) -> None:
+    """Remove config keys: on a root through storage's ``remove``, else the broker's."""
+    backend = admin._backend
+    root = getattr(backend, "root", None)
+    if root is not None:
+        root.alter_topic_config(name, {}, remove=keys)
+        return
+    from sparklog.storage.config import TOPIC_CONFIG_KEYS
+
+    unknown = [k for k in keys if k not in TOPIC_CONFIG_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
+        )
+    raise ConfigError(
+        "--delete-config needs a storage root address (the broker protocol has no removal "
+        "yet); accepted: -a <root> topics alter --delete-config, or set the default value "
+        "with --config"
+    )
 
 
 @topics_app.command("add-partitions")
 def topics_add_partitions(
     ctx: typer.Context,
-    name: str = typer.Argument(...),
-    partitions: int = typer.Option(..., "--partitions", "-p", help="New total partition count"),
+    name: str = TOPIC,
+    partitions: int = typer.Option(
+        ..., "--partitions", "-p", metavar="N", help="New total partition count"
+    ),
 ) -> None:
     """Grow a topic to a total number of partitions."""
     st = state(ctx)
     with st.admin() as admin:
         desc = admin.add_partitions(name, partitions)
     if st.json:
-        print_json(_topic_doc(desc))
+        print_json(topic_doc(desc))
     else:
         stdout.print(f"{name} now has {len(desc.partitions)} partitions")
 
 
 @topics_app.command("delete")
-def topics_delete(ctx: typer.Context, name: str = typer.Argument(...)) -> None:
+def topics_delete(ctx: typer.Context, name: str = TOPIC) -> None:
     """Delete a topic and its data."""
     st = state(ctx)
     with st.admin() as admin:
         admin.delete_topic(name)
     if st.json:
-        print_json({"deleted": name})
+        print_json({"topic": name, "deleted": True})
     else:
         stdout.print(f"deleted topic {name}")
 
@@ -203,38 +277,45 @@ def groups_list(ctx: typer.Context) -> None:
         _print_names(admin.list_groups(), st.json)
 
 
+def group_doc(desc: GroupDescription) -> dict[str, Any]:
+    """The JSON shape of a group, the same in every command that prints one."""
+    return {
+        "group": desc.group,
+        "state": desc.state,
+        "generation": desc.generation,
+        "strategy": desc.strategy,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "topics": m.topics,
+                "assignment": [{"topic": t, "partition": p} for t, p in m.assignment],
+            }
+            for m in desc.members
+        ],
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed": p.committed,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "lag": p.lag,
+                "member": p.member,
+            }
+            for p in desc.lag
+        ],
+        "total_lag": desc.total_lag,
+    }
+
+
 @groups_app.command("describe")
-def groups_describe(ctx: typer.Context, group: str = typer.Argument(...)) -> None:
+def groups_describe(ctx: typer.Context, group: str = GROUP) -> None:
     """Per partition: committed offset, high watermark, lag, member."""
     st = state(ctx)
     with st.admin() as admin:
         desc = admin.describe_group(group)
-    rows = [
-        {
-            "topic": p.topic,
-            "partition": p.partition,
-            "committed": p.committed,
-            "high_watermark": p.high_watermark,
-            "lag": p.lag,
-            "member": p.member,
-        }
-        for p in desc.lag
-    ]
     if st.json:
-        print_json(
-            {
-                "group": desc.group,
-                "state": desc.state,
-                "generation": desc.generation,
-                "strategy": desc.strategy,
-                "members": [
-                    {"member_id": m.member_id, "topics": m.topics, "assignment": m.assignment}
-                    for m in desc.members
-                ],
-                "partitions": rows,
-                "total_lag": desc.total_lag,
-            }
-        )
+        print_json(group_doc(desc))
         return
     stdout.print(
         f"[bold]{desc.group}[/]  state {desc.state}  generation {desc.generation}  "
@@ -243,75 +324,43 @@ def groups_describe(ctx: typer.Context, group: str = typer.Argument(...)) -> Non
     print_table(
         None,
         ["topic", "partition", "committed", "high watermark", "lag", "member"],
-        [tuple(r.values()) for r in rows],
+        [(p.topic, p.partition, p.committed, p.high_watermark, p.lag, p.member) for p in desc.lag],
     )
 
 
-@groups_app.command("reset-offsets")
-def groups_reset_offsets(
-    ctx: typer.Context,
-    group: str = typer.Argument(...),
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic whose offsets to reset"),
-    to_earliest: bool = typer.Option(False, "--to-earliest"),
-    to_latest: bool = typer.Option(False, "--to-latest"),
-    to_offset: int | None = typer.Option(None, "--to-offset"),
-    to_datetime: str | None = typer.Option(None, "--to-datetime", help="ISO 8601 time"),
-    shift_by: int | None = typer.Option(None, "--shift-by"),
-    execute: bool = typer.Option(False, "--execute", help="Apply (default: only print the plan)"),
-) -> None:
-    """Plan new committed offsets; change them only with --execute."""
-    st = state(ctx)
-    ts = parse_time_ms(to_datetime) if to_datetime is not None else None
-    with st.admin() as admin:
-        plan = admin.reset_group_offsets(
-            group,
-            topic,
-            to_earliest=to_earliest,
-            to_latest=to_latest,
-            to_offset=to_offset,
-            to_timestamp_ms=ts,
-            shift_by=shift_by,
-            execute=execute,
-        )
-    if st.json:
-        print_json(
-            {
-                "group": group,
-                "executed": execute,
-                "plan": [
-                    {"topic": r.topic, "partition": r.partition, "current": r.current, "new": r.new}
-                    for r in plan
-                ],
-            }
-        )
-    else:
-        print_table(
-            f"{'reset' if execute else 'plan for'} group {group}",
-            ["topic", "partition", "current", "new"],
-            [(r.topic, r.partition, r.current, r.new) for r in plan],
-        )
-    if not execute:
-        stderr.print("dry run: nothing changed; add --execute to apply")
+def _require_group(admin: Any, group: str) -> None:
+    from sparklog.errors import GroupIdNotFoundError
+
+    if group not in admin.list_groups():
+        raise GroupIdNotFoundError(f"unknown group {group!r}; nothing deleted")
 
 
 @groups_app.command("delete")
-def groups_delete(ctx: typer.Context, group: str = typer.Argument(...)) -> None:
+def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
     """Delete a group with no active members (and its committed offsets)."""
     st = state(ctx)
     with st.admin() as admin:
+        _require_group(admin, group)
         admin.delete_group(group)
     if st.json:
-        print_json({"deleted": group})
+        print_json({"group": group, "deleted": True})
     else:
         stdout.print(f"deleted group {group}")
+
+
+from sparklog.cli import resets as _resets  # noqa: E402  (registers groups reset-offsets)
+
+_resets.register(groups_app)
 
 
 # -- offsets ------------------------------------------------------------------------------
 @app.command("offsets")
 def offsets(
     ctx: typer.Context,
-    topic: str = typer.Argument(...),
-    time_spec: str = typer.Option("latest", "--time", help="earliest, latest or ISO 8601 time"),
+    topic: str = TOPIC,
+    time_spec: str = typer.Option(
+        "latest", "--time", metavar="TIME", help="earliest, latest or ISO 8601 time"
+    ),
 ) -> None:
     """Per partition: the earliest / latest offset, or the first at or after a time."""
     st = state(ctx)
@@ -319,23 +368,54 @@ def offsets(
     with st.admin() as admin:
         found = admin.list_offsets(topic, spec)
     if st.json:
-        print_json({"topic": topic, "time": time_spec, "offsets": found})
+        print_json(
+            {
+                "topic": topic,
+                "time": time_spec,
+                "partitions": [
+                    {"topic": topic, "partition": p, "offset": o} for p, o in sorted(found.items())
+                ],
+            }
+        )
     else:
         print_table(f"{topic} @ {time_spec}", ["partition", "offset"], sorted(found.items()))
+
+
+from sparklog.cli import tools as _tools  # noqa: E402  (dump-log, perf)
+
+_tools.register(app, perf_app)
 
 
 # -- broker -------------------------------------------------------------------------------
 @broker_app.command("start")
 def broker_start(
-    config: str | None = typer.Option(None, "--config", help="Broker config TOML"),
-    root: str | None = typer.Option(None, "--root", help="Storage root URL"),
-    listen: str | None = typer.Option(None, "--listen", help="host:port to listen on"),
-    broker_id: int | None = typer.Option(None, "--broker-id", help="This broker's id"),
+    ctx: typer.Context,
+    config: str | None = typer.Option(
+        None, "--config", metavar="PATH", help="Broker config TOML (default: built-in defaults)"
+    ),
+    root: str | None = typer.Option(
+        None,
+        "--root",
+        metavar="URL",
+        help="Storage root URL (default: the global --address / $SPARKLOG_ADDRESS if it is "
+        "a root, else the config's root)",
+    ),
+    listen: str | None = typer.Option(
+        None, "--listen", metavar="HOST:PORT", help="Address to listen on"
+    ),
+    broker_id: int | None = typer.Option(None, "--broker-id", metavar="N", help="This broker's id"),
     kafka_listen: str | None = typer.Option(
-        None, "--kafka-listen", help='Kafka protocol host:port (port 0 = free port; "" disables)'
+        None,
+        "--kafka-listen",
+        metavar="HOST:PORT",
+        help='Kafka protocol address (port 0 = free port; "" disables)',
     ),
 ) -> None:
     """Run a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
+    if root is None:
+        root = _root_of_address(ctx)
+    if config is not None and not os.path.isfile(config):
+        raise ConfigError(f"--config {config!r} does not exist or is not a file")
     try:
         from sparklog.broker_lite.server import serve
     except ImportError as exc:
@@ -352,13 +432,28 @@ def broker_start(
     )
 
 
+def _root_of_address(ctx: typer.Context) -> str | None:
+    """The global address when it names a storage root (a broker serves a root)."""
+    obj = ctx.find_root().obj
+    if not isinstance(obj, CliState) or not obj.address:
+        return None
+    from sparklog.client.address import parse_address
+
+    return parse_address(obj.address).root
+
+
 # -- demo ---------------------------------------------------------------------------------
 @app.command()
 def demo(
     root: str | None = typer.Option(
-        None, "--root", help="Storage root URL (default: a fresh temp directory, removed after)"
+        None,
+        "--root",
+        metavar="URL",
+        help="Storage root URL (default: a fresh temp directory, removed after)",
     ),
-    records: int = typer.Option(50_000, "--records", min=1000, help="Page views to produce"),
+    records: int = typer.Option(
+        50_000, "--records", min=1000, metavar="N", help="Page views to produce"
+    ),
     keep: bool = typer.Option(False, "--keep", help="Keep the root to explore it afterwards"),
 ) -> None:
     """Everything sparklog does, end to end: broker, producer, Spark streaming, reprocessing."""
@@ -371,16 +466,52 @@ def demo(
 
 
 # -- entry point ----------------------------------------------------------------------------
-def _fail(message: str, code: int = 1) -> NoReturn:
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+#: Kafka tool flags a Kafka user types first, and the sparklog form of each.
+KAFKA_HINTS = {
+    "--bootstrap-server": "put the address before the command: sparklog -a HOST:PORT ...",
+    "--broker-list": "put the address before the command: sparklog -a HOST:PORT ...",
+    "--topic": "name the topic as an argument: sparklog consume TOPIC, sparklog produce TOPIC",
+    "--create": "sparklog topics create TOPIC --partitions N",
+    "--list": "sparklog topics list (or sparklog groups list)",
+    "--describe": "sparklog topics describe TOPIC (or sparklog groups describe GROUP)",
+    "--delete": "sparklog topics delete TOPIC (or sparklog groups delete GROUP)",
+    "--alter": "sparklog topics alter TOPIC --config K=V",
+    "--replication-factor": "not needed: the storage root keeps the copies",
+    "--reset-offsets": "sparklog groups reset-offsets GROUP --topic TOPIC --to-earliest",
+    "--consumer-property": "use --storage-option K=V for storage, or the command's options",
+}
+
+
+def _hint(message: str) -> str:
+    for flag, hint in KAFKA_HINTS.items():
+        if f"No such option: {flag}" in message or f"no such option: {flag}" in message:
+            return f"{message} (sparklog form: {hint})"
+    return message
+
+
+def _json_errors(argv: list[str]) -> bool:
+    """True when the command line asks for --output json (errors then print as JSON)."""
+    for index, arg in enumerate(argv):
+        if arg in ("-o", "--output") and index + 1 < len(argv):
+            return argv[index + 1] == "json"
+        if arg in ("--output=json", "-ojson"):
+            return True
+    return False
+
+
+def _fail(message: str, code: int = 1, *, as_json: bool = False, kind: str = "") -> NoReturn:
+    text = " ".join(message.split())
+    if as_json:
+        doc = {"error": {"code": kind or "INVALID_REQUEST", "message": text, "exit_code": code}}
+        sys.stderr.write(json.dumps(doc) + "\n")
+    else:
+        sys.stderr.write(f"error: {text}\n")
     sys.stderr.flush()
     raise SystemExit(code)
 
 
 def _setup_logging() -> None:
     """CLI logs: SPARKLOG_LOG_LEVEL (default WARNING) and SPARKLOG_LOG_FORMAT (text or json)."""
-    from sparklog.broker_lite.logs import setup_logging
-
     level = os.environ.get("SPARKLOG_LOG_LEVEL", "WARNING").upper()
     fmt = os.environ.get("SPARKLOG_LOG_FORMAT", "text").lower()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR") or fmt not in ("text", "json"):
@@ -388,29 +519,36 @@ def _setup_logging() -> None:
             f"SPARKLOG_LOG_LEVEL={level!r} / SPARKLOG_LOG_FORMAT={fmt!r} not accepted; accepted: "
             "DEBUG, INFO, WARNING, ERROR / text, json"
         )
+    from sparklog.broker_lite.logs import setup_logging
+
     setup_logging(level, fmt, loggers=("sparklog", "storage"))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user mistakes become one line on stderr and a non-zero exit."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = _json_errors(args)
     _setup_logging()
     try:
-        app(args=argv, prog_name="sparklog", standalone_mode=False)
+        app(args=args, prog_name="sparklog", standalone_mode=False)
     except SparklogError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), 1, as_json=as_json, kind=exc.code)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
-        _fail("aborted", 130)
+        _fail("aborted", 130, as_json=as_json, kind="ABORTED")
     except typer.TyperException as exc:  # usage errors: bad option, missing argument...
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         code = getattr(exc, "exit_code", 2) or 2
         if not message.strip():  # no_args_is_help: the help was printed already
             raise SystemExit(code) from None
-        _fail(message, code)
+        _fail(_hint(message), code, as_json=as_json, kind="USAGE")
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except BrokenPipeError:
-        raise SystemExit(0) from None
+        try:
+            quiet_exit()
+        except typer.Exit:
+            raise SystemExit(0) from None
     except OSError as exc:
-        _fail(f"{exc}", 1)
+        _fail(f"{exc}", 1, as_json=as_json, kind="OS_ERROR")

@@ -1,24 +1,40 @@
-"""Rendering for the CLI: rich tables for people, stable JSON for scripts."""
+"""Rendering for the CLI: rich tables for people, stable JSON for scripts.
+
+Piped output is never cut to 80 columns: a console that is not a terminal gets
+a width wide enough for any table (``COLUMNS`` still wins when set).
+"""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.table import Table
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+#: Width of a console that is not a terminal: tables are as wide as their cells.
+PIPED_WIDTH = 10_000
+
+
+def _console(stream: Any, **kwargs: Any) -> Console:
+    width = None
+    if "COLUMNS" not in os.environ and not stream.isatty():
+        width = PIPED_WIDTH
+    return Console(soft_wrap=True, width=width, **kwargs)
+
+
+stdout = _console(sys.stdout)
+stderr = _console(sys.stderr, stderr=True)
 
 
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, tuples, bytes (utf-8, else {"base64": ...}) into JSON-ready values."""
+    from sparklog.cli.lines import decode
+
     if is_dataclass(value) and not isinstance(value, type):
         return to_jsonable(asdict(value))
     if isinstance(value, dict):
@@ -26,17 +42,8 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set):
         return [to_jsonable(v) for v in value]
     if isinstance(value, bytes):
-        return decode_bytes(value)
+        return decode(value)
     return value
-
-
-def decode_bytes(value: bytes | None) -> Any:
-    if value is None:
-        return None
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(value).decode()}
 
 
 def print_json(value: Any) -> None:
@@ -45,6 +52,8 @@ def print_json(value: Any) -> None:
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     for name in columns:
         table.add_column(name, justify="right" if name in NUMERIC else "left")
@@ -66,6 +75,18 @@ NUMERIC = {
     "new",
     "records",
 }
+
+
+def quiet_exit() -> NoReturn:
+    """Exit 0 without a word once stdout's reader left (``| head``): no flush error at exit."""
+    import typer
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    raise typer.Exit(0)
 
 
 def iso_ms(ms: int) -> str:

@@ -1,24 +1,35 @@
-"""``sparklog produce`` and ``sparklog consume``: the console producer and consumer."""
+"""``sparklog produce`` and ``sparklog consume``: the console producer and consumer.
+
+Client modules are imported inside the commands so that ``--help`` and the
+metadata commands do not pay for them.
+"""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import sys
 import time
-from collections.abc import Iterator
-from typing import IO, Annotated
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from sparklog.cli.output import decode_bytes, iso_ms, print_json, stderr, stdout
+from sparklog.cli.lines import (
+    LineFormat,
+    kafka_formatter,
+    kcat_format,
+    line_format_from,
+    record_doc,
+)
+from sparklog.cli.output import print_json, quiet_exit, stderr, stdout
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
-from sparklog.client.consumer import Consumer
-from sparklog.client.producer import Producer
-from sparklog.client.types import ConsumerRecord, TopicPartition
 from sparklog.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sparklog.client.consumer import Consumer
+    from sparklog.client.types import TopicPartition
 
 FORMATS = ("value", "key-value", "json")
 
@@ -30,31 +41,81 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[bytes, int]]:
 
 def produce(
     ctx: typer.Context,
-    topic: str = typer.Argument(..., help="Topic to write to"),
-    file: str | None = typer.Option(None, "--file", "-f", help="Read lines from this file"),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to write to"),
+    file: str | None = typer.Option(
+        None, "--file", "-f", metavar="PATH", help="Read lines from this file (checked first)"
+    ),
     key_separator: str | None = typer.Option(
-        None, "--key-separator", help="Split each line into key SEP value at the first SEP"
+        None,
+        "--key-separator",
+        "-K",
+        metavar="SEP",
+        help="Split each line into key SEP value at the first SEP",
+    ),
+    parse_headers: bool = typer.Option(
+        False,
+        "--parse-headers",
+        help="Lines start with headers: h1:v1,h2:v2<TAB>[key<SEP>]value (KIP-798)",
+    ),
+    null_marker: str | None = typer.Option(
+        None, "--null-marker", metavar="TEXT", help="A key/value equal to TEXT is null (KIP-810)"
+    ),
+    empty_is_null: bool = typer.Option(
+        False,
+        "--null-empty",
+        "-Z",
+        help="Empty key or value is null: an empty value is a tombstone",
     ),
     header: Annotated[
-        list[str] | None, typer.Option("--header", help="k=v header for every record")
+        list[str] | None,
+        typer.Option("--header", "-H", metavar="K=V", help="A header for every record"),
     ] = None,
-    partition: int | None = typer.Option(None, "--partition", help="Write to this partition"),
-    linger_ms: int = typer.Option(20, "--linger-ms", help="Producer linger.ms"),
+    properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            metavar="K=V",
+            help="Kafka console-producer property: parse.key, key.separator, parse.headers, "
+            "headers.delimiter, headers.separator, headers.key.separator, null.marker",
+        ),
+    ] = None,
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", metavar="N", help="Write to this partition"
+    ),
+    linger_ms: int = typer.Option(20, "--linger-ms", metavar="MS", help="Producer linger.ms"),
     compression: str | None = typer.Option(
-        None, "--compression", help="none, lz4 or zstd (default: the broker's setting, or none)"
+        None,
+        "--compression",
+        metavar="CODEC",
+        help="none, lz4 or zstd (default: the broker's setting, or none)",
     ),
 ) -> None:
-    """Write one record per input line (stdin, or --file with a progress bar)."""
+    """Write one record per input line (stdin, or --file with a progress bar).
+
+    With --file every line is checked before anything is written.  From stdin a
+    malformed line stops the command, and the error says how many records before
+    it were written.
+    """
     st = state(ctx)
-    headers = [(k, v.encode()) for k, v in parse_pairs(header or [], "--header").items()]
-    sep = key_separator.encode() if key_separator else None
-    if sep is not None and not sep:
-        raise ConfigError("--key-separator must not be empty")
+    headers = list(parse_pairs(header or [], "--header").items())
+    fixed_headers: list[tuple[str, bytes | None]] = [(k, v.encode()) for k, v in headers]
+    line_format = line_format_from(
+        parse_pairs(properties or [], "--property"),
+        key_separator=key_separator,
+        parse_headers=parse_headers,
+        null_marker=null_marker,
+        empty_is_null=empty_is_null,
+    )
     if file is not None and not os.path.isfile(file):
         raise ConfigError(f"--file {file!r} does not exist or is not a file")
+    if file is not None:
+        with open(file, "rb") as checked:  # validate first: a bad line writes nothing
+            for number, (line, _) in enumerate(_lines(checked), start=1):
+                line_format.parse(line, number)
+    from sparklog.client.producer import Producer
+
     stream: IO[bytes] = open(file, "rb") if file else sys.stdin.buffer  # noqa: SIM115
     counts: dict[int, int] = {}
-    futures = []
     progress = None
     try:
         with Producer(
@@ -62,40 +123,31 @@ def produce(
         ) as producer:
             show_progress = sys.stderr.isatty() or os.environ.get("SPARKLOG_PROGRESS") == "1"
             if file and show_progress:
-                progress = Progress(
-                    TextColumn("[bold]producing"),
-                    BarColumn(),
-                    DownloadColumn(),
-                    TransferSpeedColumn(),
-                    console=stderr,
-                )
-                progress.start()
-            task = (
-                progress.add_task("produce", total=os.path.getsize(file))
-                if progress and file
-                else None
-            )
-            for number, (line, size) in enumerate(_lines(stream), start=1):
-                key = None
-                value = line
-                if sep is not None:
-                    key, found, value = line.partition(sep)
-                    if not found:
-                        raise ConfigError(
-                            f"line {number} has no key separator {key_separator!r}; accepted: "
-                            "KEY<SEP>VALUE on every line"
+                progress = _progress(os.path.getsize(file))
+            futures: list[Any] = []
+            try:
+                for number, (line, size) in enumerate(_lines(stream), start=1):
+                    parsed_headers, key, value = line_format.parse(line, number)
+                    futures.append(
+                        producer.send(
+                            topic,
+                            value,
+                            key=key,
+                            headers=(fixed_headers + parsed_headers) or None,
+                            partition=partition,
                         )
-                futures.append(
-                    producer.send(
-                        topic, value, key=key, headers=headers or None, partition=partition
                     )
-                )
-                if progress is not None and task is not None:
-                    progress.advance(task, size)
+                    if progress is not None:
+                        progress.advance(progress.task_ids[0], size)
+            except ConfigError as exc:
+                producer.flush()
+                written = _count(futures, counts)
+                raise ConfigError(
+                    f"{exc}; the {written} records before it were written "
+                    f"({_partition_summary(counts)}), nothing after it"
+                ) from None
             producer.flush()
-            for future in futures:
-                meta = future.get()
-                counts[meta.partition] = counts.get(meta.partition, 0) + 1
+            _count(futures, counts)
     finally:
         if progress is not None:
             progress.stop()
@@ -103,83 +155,200 @@ def produce(
             stream.close()
     total = sum(counts.values())
     if st.json:
-        print_json({"topic": topic, "records": total, "partitions": counts})
+        print_json(
+            {
+                "topic": topic,
+                "records": total,
+                "partitions": [{"partition": p, "records": n} for p, n in sorted(counts.items())],
+            }
+        )
     else:
         stdout.print(f"produced {total} records to {topic} ({len(counts)} partitions)")
 
 
-def _render(record: ConsumerRecord, fmt: str, separator: str) -> bytes:
-    if fmt == "json":
-        doc = {
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "timestamp_ms": record.timestamp_ms,
-            "timestamp": iso_ms(record.timestamp_ms),
-            "key": decode_bytes(record.key),
-            "value": decode_bytes(record.value)
-            if isinstance(record.value, bytes | None)
-            else record.value,
-            "headers": [[k, decode_bytes(v)] for k, v in record.headers],
-        }
-        return json.dumps(doc, default=str).encode()
-    value = (
-        record.value
-        if isinstance(record.value, bytes)
-        else b""
-        if record.value is None
-        else json.dumps(record.value, default=str).encode()
+def _progress(total_bytes: int) -> Any:
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TransferSpeedColumn,
     )
+
+    progress = Progress(
+        TextColumn("[bold]producing"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=stderr,
+    )
+    progress.start()
+    progress.add_task("produce", total=total_bytes)
+    return progress
+
+
+def _count(futures: list[Any], counts: dict[int, int]) -> int:
+    for future in futures:
+        meta = future.get()
+        counts[meta.partition] = counts.get(meta.partition, 0) + 1
+    return len(futures)
+
+
+def _partition_summary(counts: dict[int, int]) -> str:
+    if not counts:
+        return "none"
+    return ", ".join(f"partition {p}: {n}" for p, n in sorted(counts.items()))
+
+
+def _renderer(
+    fmt: str, separator: str, format_string: str | None, properties: dict[str, str], as_json: bool
+) -> Any:
+    """record -> bytes (with its line end) for the chosen output."""
+    import json
+
+    if format_string is not None:
+        if properties:
+            raise ConfigError("--format-string cannot be combined with --property print.*")
+        return kcat_format(format_string)
+    if properties:
+        return kafka_formatter(properties)
+    if as_json or fmt == "json":
+        return lambda record: json.dumps(record_doc(record), default=str).encode() + b"\n"
     if fmt == "key-value":
-        return (record.key or b"") + separator.encode() + value
-    return value
+        return kafka_formatter({"print.key": "true", "key.separator": separator})
+    return kafka_formatter({})
+
+
+def flatten(polled: Any) -> list[Any]:
+    """Records of a poll: a list, or kafka-python's {TopicPartition: [records]}."""
+    if isinstance(polled, dict):
+        return [record for records in polled.values() for record in records]
+    return list(polled)
 
 
 def consume(
     ctx: typer.Context,
-    topic: str = typer.Argument(..., help="Topic to read"),
-    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the log start"),
-    partition: int | None = typer.Option(None, "--partition", help="Read only this partition"),
-    offset: str | None = typer.Option(
-        None, "--offset", help="With --partition: an offset, earliest or latest"
+    topics: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="TOPIC", help="Topics to read (several allowed)"),
+    ] = None,
+    include: str | None = typer.Option(
+        None, "--include", metavar="REGEX", help="Read every topic whose name matches REGEX"
     ),
-    from_time: str | None = typer.Option(None, "--from-time", help="Start at this ISO 8601 time"),
-    group: str | None = typer.Option(None, "--group", help="Join this consumer group"),
-    max_messages: int | None = typer.Option(None, "--max-messages", help="Stop after N records"),
-    timeout_ms: int | None = typer.Option(None, "--timeout-ms", help="Stop after T ms idle"),
-    fmt: str = typer.Option("value", "--format", help="value, key-value or json"),
-    separator: str = typer.Option("\t", "--separator", help="Key/value separator of key-value"),
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the log start"),
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", metavar="N", help="Read only this partition"
+    ),
+    offset: str | None = typer.Option(
+        None, "--offset", metavar="OFFSET", help="With --partition: an offset, earliest or latest"
+    ),
+    from_time: str | None = typer.Option(
+        None, "--from-time", metavar="TIME", help="Start at this ISO 8601 time"
+    ),
+    group: str | None = typer.Option(
+        None, "--group", "-g", metavar="GROUP", help="Join this consumer group"
+    ),
+    max_messages: int | None = typer.Option(
+        None, "--max-messages", "-c", metavar="N", help="Stop after N records"
+    ),
+    timeout_ms: int | None = typer.Option(
+        None, "--timeout-ms", metavar="MS", help="Stop after MS ms without records"
+    ),
+    exit_at_end: bool = typer.Option(
+        False,
+        "--exit-at-end",
+        "-e",
+        help="Stop when every partition is read to the end it had at start (kcat -e)",
+    ),
+    fmt: str = typer.Option("value", "--format", metavar="FORMAT", help="value, key-value or json"),
+    format_string: str | None = typer.Option(
+        None,
+        "--format-string",
+        "-f",
+        metavar="FMT",
+        help="kcat format: %t topic %p partition %o offset %k key %s value %T timestamp "
+        "%h headers %K/%S key/value length",
+    ),
+    properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            metavar="K=V",
+            help="Kafka formatter property: print.timestamp/partition/offset/headers/key/"
+            "value=true|false, key.separator, line.separator, null.literal",
+        ),
+    ] = None,
+    separator: str = typer.Option(
+        "\t", "--separator", metavar="SEP", help="Key/value separator of key-value (tab)"
+    ),
 ) -> None:
-    """Print records as they arrive; follows the topic until interrupted (or idle/limit)."""
+    """Print records as they arrive; follows the topics until interrupted (or -e, idle, limit).
+
+    --output json (or --format json) prints one JSON object per record.
+    """
     st = state(ctx)
+    names = list(topics or [])
+    if not names and include is None:
+        raise ConfigError("name a topic (or several), or --include REGEX")
+    if names and include is not None:
+        raise ConfigError("give topic names or --include REGEX, not both")
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r} is not accepted; accepted: {', '.join(FORMATS)}")
     if offset is not None and partition is None:
         raise ConfigError("--offset needs --partition")
+    if partition is not None and len(names) != 1:
+        raise ConfigError("--partition needs exactly one topic")
     if group is not None and (partition is not None or from_time is not None):
         raise ConfigError("--group cannot be combined with --partition or --from-time")
     if max_messages is not None and max_messages < 1:
         raise ConfigError(f"--max-messages {max_messages} is not accepted; accepted: >= 1")
+    pattern = None
+    if include is not None:
+        try:
+            pattern = re.compile(include)
+        except re.error as exc:
+            raise ConfigError(f"--include {include!r} is not a regex: {exc}") from None
+    render = _renderer(
+        fmt, separator, format_string, parse_pairs(properties or [], "--property"), st.json
+    )
     start_ms = parse_time_ms(from_time) if from_time is not None else None
+    from sparklog.client.consumer import Consumer
+    from sparklog.client.types import TopicPartition
+
     reset = "earliest" if from_beginning else "latest"
-    consumer = Consumer(st.address, group_id=group, auto_offset_reset=reset, **st.client_config())
+    consumer = Consumer(
+        address=st.address, group_id=group, auto_offset_reset=reset, **st.client_config()
+    )
     out = sys.stdout.buffer
     seen = 0
+    reader_left = False
+    ends: dict[TopicPartition, int] = {}
     try:
-        count = len(consumer.partitions_for_topic(topic))  # unknown topic: a clear error now
+        if pattern is not None:
+            names = sorted(t for t in consumer.list_topics() if pattern.fullmatch(t))
+            if not names:
+                raise ConfigError(f"no topic matches --include {include!r}")
+        counts = {name: len(consumer.partitions_for_topic(name)) for name in names}
         if group is not None:
-            consumer.subscribe([topic])
+            consumer.subscribe(names)
         else:
-            if partition is not None and not 0 <= partition < count:
+            if partition is not None and not 0 <= partition < counts[names[0]]:
                 raise ConfigError(
-                    f"--partition {partition} is not accepted for topic {topic!r}; accepted: "
-                    f"0-{count - 1}"
+                    f"--partition {partition} is not accepted for topic {names[0]!r}; accepted: "
+                    f"0-{counts[names[0]] - 1}"
                 )
-            tps = [TopicPartition(topic, p) for p in range(count) if partition in (None, p)]
+            tps = [
+                TopicPartition(name, p)
+                for name, count in counts.items()
+                for p in range(count)
+                if partition in (None, p)
+            ]
             consumer.assign(tps)
             _position(consumer, tps, offset, start_ms, from_beginning)
         idle_since = time.monotonic()
         while max_messages is None or seen < max_messages:
+            if exit_at_end and _at_end(consumer, ends):
+                break
             left = None if max_messages is None else max_messages - seen
             records = consumer.poll_records(timeout_ms=200, max_records=min(left or 500, 500))
             if not records:
@@ -187,25 +356,42 @@ def consume(
                     break
                 continue
             idle_since = time.monotonic()
-            for record in records:
-                out.write(_render(record, fmt, separator) + b"\n")
-            out.flush()
+            try:
+                out.write(b"".join(render(record) for record in records))
+                out.flush()
+            except BrokenPipeError:  # the reader (head, less) left: stop quietly
+                reader_left = True
+                break
             seen += len(records)
     except KeyboardInterrupt:
         pass
     finally:
         consumer.close()
+    if reader_left:
+        quiet_exit()
     if not st.json:
         stderr.print(f"consumed {seen} records", style="dim")
 
 
+def _at_end(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
+    """True once every assigned partition's position reached its end offset at start."""
+    assigned = consumer.assignment()
+    if not assigned:
+        return False
+    new = [tp for tp in assigned if tp not in ends]
+    if new:
+        ends.update(consumer.end_offsets(new))
+    return all(consumer.position(tp) >= ends[tp] for tp in assigned)
+
+
 def _position(
     consumer: Consumer,
-    tps: list[TopicPartition],
+    tps: Iterable[TopicPartition],
     offset: str | None,
     start_ms: int | None,
     from_beginning: bool,
 ) -> None:
+    tps = list(tps)
     if offset is not None:
         text = offset.strip().lower()
         if text == "earliest":
@@ -230,3 +416,6 @@ def _position(
         consumer.seek_to_beginning(*tps)
     else:
         consumer.seek_to_end(*tps)
+
+
+__all__ = ["LineFormat", "consume", "flatten", "produce"]

@@ -1,15 +1,22 @@
-"""The CLI's global options (--address, --storage-option, --output) and the clients they open."""
+"""The CLI's global options (--address, --storage-option, --output) and the clients they open.
+
+The options are only stored when parsed and checked when a command first needs
+them, so ``--help`` of any command works without an address.  Client modules are
+imported inside the methods: a metadata command on a local root loads no more
+than it uses.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sparklog.client.address import parse_address, parse_storage_options
-from sparklog.client.admin import Admin
 from sparklog.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sparklog.client.admin import Admin
 
 OUTPUTS = ("table", "json")
 #: A person at a terminal should hear about an unreachable broker within seconds.
@@ -21,30 +28,53 @@ class CliState:
     address: str | None = None
     storage_option_pairs: list[str] = field(default_factory=list)
     output: str = "table"
-
-    def __post_init__(self) -> None:
-        if self.output not in OUTPUTS:
-            raise ConfigError(f"--output {self.output!r} is not accepted; accepted: table, json")
-        parse_address(self.address)  # fail early, naming what is accepted
-        self.storage_options: dict[str, Any] = parse_storage_options(self.storage_option_pairs)
+    checked: bool = False
+    storage_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def json(self) -> bool:
         return self.output == "json"
 
-    def admin(self) -> Admin:
-        return Admin(
+    def check(self) -> CliState:
+        """Validate the address and storage options (once), naming what is accepted."""
+        if not self.checked:
+            from sparklog.client.address import parse_address, parse_storage_options
+
+            parse_address(self.address)
+            self.storage_options = parse_storage_options(self.storage_option_pairs)
+            self.checked = True
+        return self
+
+    def admin(self, *, create: bool = False) -> Admin:
+        """An Admin; ``create=False`` (read-only commands) never creates a missing root."""
+        from sparklog.client.admin import Admin
+        from sparklog.client.transports import open_backend
+
+        self.check()
+        backend = open_backend(
             self.address,
-            storage_options=self.storage_options,
+            self.storage_options,
             retry_timeout_ms=CLI_RETRY_TIMEOUT_MS,
+            create=create,
         )
+        admin = Admin(backend=backend)
+        admin._owns_backend = True  # closing the Admin closes the backend we opened for it
+        return admin
 
     def client_config(self) -> dict[str, Any]:
+        self.check()
         return {"storage_options": self.storage_options, "retry_timeout_ms": CLI_RETRY_TIMEOUT_MS}
 
 
+def check_output(output: str) -> str:
+    if output not in OUTPUTS:
+        raise ConfigError(f"--output {output!r} is not accepted; accepted: table, json")
+    return output
+
+
 def state(ctx: typer.Context) -> CliState:
+    """The checked global options of this invocation."""
     root = ctx.find_root()
     if not isinstance(root.obj, CliState):
         root.obj = CliState()
-    return root.obj
+    return root.obj.check()

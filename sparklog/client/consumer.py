@@ -111,6 +111,7 @@ class Consumer:
             address,
             self.config["storage_options"],
             retry_timeout_ms=self.config["retry_timeout_ms"],
+            create=False,  # reading never creates a root
         )
         self._owns_backend = backend is None
         self._assignment: list[TopicPartition] = []

@@ -43,8 +43,9 @@ from sparklog.broker_lite.errors import (
     from_storage,
 )
 from sparklog.broker_lite.errors import IllegalGenerationError as _IllegalGeneration
+from sparklog.errors import SparklogError
 from sparklog.groups.assignors import ASSIGNORS, TopicPartition
-from sparklog.storage import LogRoot, StorageError
+from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
 from sparklog.storage.groups import validate_group_name
 
@@ -157,7 +158,7 @@ class _StateDoc:
             for v in self.versions.versions():
                 if v < newest - KEEP_VERSIONS:
                     self.versions.store.delete(version_key(self.versions.prefix, v))
-        except StorageError:
+        except SparklogError:
             pass  # pruning is housekeeping; the next round tries again
 
 
@@ -188,7 +189,7 @@ class GroupCoordinator:
     def _doc(self, group: str) -> _StateDoc:
         try:
             validate_group_name(group)
-        except StorageError as exc:
+        except SparklogError as exc:
             raise from_storage(exc) from None
         doc = self._docs.get(group)
         if doc is None:
@@ -205,7 +206,7 @@ class GroupCoordinator:
     def _storage(self, call: Callable[[], Any]) -> Any:
         try:
             return call()
-        except StorageError as exc:
+        except SparklogError as exc:
             raise from_storage(exc) from None
 
     def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
@@ -222,7 +223,7 @@ class GroupCoordinator:
         for topic in sorted(topics):
             try:
                 counts[topic] = self.root.describe_topic(topic).partitions
-            except StorageError:
+            except SparklogError:
                 counts[topic] = 0  # unknown topics get no partitions until they exist
         return counts
 
@@ -601,7 +602,7 @@ class GroupCoordinator:
         for topic in {t for t, _ in clean}:
             try:
                 topic_ids[topic] = self.root.describe_topic(topic).topic_id
-            except StorageError:
+            except SparklogError:
                 topic_ids[topic] = ""
         self._storage(
             lambda: self.root.groups.commit(
@@ -650,7 +651,7 @@ class GroupCoordinator:
             try:
                 log = self.root.topic(topic).partition(partition)
                 hwm = log.high_watermark
-            except (StorageError, BrokerError):
+            except (SparklogError, BrokerError):
                 hwm = None
             offsets.append(
                 {

@@ -20,9 +20,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.errors import DataLossError, SparkOptionError
+from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
 from sparklog.spark.options import OffsetSpec, Subscription
-from sparklog.storage import LogRoot, PartitionLog, Topic, TopicInfo, UnknownTopicError
+from sparklog.storage import LogRoot, PartitionLog, Topic, TopicInfo
 
 log = logging.getLogger(__name__)
 

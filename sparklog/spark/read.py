@@ -15,10 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklog.errors import OffsetOutOfRangeError
 from sparklog.spark.offsets import check_start
 from sparklog.spark.plan import ReadTask
 from sparklog.spark.schema import timestamp_type_of, to_spark_batch
-from sparklog.storage import LogRoot, OffsetOutOfRangeError, Topic, open_root
+from sparklog.storage import LogRoot, Topic, open_root
 
 #: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
 TARGET_BATCH_ROWS = 65_536

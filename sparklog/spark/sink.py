@@ -42,10 +42,10 @@ from pyspark.sql.types import (
 )
 
 from sparklog.client.partitioner import partitions_for_keys
-from sparklog.errors import SinkColumnError, SparkSourceError
+from sparklog.errors import InvalidRecordError, SinkColumnError, SparkSourceError, UnknownTopicError
 from sparklog.spark.options import SinkOptions
 from sparklog.spark.read import cached_root
-from sparklog.storage import InvalidRecordError, Segment, Topic, UnknownTopicError
+from sparklog.storage import Segment, Topic
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.errors import DataLossError, SparkOptionError
+from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
 from sparklog.spark.offsets import (
     RootView,
     TopicPartition,
@@ -52,7 +52,6 @@ from sparklog.spark.plan import (
 )
 from sparklog.spark.read import cached_root, read_task
 from sparklog.spark.schema import arrow_schema
-from sparklog.storage import UnknownTopicError
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,14 @@ def test_demo_runs_every_step(tmp_path):
         assert f"[{step}/8]" in out
     assert "acknowledged 20,000 records" in out
     assert "20,000 input rows" in out
-    assert "lag of 'demo-analytics': 20,001 before, 0 after" in out
+    assert "lag of 'demo-analytics': 20,001 before (20,000 views + 1 heartbeat), 0 after" in out
+    assert "20,001 = 20,000 page views + 1 heartbeat record" in out  # the off-by-one explained
+    assert "micro-batch 0:" in out  # progress during the streaming step
     assert "counts add up to the 20,000 produced views" in out
     assert "from offset 100 of every partition: 19,601 records (expected 19,601)" in out
-    assert "sparklog --address" in out
+    assert "sparklog --address" in out  # explore-further commands for the root it keeps
+    for noise in ("WARN", "log4j", "Using incubator modules", "Warning:", "FutureWarning"):
+        assert noise not in out + done.stderr, noise
     # the root stays (--root given) and holds what the demo says
     listed = subprocess.run(
         [*sparklog_command(), "--address", str(root), "--output", "json", "topics", "list"],
@@ -67,3 +71,21 @@ def test_demo_bad_option_is_one_clear_line():
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "--records" in done.stderr
+
+
+@pytest.mark.slow
+def test_demo_without_a_root_prints_no_commands_for_the_root_it_removes(tmp_path):
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "TMPDIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [*sparklog_command(), "demo", "--records", "1000"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "sparklog --address" not in done.stdout
+    assert "sparklog demo --keep" in done.stdout
+    assert list(tmp_path.iterdir()) == []  # root, checkpoint and Spark's log removed

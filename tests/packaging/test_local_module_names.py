@@ -53,7 +53,7 @@ def test_import_produce_and_consume_beside_user_storage_py(tmp_path: Path) -> No
         consumer.subscribe(["events"])
         values = []
         for _ in range(20):
-            values += [record.value for record in consumer.poll(timeout_ms=500)]
+            values += [record.value for record in consumer.poll_records(timeout_ms=500)]
             if values:
                 break
         consumer.close()

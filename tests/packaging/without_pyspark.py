@@ -23,7 +23,7 @@ def main(root: str) -> None:
     consumer.subscribe(["events"])
     values: list[bytes | None] = []
     for _ in range(20):
-        values += [record.value for record in consumer.poll(timeout_ms=500)]
+        values += [record.value for record in consumer.poll_records(timeout_ms=500)]
         if values:
             break
     consumer.close()

@@ -8,21 +8,18 @@ import threading
 import pyarrow as pa
 import pytest
 
-from sparklog.storage import (
+from sparklog.errors import (
     CorruptionError,
     FencedError,
     InvalidConfigError,
     InvalidRecordError,
-    ObjectStore,
     OffsetOutOfRangeError,
-    ProducerBatch,
     ProducerSequenceError,
     StoreUnavailableError,
     TopicExistsError,
     UnknownTopicError,
-    make_batch,
-    open_root,
 )
+from sparklog.storage import ObjectStore, ProducerBatch, make_batch, open_root
 
 
 @pytest.fixture

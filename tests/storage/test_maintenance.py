@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from sparklog.storage import OffsetOutOfRangeError, make_batch, open_root
+from sparklog.errors import OffsetOutOfRangeError
+from sparklog.storage import make_batch, open_root
 from sparklog.storage.maintenance import (
     DEFAULT_GC_GRACE_MS,
     collect_garbage,

@@ -14,11 +14,13 @@ def open_backend(
     storage_options: Mapping[str, Any] | None = None,
     *,
     retry_timeout_ms: int | None = None,
+    create: bool = True,
 ) -> Backend:
     """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``).
 
     ``retry_timeout_ms`` bounds how long broker calls retry an unreachable or
-    leaderless cluster before failing (default 30 s).
+    leaderless cluster before failing (default 30 s).  ``create=False`` opens a
+    storage root read-only: a missing root is an error instead of being created.
     """
     parsed = parse_address(address)
     if parsed.bootstrap is not None:
@@ -28,7 +30,9 @@ def open_backend(
     from sparklog.client.transports.embedded import EmbeddedBackend
 
     assert parsed.root is not None
-    return EmbeddedBackend(parsed.root, merge_options(storage_options_from_env(), storage_options))
+    return EmbeddedBackend(
+        parsed.root, merge_options(storage_options_from_env(), storage_options), create=create
+    )
 
 
 __all__ = ["Backend", "open_backend"]

@@ -44,10 +44,13 @@ LONG_POLL_INTERVAL_S = 0.02
 class EmbeddedBackend(GroupCalls):
     """Producer/consumer/admin calls against a storage root (``open_root(url)``)."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, storage_options: Mapping[str, Any] | None = None, *, create: bool = True
+    ) -> None:
         self.address = url
-        self.root: LogRoot = open_root(url, storage_options)
-        self.root.store.ensure_root()
+        # Read-only users (consumers, metadata commands) pass create=False: a missing
+        # root is an error, never a folder or bucket made by a typo.
+        self.root: LogRoot = open_root(url, storage_options, create=create)
         self._topics: dict[str, Topic] = {}
         self._locks: dict[TP, threading.Lock] = {}
         self._lock = threading.Lock()
