@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import tenacity
-
 T = TypeVar("T")
 
 #: defaults of :func:`retrying`: first wait, longest wait, overall deadline
@@ -43,6 +41,10 @@ def retrying(
     ``before_retry`` runs after the backoff sleep and before the next attempt
     (refresh metadata or re-read state there, so the next attempt uses a fresh view).
     """
+    # imported here, not with the module: tenacity (with asyncio) costs ~0.1 s, paid by
+    # every process that imports sparklog.storage (e.g. each streaming query's runner)
+    import tenacity
+
     stop: tenacity.stop.stop_base = tenacity.stop_after_delay(deadline_ms / 1000)
     if attempts_max is not None:
         stop = stop | tenacity.stop_after_attempt(attempts_max)

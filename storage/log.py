@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import (
     CorruptRecordError,
@@ -670,6 +669,8 @@ class PartitionLog:
 
     def segment_batches(self, seg: Segment, start: int, stop: int) -> Iterator[pa.RecordBatch]:
         """One segment's records with offsets in ``[start, stop)``, offset column added."""
+        import pyarrow.compute as pc
+
         schema = self.schema_for(seg.schema_id)
         target = self.schema_for("")
         offset = seg.base_offset
@@ -700,6 +701,8 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""
+        import pyarrow.compute as pc
+
         state = self.state
         seg = state.segments.first_with_max_timestamp_at_least(timestamp_ms)
         while seg is not None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
@@ -180,6 +179,8 @@ def _read_with_offsets(log: PartitionLog, segments: list[Segment]) -> pa.Table:
 
 def _last_per_key(table: pa.Table) -> pa.Table:
     """Keep the last record of each key (null keys are kept), in offset order."""
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return table
     indices = pa.array(range(table.num_rows), pa.int64())
@@ -278,6 +279,8 @@ def compact(
     Offsets are preserved (the new objects carry an offset column).  Runs only
     when some segment has not been compacted yet (the log has a dirty part).
     """
+    import pyarrow.compute as pc
+
     now = now_ms() if now is None else now
     config = topic.info.effective_config
     log = topic.partition(partition)

@@ -17,17 +17,16 @@ any other timed-out call :class:`StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import fsspec
 import pyarrow as pa
-from fsspec.asyn import AsyncFileSystem
-from fsspec.core import url_to_fs
 
 from sparklog.errors import (
     CommitStateUnknownError,
@@ -35,6 +34,11 @@ from sparklog.errors import (
     SparklogError,
     StoreUnavailableError,
 )
+
+if TYPE_CHECKING:
+    # fsspec is imported when a store first opens its filesystem, not with this module:
+    # Spark starts a fresh Python process per streaming query, which pays every import.
+    import fsspec
 
 _MEMORY_CREATE_LOCK = threading.Lock()
 
@@ -46,28 +50,35 @@ CONNECT_TIMEOUT_MS = 5_000
 OWN_OPTIONS = ("request_timeout_ms",)
 
 
-def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+def _transports_loaded() -> tuple[bool, bool]:
+    """Whether botocore's and aiohttp's exceptions are imported (by s3fs, when S3 is used).
+
+    An exception of theirs can only exist once its module is loaded, so the error
+    classes below are built from loaded modules only: importing botocore and aiohttp
+    here would cost every process (e.g. each streaming query's Python runner) ~0.5 s,
+    even one on a local root that never touches S3.
+    """
+    return "botocore.exceptions" in sys.modules, "aiohttp" in sys.modules
+
+
+@functools.cache
+def _transport_errors(
+    with_botocore: bool, with_aiohttp: bool
+) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     """(errors raised before a request left: it was not applied, errors after it may have left)."""
     unsent: list[type[BaseException]] = [ConnectionRefusedError]
     open_: list[type[BaseException]] = [TimeoutError, ConnectionError]
-    try:
+    if with_botocore:
         from botocore import exceptions as boto
 
         unsent += [boto.ConnectTimeoutError, boto.EndpointConnectionError]
         open_ += [boto.ReadTimeoutError, boto.ConnectionClosedError, boto.HTTPClientError]
-    except ImportError:  # no S3 support installed
-        pass
-    try:
+    if with_aiohttp:
         import aiohttp
 
         unsent.append(aiohttp.ClientConnectorError)
         open_ += [aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError]
-    except ImportError:
-        pass
     return tuple(unsent), tuple(open_)
-
-
-_UNSENT, _OUTCOME_OPEN = _transport_errors()
 
 
 def _outcome_open(exc: BaseException) -> bool:
@@ -76,43 +87,41 @@ def _outcome_open(exc: BaseException) -> bool:
     A deadline or a connection lost after the request left leaves a create's
     outcome open; a refused or timed-out *connect* means nothing was sent.
     """
+    unsent, outcome_open = _transport_errors(*_transports_loaded())
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
             return False
-        if isinstance(seen, _UNSENT):
+        if isinstance(seen, unsent):
             return False
-        if isinstance(seen, _OUTCOME_OPEN):
+        if isinstance(seen, outcome_open):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
-def _io_failure_classes() -> tuple[type[BaseException], ...]:
+@functools.cache
+def _io_failure_classes(with_botocore: bool, with_aiohttp: bool) -> tuple[type[BaseException], ...]:
     """The exceptions that are I/O, network or service failures (outages).
 
     Only these become :class:`StoreUnavailableError` (or, for a create whose
     request went out, :class:`CommitStateUnknownError`); anything else (a
     ``TypeError``, ``AttributeError``, ``KeyError``: a bug) propagates as itself.
-    botocore and aiohttp are s3fs's transport; they are absent when s3fs is.
+    botocore and aiohttp are s3fs's transport; they are absent when s3fs is (and
+    not imported until s3fs is used: see :func:`_transports_loaded`).
     """
     io: list[type[BaseException]] = [OSError]
-    try:
+    if with_botocore:
         import botocore.exceptions as boto
 
         io += [boto.BotoCoreError, boto.ClientError]
-    except ImportError:
-        pass
-    try:
+    if with_aiohttp:
         import aiohttp
 
         io.append(aiohttp.ClientError)
-    except ImportError:
-        pass
     return tuple(io)
 
 
-_IO_FAILURES = _io_failure_classes()
 #: botocore errors that are our own mistakes (a bad parameter), not outages
 _PROGRAMMING_ERROR_NAMES = frozenset({"ParamValidationError", "UnknownParameterError"})
 
@@ -121,7 +130,7 @@ def is_io_failure(exc: BaseException) -> bool:
     """True when ``exc`` is an I/O, network or service failure (an outage), not a bug."""
     if type(exc).__name__ in _PROGRAMMING_ERROR_NAMES:
         return False
-    return isinstance(exc, _IO_FAILURES)
+    return isinstance(exc, _io_failure_classes(*_transports_loaded()))
 
 
 def _precondition_failed(exc: BaseException) -> bool:
@@ -181,6 +190,7 @@ class ObjectStore:
                 "accepted: an integer >= 1 (milliseconds)"
             )
         self._fs: fsspec.AbstractFileSystem | None = None
+        self._fs_is_async = False
         self._root = ""
         self.protocol = self.url.split("://", 1)[0]
 
@@ -198,6 +208,9 @@ class ObjectStore:
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
+            from fsspec.asyn import AsyncFileSystem
+            from fsspec.core import url_to_fs
+
             try:
                 options = {k: v for k, v in self.storage_options.items() if k not in OWN_OPTIONS}
                 if self.protocol not in ("file", "local", "memory"):
@@ -217,6 +230,8 @@ class ObjectStore:
                     "a local path, file://, memory:// or s3://bucket/prefix URL with the "
                     "filesystem's storage options"
                 ) from exc
+            # set before _fs: a thread that sees _fs set also sees whether it is async
+            self._fs_is_async = isinstance(fs, AsyncFileSystem)
             self._fs, self._root = fs, root.rstrip("/")
         return self._fs
 
@@ -236,7 +251,7 @@ class ObjectStore:
         waits forever on a connection that died silently.
         """
         fs = self.fs
-        if isinstance(fs, AsyncFileSystem):
+        if self._fs_is_async:
             kwargs["timeout"] = self.request_timeout_ms / 1000
         return getattr(fs, method)(*args, **kwargs)
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import InvalidRecordError
 
@@ -115,6 +114,8 @@ def normalize(
 def _conform(
     field: pa.Field, column: pa.ChunkedArray, stamp_ms: int, log_append_time: bool
 ) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
     name, target = field.name, field.type
     if name == "timestamp":
         if log_append_time:
@@ -200,6 +201,8 @@ def _conform_struct(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedA
 
 def record_sizes(table: pa.Table) -> pa.Array:
     """Approximate serialized size of each record: key + value + header bytes."""
+    import pyarrow.compute as pc
+
     n = table.num_rows
     size = pa.array(np.zeros(n, dtype=np.int64))
     for name in ("key", "value"):
@@ -223,6 +226,8 @@ def record_sizes(table: pa.Table) -> pa.Array:
 
 
 def _check_sizes(table: pa.Table, max_message_bytes: int) -> None:
+    import pyarrow.compute as pc
+
     sizes = record_sizes(table)
     biggest = pc.max(sizes).as_py() or 0
     if biggest > max_message_bytes:

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from sparklog.errors import CorruptionError, InvalidConfigError
@@ -143,6 +142,8 @@ def write_object(
     spans: dict[int, tuple[int, int, int, int, int]] = {}
 
     def serialize(sink: pa.NativeFile) -> None:
+        import pyarrow.compute as pc
+
         position = 8 + schema.serialize().size  # magic + schema message precede batch one
         writer = pa.ipc.new_file(
             sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}

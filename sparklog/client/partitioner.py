@@ -14,7 +14,6 @@ import random
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 SEED = 0x9747B28C
 M = 0x5BD1E995
@@ -92,6 +91,8 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     column at a time; fixed-length keys without nulls (the common case) use the
     data buffer itself as that matrix, with no copy.
     """
+    import pyarrow.compute as pc
+
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if not pa.types.is_binary(keys.type):

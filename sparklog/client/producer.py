@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.client.config import PRODUCER_OPTIONS, client_settings, parse_config
 from sparklog.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
@@ -312,6 +311,8 @@ def _with_send_time(table: pa.Table, now_ms: int) -> pa.Table:
     A missing ``timestamp`` column, or null entries in it, would otherwise be stored
     as null timestamps, which readers cannot print and time lookups skip.
     """
+    import pyarrow.compute as pc
+
     stamp = pa.scalar(now_ms, pa.int64()).cast(TIMESTAMP_TYPE)
     if "timestamp" not in table.column_names:
         return table.append_column("timestamp", pa.repeat(stamp, table.num_rows))
@@ -509,6 +510,8 @@ class Producer:
         Keyed rows are partitioned with Kafka's murmur2, null-key rows go to the
         sticky partition, a ``partition`` column or argument overrides both.
         """
+        import pyarrow.compute as pc
+
         if not isinstance(data, pa.RecordBatch | pa.Table):
             raise InvalidRecordError(
                 f"send_batch takes a pyarrow RecordBatch or Table, not {type(data).__name__}"

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -165,6 +164,8 @@ class _TaskWriter:
         return handle
 
     def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
         if not batch.num_rows:
             return
         names = {n.lower(): n for n in batch.schema.names}
@@ -181,6 +182,8 @@ class _TaskWriter:
             self._add_topic(name, batch.filter(pc.equal(topics, name)), names)
 
     def _partitions(self, batch: pa.RecordBatch, names: dict[str, str], count: int) -> np.ndarray:
+        import pyarrow.compute as pc
+
         n = batch.num_rows
         parts = np.full(n, -1, dtype=np.int64)
         if "partition" in names:
