@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparklog.broker_lite.errors import BrokerError
 from sparklog.broker_lite.server import serve
+from sparklog.errors import SparklogError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         serve(args.config, args.root, args.listen, args.broker_id, args.kafka_listen)
-    except BrokerError as exc:
+    except SparklogError as exc:
         print(f"broker_lite: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sparklog.broker_lite.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigError
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 
 if sys.version_info >= (3, 11):

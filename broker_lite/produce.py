@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparklog.broker_lite.errors import BrokerError, from_storage
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import BrokerNotAvailableError, SparklogError
 from sparklog.storage import PartitionLog, ProducerBatch
@@ -153,7 +152,7 @@ class TopicBatcher:
                 self.flush(runs)
             except BaseException as exc:  # the flush resolves futures; this is a backstop
                 log.exception("flush failed", extra=fields(topic=self.topic))
-                err = exc if isinstance(exc, BrokerError) else BrokerError(str(exc))
+                err = exc if isinstance(exc, SparklogError) else SparklogError(str(exc))
                 for run in runs:
                     for r in run.requests:
                         if not r.future.done():
@@ -184,7 +183,7 @@ def storage_call(call: Callable[[], object]) -> object:
     try:
         return call()
     except SparklogError as exc:
-        raise from_storage(exc) from None
+        raise exc from None
 
 
 def commit_pool(workers: int = 8) -> ThreadPoolExecutor:

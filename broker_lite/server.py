@@ -36,17 +36,13 @@ import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.config import BrokerConfig, load_config
-from sparklog.broker_lite.errors import (
-    BrokerError,
-    InvalidConfigError,
-    InvalidRequestError,
-    from_storage,
-)
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
 from sparklog.errors import (
     BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
     MessageSizeTooLargeError,
     NotLeaderError,
     RebalanceInProgressError,
@@ -233,10 +229,8 @@ class FlightBroker(flight.FlightServerBase):
             return result
         except flight.FlightError:
             raise
-        except BrokerError as exc:
-            err = exc
         except SparklogError as exc:
-            err = from_storage(exc)
+            err = exc
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, KeyError) as exc:
             err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")
         except Exception as exc:

@@ -23,15 +23,6 @@ import pyarrow as pa
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
-from sparklog.broker_lite.errors import (
-    BrokerError,
-    InvalidRecordError,
-    InvalidRequestError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    UnknownTopicError,
-    from_storage,
-)
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import (
@@ -44,7 +35,16 @@ from sparklog.broker_lite.produce import (
 )
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.errors import FencedError as LeaderEpochFenced
-from sparklog.errors import OutOfOrderSequenceNumberError, ProducerFencedError, SparklogError
+from sparklog.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    SparklogError,
+    UnknownTopicError,
+)
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
@@ -129,7 +129,7 @@ def _storage(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except SparklogError as exc:
-        raise from_storage(exc) from None
+        raise exc from None
 
 
 class Broker:
@@ -251,7 +251,7 @@ class Broker:
                 self._reload_topics()
                 self._update_leadership()
                 self._sweep_groups(with_lag=ticks % 5 == 0)
-            except (SparklogError, BrokerError) as exc:
+            except SparklogError as exc:
                 log.warning("background tick failed", extra=fields(error=str(exc)))
             except Exception:
                 log.exception("background tick failed")
@@ -304,7 +304,7 @@ class Broker:
             except errors.CorruptionError as exc:
                 self._report_damaged(name, exc)
                 continue
-            except BrokerError:
+            except SparklogError:
                 continue
             self.damaged_topics.pop(name, None)
             led.update(
@@ -508,7 +508,7 @@ class Broker:
             try:
                 batches = topic.normalize(data)
             except SparklogError as exc:
-                raise from_storage(exc) from None
+                raise exc from None
             count = sum(b.num_rows for b in batches)
             size = sum(b.nbytes for b in batches)
             size_bytes += size
@@ -561,7 +561,7 @@ class Broker:
         started = time.perf_counter()
         try:
             topic = self.topic(topic_name)
-        except BrokerError as exc:
+        except SparklogError as exc:
             _fail(runs, exc)
             return
         ready: list[Run] = []
@@ -573,17 +573,14 @@ class Broker:
                     try:
                         st.refresh()
                     except SparklogError as exc:
-                        _fail([run], from_storage(exc))
+                        _fail([run], exc)
                         continue
                 for r in run.requests:
                     if r.producer is not None:
                         try:
                             dup = duplicate_outcome(st.log, r.producer)
-                        except BrokerError as exc:
-                            r.future.set_exception(exc)
-                            continue
                         except SparklogError as exc:
-                            r.future.set_exception(from_storage(exc))
+                            r.future.set_exception(exc)
                             continue
                         if dup is not None:
                             r.future.set_result(dup)
@@ -603,11 +600,11 @@ class Broker:
                 validated=True,
             )
         except SparklogError as exc:
-            _fail(ready, from_storage(exc))
+            _fail(ready, exc)
             return
         except Exception as exc:
             log.exception("object write failed", extra=fields(topic=topic_name))
-            _fail(ready, BrokerError(f"object write failed: {exc}"))
+            _fail(ready, SparklogError(f"object write failed: {exc}"))
             return
         self.metrics.root_objects.inc()
         self.metrics.root_requests.labels("object").inc()
@@ -633,12 +630,12 @@ class Broker:
         try:
             with shard.lock:
                 runs, results = self._append_as_leader(topic, shard, runs, staged)
-        except BrokerError as exc:
+        except SparklogError as exc:
             _fail(runs, exc)
             return
         except Exception as exc:
             log.exception("commit failed", extra=fields(topic=topic.name, shard=shard.key[2]))
-            _fail(runs, BrokerError(f"commit failed: {exc}"))
+            _fail(runs, SparklogError(f"commit failed: {exc}"))
             return
         for run in runs:
             result = results[run.partition]
@@ -704,7 +701,7 @@ class Broker:
                     for run in runs:
                         self._check_leader(topic.name, run.partition)
             except SparklogError as exc:
-                raise from_storage(exc) from None
+                raise exc from None
         raise NotLeaderError(
             f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
             leader_location="",
@@ -722,7 +719,7 @@ class Broker:
                 self.partition_state(topic, run.partition).log.duplicate_of(batch)
                 keep.append(run)
             except SparklogError as exc:
-                _fail([run], from_storage(exc))
+                _fail([run], exc)
         return keep
 
     # -- fetch -------------------------------------------------------------
@@ -791,9 +788,9 @@ class Broker:
                     return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
                 except errors.OffsetOutOfRangeError as exc:
                     if attempt:
-                        raise from_storage(exc) from None
+                        raise exc from None
                 except SparklogError as exc:
-                    raise from_storage(exc) from None
+                    raise exc from None
         return []
 
     # -- metadata ----------------------------------------------------------

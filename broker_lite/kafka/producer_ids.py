@@ -13,7 +13,6 @@ import threading
 import time
 from typing import Any
 
-from sparklog.broker_lite.errors import from_storage
 from sparklog.errors import SparklogError
 
 PREFIX = "kafka/producer-id-blocks"
@@ -37,7 +36,7 @@ class ProducerIdAllocator:
             while not self.store.create(f"{PREFIX}/{block:012d}.json", body.encode()):
                 block += 1
         except SparklogError as exc:
-            raise from_storage(exc) from None
+            raise exc from None
         self._next = block * BLOCK_SIZE + 1
         self._end = (block + 1) * BLOCK_SIZE + 1
 

@@ -32,18 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.broker_lite.errors import (
-    BrokerError,
+from sparklog.errors import IllegalGenerationError as _IllegalGeneration
+from sparklog.errors import (
     InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidRequestError,
+    KafkaStorageError,
     RebalanceInProgressError,
-    RetriableStorageError,
+    SparklogError,
     UnknownMemberError,
-    from_storage,
 )
-from sparklog.broker_lite.errors import IllegalGenerationError as _IllegalGeneration
-from sparklog.errors import SparklogError
 from sparklog.groups.assignors import ASSIGNORS, TopicPartition
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
@@ -151,7 +149,7 @@ class _StateDoc:
                     self._prune(version + 1)
                 return new
             self._cache = None
-        raise RetriableStorageError(f"group {self.group!r}: too many concurrent state changes")
+        raise KafkaStorageError(f"group {self.group!r}: too many concurrent state changes")
 
     def _prune(self, newest: int) -> None:
         try:
@@ -190,7 +188,7 @@ class GroupCoordinator:
         try:
             validate_group_name(group)
         except SparklogError as exc:
-            raise from_storage(exc) from None
+            raise exc from None
         doc = self._docs.get(group)
         if doc is None:
             doc = self._docs.setdefault(group, _StateDoc(self.root, group))
@@ -207,7 +205,7 @@ class GroupCoordinator:
         try:
             return call()
         except SparklogError as exc:
-            raise from_storage(exc) from None
+            raise exc from None
 
     def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
         keys = {self._heartbeat_key(group, m): m for m in members}
@@ -651,7 +649,7 @@ class GroupCoordinator:
             try:
                 log = self.root.topic(topic).partition(partition)
                 hwm = log.high_watermark
-            except (SparklogError, BrokerError):
+            except SparklogError:
                 hwm = None
             offsets.append(
                 {
@@ -688,5 +686,5 @@ class GroupCoordinator:
         for group in self.list_groups() if groups is None else groups:
             try:
                 self._current(group)
-            except BrokerError:
+            except SparklogError:
                 continue

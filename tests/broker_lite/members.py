@@ -10,11 +10,7 @@ import threading
 import time
 from typing import Any
 
-from sparklog.broker_lite.errors import (
-    IllegalGenerationError,
-    RebalanceInProgressError,
-    UnknownMemberError,
-)
+from sparklog.errors import IllegalGenerationError, RebalanceInProgressError, UnknownMemberError
 
 
 class Member:

@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from sparklog.broker_lite.errors import (
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicError,
 )
-from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.storage import make_batch, open_root
 from tests.support.brokers import REPO
 

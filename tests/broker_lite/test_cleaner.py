@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from sparklog.broker_lite.errors import OffsetOutOfRangeError
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.errors import OffsetOutOfRangeError
 from sparklog.storage import make_batch
 
 

@@ -8,8 +8,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from sparklog.broker_lite.errors import BrokerError, IllegalGenerationError
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.errors import IllegalGenerationError, SparklogError
 from sparklog.storage import make_batch, open_root
 from tests.broker_lite.members import Member, wait_stable
 
@@ -55,7 +55,7 @@ def test_failover_sigkill_leader_acked_records_read_back_exactly_once(file_root,
                     producer_epoch=epoch,
                     base_sequence=sequence[p],
                 )
-            except BrokerError as exc:
+            except SparklogError as exc:
                 errors.append(exc)
                 return
             acked[p].append((result.base_offset, values))
@@ -110,7 +110,7 @@ def test_split_brain_two_forced_leaders_assign_no_offset_twice(any_root, cluster
                 values = [f"{worker}-{i}-{j}".encode() for j in range(2)]
                 try:
                     result = client.produce("sb", 0, make_batch(values))
-                except BrokerError as exc:
+                except SparklogError as exc:
                     errors.append(exc)
                     continue
                 acked[worker].append((result.base_offset, values))

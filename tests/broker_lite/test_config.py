@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from sparklog.broker_lite.config import KEYS, BrokerConfig, load_config
-from sparklog.broker_lite.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigError
 
 CONF = pathlib.Path(__file__).resolve().parents[2] / "conf" / "broker.toml"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.broker_lite.errors import (
+from sparklog.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigError,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from sparklog.broker_lite.errors import OutOfOrderSequenceError
 from sparklog.broker_lite.produce import ProduceRequest, take_runs
 from sparklog.broker_lite.service import with_offsets
 from sparklog.broker_lite.tailcache import TailCache
+from sparklog.errors import OutOfOrderSequenceError
 from sparklog.storage import ProducerBatch, make_batch
 from sparklog.storage.log import duplicate_of
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from sparklog.broker_lite.errors import decode
+from sparklog.broker_lite.flight_protocol import decode
 from sparklog.broker_lite.logs import _FIELDS
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import (

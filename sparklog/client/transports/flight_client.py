@@ -21,20 +21,18 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_protocol as wire
-from sparklog.broker_lite.errors import (
-    BrokerError,
-    BrokerUnavailableError,
-    GroupError,
-    InvalidConfigError,
-    NotLeaderError,
-)
 from sparklog.broker_lite.flight_protocol import decode
 from sparklog.client.transports.base import FetchResult, ProduceResult
 from sparklog.errors import (
+    BrokerNotAvailableError,
     CommitStateUnknownError,
+    GroupError,
+    InvalidConfigError,
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    NotLeaderError,
+    SparklogError,
     ThrottlingQuotaExceededError,
     UnknownTopicOrPartitionError,
 )
@@ -82,7 +80,7 @@ class _Backoff:
     delay_s: float = 0.02
     attempts: int = field(default=0)
 
-    def sleep_or_raise(self, err: BrokerError) -> None:
+    def sleep_or_raise(self, err: SparklogError) -> None:
         self.attempts += 1
         if time.monotonic() + self.delay_s > self.deadline:
             raise err
@@ -163,7 +161,7 @@ class BrokerClient:
     def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=timeout_s or self.request_timeout_s)
 
-    def _translate(self, location: str, exc: Exception) -> BrokerError:
+    def _translate(self, location: str, exc: Exception) -> SparklogError:
         if isinstance(exc, flight.FlightError):
             err = decode(str(exc))
             if err is None and getattr(exc, "extra_info", None):
@@ -172,19 +170,19 @@ class BrokerClient:
                 return err
         if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | OSError):
             self._drop(location)
-            return BrokerUnavailableError(f"broker {location} is unreachable: {exc}")
+            return BrokerNotAvailableError(f"broker {location} is unreachable: {exc}")
         if isinstance(exc, flight.FlightCancelledError):
             self._drop(location)
-            return BrokerUnavailableError(f"call to broker {location} was cancelled: {exc}")
+            return BrokerNotAvailableError(f"call to broker {location} was cancelled: {exc}")
         if isinstance(exc, flight.FlightError | pa.ArrowException):
             self._drop(location)
-            return BrokerUnavailableError(f"broker {location} failed: {exc}")
+            return BrokerNotAvailableError(f"broker {location} failed: {exc}")
         raise exc
 
     def _on(self, location: str, call: Callable[[flight.FlightClient], T]) -> T:
         try:
             return call(self._conn(location))
-        except BrokerError:
+        except SparklogError:
             raise
         except Exception as exc:
             raise self._translate(location, exc) from None
@@ -199,11 +197,11 @@ class BrokerClient:
         while True:
             try:
                 return call()
-            except BrokerError as err:
+            except SparklogError as err:
                 unknown = idempotent and isinstance(err, CommitStateUnknownError)
                 if (not err.retriable and not unknown) or isinstance(err, GroupError):
                     raise
-                if isinstance(err, NotLeaderError | BrokerUnavailableError):
+                if isinstance(err, NotLeaderError | BrokerNotAvailableError):
                     self._meta.clear()
                 backoff.sleep_or_raise(err)
 
@@ -213,12 +211,12 @@ class BrokerClient:
             brokers = list(self._brokers)
             start = self._next
             self._next += 1
-        last: BrokerError | None = None
+        last: SparklogError | None = None
         for i in range(len(brokers)):
             location = brokers[(start + i) % len(brokers)]
             try:
                 return self._on(location, call)
-            except BrokerUnavailableError as err:
+            except BrokerNotAvailableError as err:
                 last = err
         assert last is not None
         raise last
@@ -276,7 +274,7 @@ class BrokerClient:
         if partition >= len(meta.partitions) or partition < 0:
             meta = self.metadata([topic])[topic]
             if not 0 <= partition < len(meta.partitions):
-                from sparklog.broker_lite.errors import UnknownTopicError
+                from sparklog.errors import UnknownTopicError
 
                 raise UnknownTopicError(
                     f"topic {topic!r} has no partition {partition}; accepted: 0-"
@@ -361,12 +359,12 @@ class BrokerClient:
         )
         descriptor = flight.FlightDescriptor.for_command(command)
 
-        maybe_applied: list[BrokerError] = []
+        maybe_applied: list[SparklogError] = []
 
         def attempt() -> ProduceResult:
             try:
                 return self._on(self._leader(topic, partition), call)
-            except BrokerError as err:
+            except SparklogError as err:
                 if not isinstance(err, _REFUSED_BEFORE_WRITE):
                     maybe_applied.append(err)  # a lost answer, a failed commit...
                 raise
@@ -383,7 +381,7 @@ class BrokerClient:
             finally:
                 writer.close()
             if buf is None:
-                raise BrokerUnavailableError("broker closed the produce stream without an answer")
+                raise BrokerNotAvailableError("broker closed the produce stream without an answer")
             appends = wire.decode_produce_reply(buf.to_pybytes())
             if not appends:
                 return ProduceResult(-1, 0)
@@ -396,7 +394,7 @@ class BrokerClient:
             return self._retrying(attempt)
         try:
             return self._retrying(attempt, idempotent=True)
-        except BrokerError as err:
+        except SparklogError as err:
             if not maybe_applied or not (err.retriable or isinstance(err, CommitStateUnknownError)):
                 raise
             # Out of time while an earlier attempt may have been committed: say so, never
