@@ -129,7 +129,7 @@ def sparklog_consume(address: str, topic: str, partitions: int, records: int) ->
     got = 0
     started = time.perf_counter()
     while got < records:
-        got += len(consumer.poll(timeout_ms=1000, max_records=100_000))
+        got += len(consumer.poll_records(timeout_ms=1000, max_records=100_000))
     rate = records / (time.perf_counter() - started)
     consumer.close(autocommit=False)
     return rate

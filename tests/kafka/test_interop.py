@@ -60,7 +60,7 @@ def sparklog_records(address: str, topic: str, count: int) -> list[tuple]:
     got: list[tuple] = []
 
     def more() -> bool:
-        for r in consumer.poll(timeout_ms=200):
+        for r in consumer.poll_records(timeout_ms=200):
             got.append(
                 (
                     r.partition,
@@ -194,7 +194,7 @@ def test_group_offsets_are_shared_and_described_with_lag(one_broker: Cluster) ->
     rest: list = []
     deadline = time.monotonic() + 60
     while len(rest) < 20 and time.monotonic() < deadline:
-        rest += resumed.poll(timeout_ms=200)
+        rest += resumed.poll_records(timeout_ms=200)
     resumed.close()
     assert [r.offset for r in rest] == list(range(10, 30))
 
