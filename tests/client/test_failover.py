@@ -13,7 +13,8 @@ from sparklog import Admin, Consumer, Producer, TopicPartition
 def test_producer_survives_leader_failover(two_brokers):
     address = two_brokers.address
     with Admin(address) as admin:
-        admin.create_topic("orders", partitions=4)
+        # leaders are per shard: one shard per partition spreads them over both brokers
+        admin.create_topic("orders", partitions=4, config={"commit.shards": 4})
         before = {p.partition: p.leader for p in admin.describe_topic("orders").partitions}
     assert {leader.split("@")[0] for leader in before.values()} == {"1", "2"}, before
     sent: list[tuple[str, str]] = []
