@@ -439,6 +439,14 @@ class NonEmptyGroupError(GroupError):
     canonical = True
 
 
+class GroupSubscribedToTopicError(GroupError):
+    """Offsets of a topic that active members of the group consume cannot be deleted."""
+
+    errno = 86
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
+    canonical = True
+
+
 # -- the Spark data source (format("sparklog")) ----------------------------------------------
 # Spark wraps these in its own exceptions, keeping the message; so every message names the
 # offending option, column or range and what is accepted.

@@ -201,13 +201,8 @@ def topics_alter(
     removed = list(delete_config or [])
     if not updates and not removed:
         raise ConfigError("nothing to alter; accepted: --config key=value, --delete-config key")
-    both = sorted(set(updates) & set(removed))
-    if both:
-        raise ConfigError(f"{both[0]!r} is both set and deleted; choose one")
     with st.admin() as admin:
-        if removed:
-            _delete_topic_config(admin, name, removed)
-        desc = admin.alter_topic_config(name, updates) if updates else admin.describe_topic(name)
+        desc = admin.alter_topic_config(name, updates, removed)
     if st.json:
         print_json(topic_doc(desc))
     else:
@@ -215,27 +210,6 @@ def topics_alter(
             f"{k} back to default ({desc.config.get(k, 'unset')})" for k in removed
         ]
         stdout.print(f"altered {name}: " + ", ".join(changes))
-
-
-def _delete_topic_config(admin: Any, name: str, keys: list[str]) -> None:
-    """Remove config keys: on a root through storage's ``remove``, else the broker's."""
-    backend = admin._backend
-    root = getattr(backend, "root", None)
-    if root is not None:
-        root.alter_topic_config(name, {}, remove=keys)
-        return
-    from sparklog.storage.config import TOPIC_CONFIG_KEYS
-
-    unknown = [k for k in keys if k not in TOPIC_CONFIG_KEYS]
-    if unknown:
-        raise ConfigError(
-            f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
-        )
-    raise ConfigError(
-        "--delete-config needs a storage root address (the broker protocol has no removal "
-        "yet); accepted: -a <root> topics alter --delete-config, or set the default value "
-        "with --config"
-    )
 
 
 @topics_app.command("add-partitions")
@@ -348,9 +322,11 @@ def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
         stdout.print(f"deleted group {group}")
 
 
+from sparklog.cli import delete_offsets as _delete_offsets  # noqa: E402
 from sparklog.cli import resets as _resets  # noqa: E402  (registers groups reset-offsets)
 
 _resets.register(groups_app)
+_delete_offsets.register(groups_app)
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -478,15 +454,18 @@ KAFKA_HINTS = {
     "--alter": "sparklog topics alter TOPIC --config K=V",
     "--replication-factor": "not needed: the storage root keeps the copies",
     "--reset-offsets": "sparklog groups reset-offsets GROUP --topic TOPIC --to-earliest",
+    "--delete-offsets": "sparklog groups delete-offsets GROUP --topic TOPIC",
     "--consumer-property": "use --storage-option K=V for storage, or the command's options",
 }
 
 
 def _hint(message: str) -> str:
-    for flag, hint in KAFKA_HINTS.items():
-        if f"No such option: {flag}" in message or f"no such option: {flag}" in message:
-            return f"{message} (sparklog form: {hint})"
-    return message
+    """A usage error about a Kafka tool's flag, with the sparklog form of that flag."""
+    import re
+
+    found = re.search(r"no such option: (--[\w-]+)", message, re.IGNORECASE)
+    hint = KAFKA_HINTS.get(found.group(1)) if found else None
+    return f"{message} (sparklog form: {hint})" if hint else message
 
 
 def _json_errors(argv: list[str]) -> bool:

@@ -29,6 +29,7 @@ COMMANDS = [
     ["groups", "describe"],
     ["groups", "reset-offsets"],
     ["groups", "delete"],
+    ["groups", "delete-offsets"],
     ["produce"],
     ["consume"],
     ["offsets"],
@@ -349,6 +350,7 @@ def test_reset_offsets_scopes_and_files(local, tmp_path):
         (["consume", "--topic", "t"], "consume TOPIC"),
         (["topics", "list", "--bootstrap-server", "h:1"], "-a HOST:PORT"),
         (["topics", "describe", "t", "--create"], "topics create"),
+        (["groups", "describe", "g", "--delete-offsets"], "groups delete-offsets"),
     ],
 )
 def test_kafka_flags_get_a_hint(local, args, hint):

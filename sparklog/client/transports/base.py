@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
+from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import JoinResult
 
 TP = tuple[str, int]
@@ -82,7 +83,9 @@ class Backend(Protocol):
         value_type: pa.DataType | None = None,
     ) -> None: ...
     def delete_topic(self, name: str) -> None: ...
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None: ...
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None: ...
     def add_partitions(self, name: str, total: int) -> None: ...
 
     # -- records ------------------------------------------------------------
@@ -128,6 +131,9 @@ class Backend(Protocol):
     def list_groups(self) -> list[str]: ...
     def describe_group(self, group: str) -> dict[str, Any]: ...
     def delete_group(self, group: str) -> None: ...
+    def delete_offsets(
+        self, group: str, partitions: Sequence[TP]
+    ) -> dict[TP, SparklogError | None]: ...
 
 
 class GroupCalls:
@@ -187,3 +193,8 @@ class GroupCalls:
 
     def delete_group(self, group: str) -> None:
         self._group_api.delete_group(group)
+
+    def delete_offsets(
+        self, group: str, partitions: Sequence[TP]
+    ) -> dict[TP, SparklogError | None]:
+        return dict(self._group_api.delete_offsets(group, list(partitions)))

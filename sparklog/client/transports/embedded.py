@@ -132,8 +132,10 @@ class EmbeddedBackend(GroupCalls):
         with self._lock:
             self._topics.pop(name, None)
 
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None:
-        self.root.alter_topic_config(name, dict(updates))
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None:
+        self.root.alter_topic_config(name, dict(updates), list(remove))
 
     def add_partitions(self, name: str, total: int) -> None:
         self.root.add_partitions(name, total)
