@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, quiet_exit, stdout
+from sparklog.cli.output import print_json, print_table, quiet_exit, say, stdout
 from sparklog.cli.parse import parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
@@ -155,7 +155,7 @@ def topics_create(
     if st.json:
         print_json(topic_doc(desc))
     else:
-        stdout.print(f"created topic {name} with {partitions} partitions")
+        say(f"created topic {name} with {partitions} partitions")
 
 
 def _print_names(names: list[str], as_json: bool) -> None:
@@ -164,7 +164,7 @@ def _print_names(names: list[str], as_json: bool) -> None:
         print_json(names)
         return
     for name in names:
-        stdout.print(name, highlight=False)
+        say(name)
 
 
 @topics_app.command("list")
@@ -209,7 +209,7 @@ def topics_alter(
         changes = [f"{k}={desc.config[k]}" for k in updates] + [
             f"{k} back to default ({desc.config.get(k, 'unset')})" for k in removed
         ]
-        stdout.print(f"altered {name}: " + ", ".join(changes))
+        say(f"altered {name}: " + ", ".join(changes))
 
 
 @topics_app.command("add-partitions")
@@ -227,7 +227,7 @@ def topics_add_partitions(
     if st.json:
         print_json(topic_doc(desc))
     else:
-        stdout.print(f"{name} now has {len(desc.partitions)} partitions")
+        say(f"{name} now has {len(desc.partitions)} partitions")
 
 
 @topics_app.command("delete")
@@ -239,7 +239,7 @@ def topics_delete(ctx: typer.Context, name: str = TOPIC) -> None:
     if st.json:
         print_json({"topic": name, "deleted": True})
     else:
-        stdout.print(f"deleted topic {name}")
+        say(f"deleted topic {name}")
 
 
 # -- groups -----------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
     if st.json:
         print_json({"group": group, "deleted": True})
     else:
-        stdout.print(f"deleted group {group}")
+        say(f"deleted group {group}")
 
 
 from sparklog.cli import delete_offsets as _delete_offsets  # noqa: E402
@@ -436,7 +436,7 @@ def demo(
     from sparklog.demo import DemoError, run_demo
 
     try:
-        run_demo(root, records, keep or root is not None, console=stdout)
+        run_demo(root, records, keep or root is not None, console=stdout.console)
     except DemoError as exc:
         raise ConfigError(f"demo failed: {exc}") from None
 

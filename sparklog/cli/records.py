@@ -180,7 +180,7 @@ def _progress(total_bytes: int) -> Any:
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
-        console=stderr,
+        console=stderr.console,
     )
     progress.start()
     progress.add_task("produce", total=total_bytes)

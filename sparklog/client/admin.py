@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from sparklog.client.config import client_settings
 from sparklog.client.transports import Backend, open_backend
@@ -24,6 +22,9 @@ from sparklog.client.types import (
 )
 from sparklog.errors import ConfigError, GroupError, SparklogError, UnknownTopicError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 #: kafka-python admin settings accepted and ignored (they tune its network layer).
 _IGNORED_KEYS = ("client_id", "request_timeout_ms", "api_version")
 
@@ -32,6 +33,8 @@ def _struct(value_type: pa.DataType | pa.Schema | None) -> pa.DataType | None:
     """A typed topic's value type: an Arrow struct (a schema is taken as its fields)."""
     if value_type is None:
         return None
+    import pyarrow as pa
+
     if isinstance(value_type, pa.Schema):
         return pa.struct(list(value_type))
     if isinstance(value_type, pa.DataType) and pa.types.is_struct(value_type):

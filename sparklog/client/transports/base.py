@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
 from sparklog.errors import SparklogError
-from sparklog.groups.coordinator import JoinResult
+
+if TYPE_CHECKING:  # annotations only: a metadata command imports neither
+    import pyarrow as pa
+
+    from sparklog.groups.coordinator import JoinResult
 
 TP = tuple[str, int]
 
