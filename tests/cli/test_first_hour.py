@@ -231,6 +231,19 @@ def test_consume_into_head_exits_quietly(local, tmp_path):
     assert "status=0" in proc.stdout and proc.stderr == "", proc.stderr
 
 
+def test_idle_follower_stops_when_head_exits(local, tmp_path):
+    """A follower with nothing more to read notices its reader left (no hang, exit 0)."""
+    local("produce", "t", "-p", "0", input="a\nb\nc\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
+    env.update(SPARKLOG_ADDRESS=str(tmp_path / "root"), PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        f"{sys.executable} -m sparklog.cli consume t --from-beginning | head -1; "
+        "echo status=${PIPESTATUS[0]}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.stdout.splitlines() == ["a", "status=0"] and proc.stderr == "", proc.stderr
+
+
 # -- 6. startup imports ----------------------------------------------------------------------
 #: what ``topics list`` on a local root must not load: Spark, pandas, the broker client,
 #: S3's transport, rich (plain lines need none), pydantic (typer 0.29 coerces every option
