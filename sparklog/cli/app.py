@@ -459,12 +459,29 @@ KAFKA_HINTS = {
 }
 
 
+#: the global options (they go before the command), with an example value
+GLOBAL_FLAGS = {
+    "-a": "HOST:PORT",
+    "--address": "HOST:PORT",
+    "-o": "json",
+    "--output": "json",
+    "-S": "K=V",
+    "--storage-option": "K=V",
+}
+
+
 def _hint(message: str) -> str:
     """A usage error about a Kafka tool's flag, with the sparklog form of that flag."""
     import re
 
-    found = re.search(r"no such option: (--[\w-]+)", message, re.IGNORECASE)
-    hint = KAFKA_HINTS.get(found.group(1)) if found else None
+    found = re.search(r"no such option: (--?[\w-]+)", message, re.IGNORECASE)
+    flag = found.group(1) if found else ""
+    if flag in GLOBAL_FLAGS:
+        return (
+            f"{message} ({flag} is a global option: put it before the command, as in "
+            f"sparklog {flag} {GLOBAL_FLAGS[flag]} consume TOPIC)"
+        )
+    hint = KAFKA_HINTS.get(flag)
     return f"{message} (sparklog form: {hint})" if hint else message
 
 

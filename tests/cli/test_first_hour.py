@@ -372,10 +372,11 @@ def test_reset_offsets_scopes_and_files(local, tmp_path):
         (["topics", "list", "--bootstrap-server", "h:1"], "-a HOST:PORT"),
         (["topics", "describe", "t", "--create"], "topics create"),
         (["groups", "describe", "g", "--delete-offsets"], "groups delete-offsets"),
+        (["consume", "t", "--address", "x"], "sparklog --address HOST:PORT consume"),
     ],
 )
 def test_kafka_flags_get_a_hint(local, args, hint):
-    _one_error_line(local(*args, ok=False), "sparklog form", hint)
+    _one_error_line(local(*args, ok=False), hint)
 
 
 def test_perf_commands(local):
