@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from sparklog.errors import InvalidConfigurationError, SparklogError
@@ -172,6 +172,22 @@ class Setting:
         return parse_value(
             spelled or self.name, raw, self.kind, source=source, label=label, error=error
         )
+
+
+def about(doc: str, kind: ValueKind = TEXT) -> dict[str, Any]:
+    """Dataclass field metadata declaring a setting: ``field(default=5, metadata=about(...))``."""
+    return {"doc": doc, "kind": kind}
+
+
+def settings_of(cls: Any) -> dict[str, Setting]:
+    """The settings a dataclass declares with :func:`about`, by field name, in order."""
+    out: dict[str, Setting] = {}
+    for f in fields(cls):
+        if "kind" not in f.metadata:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+        out[f.name] = Setting(f.name, default, f.metadata["doc"], f.metadata["kind"])
+    return out
 
 
 def parse_value(

@@ -21,6 +21,14 @@ from sparklog.settings import (
     integer,
 )
 
+#: Settings producers and consumers share.
+SHARED_OPTIONS = (
+    Setting("storage_options", None, "fsspec storage options (embedded mode)", ANYTHING),
+    Setting(
+        "retry_timeout_ms", 30_000, "broker mode: retry unreachable brokers this long", integer(1)
+    ),
+)
+
 PRODUCER_OPTIONS: dict[str, Setting] = {
     s.name: s
     for s in [
@@ -51,13 +59,7 @@ PRODUCER_OPTIONS: dict[str, Setting] = {
         Setting("max_block_ms", 60_000, "how long send() blocks on a full buffer", integer(0)),
         Setting("metadata_max_age_ms", 5000, "refresh partition counts this often", integer(0)),
         Setting("client_id", "sparklog-producer", "name in logs", TEXT),
-        Setting("storage_options", None, "fsspec storage options (embedded mode)", ANYTHING),
-        Setting(
-            "retry_timeout_ms",
-            30_000,
-            "broker mode: retry unreachable brokers this long",
-            integer(1),
-        ),
+        *SHARED_OPTIONS,
         Setting("key_serializer", None, "key -> bytes (called for non-null keys)", FUNCTION),
         Setting("value_serializer", None, "value -> bytes (called for non-null values)", FUNCTION),
     ]
@@ -97,13 +99,7 @@ CONSUMER_OPTIONS: dict[str, Setting] = {
             integer(0),
         ),
         Setting("client_id", "sparklog-consumer", "name in logs and member ids", TEXT),
-        Setting("storage_options", None, "fsspec storage options (embedded mode)", ANYTHING),
-        Setting(
-            "retry_timeout_ms",
-            30_000,
-            "broker mode: retry unreachable brokers this long",
-            integer(1),
-        ),
+        *SHARED_OPTIONS,
         Setting("key_deserializer", None, "bytes -> key (called for non-null keys)", FUNCTION),
         Setting(
             "value_deserializer", None, "bytes -> value (called for non-null values)", FUNCTION
