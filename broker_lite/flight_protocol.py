@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import InvalidRequestError, SparklogError, error_class
+from sparklog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:  # the coordinator imports the error shim, which imports this module
     from sparklog.groups.coordinator import JoinResult
@@ -269,7 +270,7 @@ def decode_join_result(raw: Mapping[str, Any]) -> JoinResult:
 
 
 def encode_partition_errors(
-    result: Mapping[tuple[str, int], SparklogError | None],
+    result: Mapping[TopicPartition, SparklogError | None],
 ) -> list[list[Any]]:
     """Per-partition outcomes (e.g. delete_offsets'): ``[topic, partition, None or error]``."""
     return [
@@ -278,10 +279,10 @@ def encode_partition_errors(
     ]
 
 
-def decode_partition_errors(raw: list[list[Any]]) -> dict[tuple[str, int], SparklogError | None]:
+def decode_partition_errors(raw: list[list[Any]]) -> dict[TopicPartition, SparklogError | None]:
     """What :func:`encode_partition_errors` carried."""
     return {
-        (str(topic), int(partition)): None if err is None else decode(str(err))
+        TopicPartition(str(topic), int(partition)): None if err is None else decode(str(err))
         for topic, partition, err in raw
     }
 

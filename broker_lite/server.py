@@ -51,6 +51,7 @@ from sparklog.errors import (
     UnknownServerError,
 )
 from sparklog.storage import LogRoot
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.server")
 #: most "request refused" log lines per second (the others are counted, not written)
@@ -156,9 +157,9 @@ class _CallDone(flight.ServerMiddleware):
         self.calls.give(1)
 
 
-def _tp_list(raw: Any) -> list[tuple[str, int]]:
+def _tp_list(raw: Any) -> list[TopicPartition]:
     try:
-        return [(str(t), int(p)) for t, p in raw]
+        return [TopicPartition(str(t), int(p)) for t, p in raw]
     except (TypeError, ValueError):
         raise InvalidRequestError(
             "partition list is not accepted; accepted: [[topic, partition], ...]"
@@ -213,7 +214,9 @@ class FlightBroker(flight.FlightServerBase):
             "describe_group": lambda group: groups.describe_group(group),
             "delete_group": lambda group: groups.delete_group(group),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
-                groups.delete_offsets(group, [(str(t), int(p)) for t, p in partitions])
+                groups.delete_offsets(
+                    group, [TopicPartition(str(t), int(p)) for t, p in partitions]
+                )
             ),
         }
         assert set(self.actions) == set(wire.ACTIONS), "every wire action has one handler"
@@ -321,7 +324,7 @@ class FlightBroker(flight.FlightServerBase):
         self, group: str, generation: int, member_id: str, offsets: list[Any], metadata: str
     ) -> None:
         try:
-            by_partition = {(str(t), int(p)): int(o) for t, p, o in offsets}
+            by_partition = {TopicPartition(str(t), int(p)): int(o) for t, p, o in offsets}
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: [[topic, partition, offset], ...]"

@@ -26,6 +26,7 @@ from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidC
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import now_ms
+from sparklog.topic_partition import TopicPartition
 
 GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -46,9 +47,6 @@ class CommittedOffset:
     metadata: str
     commit_ms: int
     topic_id: str = ""
-
-
-TopicPartitionKey = tuple[str, int]
 
 
 @dataclass
@@ -135,7 +133,7 @@ class GroupStore:
     def commit(
         self,
         group: str,
-        offsets: Mapping[TopicPartitionKey, int],
+        offsets: Mapping[TopicPartition, int],
         *,
         metadata: str = "",
         topic_ids: Mapping[str, str] | None = None,
@@ -200,10 +198,10 @@ class GroupStore:
     def delete_offsets(
         self,
         group: str,
-        partitions: Iterable[TopicPartitionKey],
+        partitions: Iterable[tuple[str, int]],
         *,
         generation: int | None = None,
-    ) -> list[TopicPartitionKey]:
+    ) -> list[TopicPartition]:
         """Drop the group's committed offsets of ``partitions`` (Kafka's OffsetDelete).
 
         One commit in the group's create-only log lists the dropped keys; the
@@ -214,9 +212,9 @@ class GroupStore:
         the partitions that had an offset (sorted); a group with none of them
         commits nothing.
         """
-        wanted = sorted({(str(t), int(p)) for t, p in partitions})
-        keys = {f"{topic}:{partition}": (topic, partition) for topic, partition in wanted}
-        dropped: list[TopicPartitionKey] = []
+        wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
+        keys = {f"{tp.topic}:{tp.partition}": tp for tp in wanted}
+        dropped: list[TopicPartition] = []
 
         def build(state: GroupLogState) -> Commit | None:
             if generation is not None and generation < state.generation:
@@ -242,14 +240,14 @@ class GroupStore:
         with lock:
             return log.refresh().generation
 
-    def fetch(self, group: str) -> dict[TopicPartitionKey, CommittedOffset]:
+    def fetch(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         log, lock = self.log(group)
         with lock:
             offsets = dict(log.refresh().offsets)
-        out = {}
+        out: dict[TopicPartition, CommittedOffset] = {}
         for key, entry in offsets.items():
             topic, _, partition = key.rpartition(":")
-            out[(topic, int(partition))] = CommittedOffset(
+            out[TopicPartition(topic, int(partition))] = CommittedOffset(
                 entry["offset"],
                 entry.get("metadata", ""),
                 entry.get("commit_ms", 0),

@@ -181,7 +181,7 @@ class Admin:
                 continue
             for part in described.partitions:
                 tp = TopicPartition(topic, part.partition)
-                found = committed.get((topic, part.partition))
+                found = committed.get(tp)
                 if found is None and tp not in owner:
                     continue
                 lag.append(
@@ -245,7 +245,7 @@ class Admin:
         for part in described.partitions:
             if wanted is not None and part.partition not in wanted:
                 continue
-            current = committed.get((topic, part.partition))
+            current = committed.get(TopicPartition(topic, part.partition))
             now = None if current is None else current.offset
             if to_earliest:
                 target = part.log_start_offset
@@ -279,7 +279,10 @@ class Admin:
                 group,
                 -1,
                 "",
-                {(r.topic, r.partition): OffsetAndMetadata(r.new, "reset") for r in plan},
+                {
+                    TopicPartition(r.topic, r.partition): OffsetAndMetadata(r.new, "reset")
+                    for r in plan
+                },
             )
         return plan
 
@@ -396,7 +399,9 @@ class Admin:
                 "consumers before altering offsets"
             )
         chosen = {
-            (str(k[0]), int(k[1])): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v)
+            TopicPartition(str(k[0]), int(k[1])): v
+            if isinstance(v, OffsetAndMetadata)
+            else OffsetAndMetadata(v)
             for k, v in offsets.items()
         }
         self._backend.commit_offsets(group_id, -1, "", chosen)
@@ -427,8 +432,8 @@ class Admin:
         GroupIdNotFoundError.  A partition without an offset is answered None.
         """
         wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
-        found = self._backend.delete_offsets(group_id, [(tp.topic, tp.partition) for tp in wanted])
-        return {tp: found.get((tp.topic, tp.partition)) for tp in wanted}
+        found = self._backend.delete_offsets(group_id, wanted)
+        return {tp: found.get(tp) for tp in wanted}
 
     def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
         names = self.list_topics() if topics is None else list(topics)

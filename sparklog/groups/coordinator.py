@@ -44,10 +44,11 @@ from sparklog.errors import (
     UnknownMemberError,
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
-from sparklog.groups.assignors import ASSIGNORS, TopicPartition
+from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
 from sparklog.storage.groups import validate_group_name
+from sparklog.topic_partition import TopicPartition
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -287,7 +288,7 @@ class GroupCoordinator:
         subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
         counts = self._partition_counts({t for ts in subscriptions.values() for t in ts})
         previous = {
-            m: [(str(t), int(p)) for t, p in tps]
+            m: [TopicPartition(str(t), int(p)) for t, p in tps]
             for m, tps in doc.get("previous_assignment", {}).items()
         }
         result = ASSIGNORS[doc["protocol"]](subscriptions, counts, previous)
@@ -537,7 +538,9 @@ class GroupCoordinator:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == STABLE:
                 self._touch(group, member_id)
-                mine = [(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])]
+                mine = [
+                    TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])
+                ]
                 raw = doc.get("opaque_assignment", {}).get(member_id)
                 return mine, base64.b64decode(raw) if raw is not None else None
             time.sleep(self.poll_ms / 1000)
@@ -580,7 +583,7 @@ class GroupCoordinator:
         members (a standalone consumer or the Spark source); stale generations are refused."""
         self._check_member_id(member_id)
         try:
-            clean = {(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
+            clean = {TopicPartition(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: {(topic, partition): offset}"
@@ -684,7 +687,7 @@ class GroupCoordinator:
         self._docs.pop(group, None)
 
     def delete_offsets(
-        self, group: str, partitions: Sequence[TopicPartition]
+        self, group: str, partitions: Sequence[tuple[str, int]]
     ) -> dict[TopicPartition, SparklogError | None]:
         """Drop committed offsets (Kafka's OffsetDelete); per partition, None or the refusal.
 
@@ -697,7 +700,7 @@ class GroupCoordinator:
         if group not in self.list_groups():
             raise GroupIdNotFoundError(f"unknown group {group!r}; no offsets deleted")
         try:
-            wanted = sorted({(str(t), int(p)) for t, p in partitions})
+            wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "partitions are not accepted; accepted: [(topic, partition), ...]"
@@ -710,7 +713,7 @@ class GroupCoordinator:
             result: dict[TopicPartition, SparklogError | None] = {}
             free = []
             for tp in wanted:
-                if tp[0] in subscribed:
+                if tp.topic in subscribed:
                     result[tp] = GroupSubscribedToTopicError(
                         f"group {group!r} has active members subscribed to topic {tp[0]!r}; "
                         "stop them (or let them unsubscribe) before deleting its offsets"
