@@ -12,12 +12,12 @@ A topic that no longer exists can still have its leftover offsets dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from sparklog.cli.output import print_json, print_table, stderr
-from sparklog.cli.resets import parse_topic_scope
+from sparklog.cli.resets import GROUP_ARGUMENT, TopicScopes, parse_topic_scope
 from sparklog.cli.state import state
 from sparklog.errors import (
     ConfigError,
@@ -81,13 +81,8 @@ def plan_deletion(admin: Any, group: str, scopes: dict[str, set[int] | None]) ->
 
 def delete_offsets(
     ctx: typer.Context,
-    group: str = typer.Argument(..., metavar="GROUP", help="Consumer group id"),
-    topic: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--topic", "-t", metavar="TOPIC[:P,P]", help="Topic (and partitions); repeatable"
-        ),
-    ] = None,
+    group: str = GROUP_ARGUMENT,
+    topic: TopicScopes = None,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Only print the offsets that would be deleted"
     ),
