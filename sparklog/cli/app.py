@@ -54,7 +54,7 @@ app = typer.Typer(
 topics_app = _typer("Create, list, describe, alter, delete topics.")
 groups_app = _typer("List, describe, reset, delete groups and their offsets.")
 broker_app = _typer("Run a broker.")
-perf_app = _typer("Producer and consumer performance tests (kafka-*-perf-test).")
+perf_app = _typer("Performance tests. As kafka-producer-perf-test, kafka-consumer-perf-test.")
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
 app.add_typer(broker_app, name="broker")
@@ -148,7 +148,7 @@ def topics_create(
         typer.Option("--config", "-c", metavar="K=V", help="Topic config key=value"),
     ] = None,
 ) -> None:
-    """Create a topic (and the storage root, if this is its first topic)."""
+    """Create a topic. The first topic of a root also creates the root."""
     st = state(ctx)
     with st.admin(create=True) as admin:
         desc = admin.create_topic(name, partitions, parse_pairs(config or [], "--config"))
@@ -177,7 +177,7 @@ def topics_list(ctx: typer.Context) -> None:
 
 @topics_app.command("describe")
 def topics_describe(ctx: typer.Context, name: str = TOPIC) -> None:
-    """Partitions (leader, log start, high watermark, size) and config of a topic."""
+    """Show a topic. Per partition: leader, log start, high watermark, size; and its config."""
     st = state(ctx)
     with st.admin() as admin:
         _print_topic(admin.describe_topic(name), st.json)
@@ -195,7 +195,7 @@ def topics_alter(
         typer.Option("--delete-config", metavar="KEY", help="Config to remove (back to default)"),
     ] = None,
 ) -> None:
-    """Change topic config: set keys with --config, remove them with --delete-config."""
+    """Change topic config. Set keys with --config, remove them with --delete-config."""
     st = state(ctx)
     updates = parse_pairs(config or [], "--config")
     removed = list(delete_config or [])
@@ -284,7 +284,7 @@ def group_doc(desc: GroupDescription) -> dict[str, Any]:
 
 @groups_app.command("describe")
 def groups_describe(ctx: typer.Context, group: str = GROUP) -> None:
-    """Per partition: committed offset, high watermark, lag, member."""
+    """Show a group. Per partition: committed offset, high watermark, lag, member."""
     st = state(ctx)
     with st.admin() as admin:
         desc = admin.describe_group(group)
@@ -311,7 +311,7 @@ def _require_group(admin: Any, group: str) -> None:
 
 @groups_app.command("delete")
 def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
-    """Delete a group with no active members (and its committed offsets)."""
+    """Delete a group and its offsets. Refused while it has active members."""
     st = state(ctx)
     with st.admin() as admin:
         _require_group(admin, group)
@@ -338,7 +338,7 @@ def offsets(
         "latest", "--time", metavar="TIME", help="earliest, latest or ISO 8601 time"
     ),
 ) -> None:
-    """Per partition: the earliest / latest offset, or the first at or after a time."""
+    """Show offsets. Per partition: earliest, latest, or the first at or after a time."""
     st = state(ctx)
     spec = parse_offset_spec(time_spec)
     with st.admin() as admin:
@@ -387,7 +387,7 @@ def broker_start(
         help='Kafka protocol address (port 0 = free port; "" disables)',
     ),
 ) -> None:
-    """Run a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
+    """Run a broker in the foreground. SIGTERM or Ctrl-C stops it gracefully."""
     if root is None:
         root = _root_of_address(ctx)
     if config is not None and not os.path.isfile(config):
@@ -432,7 +432,7 @@ def demo(
     ),
     keep: bool = typer.Option(False, "--keep", help="Keep the root to explore it afterwards"),
 ) -> None:
-    """Everything sparklog does, end to end: broker, producer, Spark streaming, reprocessing."""
+    """Run the demo. Broker, producer, Spark streaming, reprocessing, end to end."""
     from sparklog.demo import DemoError, run_demo
 
     try:

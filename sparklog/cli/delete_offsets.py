@@ -87,7 +87,7 @@ def delete_offsets(
         False, "--dry-run", help="Only print the offsets that would be deleted"
     ),
 ) -> None:
-    """Delete a group's committed offsets of some topics (refused while members consume them)."""
+    """Delete a group's offsets. Refused for topics its active members consume."""
     st = state(ctx)
     if not topic:
         raise ConfigError("choose the topics: --topic TOPIC[:P,P] (repeatable)")

@@ -90,7 +90,7 @@ def produce(
         help="none, lz4 or zstd (default: the broker's setting, or none)",
     ),
 ) -> None:
-    """Write one record per input line (stdin, or --file with a progress bar).
+    """Write one record per input line. From stdin, or --file (with a progress bar).
 
     With --file every line is checked before anything is written.  From stdin a
     malformed line stops the command, and the error says how many records before
@@ -283,7 +283,7 @@ def consume(
         "\t", "--separator", metavar="SEP", help="Key/value separator of key-value (tab)"
     ),
 ) -> None:
-    """Print records as they arrive; follows the topics until interrupted (or -e, idle, limit).
+    """Print records as they arrive. Follows the topics until interrupted (or -e, idle, limit).
 
     --output json (or --format json) prints one JSON object per record.
     """

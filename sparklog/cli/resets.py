@@ -183,7 +183,7 @@ def reset_offsets(
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply (default: only print the plan)"),
 ) -> None:
-    """Plan new committed offsets; change them only with --execute.
+    """Plan new committed offsets. They change only with --execute.
 
     Out-of-range targets are clamped to [log start, high watermark], with a
     warning naming each clamped partition.

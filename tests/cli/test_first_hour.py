@@ -65,6 +65,9 @@ def test_every_help_works_without_an_address(command, tmp_path):
     assert "Usage" in result.out and result.err == ""
     # 5. no type-name noise in help
     assert "<str>" not in result.out and "<bool>" not in result.out
+    # command summaries are whole sentences, not cut with "..."
+    cut = [line for line in result.out.splitlines() if line.endswith("...")]
+    assert [line for line in cut if not line.startswith("Usage:")] == []
     assert list(tmp_path.iterdir()) == []
 
 
