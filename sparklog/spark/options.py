@@ -26,7 +26,7 @@ from typing import Any
 
 from sparklog.client.address import set_storage_option
 from sparklog.errors import SparkOptionError
-from sparklog.settings import BOOLEAN, integer, parse_value, refusal
+from sparklog.settings import choice, integer, parse_value, refusal
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,9 @@ class SinkOptions:
     txn_version: int | None = None
 
 
+SPARK_BOOLEAN = choice("true", "false", fold_case=True)
+
+
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
@@ -265,7 +268,9 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raw = opts.get(name.lower())
     if raw is None:
         return default
-    return bool(parse_value(name, raw, BOOLEAN, label="option", error=SparkOptionError))
+    # Spark's own options take only true/false (any case)
+    value = parse_value(name, raw, SPARK_BOOLEAN, label="option", error=SparkOptionError)
+    return bool(value == "true")
 
 
 def parse_duration_ms(name: str, raw: str) -> int:

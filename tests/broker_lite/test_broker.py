@@ -241,7 +241,7 @@ def test_sigterm_flushes_and_releases_lease(file_root, cluster_on):
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
-        ([], {"SPARKLOG_LINGER_MS": "soon"}, "'linger_ms' = 'soon'"),
+        ([], {"SPARKLOG_LINGER_MS": "soon"}, "config key 'linger_ms'='soon'"),
         (["--listen", "127.0.0.1:99999"], {}, "'listen'"),
         (["--config", "/nonexistent/broker.toml"], {}, "does not exist"),
     ],
