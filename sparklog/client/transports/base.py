@@ -141,6 +141,43 @@ class Backend(Protocol):
     ) -> dict[TopicPartition, SparklogError | None]: ...
 
 
+class TopicCalls:
+    """The topic admin calls both backends forward to a root-shaped object.
+
+    ``_topic_api`` is a ``LogRoot`` (embedded mode) or a ``BrokerClient`` (broker
+    mode): both take the same arguments. After a change the backend forgets what it
+    cached about the topic (``_forget_topic``), so the next call reads it afresh.
+    """
+
+    _topic_api: Any
+
+    def _forget_topic(self, name: str) -> None:
+        raise NotImplementedError
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, Any],
+        value_type: pa.DataType | None = None,
+    ) -> None:
+        self._topic_api.create_topic(name, partitions, dict(config), value_type)
+
+    def delete_topic(self, name: str) -> None:
+        self._topic_api.delete_topic(name)
+        self._forget_topic(name)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None:
+        self._topic_api.alter_topic_config(name, dict(updates), list(remove))
+        self._forget_topic(name)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self._topic_api.add_partitions(name, total)
+        self._forget_topic(name)
+
+
 class GroupCalls:
     """The group calls both backends forward unchanged to a coordinator-shaped object.
 

@@ -23,6 +23,7 @@ from sparklog.client.transports.base import (
     GroupCalls,
     ProduceResult,
     ProducerIdentity,
+    TopicCalls,
     TopicLayout,
     TopicPartition,
 )
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 LONG_POLL_INTERVAL_S = 0.02
 
 
-class EmbeddedBackend(GroupCalls):
+class EmbeddedBackend(TopicCalls, GroupCalls):
     """Producer/consumer/admin calls against a storage root (``open_root(url)``)."""
 
     def __init__(
@@ -52,6 +53,7 @@ class EmbeddedBackend(GroupCalls):
         # Read-only users (consumers, metadata commands) pass create=False: a missing
         # root is an error, never a folder or bucket made by a typo.
         self.root: LogRoot = open_root(url, storage_options, create=create)
+        self._topic_api = self.root
         self._topics: dict[str, Topic] = {}
         self._locks: dict[TopicPartition, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -133,28 +135,9 @@ class EmbeddedBackend(GroupCalls):
         topic = self._topic(name, refresh=True)
         return TopicLayout.of(topic.partitions, topic.info.effective_config)
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, Any],
-        value_type: pa.DataType | None = None,
-    ) -> None:
-        self.root.create_topic(name, partitions, dict(config), value_type)
-
-    def delete_topic(self, name: str) -> None:
-        self.root.delete_topic(name)
+    def _forget_topic(self, name: str) -> None:
         with self._lock:
             self._topics.pop(name, None)
-
-    def alter_topic_config(
-        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
-    ) -> None:
-        self.root.alter_topic_config(name, dict(updates), list(remove))
-
-    def add_partitions(self, name: str, total: int) -> None:
-        self.root.add_partitions(name, total)
-        self._topic(name, refresh=True)
 
     # -- records -----------------------------------------------------------------
     def init_producer_id(self) -> tuple[int, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pyarrow as pa
 
@@ -20,6 +19,7 @@ from sparklog.client.transports.base import (
     GroupCalls,
     ProduceResult,
     ProducerIdentity,
+    TopicCalls,
     TopicLayout,
     TopicPartition,
 )
@@ -31,13 +31,13 @@ from sparklog.storage.records import normalize, record_schema
 METADATA_TTL_S = 5.0
 
 
-class BrokerBackend(GroupCalls):
+class BrokerBackend(TopicCalls, GroupCalls):
     """Producer/consumer/admin calls through brokers at ``host:port[,host:port]``."""
 
     def __init__(self, bootstrap: str, *, retry_timeout_ms: int = 30_000) -> None:
         self.address = f"sparklog://{bootstrap}"
         self.client = BrokerClient(bootstrap, retry_timeout_ms=retry_timeout_ms)
-        self._group_api = self.client
+        self._group_api = self._topic_api = self.client
         self._pool: ThreadPoolExecutor | None = None
         self._meta: dict[str, tuple[TopicMetadata, float]] = {}
 
@@ -84,27 +84,7 @@ class BrokerBackend(GroupCalls):
         meta = self._metadata(name, fresh=True)
         return TopicLayout.of(len(meta.partitions), effective_config(meta.config))
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, Any],
-        value_type: pa.DataType | None = None,
-    ) -> None:
-        self.client.create_topic(name, partitions, dict(config), value_type)
-
-    def delete_topic(self, name: str) -> None:
-        self.client.delete_topic(name)
-        self._meta.pop(name, None)
-
-    def alter_topic_config(
-        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
-    ) -> None:
-        self.client.alter_topic_config(name, dict(updates), list(remove))
-        self._meta.pop(name, None)
-
-    def add_partitions(self, name: str, total: int) -> None:
-        self.client.add_partitions(name, total)
+    def _forget_topic(self, name: str) -> None:
         self._meta.pop(name, None)
 
     # -- records -----------------------------------------------------------------
