@@ -137,9 +137,7 @@ def sparklog_consume(address: str, topic: str, partitions: int, records: int) ->
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[float, float]:
     """p50, p99 (ms) of produce-to-consume latency at ``rate`` records/s."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "latency", "fetch.wait.max.ms": 100}
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "latency"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     samples: list[float] = []
     total = int(rate * seconds)
@@ -147,10 +145,10 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[floa
 
     def read() -> None:
         while len(samples) < total and not done.is_set():
-            for m in consumer.consume(1000, 0.1):
-                if m.error() is None:
-                    (sent,) = struct.unpack(">d", m.value()[:8])
-                    samples.append((time.time() - sent) * 1000)
+            m = consumer.poll(0.1)
+            if m is not None and m.error() is None:
+                (sent,) = struct.unpack(">d", m.value()[:8])
+                samples.append((time.time() - sent) * 1000)
 
     reader = threading.Thread(target=read)
     reader.start()

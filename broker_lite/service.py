@@ -616,11 +616,15 @@ class Broker:
                     r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
                 continue
             by_shard.setdefault(topic.info.shard_of(run.partition), []).append(run)
-        futures = [
-            self._pool.submit(self._commit_shard, topic, shard_runs, staged)
-            for shard_runs in by_shard.values()
-        ]
-        wait(futures)
+        if len(by_shard) == 1:  # one shard: commit on this thread, no hand-off
+            for shard_runs in by_shard.values():
+                self._commit_shard(topic, shard_runs, staged)
+        else:
+            futures = [
+                self._pool.submit(self._commit_shard, topic, shard_runs, staged)
+                for shard_runs in by_shard.values()
+            ]
+            wait(futures)
         self.metrics.flush_seconds.observe(time.perf_counter() - started)
 
     def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:

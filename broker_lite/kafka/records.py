@@ -174,9 +174,7 @@ def decode_batch(view: memoryview) -> DecodedBatch:
 
 def _decode_records(
     batch: bytes | memoryview,
-) -> tuple[
-    list[bytes | None], list[bytes | None], list[int], dict[int, list[dict[str, object]]]
-]:
+) -> tuple[list[bytes | None], list[bytes | None], list[int], dict[int, list[dict[str, object]]]]:
     """keys, values, timestamps and headers (by row, only rows that have some) of an
     uncompressed batch, read by aiokafka's compiled record reader (a LogAppendTime
     batch gives every record its max timestamp, as Kafka's readers do)."""
@@ -262,3 +260,13 @@ def encode_batch(
     struct.pack_into(">q", out, 0, base_offset)
     struct.pack_into(">i", out, 12, leader_epoch)
     return bytes(out)
+
+
+def warm_up() -> None:
+    """Decode and encode one small batch, so the first client request does not pay
+    for the imports that pyarrow does lazily on its first conversion from Python
+    objects (it loads pandas, about half a second)."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 0x7FFFFFFF)
+    builder.append(0, 0, b"k", b"v", [("h", b"v")])
+    decoded = decode_batch(memoryview(bytes(builder.build())))
+    encode_batch(decoded.records.append_column("offset", pa.array([0], pa.int64())))

@@ -89,6 +89,8 @@ class KafkaListener:
         self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
+        #: Set once the record codec's lazy imports are done (see records.warm_up).
+        self.warmed = threading.Event()
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -102,8 +104,17 @@ class KafkaListener:
         return int(self.advertised.rpartition(":")[2])
 
     def start(self) -> None:
+        threading.Thread(target=self._warm_up, name="kafka-warm-up", daemon=True).start()
         self._thread = threading.Thread(target=self._accept_loop, name="kafka-accept", daemon=True)
         self._thread.start()
+
+    def _warm_up(self) -> None:
+        from sparklog.broker_lite.kafka.records import warm_up
+
+        try:
+            warm_up()
+        finally:
+            self.warmed.set()
 
     def close(self) -> None:
         self._stopping.set()
