@@ -77,7 +77,8 @@ def _read(
         )
     info = broker.topic(topic).info
     log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
-    out = bytearray()
+    out: list[bytes] = []
+    size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -93,10 +94,11 @@ def _read(
         if encoded is None:
             encoded = encode_batch(batch, log_append)
             ENCODED.put(key, encoded)
-        out += encoded
-        if len(out) >= max_bytes:
+        out.append(encoded)
+        size += len(encoded)
+        if size >= max_bytes:
             break
-    return 0, hwm, lso, bytes(out)
+    return 0, hwm, lso, out[0] if len(out) == 1 else b"".join(out)
 
 
 def handle_fetch(ctx: Any, request: Any) -> Any:

@@ -16,6 +16,7 @@ import gzip
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import cramjam
 import numpy as np
@@ -152,9 +153,9 @@ def decode_batch(view: memoryview) -> DecodedBatch:
         raise CorruptMessageError(f"record batch claims {count} records, holds {len(keys)}")
     records = pa.record_batch(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
+            _binary_column(keys),
+            _binary_column(values),
+            pa.array(np.fromiter(stamps, np.int64, count)).cast(TIMESTAMP_TYPE),
             _headers_column(headers, count),
         ],
         names=["key", "value", "timestamp", "headers"],
@@ -201,6 +202,27 @@ def _decode_records(
     except (ValueError, IndexError, AssertionError) as exc:
         raise CorruptMessageError(f"record batch does not parse: {exc}") from None
     return keys, values, stamps, headers
+
+
+def _binary_column(items: list[bytes | None]) -> pa.Array:
+    """A binary column from bytes objects: one join and one cumulative sum.
+
+    ``pa.array`` grows its data buffer by doubling while it appends; in the
+    broker, with fresh memory for every request, that reallocating was the
+    largest single cost of a produce.  A column with nulls takes ``pa.array``.
+    """
+    if not items or items[0] is None:
+        return pa.array(items, pa.binary())
+    present = cast(list[bytes], items)
+    offsets = np.zeros(len(present) + 1, dtype=np.int32)
+    try:
+        np.cumsum(np.fromiter(map(len, present), np.int32, len(present)), out=offsets[1:])
+    except TypeError:  # len(None): a null further on
+        return pa.array(items, pa.binary())
+    data = b"".join(present)
+    return pa.Array.from_buffers(
+        pa.binary(), len(items), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def _headers_column(headers: dict[int, list[dict[str, object]]], count: int) -> pa.Array:
