@@ -9,6 +9,7 @@ answer's session id is 0, so clients send full fetch requests.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -57,6 +58,24 @@ class EncodedCache:
 
 
 ENCODED = EncodedCache(ENCODED_CACHE_BYTES)
+
+
+def remember_produced(
+    topic_id: Any, partition: int, base_offset: int, count: int, batch: memoryview
+) -> None:
+    """Keep a producer's v2 batch, now committed at ``base_offset``, for the fetches
+    of those records: a consumer at the tail then gets the producer's bytes (codec
+    kept, as Kafka serves them) instead of a re-encoding of the Arrow records.
+
+    Only the base offset and the partition leader epoch change; both are outside
+    the CRC.  The key is the one :func:`_read` looks up for the committed Arrow
+    batch of those records (CreateTime only: LogAppendTime stamps are the broker's).
+    """
+    stored = bytearray(batch)
+    struct.pack_into(">q", stored, 0, base_offset)
+    struct.pack_into(">i", stored, 12, 0)
+    key = (topic_id, partition, base_offset, base_offset + count - 1, count, False)
+    ENCODED.put(key, bytes(stored))
 
 
 def _read(

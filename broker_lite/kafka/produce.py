@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.records import decode_batch, split_batches
 from sparklog.errors import (
@@ -67,7 +68,19 @@ def _produce_partition(
             "base_sequence": first.base_sequence,
         }
     outcomes = broker.produce(topic, [(partition, table)], acks=acks, **kwargs)
-    return int(outcomes[0].base_offset), append_ms
+    outcome = outcomes[0]
+    if (
+        len(views) == 1
+        and append_ms < 0
+        and outcome.base_offset >= 0
+        and not outcome.duplicate
+        and first.count
+        and pa.types.is_binary(topic_obj.info.record_schema.field("value").type)
+    ):
+        remember_produced(
+            topic_obj.info.topic_id, partition, int(outcome.base_offset), first.count, views[0]
+        )
+    return int(outcome.base_offset), append_ms
 
 
 def _idempotent(request: Any) -> bool:
