@@ -1,7 +1,10 @@
 """Fetch: long-poll (max wait, min bytes), per-partition and response byte limits.
 
 Records come from ``Broker.fetch`` (the tail cache or the root) as Arrow and
-are encoded as uncompressed v2 batches.  There are no transactions, so
+are encoded as uncompressed v2 batches, except at the tail, where a producer's
+own batch is served as it came (see :func:`remember_produced`).  A fetch of one
+partition long-polls it; a fetch of several waits for the broker's next commit
+(``Broker.wait_for_commit``) and reads them all again.  There are no transactions, so
 read_committed and read_uncommitted see the same records (the last stable
 offset is the high watermark).  Fetch sessions (KIP-227) are not kept: the
 answer's session id is 0, so clients send full fetch requests.
@@ -21,8 +24,6 @@ from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.records import encode_batch
 from sparklog.errors import SparklogError
 
-#: Slice of the wait spent on each partition when several are polled.
-POLL_SLICE_MS = 10
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
 
@@ -136,6 +137,7 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
     deadline = time.monotonic() + max_wait_ms / 1000
     results: dict[tuple[str, int], tuple[int, int, int, bytes]] = {}
     while True:
+        commits_seen = broker.commits
         total = 0
         for topic, partition, offset, part_max in wanted:
             budget = min(part_max, max(max_total - total, 0))
@@ -156,9 +158,10 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
                 broker, topic, partition, offset, min(part_max, max_total), remaining_ms
             )
             break
-        slice_ms = min(remaining_ms, POLL_SLICE_MS)
-        topic, partition, offset, part_max = wanted[0]
-        _read(broker, topic, partition, offset, 1, slice_ms)
+        # several partitions: wake on this broker's next commit; read them all again
+        # at least every fetch_refresh_ms, for commits by other writers of the root
+        refresh_ms = broker.config.fetch_refresh_ms
+        broker.wait_for_commit(commits_seen, min(remaining_ms, refresh_ms) / 1000)
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, _offset, _max in wanted:
         error, hwm, lso, records = results[(topic, partition)]
