@@ -163,6 +163,9 @@ class Broker:
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
         self._pool = commit_pool(8)
+        #: commits made by this broker so far, for waits on several partitions at once
+        self.commits = 0
+        self._committed = threading.Condition()
         self._stopping = threading.Event()
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -221,6 +224,8 @@ class Broker:
         for st in list(self._partitions.values()):
             with st.changed:
                 st.changed.notify_all()
+        with self._committed:
+            self._committed.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
         if self.cluster is not None:
@@ -619,11 +624,15 @@ class Broker:
                     r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
                 continue
             by_shard.setdefault(topic.info.shard_of(run.partition), []).append(run)
-        futures = [
-            self._pool.submit(self._commit_shard, topic, shard_runs, staged)
-            for shard_runs in by_shard.values()
-        ]
-        wait(futures)
+        if len(by_shard) == 1:  # one shard: commit on this thread, no hand-off
+            for shard_runs in by_shard.values():
+                self._commit_shard(topic, shard_runs, staged)
+        else:
+            futures = [
+                self._pool.submit(self._commit_shard, topic, shard_runs, staged)
+                for shard_runs in by_shard.values()
+            ]
+            wait(futures)
         self.metrics.flush_seconds.observe(time.perf_counter() - started)
 
     def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:
@@ -653,6 +662,18 @@ class Broker:
                 )
                 with st.changed:
                     st.changed.notify_all()
+        with self._committed:
+            self.commits += 1
+            self._committed.notify_all()
+
+    def wait_for_commit(self, seen: int, timeout_s: float) -> None:
+        """Wait until this broker commits anything after ``seen`` (a value of
+        ``commits``), at most ``timeout_s``: a fetch long-polling several partitions
+        wakes on the first commit instead of polling them."""
+        with self._committed:
+            self._committed.wait_for(
+                lambda: self.commits != seen or self._stopping.is_set(), timeout_s
+            )
 
     def _append_as_leader(
         self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]

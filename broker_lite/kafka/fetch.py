@@ -1,7 +1,10 @@
 """Fetch: long-poll (max wait, min bytes), per-partition and response byte limits.
 
 Records come from ``Broker.fetch`` (the tail cache or the root) as Arrow and
-are encoded as uncompressed v2 batches.  There are no transactions, so
+are encoded as uncompressed v2 batches, except at the tail, where a producer's
+own batch is served as it came (see :func:`remember_produced`).  A fetch of one
+partition long-polls it; a fetch of several waits for the broker's next commit
+(``Broker.wait_for_commit``) and reads them all again.  There are no transactions, so
 read_committed and read_uncommitted see the same records (the last stable
 offset is the high watermark).  Fetch sessions (KIP-227) are not kept: the
 answer's session id is 0, so clients send full fetch requests.
@@ -9,6 +12,7 @@ answer's session id is 0, so clients send full fetch requests.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -20,8 +24,6 @@ from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.records import encode_batch
 from sparklog.errors import SparklogError
 
-#: Slice of the wait spent on each partition when several are polled.
-POLL_SLICE_MS = 10
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
 
@@ -59,6 +61,24 @@ class EncodedCache:
 ENCODED = EncodedCache(ENCODED_CACHE_BYTES)
 
 
+def remember_produced(
+    topic_id: Any, partition: int, base_offset: int, count: int, batch: memoryview
+) -> None:
+    """Keep a producer's v2 batch, now committed at ``base_offset``, for the fetches
+    of those records: a consumer at the tail then gets the producer's bytes (codec
+    kept, as Kafka serves them) instead of a re-encoding of the Arrow records.
+
+    Only the base offset and the partition leader epoch change; both are outside
+    the CRC.  The key is the one :func:`_read` looks up for the committed Arrow
+    batch of those records (CreateTime only: LogAppendTime stamps are the broker's).
+    """
+    stored = bytearray(batch)
+    struct.pack_into(">q", stored, 0, base_offset)
+    struct.pack_into(">i", stored, 12, 0)
+    key = (topic_id, partition, base_offset, base_offset + count - 1, count, False)
+    ENCODED.put(key, bytes(stored))
+
+
 def _read(
     broker: Any, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
 ) -> tuple[int, int, int, bytes]:
@@ -77,7 +97,8 @@ def _read(
         )
     info = broker.topic(topic).info
     log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
-    out = bytearray()
+    out: list[bytes] = []
+    size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -93,10 +114,11 @@ def _read(
         if encoded is None:
             encoded = encode_batch(batch, log_append)
             ENCODED.put(key, encoded)
-        out += encoded
-        if len(out) >= max_bytes:
+        out.append(encoded)
+        size += len(encoded)
+        if size >= max_bytes:
             break
-    return 0, hwm, lso, bytes(out)
+    return 0, hwm, lso, out[0] if len(out) == 1 else b"".join(out)
 
 
 def handle_fetch(ctx: Any, request: Any) -> Any:
@@ -115,6 +137,7 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
     deadline = time.monotonic() + max_wait_ms / 1000
     results: dict[tuple[str, int], tuple[int, int, int, bytes]] = {}
     while True:
+        commits_seen = broker.commits
         total = 0
         for topic, partition, offset, part_max in wanted:
             budget = min(part_max, max(max_total - total, 0))
@@ -135,9 +158,10 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
                 broker, topic, partition, offset, min(part_max, max_total), remaining_ms
             )
             break
-        slice_ms = min(remaining_ms, POLL_SLICE_MS)
-        topic, partition, offset, part_max = wanted[0]
-        _read(broker, topic, partition, offset, 1, slice_ms)
+        # several partitions: wake on this broker's next commit; read them all again
+        # at least every fetch_refresh_ms, for commits by other writers of the root
+        refresh_ms = broker.config.fetch_refresh_ms
+        broker.wait_for_commit(commits_seen, min(remaining_ms, refresh_ms) / 1000)
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, _offset, _max in wanted:
         error, hwm, lso, records = results[(topic, partition)]

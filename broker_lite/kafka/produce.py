@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.records import decode_batch, split_batches
 from sparklog.errors import (
@@ -67,7 +68,19 @@ def _produce_partition(
             "base_sequence": first.base_sequence,
         }
     outcomes = broker.produce(topic, [(partition, table)], acks=acks, **kwargs)
-    return int(outcomes[0].base_offset), append_ms
+    outcome = outcomes[0]
+    if (
+        len(views) == 1
+        and append_ms < 0
+        and outcome.base_offset >= 0
+        and not outcome.duplicate
+        and first.count
+        and pa.types.is_binary(topic_obj.info.record_schema.field("value").type)
+    ):
+        remember_produced(
+            topic_obj.info.topic_id, partition, int(outcome.base_offset), first.count, views[0]
+        )
+    return int(outcome.base_offset), append_ms
 
 
 def _idempotent(request: Any) -> bool:
@@ -89,6 +102,9 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
     jobs: list[tuple[str, int, Future[tuple[int, int]] | BaseException]] = []
+    # one partition (the common case at low rates) is produced on this thread: a
+    # hand-off to the pool would only add a thread wake-up to the latency
+    inline = sum(len(t.partition_data) for t in request.topic_data) == 1
     for topic_data in request.topic_data:
         for pdata in topic_data.partition_data:
             if acks is None:
@@ -100,20 +116,22 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     )
                 )
                 continue
-            jobs.append(
-                (
-                    topic_data.name,
-                    pdata.index,
-                    ctx.listener.pool.submit(
-                        _produce_partition,
-                        broker,
+            args = (broker, topic_data.name, pdata.index, pdata.records, acks)
+            if not inline:
+                jobs.append(
+                    (
                         topic_data.name,
                         pdata.index,
-                        pdata.records,
-                        acks,
-                    ),
+                        ctx.listener.pool.submit(_produce_partition, *args),
+                    )
                 )
-            )
+                continue
+            done: Future[tuple[int, int]] = Future()
+            try:
+                done.set_result(_produce_partition(*args))
+            except Exception as exc:  # answered below, as a pool job's error would be
+                done.set_exception(exc)
+            jobs.append((topic_data.name, pdata.index, done))
     results: dict[str, list[Any]] = {}
     for topic, partition, job in jobs:
         base_offset, append_ms, error, message = -1, -1, 0, None

@@ -16,14 +16,18 @@ import gzip
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import cramjam
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from crc32c import crc32c
 
 from sparklog.errors import (
     CorruptMessageError,
-    MessageSizeTooLargeError,
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
@@ -53,54 +57,6 @@ class DecodedBatch:
     log_append_time: bool
     transactional: bool
     control: bool
-
-
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Zig-zag varint (Kafka's signed varint/varlong) at ``pos``: (value, next pos)."""
-    shift = 0
-    raw = 0
-    while True:
-        try:
-            byte = buf[pos]
-        except IndexError:
-            raise CorruptMessageError("record ends inside a varint") from None
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptMessageError("varint longer than 10 bytes")
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    raw = (value << 1) ^ (value >> 63)
-    raw &= 0xFFFFFFFFFFFFFFFF
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    _write_varint(out, value)
-    return bytes(out)
-
-
-#: Zig-zag varints of small values, precomputed for the encoder's hot loop.
-_SMALL_VARINTS = {v: _varint_bytes(v) for v in range(-1, 1 << 14)}
-
-
-def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
-    if length < 0:
-        return None, pos
-    end = pos + length
-    if end > len(buf):
-        raise CorruptMessageError("record field runs past the end of the batch")
-    return bytes(buf[pos:end]), end
 
 
 def _decompress(codec: int, data: bytes) -> bytes:
@@ -149,8 +105,13 @@ def split_batches(data: bytes | memoryview) -> Iterator[memoryview]:
         pos = end
 
 
-def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> DecodedBatch:
-    """One v2 batch (from :func:`split_batches`) as Arrow records; the CRC is checked."""
+def decode_batch(view: memoryview) -> DecodedBatch:
+    """One v2 batch (from :func:`split_batches`) as Arrow records; the CRC is checked.
+
+    The header is checked here (CRC32C, record count, codec, last offset delta);
+    a compressed body is decompressed here too (so codec errors name the codec),
+    then aiokafka's compiled reader walks the records.
+    """
     (
         _base_offset,
         _length,
@@ -159,8 +120,8 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
         crc,
         attributes,
         last_offset_delta,
-        base_ts,
-        max_ts,
+        _base_ts,
+        _max_ts,
         producer_id,
         producer_epoch,
         base_sequence,
@@ -170,28 +131,32 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
         raise CorruptMessageError("record batch CRC32C does not match its contents")
     if count < 0 or count > len(view):
         raise CorruptMessageError(f"record batch claims {count} records")
+    if count and last_offset_delta != count - 1:
+        raise CorruptMessageError(
+            f"record batch last offset delta {last_offset_delta} does not match {count} records"
+        )
     codec = attributes & 0x07
     if codec not in CODECS:
         raise UnsupportedCompressionTypeError(
             f"compression codec {codec} is not accepted; accepted: 0-4 (none, gzip, snappy, "
             "lz4, zstd)"
         )
-    body: bytes | memoryview = view[HEADER_BYTES:]
     if codec:
-        body = _decompress(codec, bytes(body))
-    keys, values, stamps, headers = _decode_records(bytes(body), count, max_record_bytes)
-    stamps = [base_ts + delta for delta in stamps]
-    if count and last_offset_delta != count - 1:
-        raise CorruptMessageError(
-            f"record batch last offset delta {last_offset_delta} does not match {count} records"
-        )
-    del max_ts
+        body = _decompress(codec, bytes(view[HEADER_BYTES:]))
+        head = bytearray(view[:HEADER_BYTES])
+        struct.pack_into(">i", head, 8, HEADER_BYTES - 12 + len(body))
+        struct.pack_into(">h", head, 21, attributes & ~0x07)
+        keys, values, stamps, headers = _decode_records(bytes(head) + body)
+    else:
+        keys, values, stamps, headers = _decode_records(view)
+    if len(keys) != count:
+        raise CorruptMessageError(f"record batch claims {count} records, holds {len(keys)}")
     records = pa.record_batch(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
-            pa.array(headers, HEADER_TYPE),
+            _binary_column(keys),
+            _binary_column(values),
+            pa.array(np.fromiter(stamps, np.int64, count)).cast(TIMESTAMP_TYPE),
+            _headers_column(headers, count),
         ],
         names=["key", "value", "timestamp", "headers"],
     )
@@ -209,103 +174,66 @@ def decode_batch(view: memoryview, max_record_bytes: int | None = None) -> Decod
 
 
 def _decode_records(
-    body: bytes, count: int, max_record_bytes: int | None
-) -> tuple[list[bytes | None], list[bytes | None], list[int], list[list[dict[str, object]]]]:
-    """keys, values, timestamp deltas and headers of ``count`` records (hot loop).
-
-    Varints are zig-zag; the common one-byte case is decoded inline.
-    """
+    batch: bytes | memoryview,
+) -> tuple[list[bytes | None], list[bytes | None], list[int], dict[int, list[dict[str, object]]]]:
+    """keys, values, timestamps and headers (by row, only rows that have some) of an
+    uncompressed batch, read by aiokafka's compiled record reader (a LogAppendTime
+    batch gives every record its max timestamp, as Kafka's readers do)."""
+    reader = DefaultRecordBatch(batch)
+    # the reader refuses to iterate before its own CRC check; the header's CRC was
+    # checked by the caller over the bytes it received
+    reader.validate_crc()
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
-    deltas: list[int] = []
-    headers: list[list[dict[str, object]]] = []
-    size = len(body)
-    pos = 0
-    read = _read_varint
+    stamps: list[int] = []
+    headers: dict[int, list[dict[str, object]]] = {}
+    add_key, add_value, add_stamp = keys.append, values.append, stamps.append
     try:
-        for _ in range(count):
-            b = body[pos]
-            if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
-            else:
-                length, pos = read(body, pos)
-            end = pos + length
-            if length < 0 or end > size:
-                raise CorruptMessageError("record length runs past the end of the batch")
-            if max_record_bytes is not None and length > max_record_bytes:
-                raise MessageSizeTooLargeError(
-                    f"record of {length} bytes exceeds max.message.bytes={max_record_bytes}"
-                )
-            pos += 1  # record attributes (unused)
-            b = body[pos]
-            if b < 0x80:
-                delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                delta, pos = (raw >> 1) ^ -(raw & 1), pos + 2
-            else:
-                delta, pos = read(body, pos)
-            while body[pos] >= 0x80:  # offset delta: implied by the position, skipped
-                pos += 1
-            pos += 1
-            b = body[pos]
-            if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                n, pos = (raw >> 1) ^ -(raw & 1), pos + 2
-            else:
-                n, pos = read(body, pos)
-            if n < 0:
-                key = None
-            else:
-                key = body[pos : pos + n]
-                pos += n
-            b = body[pos]
-            if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                n, pos = (raw >> 1) ^ -(raw & 1), pos + 2
-            else:
-                n, pos = read(body, pos)
-            if n < 0:
-                value = None
-            else:
-                value = body[pos : pos + n]
-                pos += n
-            b = body[pos]
-            if b < 0x80:
-                n_headers, pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                n_headers, pos = read(body, pos)
-            row: list[dict[str, object]] = []
-            if n_headers:
-                if n_headers < 0 or n_headers > length:
-                    raise CorruptMessageError(f"record claims {n_headers} headers")
-                for _h in range(n_headers):
-                    hkey, pos = _read_bytes(body, pos)
-                    hvalue, pos = _read_bytes(body, pos)
-                    if hkey is None:
-                        raise CorruptMessageError("record header with a null key")
-                    try:
-                        row.append({"key": hkey.decode(), "value": hvalue})
-                    except UnicodeDecodeError:
-                        raise CorruptMessageError("record header key is not UTF-8") from None
-            if pos != end:
-                raise CorruptMessageError("record length does not match its fields")
-            keys.append(key)
-            values.append(value)
-            deltas.append(delta)
-            headers.append(row)
-    except IndexError:
-        raise CorruptMessageError("record batch ends inside a record") from None
-    if pos != size:
-        raise CorruptMessageError("record batch has bytes after its last record")
-    return keys, values, deltas, headers
+        for row, record in enumerate(reader):
+            add_key(record.key)
+            add_value(record.value)
+            add_stamp(record.timestamp)
+            if record.headers:
+                headers[row] = [{"key": k, "value": v} for k, v in record.headers]
+    except CorruptRecordException as exc:
+        raise CorruptMessageError(f"record batch does not parse: {exc}") from None
+    except UnicodeDecodeError:
+        raise CorruptMessageError("record header key is not UTF-8") from None
+    except (ValueError, IndexError, AssertionError) as exc:
+        raise CorruptMessageError(f"record batch does not parse: {exc}") from None
+    return keys, values, stamps, headers
+
+
+def _binary_column(items: list[bytes | None]) -> pa.Array:
+    """A binary column from bytes objects: one join and one cumulative sum.
+
+    ``pa.array`` grows its data buffer by doubling while it appends; in the
+    broker, with fresh memory for every request, that reallocating was the
+    largest single cost of a produce.  A column with nulls takes ``pa.array``.
+    """
+    if not items or items[0] is None:
+        return pa.array(items, pa.binary())
+    present = cast(list[bytes], items)
+    offsets = np.zeros(len(present) + 1, dtype=np.int32)
+    try:
+        np.cumsum(np.fromiter(map(len, present), np.int32, len(present)), out=offsets[1:])
+    except TypeError:  # len(None): a null further on
+        return pa.array(items, pa.binary())
+    data = b"".join(present)
+    return pa.Array.from_buffers(
+        pa.binary(), len(items), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _headers_column(headers: dict[int, list[dict[str, object]]], count: int) -> pa.Array:
+    """The headers column; a batch without headers (the common case) costs no Python loop."""
+    if not headers:
+        return pa.ListArray.from_arrays(
+            pa.array(np.zeros(count + 1, dtype=np.int32)),
+            pa.array([], HEADER_TYPE.value_type),
+            type=HEADER_TYPE,
+        )
+    return pa.array([headers.get(row, []) for row in range(count)], HEADER_TYPE)
 
 
 def _value_bytes(column: pa.Array) -> list[bytes | None]:
@@ -320,64 +248,47 @@ def _value_bytes(column: pa.Array) -> list[bytes | None]:
 def encode_batch(
     batch: pa.RecordBatch, log_append_time: bool = False, leader_epoch: int = 0
 ) -> bytes:
-    """Arrow records with an ``offset`` column (consecutive) as one uncompressed v2 batch."""
-    offsets = batch.column("offset").to_pylist()
+    """Arrow records with an ``offset`` column (consecutive) as one uncompressed v2 batch.
+
+    aiokafka's compiled builder writes the records and the header (base offset 0,
+    as a producer does); the base offset and leader epoch are set afterwards (they
+    are outside the CRC), and LogAppendTime's attribute bit too (inside it: the CRC
+    is computed again).
+    """
+    offsets = batch.column("offset")
+    base_offset = offsets[0].as_py()
+    deltas = pc.subtract(offsets, base_offset).to_pylist()
     keys = batch.column("key").to_pylist()
     values = _value_bytes(batch.column("value"))
     stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
-    headers = batch.column("headers").to_pylist()
-    base_offset = offsets[0]
-    base_ts = min(stamps)
-    parts: list[bytes] = []
-    add = parts.append
-    small = _SMALL_VARINTS
-    null = b"\x01"  # varint -1
-    for offset, key, value, stamp, hdrs in zip(offsets, keys, values, stamps, headers, strict=True):
-        fields = [
-            b"\x00",
-            small.get(stamp - base_ts) or _varint_bytes(stamp - base_ts),
-            small.get(offset - base_offset) or _varint_bytes(offset - base_offset),
-        ]
-        if key is None:
-            fields.append(null)
-        else:
-            fields.append(small.get(len(key)) or _varint_bytes(len(key)))
-            fields.append(key)
-        if value is None:
-            fields.append(null)
-        else:
-            fields.append(small.get(len(value)) or _varint_bytes(len(value)))
-            fields.append(value)
-        if hdrs:
-            fields.append(_varint_bytes(len(hdrs)))
-            for h in hdrs:
-                hkey = h["key"].encode()
-                fields.append(_varint_bytes(len(hkey)))
-                fields.append(hkey)
-                hvalue = h["value"]
-                if hvalue is None:
-                    fields.append(null)
-                else:
-                    fields.append(_varint_bytes(len(hvalue)))
-                    fields.append(hvalue)
-        else:
-            fields.append(b"\x00")
-        record = b"".join(fields)
-        add(small.get(len(record)) or _varint_bytes(len(record)))
-        add(record)
-    body = b"".join(parts)
-    attributes = TIMESTAMP_TYPE_BIT if log_append_time else 0
-    tail = struct.pack(
-        ">hiqqqhii",
-        attributes,
-        offsets[-1] - base_offset,
-        base_ts,
-        max(stamps),
-        -1,
-        -1,
-        -1,
-        len(offsets),
-    )
-    crc = crc32c(body, crc32c(tail))
-    head = struct.pack(">qiibI", base_offset, 49 + len(body), leader_epoch, 2, crc)
-    return head + tail + body
+    header_column = batch.column("headers")
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 0x7FFFFFFF)
+    append = builder.append
+    if header_column.null_count == len(header_column) or not len(header_column.flatten()):
+        none: list[tuple[str, bytes | None]] = []
+        for delta, key, value, stamp in zip(deltas, keys, values, stamps, strict=True):
+            append(delta, stamp, key, value, none)
+    else:
+        for delta, key, value, stamp, hdrs in zip(
+            deltas, keys, values, stamps, header_column.to_pylist(), strict=True
+        ):
+            pairs = [(h["key"], h["value"]) for h in hdrs] if hdrs else []
+            append(delta, stamp, key, value, pairs)
+    out = builder.build()
+    if log_append_time:
+        (attributes,) = struct.unpack_from(">h", out, 21)
+        struct.pack_into(">h", out, 21, attributes | TIMESTAMP_TYPE_BIT)
+        struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
+    struct.pack_into(">q", out, 0, base_offset)
+    struct.pack_into(">i", out, 12, leader_epoch)
+    return bytes(out)
+
+
+def warm_up() -> None:
+    """Decode and encode one small batch, so the first client request does not pay
+    for the imports that pyarrow does lazily on its first conversion from Python
+    objects (it loads pandas, about half a second)."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 0x7FFFFFFF)
+    builder.append(0, 0, b"k", b"v", [("h", b"v")])
+    decoded = decode_batch(memoryview(bytes(builder.build())))
+    encode_batch(decoded.records.append_column("offset", pa.array([0], pa.int64())))

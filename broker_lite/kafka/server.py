@@ -14,7 +14,6 @@ an unknown API or an unsupported version is answered with UNSUPPORTED_VERSION
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import queue
 import socket
@@ -22,7 +21,7 @@ import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
@@ -89,6 +88,8 @@ class KafkaListener:
         self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
+        #: Set once the record codec's lazy imports are done (see records.warm_up).
+        self.warmed = threading.Event()
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -102,8 +103,17 @@ class KafkaListener:
         return int(self.advertised.rpartition(":")[2])
 
     def start(self) -> None:
+        threading.Thread(target=self._warm_up, name="kafka-warm-up", daemon=True).start()
         self._thread = threading.Thread(target=self._accept_loop, name="kafka-accept", daemon=True)
         self._thread.start()
+
+    def _warm_up(self) -> None:
+        from sparklog.broker_lite.kafka.records import warm_up
+
+        try:
+            warm_up()
+        finally:
+            self.warmed.set()
 
     def close(self) -> None:
         self._stopping.set()
@@ -300,13 +310,32 @@ class KafkaListener:
 
     def _encode(self, response: Any, correlation_id: int) -> bytes:
         header_cls = response.__header_schema__
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
-        entity_writer(type(response))(buf, response)
-        out = buf.getbuffer()
-        SIZE.pack_into(out, 0, len(out) - 4)
-        return bytes(out)
+        parts = _Parts()
+        out = cast(IO[bytes], parts)  # kio only calls write()
+        entity_writer(header_cls)(out, header_cls(correlation_id=correlation_id))
+        entity_writer(type(response))(out, response)
+        return parts.frame()
+
+
+class _Parts:
+    """What kio writes, kept as the pieces it wrote and joined once into a frame.
+
+    A fetch response is mostly record batches of some megabytes; a growing
+    buffer would copy them several times, the join copies them once.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = [b""]
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data) if not isinstance(data, bytes) else data)
+        self.size += len(data)
+        return len(data)
+
+    def frame(self) -> bytes:
+        self.parts[0] = SIZE.pack(self.size)
+        return b"".join(self.parts)
 
 
 def _frame(payload: bytes) -> bytes:

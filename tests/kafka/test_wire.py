@@ -101,3 +101,58 @@ def test_oversized_and_garbage_frames_close_only_that_connection(one_broker: Clu
     assert other.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     for c in (other, big, garbage):
         c.close()
+
+
+def test_tail_fetch_serves_the_producers_batch_at_its_committed_offset(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    """A consumer at the tail gets the producer's own bytes (codec kept), with the
+    base offset the commit gave them; a fetch from inside that batch gets the
+    records from its offset on, encoded again."""
+    from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "raw", 1)
+    sent = []
+    for first in (0, 3):
+        builder = DefaultRecordBatchBuilder(
+            2, DefaultRecordBatch.CODEC_ZSTD, 0, -1, -1, -1, 1 << 20
+        )
+        for i in range(3):
+            builder.append(i, 1_700_000_000_000 + first + i, None, b"value-%d" % (first + i), [])
+        sent.append(bytes(builder.build()))
+        response = conn.call(produce_request("raw", sent[-1]))
+        assert response.responses[0].partition_responses[0].base_offset == first
+
+    def fetch(offset: int) -> bytes:
+        request = FetchRequest(
+            max_wait=timedelta(milliseconds=0),
+            min_bytes=1,
+            topics=(
+                FetchTopic(
+                    topic="raw",
+                    partitions=(
+                        FetchPartition(
+                            partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        records = conn.call(request).responses[0].partitions[0].records
+        assert records is not None
+        return bytes(records)
+
+    fetched = fetch(3)
+    assert fetched[8:] == sent[1][8:12] + b"\x00\x00\x00\x00" + sent[1][16:]
+    batch = DefaultRecordBatch(fetched)
+    assert batch.validate_crc() and batch.compression_type == DefaultRecordBatch.CODEC_ZSTD
+    assert [(r.offset, r.value) for r in batch] == [
+        (3 + i, b"value-%d" % (3 + i)) for i in range(3)
+    ]
+    middle = DefaultRecordBatch(fetch(4))
+    assert middle.validate_crc() and middle.compression_type == DefaultRecordBatch.CODEC_NONE
+    assert [r.offset for r in middle] == [4, 5]
