@@ -49,6 +49,7 @@ class Writable(Protocol):
 
     def write(self, data: Any, /) -> int | None: ...
 
+
 #: overall deadline of one call to a remote store (storage option ``request_timeout_ms``)
 REQUEST_TIMEOUT_MS = 30_000
 #: the longest a remote store may take to accept a connection
@@ -548,6 +549,51 @@ class ObjectStore:
             raise
         except Exception as exc:
             self._raise_failure("read", key, exc)
+
+    def get_tail(self, key: str, nbytes: int) -> tuple[bytes, int] | None:
+        """The last ``nbytes`` of ``key`` (all of it if smaller) and its size; None if absent.
+
+        One request on S3 (a suffix range GET), like :meth:`get_or_none`.
+        """
+        try:
+            if self.is_local:
+                with open(self._path(key), "rb", buffering=0) as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(size - nbytes, 0))
+                    return f.readall(), size
+            if self._direct_gets:
+                return self._s3_get_tail(key, nbytes)
+            size = int(self._call("size", self._path(key)))
+            data = self._call("cat_file", self._path(key), start=max(size - nbytes, 0))
+            return bytes(data), size
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            self._raise_failure("read", key, exc)
+
+    def _s3_get_tail(self, key: str, nbytes: int) -> tuple[bytes, int] | None:
+        from fsspec.asyn import sync
+
+        fs: Any = self.fs
+        bucket, path, _ = fs.split_path(self._path(key))
+
+        async def tail() -> tuple[bytes, int] | None:
+            try:
+                response = await fs._call_s3(
+                    "get_object", Bucket=bucket, Key=path, Range=f"bytes=-{nbytes}"
+                )
+            except FileNotFoundError:
+                return None
+            async with response["Body"] as body:
+                data = bytes(await body.read())
+            content_range = response.get("ContentRange") or ""
+            total = content_range.rsplit("/", 1)[-1]
+            return data, int(total) if total.isdigit() else len(data)
+
+        result: tuple[bytes, int] | None = sync(
+            fs.loop, tail, timeout=self.request_timeout_ms / 1000
+        )
+        return result
 
     def exists(self, key: str) -> bool:
         try:
