@@ -55,6 +55,8 @@ DEFAULT_COMMIT_DEADLINE_MS = 120_000
 #: A view not confirmed for this long re-reads the snapshot hint before trusting
 #: "no next version": commits below the newest snapshot may have been pruned.
 RELOAD_AFTER_MS = 5 * 60 * 1000
+#: Versions past the first missing one a local reader checks (a hole is detected).
+LOCAL_LOOKAHEAD = 4
 #: How many recent commits a log remembers (in memory) to recognise its own.
 RECENT_COMMITS = 64
 HINT_NAME = "_latest.json"
@@ -402,6 +404,9 @@ class MetaLog(Generic[S]):
         version of lookahead, so a missing version followed by an existing one
         is detected; an idle probe (``first_chunk=1``) reads just the next key.
         """
+        if not self.store.is_remote:
+            self._read_forward_one_by_one(state, lookahead=first_chunk > 1)
+            return
         chunk, lookahead = first_chunk, first_chunk > 1
         while True:
             wanted = chunk + (1 if lookahead else 0)
@@ -420,6 +425,25 @@ class MetaLog(Generic[S]):
                     return
                 self._apply(state, self._decode(raw, key, state.version + 1))
             chunk, lookahead = min(max(chunk, 2) * 4, 256), True
+
+    def _read_forward_one_by_one(self, state: S, lookahead: bool) -> None:
+        """:meth:`_read_forward` where a read costs no round trip (local, memory): one key
+        at a time, so no read goes past the head except the lookahead."""
+        while True:
+            key = self.key(state.version + 1)
+            raw = self.store.get_many([key])[key]
+            if raw is None:
+                for ahead in range(2, 2 + LOCAL_LOOKAHEAD if lookahead else 0):
+                    later = self.key(state.version + ahead)
+                    if self.store.get_many([later])[later] is not None:
+                        raise CorruptRecordError(
+                            f"log {self.name}: commit {self.where(key)} is missing while a "
+                            f"later one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
+                        )
+                self._confirmed = time.monotonic()
+                return
+            self._apply(state, self._decode(raw, key, state.version + 1))
+            lookahead = True
 
     def _decode(self, raw: bytes, key: str, version: int) -> Commit:
         commit = decode_commit(raw, self.where(key))

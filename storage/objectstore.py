@@ -272,6 +272,11 @@ class ObjectStore:
     def is_local(self) -> bool:
         return self.protocol in ("file", "local")
 
+    @property
+    def is_remote(self) -> bool:
+        """A request is a network round trip (not a local file or ``memory://``)."""
+        return not self.is_local and self.protocol != "memory"
+
     def _path(self, key: str) -> str:
         _ = self.fs
         return f"{self._root}/{key}" if key else self._root
