@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -64,7 +64,8 @@ class Segment:
         return replace(self, base_offset=base_offset)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # the fields are flat scalars: a shallow copy is asdict() without its deep walk
+        return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Segment:
