@@ -48,7 +48,7 @@ from sparklog.storage.metalog import (
 )
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import OFFSET_FIELD, now_ms
-from sparklog.storage.segment_index import LazyChunk, SegmentIndex
+from sparklog.storage.segment_index import ChunkDirectory, SegmentIndex
 from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
 
 PRODUCER_RECENT_BATCHES = 5
@@ -66,6 +66,8 @@ READ_PROBE_SHARE_MS = 100
 IDLE_PROBE_INTERVAL_MS = 250
 #: Segments per chunk of a snapshot's segment table (the unit a reader reads on demand).
 SNAPSHOT_CHUNK_ROWS = 1024
+#: How a snapshot header describes a partition's chunks: one list per column.
+CHUNK_COLUMNS = ("start", "end", "xxh3", "first", "stop", "rows", "max_ts")
 
 __all__ = [
     "DEFAULT_COMMIT_ATTEMPTS",
@@ -303,14 +305,18 @@ class ShardCodec:
                 "lso": part.log_start_offset,
                 "hwm": part.high_watermark,
                 "producers": part.producers,
-                "chunks": [],
+                "chunks": {},
             }
             for p, part in sorted(state.parts.items())
         }
         for (p, first, end, rows, max_ts), ref in zip(described, blob_refs(blobs), strict=True):
-            parts[str(p)]["chunks"].append([*ref, first, end, rows, max_ts])
-        for part in parts.values():
-            part["chunks"].sort(key=lambda c: c[3])
+            chunks = parts[str(p)]["chunks"]
+            for name, value in zip(CHUNK_COLUMNS, [*ref, first, end, rows, max_ts], strict=True):
+                chunks.setdefault(name, []).append(value)
+        for part in parts.values():  # oldest chunk first
+            chunks = part["chunks"]
+            order = sorted(range(len(chunks.get("first", []))), key=chunks["first"].__getitem__)
+            part["chunks"] = {name: [chunks[name][i] for i in order] for name in chunks}
         header = {
             "version": state.version,
             "leader_epoch": state.leader_epoch,
@@ -330,22 +336,23 @@ class ShardCodec:
                 markers=dict(meta["markers"]),
             )
             for key, scalars in meta["parts"].items():
-                chunks = []
-                for start, end, digest, first, stop, rows, max_ts in scalars["chunks"]:
-                    ref = [int(start), int(end), int(digest)]
-                    chunks.append(
-                        LazyChunk(
-                            first_base=int(first),
-                            end_offset=int(stop),
-                            rows=int(rows),
-                            max_timestamp_ms=int(max_ts),
-                            load=functools.partial(_read_chunk, snapshot, ref, int(rows)),
-                        )
-                    )
+                chunks = scalars["chunks"]
+                columns = [chunks.get(name, []) for name in CHUNK_COLUMNS]
+                if any(len(c) != len(columns[0]) for c in columns):
+                    raise ValueError("chunk columns of unequal length")
+                start, end, digest, first, stop, rows, max_ts = columns
                 state.parts[int(key)] = PartState(
                     log_start_offset=int(scalars["lso"]),
                     high_watermark=int(scalars["hwm"]),
-                    segments=SegmentIndex(chunks=chunks),
+                    segments=SegmentIndex(
+                        directory=ChunkDirectory(
+                            first,
+                            stop,
+                            rows,
+                            max_ts,
+                            functools.partial(_read_chunk, snapshot, start, end, digest, rows),
+                        )
+                    ),
                     producers=dict(scalars["producers"]),
                 )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -384,20 +391,23 @@ class ShardCodec:
         return state
 
 
-def _read_chunk(snapshot: IndexedSnapshot, ref: list[int], rows: int) -> pa.Table:
-    """One chunk of an indexed snapshot: read by range, checksum verified, decoded."""
-    data = snapshot.read(ref)
+def _read_chunk(
+    snapshot: IndexedSnapshot,
+    starts: list[int],
+    ends: list[int],
+    digests: list[int],
+    rows: list[int],
+    i: int,
+) -> pa.Table:
+    """Chunk ``i`` of an indexed snapshot: read by range, checksum verified, decoded."""
+    where = f"snapshot {snapshot.where} bytes {starts[i]}-{ends[i]}"
+    data = snapshot.read([starts[i], ends[i], digests[i]])
     try:
         batch = pa.ipc.read_record_batch(pa.py_buffer(data), SEGMENT_ARROW_SCHEMA)
     except (pa.ArrowException, ValueError) as exc:
-        raise CorruptRecordError(
-            f"snapshot {snapshot.where} bytes {ref[0]}-{ref[1]} cannot be decoded: {exc}"
-        ) from None
-    if batch.num_rows != rows:
-        raise CorruptRecordError(
-            f"snapshot {snapshot.where} bytes {ref[0]}-{ref[1]} hold {batch.num_rows} "
-            f"segments, not {rows}"
-        )
+        raise CorruptRecordError(f"{where} cannot be decoded: {exc}") from None
+    if batch.num_rows != rows[i]:
+        raise CorruptRecordError(f"{where} hold {batch.num_rows} segments, not {rows[i]}")
     return pa.Table.from_batches([batch])
 
 

@@ -13,6 +13,7 @@ Applying a commit never loads a chunk.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,22 +63,64 @@ class LazyChunk:
         return self.table, self.bases
 
 
+@dataclass(frozen=True)
+class ChunkDirectory:
+    """A snapshot's description of one partition's chunks, column by column, oldest first
+    (what opening reads; a :class:`LazyChunk` is made only for a chunk a lookup reaches)."""
+
+    first_bases: list[int]
+    end_offsets: list[int]
+    rows: list[int]
+    max_timestamps_ms: list[int]
+    load: Callable[[int], pa.Table]
+
+    def chunk(self, i: int) -> LazyChunk:
+        return LazyChunk(
+            self.first_bases[i],
+            self.end_offsets[i],
+            self.rows[i],
+            self.max_timestamps_ms[i],
+            functools.partial(self.load, i),
+        )
+
+
 class SegmentIndex:
     """Live segments ordered by base offset: snapshot chunks plus an overlay."""
 
     def __init__(
-        self, table: pa.Table | None = None, chunks: list[LazyChunk] | None = None
+        self,
+        table: pa.Table | None = None,
+        chunks: list[LazyChunk] | None = None,
+        directory: ChunkDirectory | None = None,
     ) -> None:
-        found = list(chunks or [])
-        if table is not None and table.num_rows:
-            found.append(LazyChunk.of(table))
-        self._chunks = sorted(found, key=lambda c: c.first_base)
-        self._firsts = [c.first_base for c in self._chunks]
-        self._chunks_end = max((c.end_offset for c in self._chunks), default=0)
+        self._directory = directory
+        self._made: dict[int, LazyChunk] = {}
+        if directory is not None:
+            self._firsts = directory.first_bases
+            self._chunks_end = max(directory.end_offsets, default=0)
+        else:
+            found = list(chunks or [])
+            if table is not None and table.num_rows:
+                found.append(LazyChunk.of(table))
+            found.sort(key=lambda c: c.first_base)
+            self._made = dict(enumerate(found))
+            self._firsts = [c.first_base for c in found]
+            self._chunks_end = max((c.end_offset for c in found), default=0)
         # bases hidden from the chunks: removed, or shadowed by the overlay's version
         self._removed: set[int] = set()
         self._added: dict[int, Segment] = {}
         self._added_keys: list[int] = []
+
+    def _chunk(self, i: int) -> LazyChunk:
+        made = self._made.get(i)
+        if made is None:
+            assert self._directory is not None
+            made = self._made[i] = self._directory.chunk(i)
+        return made
+
+    @property
+    def _chunks(self) -> list[LazyChunk]:
+        return [self._chunk(i) for i in range(len(self._firsts))]
 
     # -- changes (never load a chunk) --------------------------------------
     def add(self, segment: Segment) -> None:
@@ -109,7 +152,7 @@ class SegmentIndex:
         out: list[Segment] = []
         first = max(bisect.bisect_right(self._firsts, start) - 1, 0)
         last = bisect.bisect_left(self._firsts, end)
-        for chunk in self._chunks[first:last]:
+        for chunk in (self._chunk(i) for i in range(first, last)):
             if chunk.end_offset <= start:
                 continue
             _, bases = chunk.loaded()

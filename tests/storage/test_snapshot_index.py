@@ -71,7 +71,7 @@ def _header(raw: bytes) -> dict:
 def test_opening_reads_the_header_and_the_newest_chunk_only(root_spec, small_chunks):
     root, topic = _build(root_spec)
     size = len(topic.store.get(SNAPSHOT))
-    assert len(_header(topic.store.get(SNAPSHOT))["parts"]["0"]["chunks"]) == 10
+    assert len(_header(topic.store.get(SNAPSHOT))["parts"]["0"]["chunks"]["first"]) == 10
 
     reader = open_root(root.url, root.store.storage_options).topic("t")
     reads = _snapshot_reads(reader.store)
@@ -93,8 +93,8 @@ def test_opening_reads_the_header_and_the_newest_chunk_only(root_spec, small_chu
 def test_flip_in_a_chunk_is_detected_when_that_chunk_is_read(root_spec, small_chunks):
     root, topic = _build(root_spec)
     raw = topic.store.get(SNAPSHOT)
-    oldest = min(_header(raw)["parts"]["0"]["chunks"], key=lambda c: c[3])
-    at = (oldest[0] + oldest[1]) // 2
+    chunks = _header(raw)["parts"]["0"]["chunks"]  # oldest first
+    at = (chunks["start"][0] + chunks["end"][0]) // 2
     topic.store.delete(SNAPSHOT)
     topic.store.create(SNAPSHOT, raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1 :])
 
