@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from sparklog.broker_lite.logs import fields
 from sparklog.storage.records import now_ms
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.cleaner")
 
@@ -26,7 +27,7 @@ log = logging.getLogger("sparklog.broker_lite.cleaner")
 class MaintenanceHost(Protocol):
     """What the cleaner needs from whoever leads partitions (the broker)."""
 
-    def led_partitions(self) -> Iterable[tuple[str, int]]:
+    def led_partitions(self) -> Iterable[TopicPartition]:
         """(topic, partition) pairs this host leads now."""
         ...
 

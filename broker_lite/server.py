@@ -51,6 +51,7 @@ from sparklog.errors import (
     UnknownServerError,
 )
 from sparklog.storage import LogRoot
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.server")
 #: most "request refused" log lines per second (the others are counted, not written)
@@ -156,9 +157,9 @@ class _CallDone(flight.ServerMiddleware):
         self.calls.give(1)
 
 
-def _tp_list(raw: Any) -> list[tuple[str, int]]:
+def _tp_list(raw: Any) -> list[TopicPartition]:
     try:
-        return [(str(t), int(p)) for t, p in raw]
+        return [TopicPartition(str(t), int(p)) for t, p in raw]
     except (TypeError, ValueError):
         raise InvalidRequestError(
             "partition list is not accepted; accepted: [[topic, partition], ...]"
@@ -318,7 +319,7 @@ class FlightBroker(flight.FlightServerBase):
         self, group: str, generation: int, member_id: str, offsets: list[Any], metadata: str
     ) -> None:
         try:
-            by_partition = {(str(t), int(p)): int(o) for t, p, o in offsets}
+            by_partition = {TopicPartition(str(t), int(p)): int(o) for t, p, o in offsets}
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: [[topic, partition, offset], ...]"

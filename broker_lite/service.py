@@ -52,6 +52,7 @@ from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.topics import value_type_from_text, value_type_to_text
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
@@ -158,7 +159,7 @@ class Broker:
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._shards: dict[tuple[str, str, int], ShardState] = {}
         self._batchers: dict[str, TopicBatcher] = {}
-        self._led: set[tuple[str, int]] = set()
+        self._led: set[TopicPartition] = set()
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
         self._pool = commit_pool(8)
@@ -297,7 +298,7 @@ class Broker:
         assert self.cluster is not None
         live = self.cluster.live()
         self.metrics.live_brokers.set(len(live))
-        led: set[tuple[str, int]] = set()
+        led: set[TopicPartition] = set()
         for name in _storage(self.root.list_topics):
             try:
                 topic = self.topic(name)
@@ -308,7 +309,9 @@ class Broker:
                 continue
             self.damaged_topics.pop(name, None)
             led.update(
-                (name, p) for p in range(topic.partitions) if self.cluster.is_leader(name, p)
+                TopicPartition(name, p)
+                for p in range(topic.partitions)
+                if self.cluster.is_leader(name, p)
             )
             if self.config.replication_factor > 1:
                 self._warm_followers(topic)
@@ -377,7 +380,7 @@ class Broker:
 
         return len(prune_group_log(self.root, group, now=now_ms).deleted)
 
-    def led_partitions(self) -> set[tuple[str, int]]:
+    def led_partitions(self) -> set[TopicPartition]:
         return set(self._led)
 
     def owned_groups(self) -> list[str]:

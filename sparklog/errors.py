@@ -45,10 +45,32 @@ class SparklogError(Exception):
         self.message = message
         self.details: dict[str, Any] = details
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls,
+        *,
+        errno: int | None = None,
+        code: str | None = None,
+        retriable: bool | None = None,
+        invalid_metadata: bool | None = None,
+        canonical: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Declare a subclass's Kafka attributes in its class line; register it by name.
+
+        ``canonical`` marks the class :func:`error_for_errno` returns for its ``errno``.
+        """
         super().__init_subclass__(**kwargs)
+        if errno is not None:
+            cls.errno = errno
+        if code is not None:
+            cls.code = code
+        if retriable is not None:
+            cls.retriable = retriable
+        if invalid_metadata is not None:
+            cls.invalid_metadata = invalid_metadata
+        cls.canonical = canonical
         _BY_NAME[cls.__name__] = cls
-        if cls.__dict__.get("canonical", False):
+        if canonical:
             _BY_ERRNO[cls.errno] = cls
 
     def __str__(self) -> str:
@@ -78,30 +100,19 @@ def error_for_errno(errno: int) -> type[SparklogError]:
     return _BY_ERRNO.get(errno, UnknownServerError)
 
 
-class UnknownServerError(SparklogError):
+class UnknownServerError(SparklogError, errno=-1, code="UNKNOWN_SERVER_ERROR", canonical=True):
     """An unexpected failure on the server (a bug): not retried."""
-
-    errno = -1
-    code = "UNKNOWN_SERVER_ERROR"
-    canonical = True
 
 
 # -- reachability and outcome ----------------------------------------------------------------
 
 
-class UnavailableError(SparklogError):
+class UnavailableError(SparklogError, code="UNAVAILABLE", retriable=True):
     """Storage or a broker could not be reached or could not finish: try again later."""
 
-    retriable = True
-    code = "UNAVAILABLE"
 
-
-class KafkaStorageError(UnavailableError):
+class KafkaStorageError(UnavailableError, errno=56, code="KAFKA_STORAGE_ERROR", canonical=True):
     """The storage root failed the request (Kafka's KAFKA_STORAGE_ERROR)."""
-
-    errno = 56
-    code = "KAFKA_STORAGE_ERROR"
-    canonical = True
 
 
 class StoreUnavailableError(KafkaStorageError):
@@ -112,100 +123,71 @@ class CommitConflictError(KafkaStorageError):
     """An optimistic commit kept losing its race to other writers; try again."""
 
 
-class BrokerNotAvailableError(UnavailableError):
+class BrokerNotAvailableError(
+    UnavailableError, errno=8, code="BROKER_NOT_AVAILABLE", canonical=True
+):
     """No broker could be reached (or the one asked is shutting down or starting)."""
 
-    errno = 8
-    code = "BROKER_NOT_AVAILABLE"
-    canonical = True
 
-
-class LeaderNotAvailableError(UnavailableError):
+class LeaderNotAvailableError(
+    UnavailableError, errno=5, code="LEADER_NOT_AVAILABLE", invalid_metadata=True, canonical=True
+):
     """The partition has no leader at the moment (an election is under way)."""
 
-    errno = 5
-    code = "LEADER_NOT_AVAILABLE"
-    invalid_metadata = True
-    canonical = True
 
-
-class NotLeaderOrFollowerError(UnavailableError):
+class NotLeaderOrFollowerError(
+    UnavailableError, errno=6, code="NOT_LEADER_OR_FOLLOWER", invalid_metadata=True, canonical=True
+):
     """This broker does not lead the partition; ``details['leader_location']`` may name who does."""
 
-    errno = 6
-    code = "NOT_LEADER_OR_FOLLOWER"
-    invalid_metadata = True
-    canonical = True
+
+class CoordinatorNotAvailableError(
+    UnavailableError, errno=15, code="COORDINATOR_NOT_AVAILABLE", canonical=True
+):
+    pass
 
 
-class CoordinatorNotAvailableError(UnavailableError):
-    errno = 15
-    code = "COORDINATOR_NOT_AVAILABLE"
-    canonical = True
+class NotCoordinatorError(UnavailableError, errno=16, code="NOT_COORDINATOR", canonical=True):
+    pass
 
 
-class NotCoordinatorError(UnavailableError):
-    errno = 16
-    code = "NOT_COORDINATOR"
-    canonical = True
-
-
-class KafkaTimeoutError(UnavailableError):
+class KafkaTimeoutError(UnavailableError, errno=7, code="REQUEST_TIMED_OUT", canonical=True):
     """An operation did not finish within its timeout (``delivery_timeout_ms``...)."""
 
-    errno = 7
-    code = "REQUEST_TIMED_OUT"
-    canonical = True
 
-
-class ThrottlingQuotaExceededError(UnavailableError):
+class ThrottlingQuotaExceededError(
+    UnavailableError, errno=89, code="THROTTLING_QUOTA_EXCEEDED", canonical=True
+):
     """The broker is at a resource limit (memory for requests, calls): retry after a backoff."""
 
-    errno = 89
-    code = "THROTTLING_QUOTA_EXCEEDED"
-    canonical = True
 
-
-class CommitStateUnknownError(SparklogError):
+class CommitStateUnknownError(SparklogError, errno=7, code="COMMIT_STATE_UNKNOWN"):
     """A write was sent but its answer was lost: it may or may not have been applied.
 
     Not retriable: re-read the log (or rely on an idempotent producer's sequence
     numbers) to learn the outcome; a blind retry can append twice.
     """
 
-    errno = 7
-    code = "COMMIT_STATE_UNKNOWN"
-
 
 # -- the user's request ----------------------------------------------------------------------
 
 
-class InvalidConfigurationError(SparklogError, ValueError):
+class InvalidConfigurationError(
+    SparklogError, ValueError, errno=40, code="INVALID_CONFIG", canonical=True
+):
     """A bad address, option, config key or value: the message names it and what is accepted."""
 
-    errno = 40
-    code = "INVALID_CONFIG"
-    canonical = True
 
-
-class InvalidRequestError(SparklogError):
+class InvalidRequestError(SparklogError, errno=42, code="INVALID_REQUEST", canonical=True):
     """A malformed request: bad JSON, missing field, unknown action, garbage bytes."""
 
-    errno = 42
-    code = "INVALID_REQUEST"
-    canonical = True
+
+class UnsupportedVersionError(SparklogError, errno=35, code="UNSUPPORTED_VERSION", canonical=True):
+    pass
 
 
-class UnsupportedVersionError(SparklogError):
-    errno = 35
-    code = "UNSUPPORTED_VERSION"
-    canonical = True
-
-
-class PolicyViolationError(SparklogError):
-    errno = 44
-    code = "POLICY_VIOLATION"
-    canonical = True
+class PolicyViolationError(SparklogError, errno=44, code="POLICY_VIOLATION", canonical=True):
+    pass
 
 
 class UnknownTopicOrPartitionError(SparklogError, KeyError):
@@ -219,24 +201,20 @@ class UnknownTopicOrPartitionError(SparklogError, KeyError):
         return self.message or "unknown topic or partition"
 
 
-class TopicAlreadyExistsError(SparklogError):
-    errno = 36
-    code = "TOPIC_ALREADY_EXISTS"
-    canonical = True
+class TopicAlreadyExistsError(SparklogError, errno=36, code="TOPIC_ALREADY_EXISTS", canonical=True):
+    pass
 
 
-class InvalidTopicError(InvalidConfigurationError):
+class InvalidTopicError(
+    InvalidConfigurationError, errno=17, code="INVALID_TOPIC_EXCEPTION", canonical=True
+):
     """A topic name that is not accepted."""
 
-    errno = 17
-    code = "INVALID_TOPIC_EXCEPTION"
-    canonical = True
 
-
-class InvalidPartitionsError(InvalidConfigurationError):
-    errno = 37
-    code = "INVALID_PARTITIONS"
-    canonical = True
+class InvalidPartitionsError(
+    InvalidConfigurationError, errno=37, code="INVALID_PARTITIONS", canonical=True
+):
+    pass
 
 
 class OffsetOutOfRangeError(SparklogError):
@@ -266,177 +244,121 @@ class OffsetOutOfRangeError(SparklogError):
         return int(self.details.get("high_watermark", -1))
 
 
-class InvalidRecordError(SparklogError):
+class InvalidRecordError(SparklogError, errno=87, code="INVALID_RECORD", canonical=True):
     """A record the topic refuses: wrong schema, wrong type, bad timestamp."""
 
-    errno = 87
-    code = "INVALID_RECORD"
-    canonical = True
 
-
-class MessageSizeTooLargeError(InvalidRecordError):
+class MessageSizeTooLargeError(
+    InvalidRecordError, errno=10, code="MESSAGE_TOO_LARGE", canonical=True
+):
     """A record (or batch) over ``max.message.bytes``."""
 
-    errno = 10
-    code = "MESSAGE_TOO_LARGE"
-    canonical = True
 
-
-class CorruptRecordError(SparklogError):
+class CorruptRecordError(SparklogError, errno=2, code="CORRUPT_MESSAGE", canonical=True):
     """Stored bytes fail their checksum or cannot be decoded; the message names the file.
 
     Never retriable and never the user's fault: the stored file needs repair.
     """
 
-    errno = 2
-    code = "CORRUPT_MESSAGE"
-    canonical = True
 
-
-class CorruptMessageError(SparklogError):
+class CorruptMessageError(SparklogError, errno=2, code="CORRUPT_MESSAGE"):
     """A record batch received on the wire fails its CRC or cannot be parsed."""
 
-    errno = 2
-    code = "CORRUPT_MESSAGE"
 
-
-class UnsupportedForMessageFormatError(SparklogError):
+class UnsupportedForMessageFormatError(
+    SparklogError, errno=43, code="UNSUPPORTED_FOR_MESSAGE_FORMAT", canonical=True
+):
     """A record batch of an old message format (magic 0 or 1): only magic 2 is accepted."""
 
-    errno = 43
-    code = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
-    canonical = True
 
-
-class UnsupportedCompressionTypeError(SparklogError):
+class UnsupportedCompressionTypeError(
+    SparklogError, errno=76, code="UNSUPPORTED_COMPRESSION_TYPE", canonical=True
+):
     """A record batch compressed with a codec the broker does not know."""
 
-    errno = 76
-    code = "UNSUPPORTED_COMPRESSION_TYPE"
-    canonical = True
 
-
-class InvalidRequiredAcksError(SparklogError):
+class InvalidRequiredAcksError(
+    SparklogError, errno=21, code="INVALID_REQUIRED_ACKS", canonical=True
+):
     """Produce ``acks`` other than 0, 1 or -1 (all)."""
 
-    errno = 21
-    code = "INVALID_REQUIRED_ACKS"
-    canonical = True
 
-
-class InvalidReplicationFactorError(InvalidConfigurationError):
+class InvalidReplicationFactorError(
+    InvalidConfigurationError, errno=38, code="INVALID_REPLICATION_FACTOR", canonical=True
+):
     """CreateTopics with a replication factor sparklog cannot honour (the data is shared)."""
-
-    errno = 38
-    code = "INVALID_REPLICATION_FACTOR"
-    canonical = True
 
 
 # -- fencing and idempotent producers --------------------------------------------------------
 
 
-class FencedError(SparklogError):
+class FencedError(SparklogError, code="FENCED"):
     """A newer leader or producer took over; this one must stop."""
 
-    code = "FENCED"
 
-
-class FencedLeaderEpochError(FencedError):
+class FencedLeaderEpochError(FencedError, errno=74, code="FENCED_LEADER_EPOCH", canonical=True):
     """A leader epoch that a newer leader has replaced."""
 
-    errno = 74
-    code = "FENCED_LEADER_EPOCH"
-    canonical = True
 
-
-class ProducerFencedError(FencedError):
+class ProducerFencedError(FencedError, errno=90, code="PRODUCER_FENCED", canonical=True):
     """A producer epoch that a newer instance of the producer has replaced."""
 
-    errno = 90
-    code = "PRODUCER_FENCED"
-    canonical = True
 
-
-class OutOfOrderSequenceNumberError(SparklogError):
+class OutOfOrderSequenceNumberError(
+    SparklogError, errno=45, code="OUT_OF_ORDER_SEQUENCE_NUMBER", canonical=True
+):
     """An idempotent producer's sequence number skipped or went back."""
 
-    errno = 45
-    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
-    canonical = True
 
-
-class UnknownProducerIdError(SparklogError):
+class UnknownProducerIdError(SparklogError, errno=59, code="UNKNOWN_PRODUCER_ID", canonical=True):
     """The producer id expired (``producer.id.expiration.ms``): obtain a new one."""
-
-    errno = 59
-    code = "UNKNOWN_PRODUCER_ID"
-    canonical = True
 
 
 # -- consumer groups -------------------------------------------------------------------------
 
 
-class GroupError(SparklogError):
+class GroupError(SparklogError, code="GROUP_ERROR"):
     """A consumer-group call the coordinator refused; the subclass says what to do."""
 
-    code = "GROUP_ERROR"
 
-
-class RebalanceInProgressError(GroupError):
+class RebalanceInProgressError(
+    GroupError, errno=27, code="REBALANCE_IN_PROGRESS", retriable=True, canonical=True
+):
     """The group is rebalancing: join again, then retry."""
 
-    errno = 27
-    code = "REBALANCE_IN_PROGRESS"
-    retriable = True
-    canonical = True
 
-
-class CommitFailedError(GroupError):
+class CommitFailedError(GroupError, code="COMMIT_FAILED"):
     """An offset commit from a stale generation or an unknown member was rejected."""
 
-    code = "COMMIT_FAILED"
 
-
-class IllegalGenerationError(CommitFailedError):
+class IllegalGenerationError(
+    CommitFailedError, errno=22, code="ILLEGAL_GENERATION", canonical=True
+):
     """The member's generation is not the group's current one (a zombie member)."""
 
-    errno = 22
-    code = "ILLEGAL_GENERATION"
-    canonical = True
 
-
-class UnknownMemberIdError(CommitFailedError):
+class UnknownMemberIdError(CommitFailedError, errno=25, code="UNKNOWN_MEMBER_ID", canonical=True):
     """The member id is not (or no longer) in the group: join with an empty id."""
 
-    errno = 25
-    code = "UNKNOWN_MEMBER_ID"
-    canonical = True
 
-
-class InconsistentGroupProtocolError(GroupError):
+class InconsistentGroupProtocolError(
+    GroupError, errno=23, code="INCONSISTENT_GROUP_PROTOCOL", canonical=True
+):
     """The member's assignment strategy is not one the group's members share."""
 
-    errno = 23
-    code = "INCONSISTENT_GROUP_PROTOCOL"
-    canonical = True
+
+class InvalidGroupIdError(
+    GroupError, InvalidConfigurationError, errno=24, code="INVALID_GROUP_ID", canonical=True
+):
+    pass
 
 
-class InvalidGroupIdError(GroupError, InvalidConfigurationError):
-    errno = 24
-    code = "INVALID_GROUP_ID"
-    canonical = True
+class GroupIdNotFoundError(GroupError, errno=69, code="GROUP_ID_NOT_FOUND", canonical=True):
+    pass
 
 
-class GroupIdNotFoundError(GroupError):
-    errno = 69
-    code = "GROUP_ID_NOT_FOUND"
-    canonical = True
-
-
-class NonEmptyGroupError(GroupError):
-    errno = 68
-    code = "NON_EMPTY_GROUP"
-    canonical = True
+class NonEmptyGroupError(GroupError, errno=68, code="NON_EMPTY_GROUP", canonical=True):
+    pass
 
 
 # -- the Spark data source (format("sparklog")) ----------------------------------------------
@@ -444,10 +366,8 @@ class NonEmptyGroupError(GroupError):
 # offending option, column or range and what is accepted.
 
 
-class SparkSourceError(SparklogError):
+class SparkSourceError(SparklogError, code="SPARK_SOURCE"):
     """A Spark read or write through format("sparklog") cannot go on."""
-
-    code = "SPARK_SOURCE"
 
 
 class SparkOptionError(SparkSourceError, InvalidConfigurationError):
@@ -458,10 +378,8 @@ class SinkColumnError(SparkSourceError, InvalidRecordError):
     """A DataFrame written to sparklog lacks ``value`` or has a column of a wrong type."""
 
 
-class DataLossError(SparkSourceError):
+class DataLossError(SparkSourceError, code="DATA_LOSS"):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
-
-    code = "DATA_LOSS"
 
 
 # Shorter names the clients have always used (one class each, not a second declaration).

@@ -3,135 +3,75 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sparklog.errors import InvalidConfigError
+from sparklog.settings import Setting, choice, choice_set, integer, unknown_key
 
-
-@dataclass(frozen=True)
-class ConfigKey:
-    """One accepted topic config key: its default and what values it accepts."""
-
-    name: str
-    default: Any
-    doc: str
-    kind: str  # "int" or "choice"
-    minimum: int | None = None
-    choices: tuple[str, ...] = ()
-
-    def parse(self, raw: Any) -> Any:
-        if self.kind == "int":
-            try:
-                value = int(str(raw).strip())
-            except ValueError:
-                raise InvalidConfigError(
-                    f"config {self.name}={raw!r} is not an integer; accepted: integers "
-                    f">= {self.minimum}"
-                ) from None
-            if self.minimum is not None and value < self.minimum:
-                raise InvalidConfigError(
-                    f"config {self.name}={value} is out of range; accepted: integers >= "
-                    f"{self.minimum}"
-                )
-            return value
-        text = str(raw).strip()
-        if self.name == "cleanup.policy":
-            parts = sorted({p.strip() for p in text.split(",") if p.strip()})
-            if not parts or any(p not in ("compact", "delete") for p in parts):
-                raise InvalidConfigError(
-                    f"config cleanup.policy={raw!r} is not accepted; accepted: delete, compact, "
-                    "compact,delete"
-                )
-            return ",".join(parts)
-        if text not in self.choices:
-            raise InvalidConfigError(
-                f"config {self.name}={raw!r} is not accepted; accepted: {', '.join(self.choices)}"
-            )
-        return text
-
-
-TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
+TOPIC_CONFIG_KEYS: dict[str, Setting] = {
     k.name: k
     for k in [
-        ConfigKey(
+        Setting(
             "retention.ms",
             604_800_000,
             "Delete segments older than this; -1 keeps forever",
-            "int",
-            minimum=-1,
+            integer(-1),
         ),
-        ConfigKey(
+        Setting(
             "retention.bytes",
             -1,
             "Delete oldest segments while a partition is larger; -1 means no size limit",
-            "int",
-            minimum=-1,
+            integer(-1),
         ),
-        ConfigKey(
+        Setting(
             "cleanup.policy",
             "delete",
             "delete, compact, or compact,delete",
-            "choice",
-            choices=("delete", "compact", "compact,delete"),
+            choice_set("delete", "compact"),
         ),
-        ConfigKey(
-            "delete.retention.ms",
-            86_400_000,
-            "How long compaction keeps tombstones",
-            "int",
-            minimum=0,
+        Setting(
+            "delete.retention.ms", 86_400_000, "How long compaction keeps tombstones", integer(0)
         ),
-        ConfigKey(
+        Setting(
             "max.message.bytes",
             1_048_588,
             "Largest record accepted (key+value+headers)",
-            "int",
-            minimum=1,
+            integer(1),
         ),
-        ConfigKey(
+        Setting(
             "message.timestamp.type",
             "CreateTime",
             "CreateTime keeps the producer's timestamp; LogAppendTime stamps the write time",
-            "choice",
-            choices=("CreateTime", "LogAppendTime"),
+            choice("CreateTime", "LogAppendTime"),
         ),
-        ConfigKey(
-            "segment.bytes",
-            67_108_864,
-            "Target size when merging small segments",
-            "int",
-            minimum=1024,
+        Setting(
+            "segment.bytes", 67_108_864, "Target size when merging small segments", integer(1024)
         ),
-        ConfigKey(
+        Setting(
             "commit.shards",
             1,
             "How many shard logs the partitions share (partition p in shard p mod shards); "
             "fixed at creation",
-            "int",
-            minimum=1,
+            integer(1),
         ),
-        ConfigKey(
+        Setting(
             "producer.id.expiration.ms",
             86_400_000,
             "Idempotent producer state idle this long is dropped",
-            "int",
-            minimum=1,
+            integer(1),
         ),
-        ConfigKey(
+        Setting(
             "marker.retention.ms",
             604_800_000,
             "Spark sink (app id, version) markers older than this are dropped; a query "
             "replaying an older batch would append it again",
-            "int",
-            minimum=1,
+            integer(1),
         ),
-        ConfigKey(
+        Setting(
             "compression.type",
             "producer",
             "Compression of stored objects",
-            "choice",
-            choices=("producer", "none", "lz4", "zstd"),
+            choice("producer", "none", "lz4", "zstd"),
         ),
     ]
 }
@@ -143,10 +83,8 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     for name, raw in (config or {}).items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(
-                f"unknown topic config key {name!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
-            )
-        out[name] = key.parse(raw)
+            raise InvalidConfigError(unknown_key(name, "topic config key", TOPIC_CONFIG_KEYS))
+        out[name] = key.parse(raw, label="config")
     return out
 
 

@@ -26,6 +26,7 @@ from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidC
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import now_ms
+from sparklog.topic_partition import TopicPartition
 
 GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -46,9 +47,6 @@ class CommittedOffset:
     metadata: str
     commit_ms: int
     topic_id: str = ""
-
-
-TopicPartitionKey = tuple[str, int]
 
 
 @dataclass
@@ -133,7 +131,7 @@ class GroupStore:
     def commit(
         self,
         group: str,
-        offsets: Mapping[TopicPartitionKey, int],
+        offsets: Mapping[TopicPartition, int],
         *,
         metadata: str = "",
         topic_ids: Mapping[str, str] | None = None,
@@ -201,14 +199,14 @@ class GroupStore:
         with lock:
             return log.refresh().generation
 
-    def fetch(self, group: str) -> dict[TopicPartitionKey, CommittedOffset]:
+    def fetch(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         log, lock = self.log(group)
         with lock:
             offsets = dict(log.refresh().offsets)
-        out = {}
+        out: dict[TopicPartition, CommittedOffset] = {}
         for key, entry in offsets.items():
             topic, _, partition = key.rpartition(":")
-            out[(topic, int(partition))] = CommittedOffset(
+            out[TopicPartition(topic, int(partition))] = CommittedOffset(
                 entry["offset"],
                 entry.get("metadata", ""),
                 entry.get("commit_ms", 0),

@@ -16,6 +16,7 @@ import base64
 import importlib
 import io
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kio.index import load_response_schema
@@ -37,6 +38,7 @@ from sparklog.errors import (
     NonEmptyGroupError,
     SparklogError,
 )
+from sparklog.topic_partition import TopicPartition
 
 CONSUMER = "consumer"
 
@@ -63,7 +65,7 @@ def decode_subscription(data: bytes) -> list[str]:
         return []
 
 
-def decode_assignment(data: bytes) -> list[tuple[str, int]]:
+def decode_assignment(data: bytes) -> list[TopicPartition]:
     """The partitions in a consumer's assignment bytes ([] if not Kafka's format)."""
     if not data:
         return []
@@ -72,7 +74,9 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
         assignment: Any
         assignment, _ = entity_reader(_data_cls("assignment", max(version, 0)))(data, 2)
         return [
-            (str(tp.topic), int(p)) for tp in assignment.assigned_partitions for p in tp.partitions
+            TopicPartition(str(tp.topic), int(p))
+            for tp in assignment.assigned_partitions
+            for p in tp.partitions
         ]
     except Exception:
         return []
@@ -85,7 +89,7 @@ def encode_subscription(topics: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def encode_assignment(partitions: list[tuple[str, int]]) -> bytes:
+def encode_assignment(partitions: Sequence[TopicPartition]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
@@ -277,7 +281,9 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
         for member, entry in sorted(doc["members"].items()):
             metadata = (entry.get("metadata") or {}).get(doc["protocol"])
             raw = doc.get("opaque_assignment", {}).get(member)
-            assigned = [(str(t), int(p)) for t, p in doc["assignment"].get(member, [])]
+            assigned = [
+                TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member, [])
+            ]
             members.append(
                 make(
                     member_cls,

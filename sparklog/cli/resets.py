@@ -21,6 +21,7 @@ from sparklog.cli.output import print_json, print_table, stderr
 from sparklog.cli.parse import parse_time_ms
 from sparklog.cli.state import state
 from sparklog.errors import ConfigError
+from sparklog.topic_partition import TopicPartition
 
 _DURATION = re.compile(
     r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$",
@@ -54,9 +55,9 @@ def parse_topic_scope(text: str) -> tuple[str, set[int] | None]:
         ) from None
 
 
-def read_offsets_file(path: str) -> dict[tuple[str, int], int]:
+def read_offsets_file(path: str) -> dict[TopicPartition, int]:
     """Kafka's reset CSV: ``topic,partition,offset`` per line."""
-    out: dict[tuple[str, int], int] = {}
+    out: dict[TopicPartition, int] = {}
     try:
         with open(path, newline="") as handle:
             for number, row in enumerate(csv.reader(handle), start=1):
@@ -64,7 +65,7 @@ def read_offsets_file(path: str) -> dict[tuple[str, int], int]:
                     continue
                 try:
                     topic, partition, offset = (cell.strip() for cell in row)
-                    out[(topic, int(partition))] = int(offset)
+                    out[TopicPartition(topic, int(partition))] = int(offset)
                 except ValueError:
                     raise ConfigError(
                         f"--from-file {path!r} line {number} {','.join(row)!r} is not accepted; "

@@ -169,7 +169,7 @@ class Admin:
                 continue
             for part in described.partitions:
                 tp = TopicPartition(topic, part.partition)
-                found = committed.get((topic, part.partition))
+                found = committed.get(tp)
                 if found is None and tp not in owner:
                     continue
                 lag.append(
@@ -233,7 +233,7 @@ class Admin:
         for part in described.partitions:
             if wanted is not None and part.partition not in wanted:
                 continue
-            current = committed.get((topic, part.partition))
+            current = committed.get(TopicPartition(topic, part.partition))
             now = None if current is None else current.offset
             if to_earliest:
                 target = part.log_start_offset
@@ -267,7 +267,10 @@ class Admin:
                 group,
                 -1,
                 "",
-                {(r.topic, r.partition): OffsetAndMetadata(r.new, "reset") for r in plan},
+                {
+                    TopicPartition(r.topic, r.partition): OffsetAndMetadata(r.new, "reset")
+                    for r in plan
+                },
             )
         return plan
 
@@ -384,7 +387,9 @@ class Admin:
                 "consumers before altering offsets"
             )
         chosen = {
-            (str(k[0]), int(k[1])): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v)
+            TopicPartition(str(k[0]), int(k[1])): v
+            if isinstance(v, OffsetAndMetadata)
+            else OffsetAndMetadata(v)
             for k, v in offsets.items()
         }
         self._backend.commit_offsets(group_id, -1, "", chosen)

@@ -7,125 +7,110 @@ key and what is accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from sparklog.errors import ConfigError
+from sparklog.settings import (
+    ANYTHING,
+    BOOLEAN,
+    FUNCTION,
+    TEXT,
+    Setting,
+    choice,
+    integer,
+)
 
-
-@dataclass(frozen=True)
-class Option:
-    default: Any
-    parse: Callable[[str, Any], Any]
-    doc: str
-
-
-def _int(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
-    def parse(key: str, raw: Any) -> int:
-        try:
-            value = int(str(raw).strip()) if not isinstance(raw, bool) else None
-        except ValueError:
-            value = None
-        if value is None or value < minimum or (maximum is not None and value > maximum):
-            upper = f" and <= {maximum}" if maximum is not None else ""
-            raise ConfigError(
-                f"{key}={raw!r} is not accepted; accepted: integers >= {minimum}{upper}"
-            )
-        return value
-
-    return parse
-
-
-def _choice(*choices: str, aliases: Mapping[str, str] | None = None) -> Callable[[str, Any], str]:
-    def parse(key: str, raw: Any) -> str:
-        text = str(raw).strip().lower()
-        text = (aliases or {}).get(text, text)
-        if text not in choices:
-            raise ConfigError(f"{key}={raw!r} is not accepted; accepted: {', '.join(choices)}")
-        return text
-
-    return parse
-
-
-def _bool(key: str, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(f"{key}={raw!r} is not accepted; accepted: true, false")
-
-
-def _str(key: str, raw: Any) -> str:
-    return str(raw)
-
-
-def _any(key: str, raw: Any) -> Any:
-    return raw
-
-
-def _callable(key: str, raw: Any) -> Any:
-    if not callable(raw):
-        raise ConfigError(f"{key}={raw!r} is not accepted; accepted: a function or None")
-    return raw
-
-
-PRODUCER_OPTIONS: dict[str, Option] = {
-    "acks": Option("all", _choice("all", "1", "0", aliases={"-1": "all"}), "all, 1 or 0"),
-    "linger_ms": Option(5, _int(0), "wait this long for more records before a flush"),
-    "batch_size": Option(
-        1 << 20, _int(1), "flush a partition's batch once it holds this many bytes"
+#: Settings producers and consumers share.
+SHARED_OPTIONS = (
+    Setting("storage_options", None, "fsspec storage options (embedded mode)", ANYTHING),
+    Setting(
+        "retry_timeout_ms", 30_000, "broker mode: retry unreachable brokers this long", integer(1)
     ),
-    "compression": Option(
-        None,
-        _choice("none", "lz4", "zstd"),
-        "none, lz4 or zstd; unset: the broker's setting (broker mode) or none (embedded)",
-    ),
-    "enable_idempotence": Option(True, _bool, "deduplicate retried batches"),
-    "retries": Option(2_147_483_647, _int(0), "retry attempts within delivery_timeout_ms"),
-    "retry_backoff_ms": Option(100, _int(0), "first retry delay; doubles up to 1 s"),
-    "delivery_timeout_ms": Option(120_000, _int(1), "give up on a record after this long"),
-    "buffer_memory": Option(64 << 20, _int(1024), "bytes buffered before send() blocks"),
-    "max_block_ms": Option(60_000, _int(0), "how long send() blocks on a full buffer"),
-    "metadata_max_age_ms": Option(5_000, _int(0), "refresh partition counts this often"),
-    "client_id": Option("sparklog-producer", _str, "name in logs"),
-    "storage_options": Option(None, _any, "fsspec storage options (embedded mode)"),
-    "retry_timeout_ms": Option(30_000, _int(1), "broker mode: retry unreachable brokers this long"),
-    "key_serializer": Option(None, _callable, "key -> bytes (called for non-null keys)"),
-    "value_serializer": Option(None, _callable, "value -> bytes (called for non-null values)"),
+)
+
+PRODUCER_OPTIONS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting(
+            "acks",
+            "all",
+            "all, 1 or 0",
+            choice("all", "1", "0", aliases={"-1": "all"}, fold_case=True),
+        ),
+        Setting("linger_ms", 5, "wait this long for more records before a flush", integer(0)),
+        Setting(
+            "batch_size",
+            1_048_576,
+            "flush a partition's batch once it holds this many bytes",
+            integer(1),
+        ),
+        Setting(
+            "compression",
+            None,
+            "none, lz4 or zstd; unset: the broker's setting (broker mode) or none (embedded)",
+            choice("none", "lz4", "zstd", fold_case=True),
+        ),
+        Setting("enable_idempotence", True, "deduplicate retried batches", BOOLEAN),
+        Setting("retries", 2_147_483_647, "retry attempts within delivery_timeout_ms", integer(0)),
+        Setting("retry_backoff_ms", 100, "first retry delay; doubles up to 1 s", integer(0)),
+        Setting("delivery_timeout_ms", 120_000, "give up on a record after this long", integer(1)),
+        Setting("buffer_memory", 67_108_864, "bytes buffered before send() blocks", integer(1024)),
+        Setting("max_block_ms", 60_000, "how long send() blocks on a full buffer", integer(0)),
+        Setting("metadata_max_age_ms", 5000, "refresh partition counts this often", integer(0)),
+        Setting("client_id", "sparklog-producer", "name in logs", TEXT),
+        *SHARED_OPTIONS,
+        Setting("key_serializer", None, "key -> bytes (called for non-null keys)", FUNCTION),
+        Setting("value_serializer", None, "value -> bytes (called for non-null values)", FUNCTION),
+    ]
 }
 
-CONSUMER_OPTIONS: dict[str, Option] = {
-    "auto_offset_reset": Option(
-        "latest",
-        _choice("earliest", "latest", "error", aliases={"none": "error"}),
-        "earliest, latest or error",
-    ),
-    "enable_auto_commit": Option(True, _bool, "commit positions every auto_commit_interval_ms"),
-    "auto_commit_interval_ms": Option(5_000, _int(0), "auto-commit period"),
-    "session_timeout_ms": Option(10_000, _int(100), "a member silent this long is removed"),
-    "heartbeat_interval_ms": Option(None, _int(10), "default: session_timeout_ms / 3"),
-    "rebalance_timeout_ms": Option(30_000, _int(100), "how long a rebalance waits for members"),
-    "max_poll_records": Option(500, _int(1), "records returned by one poll()"),
-    "fetch_max_bytes": Option(8 << 20, _int(1), "bytes fetched from a partition at once"),
-    "fetch_max_wait_ms": Option(100, _int(0), "long-poll time of one fetch"),
-    "partition_assignment_strategy": Option(
-        "range", _choice("range", "roundrobin", "sticky"), "range, roundrobin or sticky"
-    ),
-    "metadata_max_age_ms": Option(
-        5_000, _int(0), "how often a pattern subscription looks for new topics"
-    ),
-    "client_id": Option("sparklog-consumer", _str, "name in logs and member ids"),
-    "storage_options": Option(None, _any, "fsspec storage options (embedded mode)"),
-    "retry_timeout_ms": Option(30_000, _int(1), "broker mode: retry unreachable brokers this long"),
-    "key_deserializer": Option(None, _callable, "bytes -> key (called for non-null keys)"),
-    "value_deserializer": Option(None, _callable, "bytes -> value (called for non-null values)"),
-    "consumer_timeout_ms": Option(
-        None, _int(0), "iteration stops after this long without a record (default: never)"
-    ),
+CONSUMER_OPTIONS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting(
+            "auto_offset_reset",
+            "latest",
+            "earliest, latest or error",
+            choice("earliest", "latest", "error", aliases={"none": "error"}, fold_case=True),
+        ),
+        Setting(
+            "enable_auto_commit", True, "commit positions every auto_commit_interval_ms", BOOLEAN
+        ),
+        Setting("auto_commit_interval_ms", 5000, "auto-commit period", integer(0)),
+        Setting("session_timeout_ms", 10_000, "a member silent this long is removed", integer(100)),
+        Setting("heartbeat_interval_ms", None, "default: session_timeout_ms / 3", integer(10)),
+        Setting(
+            "rebalance_timeout_ms", 30_000, "how long a rebalance waits for members", integer(100)
+        ),
+        Setting("max_poll_records", 500, "records returned by one poll()", integer(1)),
+        Setting("fetch_max_bytes", 8_388_608, "bytes fetched from a partition at once", integer(1)),
+        Setting("fetch_max_wait_ms", 100, "long-poll time of one fetch", integer(0)),
+        Setting(
+            "partition_assignment_strategy",
+            "range",
+            "range, roundrobin or sticky",
+            choice("range", "roundrobin", "sticky", fold_case=True),
+        ),
+        Setting(
+            "metadata_max_age_ms",
+            5000,
+            "how often a pattern subscription looks for new topics",
+            integer(0),
+        ),
+        Setting("client_id", "sparklog-consumer", "name in logs and member ids", TEXT),
+        *SHARED_OPTIONS,
+        Setting("key_deserializer", None, "bytes -> key (called for non-null keys)", FUNCTION),
+        Setting(
+            "value_deserializer", None, "bytes -> value (called for non-null values)", FUNCTION
+        ),
+        Setting(
+            "consumer_timeout_ms",
+            None,
+            "iteration stops after this long without a record (default: never)",
+            integer(0),
+        ),
+    ]
 }
 
 #: Other names for a key: kafka-python's, confluent-kafka's (dotted, after "." -> "_").
@@ -179,7 +164,7 @@ def client_settings(
 
 
 def parse_config(
-    kind: str, options: Mapping[str, Option], given: Mapping[str, Any]
+    kind: str, options: Mapping[str, Setting], given: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Defaults overlaid with ``given`` (keys in Python or Kafka style), every value checked."""
     out = {k: o.default for k, o in options.items()}
@@ -192,5 +177,9 @@ def parse_config(
                 f"unknown {kind} config {raw_key!r}; accepted (Python style, or Kafka's dotted "
                 f"names): {', '.join(sorted(options))}"
             )
-        out[key] = option.parse(raw_key, raw) if raw is not None else option.default
+        out[key] = (
+            option.parse(raw, spelled=raw_key, error=ConfigError)
+            if raw is not None
+            else option.default
+        )
     return out

@@ -304,7 +304,7 @@ class Consumer:
             return
         committed = self._backend.fetch_offsets(self.group_id) if self.group_id else {}
         for tp in missing:
-            found = committed.get((tp.topic, tp.partition))
+            found = committed.get(tp)
             if found is not None and found.offset >= 0:
                 self._positions[tp] = found.offset
             else:
@@ -419,9 +419,9 @@ class Consumer:
         if not chosen:
             return
         assert self.group_id is not None
-        by_tp = {(tp.topic, tp.partition): om for tp, om in chosen.items()}
+        by_tp = dict(chosen)
         if self._membership is not None and not self._manual:
-            self._membership.commit(by_tp)  # type: ignore[arg-type]
+            self._membership.commit(by_tp)
         else:
             self._backend.commit_offsets(self.group_id, -1, "", by_tp)
         self._count("commit-total")
@@ -469,11 +469,11 @@ class Consumer:
         found = self._backend.fetch_offsets(self.group_id)
         if _is_one_tp(partition):
             tp = _as_tp(partition)
-            om = found.get((tp.topic, tp.partition))
+            om = found.get(tp)
             if metadata or om is None:
                 return om
             return om.offset
-        return {tp: found.get((tp.topic, tp.partition)) for tp in map(_as_tp, partition)}
+        return {tp: found.get(tp) for tp in map(_as_tp, partition)}
 
     # -- polling ------------------------------------------------------------------------
     def poll_batches(

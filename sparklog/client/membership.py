@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from sparklog.client.transports.base import TP, Backend
+from sparklog.client.transports.base import Backend
+from sparklog.client.types import OffsetAndMetadata
 from sparklog.errors import CommitFailedError, GroupError, SparklogError, UnknownMemberIdError
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ class GroupMembership:
     def active(self) -> bool:
         return self.generation >= 0 and not self.rejoin_needed
 
-    def join(self, topics: Sequence[str]) -> list[TP]:
+    def join(self, topics: Sequence[str]) -> list[TopicPartition]:
         """(Re-)join with ``topics``; returns this member's assignment of the new generation."""
         with self.lock:
             self.topics = sorted(set(topics))
@@ -77,7 +79,7 @@ class GroupMembership:
                     raise
                 self.rejoin_needed = False
                 self._start_heartbeats()
-                return [(t, int(p)) for t, p in assigned]
+                return [TopicPartition(t, int(p)) for t, p in assigned]
 
     def _start_heartbeats(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -102,14 +104,9 @@ class GroupMembership:
             except SparklogError as exc:
                 log.warning("group %s: heartbeat failed: %s", self.group, exc)
 
-    def commit(self, offsets: dict[TP, object]) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         with self.lock:
-            self.backend.commit_offsets(
-                self.group,
-                self.generation,
-                self.member_id,
-                offsets,  # type: ignore[arg-type]
-            )
+            self.backend.commit_offsets(self.group, self.generation, self.member_id, offsets)
 
     def leave(self) -> None:
         self._stop.set()

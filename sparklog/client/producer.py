@@ -33,6 +33,7 @@ from sparklog.errors import (
     UnknownTopicError,
 )
 from sparklog.storage.records import HEADER_TYPE, TIMESTAMP_TYPE
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +393,7 @@ class Producer:
         self._layouts: dict[str, tuple[int, int, float]] = {}
         self._sticky = StickyPartitioner()
         self._identity: tuple[int, int] | None = None
-        self._sequences: dict[tuple[str, int], int] = {}
+        self._sequences: dict[TopicPartition, int] = {}
         self._sender = threading.Thread(target=self._run, name="sparklog-producer", daemon=True)
         self._sender.start()
 
@@ -695,7 +696,7 @@ class Producer:
         if idempotent:
             pid, epoch = self._identity_now()
             identity = ProducerIdentity(
-                pid, epoch, {p: self._sequences.get((topic, p), 0) for p in parts}
+                pid, epoch, {p: self._sequences.get(TopicPartition(topic, p), 0) for p in parts}
             )
         while True:
             try:
@@ -750,7 +751,7 @@ class Producer:
             result = results[p]
             base = result.base_offset
             if identity is not None:
-                self._sequences[(topic, p)] = identity.sequences[p] + counts[p]
+                self._sequences[TopicPartition(topic, p)] = identity.sequences[p] + counts[p]
             for chunk in buf.chunks:
                 chunk.completion.resolve(base)
                 if base >= 0:

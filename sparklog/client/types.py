@@ -5,17 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sparklog.topic_partition import TopicPartition as TopicPartition  # re-exported
+
 Header = tuple[str, bytes | None]
-
-
-class TopicPartition(NamedTuple):
-    """One partition of one topic."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class OffsetAndMetadata(NamedTuple):

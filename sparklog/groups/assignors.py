@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-TopicPartition = tuple[str, int]
+from sparklog.topic_partition import TopicPartition
+
 Assignment = dict[str, list[TopicPartition]]
 Assignor = Callable[
     [Mapping[str, Sequence[str]], Mapping[str, int], Mapping[str, Sequence[TopicPartition]]],
@@ -21,7 +22,7 @@ def _all_partitions(
     members: Mapping[str, Sequence[str]], partitions: Mapping[str, int]
 ) -> list[TopicPartition]:
     topics = sorted({t for subs in members.values() for t in subs})
-    return [(t, p) for t in topics for p in range(partitions.get(t, 0))]
+    return [TopicPartition(t, p) for t in topics for p in range(partitions.get(t, 0))]
 
 
 def range_assign(
@@ -38,7 +39,7 @@ def range_assign(
         start = 0
         for i, member in enumerate(subscribers):
             n = per + (1 if i < extra else 0)
-            out[member].extend((topic, p) for p in range(start, start + n))
+            out[member].extend(TopicPartition(topic, p) for p in range(start, start + n))
             start += n
     return out
 

@@ -42,10 +42,11 @@ from sparklog.errors import (
     SparklogError,
     UnknownMemberError,
 )
-from sparklog.groups.assignors import ASSIGNORS, TopicPartition
+from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
 from sparklog.storage.groups import validate_group_name
+from sparklog.topic_partition import TopicPartition
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -285,7 +286,7 @@ class GroupCoordinator:
         subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
         counts = self._partition_counts({t for ts in subscriptions.values() for t in ts})
         previous = {
-            m: [(str(t), int(p)) for t, p in tps]
+            m: [TopicPartition(str(t), int(p)) for t, p in tps]
             for m, tps in doc.get("previous_assignment", {}).items()
         }
         result = ASSIGNORS[doc["protocol"]](subscriptions, counts, previous)
@@ -535,7 +536,9 @@ class GroupCoordinator:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == STABLE:
                 self._touch(group, member_id)
-                mine = [(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])]
+                mine = [
+                    TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])
+                ]
                 raw = doc.get("opaque_assignment", {}).get(member_id)
                 return mine, base64.b64decode(raw) if raw is not None else None
             time.sleep(self.poll_ms / 1000)
@@ -578,7 +581,7 @@ class GroupCoordinator:
         members (a standalone consumer or the Spark source); stale generations are refused."""
         self._check_member_id(member_id)
         try:
-            clean = {(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
+            clean = {TopicPartition(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
         except (TypeError, ValueError):
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: {(topic, partition): offset}"

@@ -23,10 +23,10 @@ from typing import Any
 from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
 from sparklog.spark.options import OffsetSpec, Subscription
 from sparklog.storage import LogRoot, PartitionLog, Topic, TopicInfo
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 EARLIEST = -2
 LATEST = -1
 
@@ -39,8 +39,8 @@ def encode_offsets(
 ) -> dict[str, Any]:
     """Kafka-style offsets JSON with stable (sorted) key order, plus the topics' ids."""
     out: dict[str, Any] = {}
-    for topic, partition in sorted(offsets):
-        out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    for tp in sorted(offsets):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
     ids = {t: topic_ids[t] for t in sorted(out) if topic_ids and topic_ids.get(t)}
     if ids:
         out[TOPIC_IDS_KEY] = ids
@@ -53,7 +53,7 @@ def decode_offsets(doc: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
         if topic == TOPIC_IDS_KEY:
             continue
         for partition, offset in parts.items():
-            out[(topic, int(partition))] = int(offset)
+            out[TopicPartition(topic, int(partition))] = int(offset)
     return out
 
 
@@ -118,9 +118,9 @@ class RootView:
                         f"option 'assign': topic {name!r} has no partition {missing[0]}; "
                         f"accepted: 0-{info.partitions - 1}"
                     )
-                out.extend((name, p) for p in assigned[name])
+                out.extend(TopicPartition(name, p) for p in assigned[name])
             else:
-                out.extend((name, p) for p in range(info.partitions))
+                out.extend(TopicPartition(name, p) for p in range(info.partitions))
         return out
 
     # -- partitions --------------------------------------------------------
@@ -133,9 +133,9 @@ class RootView:
     def bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(log start offset, high watermark) of each partition, freshly read."""
         out = {}
-        for topic, partition in partitions:
-            plog = self.log(topic, partition)
-            out[(topic, partition)] = (plog.log_start_offset, plog.high_watermark)
+        for tp in partitions:
+            plog = self.log(tp.topic, tp.partition)
+            out[tp] = (plog.log_start_offset, plog.high_watermark)
         return out
 
 

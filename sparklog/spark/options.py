@@ -26,6 +26,7 @@ from typing import Any
 
 from sparklog.client.address import set_storage_option
 from sparklog.errors import SparkOptionError
+from sparklog.settings import BOOLEAN, integer, parse_value, refusal
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ def _broker(opts: Mapping[str, str]) -> str | None:
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():
             raise SparkOptionError(
-                f"option 'broker'={broker!r} is not accepted; accepted: host:port[,host:port]"
+                refusal("broker", broker, "host:port[,host:port]", label="option")
             )
     return broker
 
@@ -257,24 +258,14 @@ def _int(opts: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise SparkOptionError(
-            f"option {name!r}={raw!r} is not accepted; accepted: an integer >= {minimum}"
-        )
-    return value
+    return int(parse_value(name, raw, integer(minimum), label="option", error=SparkOptionError))
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raw = opts.get(name.lower())
     if raw is None:
         return default
-    if raw.strip().lower() not in ("true", "false"):
-        raise SparkOptionError(f"option {name!r}={raw!r} is not accepted; accepted: true, false")
-    return raw.strip().lower() == "true"
+    return bool(parse_value(name, raw, BOOLEAN, label="option", error=SparkOptionError))
 
 
 def parse_duration_ms(name: str, raw: str) -> int:
@@ -282,8 +273,7 @@ def parse_duration_ms(name: str, raw: str) -> int:
     match = DURATION_RE.match(raw)
     if not match:
         raise SparkOptionError(
-            f"option {name!r}={raw!r} is not accepted; accepted: a duration such as 500ms, 10s, "
-            "15m, 1h, 2d"
+            refusal(name, raw, "a duration such as 500ms, 10s, 15m, 1h, 2d", label="option")
         )
     unit = (match.group(2) or "ms").lower()
     return int(int(match.group(1)) * DURATION_MS[unit])
@@ -295,9 +285,7 @@ def _json(name: str, raw: str, example: str) -> dict[str, Any]:
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise SparkOptionError(
-            f"option {name!r}={raw!r} is not accepted; accepted: JSON like {example}"
-        )
+        raise SparkOptionError(refusal(name, raw, f"JSON like {example}", label="option"))
     return value
 
 

@@ -22,8 +22,7 @@ import numpy as np
 from pyspark.sql.datasource import InputPartition
 
 from sparklog.storage import Segment, TopicInfo
-
-TopicPartition = tuple[str, int]
+from sparklog.topic_partition import TopicPartition
 
 #: Below this many bytes per task, another task costs more than it saves: a task
 #: has ~55 ms of fixed cost here, about what reading 8 MiB takes on one core.

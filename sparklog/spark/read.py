@@ -20,6 +20,7 @@ from sparklog.spark.offsets import check_start
 from sparklog.spark.plan import ReadTask
 from sparklog.spark.schema import timestamp_type_of, to_spark_batch
 from sparklog.storage import LogRoot, Topic, open_root
+from sparklog.topic_partition import TopicPartition
 
 #: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
 TARGET_BATCH_ROWS = 65_536
@@ -76,7 +77,7 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
         topic = _topic(root_key, root, task, r.topic)
         plog = topic.partition(r.partition)
         plog.refresh()  # a cached log may predate retention; reads only commits since then
-        tp = (r.topic, r.partition)
+        tp = TopicPartition(r.topic, r.partition)
         start = check_start(
             tp,
             r.start,

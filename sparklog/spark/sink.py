@@ -46,6 +46,7 @@ from sparklog.errors import InvalidRecordError, SinkColumnError, SparkSourceErro
 from sparklog.spark.options import SinkOptions
 from sparklog.spark.read import cached_root
 from sparklog.storage import Segment, Topic
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ def commit_segments(
 ) -> None:
     """Driver side: append each partition's staged segments in one commit (txn-marked)."""
     root = cached_root(options.root, options.storage_options)
-    by_partition: dict[tuple[str, int], list[Segment]] = {}
+    by_partition: dict[TopicPartition, list[Segment]] = {}
     topic_ids: dict[str, str] = {}
     for message in messages:
         if not isinstance(message, SinkCommitMessage):
@@ -286,7 +287,7 @@ def commit_segments(
         for name, topic_id, p, raw in message.segments:
             if topic_ids.setdefault(name, topic_id) != topic_id:
                 raise SparkSourceError(f"topic {name!r} was deleted and created during the write")
-            by_partition.setdefault((name, p), []).append(Segment.from_json(raw))
+            by_partition.setdefault(TopicPartition(name, p), []).append(Segment.from_json(raw))
     by_topic: dict[str, dict[int, list[Segment]]] = {}
     for (name, p), segments in sorted(by_partition.items()):
         by_topic.setdefault(name, {})[p] = segments

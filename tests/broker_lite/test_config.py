@@ -31,9 +31,12 @@ def test_env_overrides_file_and_overrides_win(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("linger_ms = -1", "'linger_ms' = -1.*accepted: an integer >= 0"),
-        ('listen = "nowhere"', "'listen'.*accepted: HOST:PORT"),
-        ('log_level = "LOUD"', "'log_level'.*accepted: DEBUG, INFO, WARNING, ERROR"),
+        (
+            "linger_ms = -1",
+            r"config key 'linger_ms'=-1 \(from .*b.toml\).*accepted: an integer >= 0",
+        ),
+        ('listen = "nowhere"', "'listen'='nowhere'.*accepted: HOST:PORT"),
+        ('log_level = "LOUD"', "'log_level'='LOUD'.*accepted: DEBUG, INFO, WARNING, ERROR"),
         ("lingerms = 1", "unknown config key 'lingerms'.*accepted: root"),
         ("lease_timeout_ms = 10\nlease_interval_ms = 20", "lease_timeout_ms"),
         ("linger_ms = ", "not valid TOML"),

@@ -99,9 +99,9 @@ def test_invalid_topic_names_are_refused(root, name):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"retention.ms": "soon"}, "retention.ms='soon' is not an integer"),
-        ({"retention.ms": -5}, "retention.ms=-5 is out of range"),
-        ({"cleanup.policy": "shred"}, "accepted: delete, compact"),
+        ({"retention.ms": "soon"}, "config 'retention.ms'='soon' is not accepted; accepted: an"),
+        ({"retention.ms": -5}, "'retention.ms'=-5 is not accepted; accepted: an integer >= -1"),
+        ({"cleanup.policy": "shred"}, "accepted: delete, compact, compact,delete"),
         ({"message.timestamp.type": "Now"}, "accepted: CreateTime, LogAppendTime"),
         ({"retention.hours": 1}, "unknown topic config key 'retention.hours'"),
     ],

@@ -15,8 +15,7 @@ import pyarrow as pa
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
 from sparklog.groups.coordinator import JoinResult
-
-TP = tuple[str, int]
+from sparklog.topic_partition import TopicPartition
 
 
 class TopicLayout(NamedTuple):
@@ -117,14 +116,18 @@ class Backend(Protocol):
         group: str,
         generation: int,
         member_id: str,
-        assignment: Mapping[str, Sequence[TP]] | None = None,
-    ) -> list[TP]: ...
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> list[TopicPartition]: ...
     def heartbeat(self, group: str, generation: int, member_id: str) -> None: ...
     def leave_group(self, group: str, member_id: str) -> None: ...
     def commit_offsets(
-        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> None: ...
-    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]: ...
+    def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]: ...
     def list_groups(self) -> list[str]: ...
     def describe_group(self, group: str) -> dict[str, Any]: ...
     def delete_group(self, group: str) -> None: ...
@@ -158,8 +161,8 @@ class GroupCalls:
         group: str,
         generation: int,
         member_id: str,
-        assignment: Mapping[str, Sequence[TP]] | None = None,
-    ) -> list[TP]:
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> list[TopicPartition]:
         return list(self._group_api.sync_group(group, generation, member_id, assignment))
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
@@ -169,9 +172,13 @@ class GroupCalls:
         self._group_api.leave_group(group, member_id)
 
     def commit_offsets(
-        self, group: str, generation: int, member_id: str, offsets: Mapping[TP, OffsetAndMetadata]
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> None:
-        by_metadata: dict[str, dict[TP, int]] = {}
+        by_metadata: dict[str, dict[TopicPartition, int]] = {}
         for tp, om in offsets.items():
             by_metadata.setdefault(om.metadata, {})[tp] = om.offset
         for metadata, part in by_metadata.items():

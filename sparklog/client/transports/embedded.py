@@ -19,12 +19,12 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.client.transports.base import (
-    TP,
     FetchResult,
     GroupCalls,
     ProduceResult,
     ProducerIdentity,
     TopicLayout,
+    TopicPartition,
 )
 from sparklog.client.types import (
     EMBEDDED_LEADER,
@@ -52,7 +52,7 @@ class EmbeddedBackend(GroupCalls):
         # root is an error, never a folder or bucket made by a typo.
         self.root: LogRoot = open_root(url, storage_options, create=create)
         self._topics: dict[str, Topic] = {}
-        self._locks: dict[TP, threading.Lock] = {}
+        self._locks: dict[TopicPartition, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         # Groups run in-process, coordinated through the root alone (no broker needed).
@@ -86,7 +86,7 @@ class EmbeddedBackend(GroupCalls):
             else:
                 raise
         with self._lock:
-            lock = self._locks.setdefault((name, partition), threading.Lock())
+            lock = self._locks.setdefault(TopicPartition(name, partition), threading.Lock())
         return log, lock
 
     # -- topics ------------------------------------------------------------------
@@ -229,6 +229,6 @@ class EmbeddedBackend(GroupCalls):
             return delete_records(log, before_offset)
 
     # -- groups (in-process coordinator over the root) ------------------------------
-    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
+    def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.root.groups.fetch(group)
         return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}

@@ -16,12 +16,12 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.client.transports.base import (
-    TP,
     FetchResult,
     GroupCalls,
     ProduceResult,
     ProducerIdentity,
     TopicLayout,
+    TopicPartition,
 )
 from sparklog.client.transports.flight_client import BrokerClient, TopicMetadata
 from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
@@ -156,6 +156,6 @@ class BrokerBackend(GroupCalls):
         return self.client.delete_records(topic, partition, before_offset)
 
     # -- groups (coordinated by the brokers) ----------------------------------------
-    def fetch_offsets(self, group: str) -> dict[TP, OffsetAndMetadata]:
+    def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

@@ -38,9 +38,9 @@ from sparklog.errors import (
 )
 from sparklog.groups.coordinator import JoinResult
 from sparklog.storage.topics import value_type_from_text, value_type_to_text
+from sparklog.topic_partition import TopicPartition
 
 T = TypeVar("T")
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -498,7 +498,7 @@ class BrokerClient:
         raw = self._action(
             "sync_group", group=group, generation=generation, member_id=member_id, **fields
         )
-        return [(str(t), int(p)) for t, p in raw]
+        return [TopicPartition(str(t), int(p)) for t, p in raw]
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
         self._action("heartbeat", group=group, generation=generation, member_id=member_id)
@@ -528,10 +528,10 @@ class BrokerClient:
 
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition."""
-        out = {}
+        out: dict[TopicPartition, tuple[int, str]] = {}
         for row in self._action("fetch_offsets", group=group):
             metadata = str(row[3]) if len(row) > 3 and row[3] is not None else ""
-            out[(str(row[0]), int(row[1]))] = (int(row[2]), metadata)
+            out[TopicPartition(str(row[0]), int(row[1]))] = (int(row[2]), metadata)
         return out
 
     def list_groups(self) -> list[str]:
