@@ -417,10 +417,7 @@ class MetaLog(Generic[S]):
                 if raw is None:
                     later = next((k for k in keys[i + 1 :] if found.get(k) is not None), None)
                     if later is not None:
-                        raise CorruptRecordError(
-                            f"log {self.name}: commit {self.where(key)} is missing while a later "
-                            f"one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
-                        )
+                        raise self._hole(key, later)
                     self._confirmed = time.monotonic()
                     return
                 self._apply(state, self._decode(raw, key, state.version + 1))
@@ -436,14 +433,17 @@ class MetaLog(Generic[S]):
                 for ahead in range(2, 2 + LOCAL_LOOKAHEAD if lookahead else 0):
                     later = self.key(state.version + ahead)
                     if self.store.get_many([later])[later] is not None:
-                        raise CorruptRecordError(
-                            f"log {self.name}: commit {self.where(key)} is missing while a "
-                            f"later one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
-                        )
+                        raise self._hole(key, later)
                 self._confirmed = time.monotonic()
                 return
             self._apply(state, self._decode(raw, key, state.version + 1))
             lookahead = True
+
+    def _hole(self, missing: str, later: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"log {self.name}: commit {self.where(missing)} is missing while a later "
+            f"one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
+        )
 
     def _decode(self, raw: bytes, key: str, version: int) -> Commit:
         commit = decode_commit(raw, self.where(key))
