@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import InvalidRequestError, SparklogError, error_class
+from sparklog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:  # the coordinator imports the error shim, which imports this module
     from sparklog.groups.coordinator import JoinResult
@@ -121,6 +122,8 @@ ACTIONS: dict[str, Request] = {
     "list_groups": (),
     "describe_group": (_GROUP,),
     "delete_group": (_GROUP,),
+    # partitions: [[topic, partition], ...]; result: encode_partition_errors
+    "delete_offsets": (_GROUP, Field("partitions", list)),
 }
 
 
@@ -264,6 +267,24 @@ def decode_join_result(raw: Mapping[str, Any]) -> JoinResult:
     from sparklog.groups.coordinator import JoinResult
 
     return JoinResult(**{name: raw[name] for name in _JOIN_FIELDS})
+
+
+def encode_partition_errors(
+    result: Mapping[TopicPartition, SparklogError | None],
+) -> list[list[Any]]:
+    """Per-partition outcomes (e.g. delete_offsets'): ``[topic, partition, None or error]``."""
+    return [
+        [topic, partition, None if err is None else encode(err)]
+        for (topic, partition), err in sorted(result.items())
+    ]
+
+
+def decode_partition_errors(raw: list[list[Any]]) -> dict[TopicPartition, SparklogError | None]:
+    """What :func:`encode_partition_errors` carried."""
+    return {
+        TopicPartition(str(topic), int(partition)): None if err is None else decode(str(err))
+        for topic, partition, err in raw
+    }
 
 
 # -- errors ----------------------------------------------------------------

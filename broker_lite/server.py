@@ -213,6 +213,11 @@ class FlightBroker(flight.FlightServerBase):
             "list_groups": lambda: groups.list_groups(),
             "describe_group": lambda group: groups.describe_group(group),
             "delete_group": lambda group: groups.delete_group(group),
+            "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
+                groups.delete_offsets(
+                    group, [TopicPartition(str(t), int(p)) for t, p in partitions]
+                )
+            ),
         }
         assert set(self.actions) == set(wire.ACTIONS), "every wire action has one handler"
 

@@ -361,6 +361,12 @@ class NonEmptyGroupError(GroupError, errno=68, code="NON_EMPTY_GROUP", canonical
     pass
 
 
+class GroupSubscribedToTopicError(
+    GroupError, errno=86, code="GROUP_SUBSCRIBED_TO_TOPIC", canonical=True
+):
+    """Offsets of a topic that active members of the group consume cannot be deleted."""
+
+
 # -- the Spark data source (format("sparklog")) ----------------------------------------------
 # Spark wraps these in its own exceptions, keeping the message; so every message names the
 # offending option, column or range and what is accepted.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,8 @@ class GroupCodec:
             state.generation = max(state.generation, generation)
         for key, entry in (commit.get("offsets") or {}).items():
             state.offsets[key] = dict(entry)
+        for key in commit.get("deleted") or ():
+            state.offsets.pop(key, None)
 
     def snapshot(self, state: GroupLogState) -> bytes:
         return json.dumps(
@@ -192,6 +194,45 @@ class GroupStore:
         log, lock = self.log(group)
         with lock:
             log.commit(build)
+
+    def delete_offsets(
+        self,
+        group: str,
+        partitions: Iterable[tuple[str, int]],
+        *,
+        generation: int | None = None,
+    ) -> list[TopicPartition]:
+        """Drop the group's committed offsets of ``partitions`` (Kafka's OffsetDelete).
+
+        One commit in the group's create-only log lists the dropped keys; the
+        offsets before it stay in older commits and snapshots until the log is
+        pruned, but no reader sees them any more.  With ``generation``, the drop is
+        refused with IllegalGenerationError if a newer generation started since the
+        caller checked the group's members (in the same create-only step).  Returns
+        the partitions that had an offset (sorted); a group with none of them
+        commits nothing.
+        """
+        wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
+        keys = {f"{tp.topic}:{tp.partition}": tp for tp in wanted}
+        dropped: list[TopicPartition] = []
+
+        def build(state: GroupLogState) -> Commit | None:
+            if generation is not None and generation < state.generation:
+                raise IllegalGenerationError(
+                    f"group {group!r} started generation {state.generation} after generation "
+                    f"{generation} was checked; offsets not deleted",
+                    generation=state.generation,
+                )
+            present = [key for key in keys if key in state.offsets]
+            dropped[:] = [keys[key] for key in present]
+            if not present:
+                return None
+            return {"kind": "delete_offsets", "deleted": present}
+
+        log, lock = self.log(group)
+        with lock:
+            log.commit(build)
+        return sorted(dropped)
 
     def generation(self, group: str) -> int:
         """The newest generation the group's log has recorded (-1: none)."""

@@ -1,4 +1,4 @@
-"""Admin APIs: topics, partitions, topic configs and DeleteRecords.
+"""Admin APIs: topics, partitions, topic configs, DeleteRecords and OffsetDelete.
 
 Topics are sparklog topics: CreateTopics makes one in the root, configs are
 the topic configs sparklog knows (Kafka's names: retention.ms, cleanup.policy,
@@ -16,7 +16,12 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.metadata import topic_uuid
-from sparklog.errors import InvalidReplicationFactorError, InvalidRequestError, SparklogError
+from sparklog.errors import (
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+)
 
 TOPIC = 2
 BROKER = 4
@@ -229,3 +234,50 @@ def handle_alter_configs(ctx: Any, request: Any) -> Any:
 
 def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
     return _alter(ctx, request, load_response_schema(44, ctx.api_version), incremental=True)
+
+
+def handle_offset_delete(ctx: Any, request: Any) -> Any:
+    """OffsetDelete: drop a group's committed offsets, as the group coordinator allows.
+
+    An unknown group is a top-level GROUP_ID_NOT_FOUND; per partition, a topic
+    the broker does not know is UNKNOWN_TOPIC_OR_PARTITION and a topic active
+    members are subscribed to GROUP_SUBSCRIBED_TO_TOPIC (its offset stays).
+    """
+    cls = load_response_schema(47, ctx.api_version)
+    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
+    part_cls = nested(cls, "OffsetDeleteResponsePartition")
+    errors: dict[tuple[str, int], int] = {}
+    known: list[tuple[str, int]] = []
+    for t in request.topics:
+        try:
+            ctx.broker.topic(t.name)
+            exists = True
+        except UnknownTopicOrPartitionError:
+            exists = False
+        for p in t.partitions:
+            tp = (str(t.name), int(p.partition_index))
+            if exists:
+                known.append(tp)
+            else:
+                errors[tp] = UnknownTopicOrPartitionError.errno
+    try:
+        outcome = ctx.broker.groups.delete_offsets(request.group_id, known)
+    except SparklogError as exc:
+        return make(cls, error_code=errno_of(exc), throttle_time=0, topics=())
+    errors.update({tp: 0 if err is None else errno_of(err) for tp, err in outcome.items()})
+    topics = [
+        make(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    part_cls,
+                    partition_index=p.partition_index,
+                    error_code=errors.get((str(t.name), int(p.partition_index)), 0),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    ]
+    return make(cls, error_code=0, throttle_time=0, topics=tuple(topics))

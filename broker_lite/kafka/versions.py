@@ -86,6 +86,7 @@ _APIS = [
         1,
         admin.handle_incremental_alter_configs,
     ),
+    Api(47, "OffsetDelete", 0, 0, admin.handle_offset_delete),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
 ]
 API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, quiet_exit, stdout
+from sparklog.cli.output import print_json, print_table, quiet_exit, say, stdout
 from sparklog.cli.parse import parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
@@ -54,7 +54,7 @@ app = typer.Typer(
 topics_app = _typer("Create, list, describe, alter, delete topics.")
 groups_app = _typer("List, describe, reset, delete groups and their offsets.")
 broker_app = _typer("Run a broker.")
-perf_app = _typer("Producer and consumer performance tests (kafka-*-perf-test).")
+perf_app = _typer("Performance tests. As kafka-producer-perf-test, kafka-consumer-perf-test.")
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
 app.add_typer(broker_app, name="broker")
@@ -148,14 +148,14 @@ def topics_create(
         typer.Option("--config", "-c", metavar="K=V", help="Topic config key=value"),
     ] = None,
 ) -> None:
-    """Create a topic (and the storage root, if this is its first topic)."""
+    """Create a topic. The first topic of a root also creates the root."""
     st = state(ctx)
     with st.admin(create=True) as admin:
         desc = admin.create_topic(name, partitions, parse_pairs(config or [], "--config"))
     if st.json:
         print_json(topic_doc(desc))
     else:
-        stdout.print(f"created topic {name} with {partitions} partitions")
+        say(f"created topic {name} with {partitions} partitions")
 
 
 def _print_names(names: list[str], as_json: bool) -> None:
@@ -164,7 +164,7 @@ def _print_names(names: list[str], as_json: bool) -> None:
         print_json(names)
         return
     for name in names:
-        stdout.print(name, highlight=False)
+        say(name)
 
 
 @topics_app.command("list")
@@ -177,7 +177,7 @@ def topics_list(ctx: typer.Context) -> None:
 
 @topics_app.command("describe")
 def topics_describe(ctx: typer.Context, name: str = TOPIC) -> None:
-    """Partitions (leader, log start, high watermark, size) and config of a topic."""
+    """Show a topic. Per partition: leader, log start, high watermark, size; and its config."""
     st = state(ctx)
     with st.admin() as admin:
         _print_topic(admin.describe_topic(name), st.json)
@@ -195,47 +195,21 @@ def topics_alter(
         typer.Option("--delete-config", metavar="KEY", help="Config to remove (back to default)"),
     ] = None,
 ) -> None:
-    """Change topic config: set keys with --config, remove them with --delete-config."""
+    """Change topic config. Set keys with --config, remove them with --delete-config."""
     st = state(ctx)
     updates = parse_pairs(config or [], "--config")
     removed = list(delete_config or [])
     if not updates and not removed:
         raise ConfigError("nothing to alter; accepted: --config key=value, --delete-config key")
-    both = sorted(set(updates) & set(removed))
-    if both:
-        raise ConfigError(f"{both[0]!r} is both set and deleted; choose one")
     with st.admin() as admin:
-        if removed:
-            _delete_topic_config(admin, name, removed)
-        desc = admin.alter_topic_config(name, updates) if updates else admin.describe_topic(name)
+        desc = admin.alter_topic_config(name, updates, removed)
     if st.json:
         print_json(topic_doc(desc))
     else:
         changes = [f"{k}={desc.config[k]}" for k in updates] + [
             f"{k} back to default ({desc.config.get(k, 'unset')})" for k in removed
         ]
-        stdout.print(f"altered {name}: " + ", ".join(changes))
-
-
-def _delete_topic_config(admin: Any, name: str, keys: list[str]) -> None:
-    """Remove config keys: on a root through storage's ``remove``, else the broker's."""
-    backend = admin._backend
-    root = getattr(backend, "root", None)
-    if root is not None:
-        root.alter_topic_config(name, {}, remove=keys)
-        return
-    from sparklog.storage.config import TOPIC_CONFIG_KEYS
-
-    unknown = [k for k in keys if k not in TOPIC_CONFIG_KEYS]
-    if unknown:
-        raise ConfigError(
-            f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
-        )
-    raise ConfigError(
-        "--delete-config needs a storage root address (the broker protocol has no removal "
-        "yet); accepted: -a <root> topics alter --delete-config, or set the default value "
-        "with --config"
-    )
+        say(f"altered {name}: " + ", ".join(changes))
 
 
 @topics_app.command("add-partitions")
@@ -253,7 +227,7 @@ def topics_add_partitions(
     if st.json:
         print_json(topic_doc(desc))
     else:
-        stdout.print(f"{name} now has {len(desc.partitions)} partitions")
+        say(f"{name} now has {len(desc.partitions)} partitions")
 
 
 @topics_app.command("delete")
@@ -265,7 +239,7 @@ def topics_delete(ctx: typer.Context, name: str = TOPIC) -> None:
     if st.json:
         print_json({"topic": name, "deleted": True})
     else:
-        stdout.print(f"deleted topic {name}")
+        say(f"deleted topic {name}")
 
 
 # -- groups -----------------------------------------------------------------------------
@@ -310,7 +284,7 @@ def group_doc(desc: GroupDescription) -> dict[str, Any]:
 
 @groups_app.command("describe")
 def groups_describe(ctx: typer.Context, group: str = GROUP) -> None:
-    """Per partition: committed offset, high watermark, lag, member."""
+    """Show a group. Per partition: committed offset, high watermark, lag, member."""
     st = state(ctx)
     with st.admin() as admin:
         desc = admin.describe_group(group)
@@ -337,7 +311,7 @@ def _require_group(admin: Any, group: str) -> None:
 
 @groups_app.command("delete")
 def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
-    """Delete a group with no active members (and its committed offsets)."""
+    """Delete a group and its offsets. Refused while it has active members."""
     st = state(ctx)
     with st.admin() as admin:
         _require_group(admin, group)
@@ -345,12 +319,14 @@ def groups_delete(ctx: typer.Context, group: str = GROUP) -> None:
     if st.json:
         print_json({"group": group, "deleted": True})
     else:
-        stdout.print(f"deleted group {group}")
+        say(f"deleted group {group}")
 
 
+from sparklog.cli import delete_offsets as _delete_offsets  # noqa: E402
 from sparklog.cli import resets as _resets  # noqa: E402  (registers groups reset-offsets)
 
 _resets.register(groups_app)
+_delete_offsets.register(groups_app)
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -362,7 +338,7 @@ def offsets(
         "latest", "--time", metavar="TIME", help="earliest, latest or ISO 8601 time"
     ),
 ) -> None:
-    """Per partition: the earliest / latest offset, or the first at or after a time."""
+    """Show offsets. Per partition: earliest, latest, or the first at or after a time."""
     st = state(ctx)
     spec = parse_offset_spec(time_spec)
     with st.admin() as admin:
@@ -411,7 +387,7 @@ def broker_start(
         help='Kafka protocol address (port 0 = free port; "" disables)',
     ),
 ) -> None:
-    """Run a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
+    """Run a broker in the foreground. SIGTERM or Ctrl-C stops it gracefully."""
     if root is None:
         root = _root_of_address(ctx)
     if config is not None and not os.path.isfile(config):
@@ -456,11 +432,11 @@ def demo(
     ),
     keep: bool = typer.Option(False, "--keep", help="Keep the root to explore it afterwards"),
 ) -> None:
-    """Everything sparklog does, end to end: broker, producer, Spark streaming, reprocessing."""
+    """Run the demo. Broker, producer, Spark streaming, reprocessing, end to end."""
     from sparklog.demo import DemoError, run_demo
 
     try:
-        run_demo(root, records, keep or root is not None, console=stdout)
+        run_demo(root, records, keep or root is not None, console=stdout.console)
     except DemoError as exc:
         raise ConfigError(f"demo failed: {exc}") from None
 
@@ -478,15 +454,35 @@ KAFKA_HINTS = {
     "--alter": "sparklog topics alter TOPIC --config K=V",
     "--replication-factor": "not needed: the storage root keeps the copies",
     "--reset-offsets": "sparklog groups reset-offsets GROUP --topic TOPIC --to-earliest",
+    "--delete-offsets": "sparklog groups delete-offsets GROUP --topic TOPIC",
     "--consumer-property": "use --storage-option K=V for storage, or the command's options",
 }
 
 
+#: the global options (they go before the command), with an example value
+GLOBAL_FLAGS = {
+    "-a": "HOST:PORT",
+    "--address": "HOST:PORT",
+    "-o": "json",
+    "--output": "json",
+    "-S": "K=V",
+    "--storage-option": "K=V",
+}
+
+
 def _hint(message: str) -> str:
-    for flag, hint in KAFKA_HINTS.items():
-        if f"No such option: {flag}" in message or f"no such option: {flag}" in message:
-            return f"{message} (sparklog form: {hint})"
-    return message
+    """A usage error about a Kafka tool's flag, with the sparklog form of that flag."""
+    import re
+
+    found = re.search(r"no such option: (--?[\w-]+)", message, re.IGNORECASE)
+    flag = found.group(1) if found else ""
+    if flag in GLOBAL_FLAGS:
+        return (
+            f"{message} ({flag} is a global option: put it before the command, as in "
+            f"sparklog {flag} {GLOBAL_FLAGS[flag]} consume TOPIC)"
+        )
+    hint = KAFKA_HINTS.get(flag)
+    return f"{message} (sparklog form: {hint})" if hint else message
 
 
 def _json_errors(argv: list[str]) -> bool:

@@ -12,23 +12,51 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: Width of a console that is not a terminal: tables are as wide as their cells.
 PIPED_WIDTH = 10_000
 
 
-def _console(stream: Any, **kwargs: Any) -> Console:
-    width = None
-    if "COLUMNS" not in os.environ and not stream.isatty():
-        width = PIPED_WIDTH
-    return Console(soft_wrap=True, width=width, **kwargs)
+class LazyConsole:
+    """A rich Console for stdout or stderr, built on first use.
+
+    Commands that print plain lines (``topics list``, ``groups list``, one-line
+    confirmations) go through :func:`say` and never import rich; tables, markup
+    and progress bars build the Console when they first need it.
+    """
+
+    def __init__(self, use_stderr: bool) -> None:
+        self.use_stderr = use_stderr
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self.use_stderr else sys.stdout
+            width = None
+            if "COLUMNS" not in os.environ and not stream.isatty():
+                width = PIPED_WIDTH
+            self._console = Console(soft_wrap=True, width=width, stderr=self.use_stderr)
+        return self._console
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console.print(*objects, **kwargs)
 
 
-stdout = _console(sys.stdout)
-stderr = _console(sys.stderr, stderr=True)
+stdout = LazyConsole(use_stderr=False)
+stderr = LazyConsole(use_stderr=True)
+
+
+def say(line: str) -> None:
+    """One plain line on stdout (no markup, no rich import)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def to_jsonable(value: Any) -> Any:

@@ -22,7 +22,7 @@ from sparklog.cli.lines import (
     line_format_from,
     record_doc,
 )
-from sparklog.cli.output import print_json, quiet_exit, stderr, stdout
+from sparklog.cli.output import print_json, quiet_exit, say, stderr
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
 from sparklog.errors import ConfigError
@@ -90,7 +90,7 @@ def produce(
         help="none, lz4 or zstd (default: the broker's setting, or none)",
     ),
 ) -> None:
-    """Write one record per input line (stdin, or --file with a progress bar).
+    """Write one record per input line. From stdin, or --file (with a progress bar).
 
     With --file every line is checked before anything is written.  From stdin a
     malformed line stops the command, and the error says how many records before
@@ -163,7 +163,8 @@ def produce(
             }
         )
     else:
-        stdout.print(f"produced {total} records to {topic} ({len(counts)} partitions)")
+        parts = f"{len(counts)} partition{'s' if len(counts) != 1 else ''}"
+        say(f"produced {total} records to {topic} ({parts})")
 
 
 def _progress(total_bytes: int) -> Any:
@@ -180,7 +181,7 @@ def _progress(total_bytes: int) -> Any:
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
-        console=stderr,
+        console=stderr.console,
     )
     progress.start()
     progress.add_task("produce", total=total_bytes)
@@ -282,7 +283,7 @@ def consume(
         "\t", "--separator", metavar="SEP", help="Key/value separator of key-value (tab)"
     ),
 ) -> None:
-    """Print records as they arrive; follows the topics until interrupted (or -e, idle, limit).
+    """Print records as they arrive. Follows the topics until interrupted (or -e, idle, limit).
 
     --output json (or --format json) prints one JSON object per record.
     """
@@ -354,6 +355,9 @@ def consume(
             if not records:
                 if timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= timeout_ms:
                     break
+                if reader_gone(out):  # `| head` exited while we wait for new records
+                    reader_left = True
+                    break
                 continue
             idle_since = time.monotonic()
             try:
@@ -371,6 +375,29 @@ def consume(
         quiet_exit()
     if not st.json:
         stderr.print(f"consumed {seen} records", style="dim")
+
+
+def reader_gone(stream: Any) -> bool:
+    """True when ``stream`` is a pipe whose reader closed it (``| head`` exited).
+
+    A follower that is idle writes nothing, so it would learn of the closed pipe
+    only from the next record; polling the pipe's write end reports the error
+    at once (POLLERR), so it stops when its reader does, with nothing buffered.
+    """
+    import select
+    import stat
+
+    if not hasattr(select, "poll"):
+        return False
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # errors and hang-ups are always reported
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _at_end(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:

@@ -145,15 +145,20 @@ def register(groups_app: typer.Typer) -> None:
     groups_app.command("reset-offsets")(reset_offsets)
 
 
+#: the group argument and --topic option of the group offset commands
+GROUP_ARGUMENT = typer.Argument(..., metavar="GROUP", help="Consumer group id")
+TopicScopes = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--topic", "-t", metavar="TOPIC[:P,P]", help="Topic, or some partitions; repeatable"
+    ),
+]
+
+
 def reset_offsets(
     ctx: typer.Context,
-    group: str = typer.Argument(..., metavar="GROUP", help="Consumer group id"),
-    topic: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--topic", "-t", metavar="TOPIC[:P,P]", help="Topic (and partitions) to reset"
-        ),
-    ] = None,
+    group: str = GROUP_ARGUMENT,
+    topic: TopicScopes = None,
     all_topics: bool = typer.Option(
         False, "--all-topics", help="Every topic the group has committed offsets in"
     ),
@@ -178,7 +183,7 @@ def reset_offsets(
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply (default: only print the plan)"),
 ) -> None:
-    """Plan new committed offsets; change them only with --execute.
+    """Plan new committed offsets. They change only with --execute.
 
     Out-of-range targets are clamped to [log start, high watermark], with a
     warning naming each clamped partition.

@@ -212,7 +212,7 @@ def delete_records(
         None, "--partition", "-p", metavar="N", help="Only this partition (default: every one)"
     ),
 ) -> None:
-    """Delete the records before an offset: the log start moves up (kafka-delete-records).
+    """Delete the records before an offset. The log start moves up (kafka-delete-records).
 
     Whole segments below the new log start are removed; a segment that straddles
     it stays, its earlier records hidden from readers.
@@ -288,7 +288,7 @@ def dump_log(
         False, "--print-data", help="Also print each record with its offset"
     ),
 ) -> None:
-    """Committed segments with their objects, byte ranges and offsets (kafka-dump-log)."""
+    """List a partition's segments. Objects, byte ranges and offsets (kafka-dump-log)."""
     from sparklog.cli.lines import record_doc
     from sparklog.cli.output import print_table
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from sparklog.client.config import client_settings
 from sparklog.client.transports import Backend, open_backend
@@ -24,6 +22,9 @@ from sparklog.client.types import (
 )
 from sparklog.errors import ConfigError, GroupError, SparklogError, UnknownTopicError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 #: kafka-python admin settings accepted and ignored (they tune its network layer).
 _IGNORED_KEYS = ("client_id", "request_timeout_ms", "api_version")
 
@@ -32,6 +33,8 @@ def _struct(value_type: pa.DataType | pa.Schema | None) -> pa.DataType | None:
     """A typed topic's value type: an Arrow struct (a schema is taken as its fields)."""
     if value_type is None:
         return None
+    import pyarrow as pa
+
     if isinstance(value_type, pa.Schema):
         return pa.struct(list(value_type))
     if isinstance(value_type, pa.DataType) and pa.types.is_struct(value_type):
@@ -125,10 +128,19 @@ class Admin:
     def describe_topic(self, name: str, *, sizes: bool = True) -> TopicDescription:
         return self._backend.describe_topic(name, sizes=sizes)
 
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> TopicDescription:
-        if not updates:
-            raise ConfigError("no config given; accepted: one or more key=value pairs")
-        self._backend.alter_topic_config(name, dict(updates))
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Iterable[str] = ()
+    ) -> TopicDescription:
+        """Set ``updates`` and remove the keys in ``remove`` (they go back to their defaults)."""
+        removed = [remove] if isinstance(remove, str) else list(remove)
+        if not updates and not removed:
+            raise ConfigError(
+                "no config given; accepted: one or more key=value pairs, or keys to remove"
+            )
+        both = sorted(set(updates) & set(removed))
+        if both:
+            raise ConfigError(f"{both[0]!r} is both set and removed; choose one")
+        self._backend.alter_topic_config(name, dict(updates), removed)
         return self._backend.describe_topic(name)
 
     def add_partitions(self, name: str, total: int) -> TopicDescription:
@@ -406,6 +418,22 @@ class Admin:
             except SparklogError as exc:
                 out.append((group, exc))
         return out
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, SparklogError | None]:
+        """Drop a group's committed offsets (Kafka's OffsetDelete, kafka-consumer-groups
+        ``--delete-offsets``); per partition None, or the error that kept its offset.
+
+        The name is the Java AdminClient's ``deleteConsumerGroupOffsets``, in the
+        snake case of this client's other ``*_consumer_group_offsets`` calls.  A
+        partition of a topic the group's active members are subscribed to keeps its
+        offset (GroupSubscribedToTopicError); an unknown group raises
+        GroupIdNotFoundError.  A partition without an offset is answered None.
+        """
+        wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
+        found = self._backend.delete_offsets(group_id, wanted)
+        return {tp: found.get(tp) for tp in wanted}
 
     def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
         names = self.list_topics() if topics is None else list(topics)

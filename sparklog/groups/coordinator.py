@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.errors import (
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidRequestError,
@@ -42,6 +43,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownMemberError,
 )
+from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
@@ -683,6 +685,48 @@ class GroupCoordinator:
             )
         self._storage(lambda: self.root.groups.delete(group))
         self._docs.pop(group, None)
+
+    def delete_offsets(
+        self, group: str, partitions: Sequence[tuple[str, int]]
+    ) -> dict[TopicPartition, SparklogError | None]:
+        """Drop committed offsets (Kafka's OffsetDelete); per partition, None or the refusal.
+
+        A partition of a topic an active member is subscribed to keeps its offset
+        (GroupSubscribedToTopicError, as Kafka answers GROUP_SUBSCRIBED_TO_TOPIC):
+        the member would commit it again.  The others are dropped in one commit of
+        the group's log, checked against the generation whose members were looked
+        at, so a member that joins meanwhile makes the call look again.
+        """
+        if group not in self.list_groups():
+            raise GroupIdNotFoundError(f"unknown group {group!r}; no offsets deleted")
+        try:
+            wanted = sorted({TopicPartition(str(t), int(p)) for t, p in partitions})
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                "partitions are not accepted; accepted: [(topic, partition), ...]"
+            ) from None
+        for _ in range(10):
+            doc = self._current(group)
+            subscribed = {t for m in doc["members"].values() for t in m["topics"]}
+            for tps in doc["assignment"].values():  # and what the members were given
+                subscribed.update(t for t, _ in tps)
+            result: dict[TopicPartition, SparklogError | None] = {}
+            free = []
+            for tp in wanted:
+                if tp.topic in subscribed:
+                    result[tp] = GroupSubscribedToTopicError(
+                        f"group {group!r} has active members subscribed to topic {tp[0]!r}; "
+                        "stop them (or let them unsubscribe) before deleting its offsets"
+                    )
+                else:
+                    result[tp] = None
+                    free.append(tp)
+            try:
+                self.root.groups.delete_offsets(group, free, generation=int(doc["generation"]))
+            except _IllegalGeneration:
+                continue  # a rebalance started after we looked: look again
+            return result
+        raise RebalanceInProgressError(f"group {group!r} keeps rebalancing; retry")
 
     def sweep(self, groups: Sequence[str] | None = None) -> None:
         """Expel silent members and finish due rebalances of ``groups`` (default: all)."""

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
-from sparklog.groups.coordinator import JoinResult
+from sparklog.errors import SparklogError
 from sparklog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:  # annotations only: a metadata command imports neither
+    import pyarrow as pa
+
+    from sparklog.groups.coordinator import JoinResult
 
 
 class TopicLayout(NamedTuple):
@@ -81,7 +84,9 @@ class Backend(Protocol):
         value_type: pa.DataType | None = None,
     ) -> None: ...
     def delete_topic(self, name: str) -> None: ...
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None: ...
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None: ...
     def add_partitions(self, name: str, total: int) -> None: ...
 
     # -- records ------------------------------------------------------------
@@ -131,6 +136,9 @@ class Backend(Protocol):
     def list_groups(self) -> list[str]: ...
     def describe_group(self, group: str) -> dict[str, Any]: ...
     def delete_group(self, group: str) -> None: ...
+    def delete_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, SparklogError | None]: ...
 
 
 class GroupCalls:
@@ -194,3 +202,8 @@ class GroupCalls:
 
     def delete_group(self, group: str) -> None:
         self._group_api.delete_group(group)
+
+    def delete_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, SparklogError | None]:
+        return dict(self._group_api.delete_offsets(group, list(partitions)))

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -33,10 +33,11 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import ConfigError, UnknownTopicError
-from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
 from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
-from sparklog.storage.maintenance import delete_records
+
+if TYPE_CHECKING:
+    from sparklog.groups.coordinator import GroupCoordinator
 
 LONG_POLL_INTERVAL_S = 0.02
 
@@ -55,9 +56,23 @@ class EmbeddedBackend(GroupCalls):
         self._locks: dict[TopicPartition, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        # Groups run in-process, coordinated through the root alone (no broker needed).
-        self.groups = GroupCoordinator(self.root)
-        self._group_api = self.groups
+        self._coordinator: GroupCoordinator | None = None
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        """Groups run in-process, coordinated through the root alone (no broker needed).
+
+        Built on first use: topic and record calls never import the coordinator.
+        """
+        if self._coordinator is None:
+            from sparklog.groups.coordinator import GroupCoordinator
+
+            self._coordinator = GroupCoordinator(self.root)
+        return self._coordinator
+
+    @property
+    def _group_api(self) -> GroupCoordinator:
+        return self.groups
 
     def close(self) -> None:
         if self._pool is not None:
@@ -132,8 +147,10 @@ class EmbeddedBackend(GroupCalls):
         with self._lock:
             self._topics.pop(name, None)
 
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None:
-        self.root.alter_topic_config(name, dict(updates))
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None:
+        self.root.alter_topic_config(name, dict(updates), list(remove))
 
     def add_partitions(self, name: str, total: int) -> None:
         self.root.add_partitions(name, total)
@@ -224,6 +241,8 @@ class EmbeddedBackend(GroupCalls):
         raise ConfigError(f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms")
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        from sparklog.storage.maintenance import delete_records
+
         log, lock = self._log(topic, partition)
         with lock:
             return delete_records(log, before_offset)

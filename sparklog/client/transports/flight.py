@@ -97,8 +97,11 @@ class BrokerBackend(GroupCalls):
         self.client.delete_topic(name)
         self._meta.pop(name, None)
 
-    def alter_topic_config(self, name: str, updates: Mapping[str, Any]) -> None:
-        self.client.alter_topic_config(name, dict(updates))
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> None:
+        self.client.alter_topic_config(name, dict(updates), list(remove))
+        self._meta.pop(name, None)
 
     def add_partitions(self, name: str, total: int) -> None:
         self.client.add_partitions(name, total)

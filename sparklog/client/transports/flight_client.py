@@ -542,3 +542,12 @@ class BrokerClient:
 
     def delete_group(self, group: str) -> None:
         self._action("delete_group", group=group)
+
+    def delete_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, SparklogError | None]:
+        """Drop the group's committed offsets of ``partitions``; per partition None or why not."""
+        pairs = [[topic, partition] for topic, partition in partitions]
+        return wire.decode_partition_errors(
+            self._action("delete_offsets", group=group, partitions=pairs)
+        )
