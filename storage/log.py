@@ -18,10 +18,11 @@ are dropped by the commit that notices them, so the state stays bounded.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,12 +39,16 @@ from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
     DEFAULT_SNAPSHOT_INTERVAL,
     Commit,
+    IndexedSnapshot,
     LogStateBase,
     MetaLog,
+    SnapshotGoneError,
+    blob_refs,
+    seal_indexed_snapshot,
 )
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import OFFSET_FIELD, now_ms
-from sparklog.storage.segment_index import SegmentIndex
+from sparklog.storage.segment_index import ChunkDirectory, SegmentIndex
 from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
 
 PRODUCER_RECENT_BATCHES = 5
@@ -59,6 +64,10 @@ EXPIRY_CHECK_MS = 60_000
 READ_PROBE_SHARE_MS = 100
 #: An idle (long-polling) reader probes each shard log at most this often.
 IDLE_PROBE_INTERVAL_MS = 250
+#: Segments per chunk of a snapshot's segment table (the unit a reader reads on demand).
+SNAPSHOT_CHUNK_ROWS = 1024
+#: How a snapshot header describes a partition's chunks: one list per column.
+CHUNK_COLUMNS = ("start", "end", "xxh3", "first", "stop", "rows", "max_ts")
 
 __all__ = [
     "DEFAULT_COMMIT_ATTEMPTS",
@@ -75,6 +84,7 @@ __all__ = [
 ]
 
 SchemaResolver = Callable[[str], pa.Schema]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -252,35 +262,107 @@ class ShardCodec:
             for app in [k for k, v in state.markers.items() if v.get("ts", 0) < cut]:
                 del state.markers[app]
 
+    #: ``snapshot`` returns a sealed indexed snapshot, read on demand (see ``restore_indexed``)
+    indexed = True
+
     def snapshot(self, state: ShardState) -> bytes:
-        tables = []
-        scalars: dict[str, Any] = {}
+        """The state as an indexed snapshot: per-partition segment chunks, then a header.
+
+        Each partition's segments are cut into chunks of :data:`SNAPSHOT_CHUNK_ROWS`
+        (counted from the newest, so the newest chunk is full), each one Arrow IPC
+        record-batch message.  Every partition's newest chunk is laid out last,
+        next to the header, so the one read that opens the snapshot usually holds
+        it.  The writer's own view folds its overlay into the new tables.
+        """
+        older: list[tuple[int, pa.Table]] = []
+        newest: list[tuple[int, pa.Table]] = []
         for p in sorted(state.parts):
-            part = state.parts[p]
-            table = part.segments.to_table()
-            tables.append(
-                table.append_column("partition", pa.array(np.full(table.num_rows, p, np.int64)))
+            table = state.parts[p].segments.to_table()
+            state.parts[p].segments = SegmentIndex(table)
+            rows = table.num_rows
+            cuts = list(range(rows, 0, -SNAPSHOT_CHUNK_ROWS))[::-1]  # chunk ends, oldest first
+            starts = [0, *cuts[:-1]]
+            pieces = [(p, table.slice(a, b - a)) for a, b in zip(starts, cuts, strict=True)]
+            older.extend(pieces[:-1])
+            newest.extend(pieces[-1:])
+        blobs, described = [], []
+        for p, piece in [*older, *newest]:
+            batch = piece.cast(SEGMENT_ARROW_SCHEMA).combine_chunks().to_batches()[0]
+            blobs.append(batch.serialize().to_pybytes())
+            bases = piece.column("base_offset").to_numpy()
+            ends = bases + piece.column("offset_span").to_numpy()
+            described.append(
+                (
+                    p,
+                    int(bases[0]),
+                    int(ends.max()),
+                    piece.num_rows,
+                    int(piece.column("max_timestamp_ms").to_numpy().max()),
+                )
             )
-            scalars[str(p)] = {
+        parts: dict[str, Any] = {
+            str(p): {
                 "lso": part.log_start_offset,
                 "hwm": part.high_watermark,
                 "producers": part.producers,
+                "chunks": {},
             }
-        schema = pa.schema([*SEGMENT_ARROW_SCHEMA, pa.field("partition", pa.int64())])
-        table = pa.concat_tables(tables) if tables else schema.empty_table()
-        meta = {
+            for p, part in sorted(state.parts.items())
+        }
+        for (p, first, end, rows, max_ts), ref in zip(described, blob_refs(blobs), strict=True):
+            chunks = parts[str(p)]["chunks"]
+            for name, value in zip(CHUNK_COLUMNS, [*ref, first, end, rows, max_ts], strict=True):
+                chunks.setdefault(name, []).append(value)
+        for part in parts.values():  # oldest chunk first
+            chunks = part["chunks"]
+            order = sorted(range(len(chunks.get("first", []))), key=chunks["first"].__getitem__)
+            part["chunks"] = {name: [chunks[name][i] for i in order] for name in chunks}
+        header = {
             "version": state.version,
             "leader_epoch": state.leader_epoch,
-            "parts": scalars,
             "markers": state.markers,
+            "parts": parts,
         }
-        schema = schema.with_metadata({b"state": json.dumps(meta).encode()})
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(table.cast(schema))
-        return bytes(sink.getvalue())
+        return seal_indexed_snapshot(blobs, header)
+
+    def restore_indexed(self, snapshot: IndexedSnapshot) -> ShardState:
+        """The state an indexed snapshot holds; segment chunks stay unread until needed."""
+        meta = snapshot.header
+        where = snapshot.where
+        try:
+            state = ShardState(
+                version=int(meta["version"]),
+                leader_epoch=int(meta["leader_epoch"]),
+                markers=dict(meta["markers"]),
+            )
+            for key, scalars in meta["parts"].items():
+                chunks = scalars["chunks"]
+                columns = [chunks.get(name, []) for name in CHUNK_COLUMNS]
+                if any(len(c) != len(columns[0]) for c in columns):
+                    raise ValueError("chunk columns of unequal length")
+                start, end, digest, first, stop, rows, max_ts = columns
+                state.parts[int(key)] = PartState(
+                    log_start_offset=int(scalars["lso"]),
+                    high_watermark=int(scalars["hwm"]),
+                    segments=SegmentIndex(
+                        directory=ChunkDirectory(
+                            first,
+                            stop,
+                            rows,
+                            max_ts,
+                            functools.partial(_read_chunk, snapshot, start, end, digest, rows),
+                        )
+                    ),
+                    producers=dict(scalars["producers"]),
+                )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptRecordError(
+                f"snapshot {where} cannot be decoded: {type(exc).__name__}: {exc}"
+            ) from None
+        return state
 
     def restore(self, payload: memoryview, where: str) -> ShardState:
+        """A snapshot of the first layout (one Arrow file, read whole): still readable."""
         try:
             reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(payload)))
             table = reader.read_all()
@@ -307,6 +389,26 @@ class ShardCodec:
                 f"snapshot {where} cannot be decoded: {type(exc).__name__}: {exc}"
             ) from None
         return state
+
+
+def _read_chunk(
+    snapshot: IndexedSnapshot,
+    starts: list[int],
+    ends: list[int],
+    digests: list[int],
+    rows: list[int],
+    i: int,
+) -> pa.Table:
+    """Chunk ``i`` of an indexed snapshot: read by range, checksum verified, decoded."""
+    where = f"snapshot {snapshot.where} bytes {starts[i]}-{ends[i]}"
+    data = snapshot.read([starts[i], ends[i], digests[i]])
+    try:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(data), SEGMENT_ARROW_SCHEMA)
+    except (pa.ArrowException, ValueError) as exc:
+        raise CorruptRecordError(f"{where} cannot be decoded: {exc}") from None
+    if batch.num_rows != rows[i]:
+        raise CorruptRecordError(f"{where} hold {batch.num_rows} segments, not {rows[i]}")
+    return pa.Table.from_batches([batch])
 
 
 def _apply_producer(part: PartState, producer: Mapping[str, Any], base: int, ts: int) -> None:
@@ -590,12 +692,20 @@ class PartitionLog:
     def leader_epoch(self) -> int:
         return self.shard.state.leader_epoch
 
+    def _planned(self, plan: Callable[[LogState], _T]) -> _T:
+        """``plan(state)``, once more on a fresh view if the view's snapshot was pruned
+        before the chunk the plan needed was read (the log dropped that view)."""
+        try:
+            return plan(self.state)
+        except SnapshotGoneError:
+            return plan(self.state)
+
     def segments(self) -> list[Segment]:
-        return self.state.segments.all()
+        return self._planned(lambda state: state.segments.all())
 
     def segments_between(self, start: int, end: int) -> list[Segment]:
         """Live segments covering any offset in ``[start, end)``, in offset order (planning)."""
-        return self.state.segments.overlapping(start, end)
+        return self._planned(lambda state: state.segments.overlapping(start, end))
 
     def duplicate_of(self, batch: ProducerBatch) -> int | None:
         """Where an idempotent batch landed if committed before; None if it is next."""
@@ -642,18 +752,22 @@ class PartitionLog:
         or above the high watermark.  ``max_bytes`` stops after the segment
         that crosses it (always returning at least one segment's records).
         """
-        state = self.state
-        hwm = state.high_watermark
-        stop = hwm if end is None else min(end, hwm)
-        if start < state.log_start_offset or start > hwm:
-            raise OffsetOutOfRangeError(
-                f"offset {start} is out of range for partition {self.name}; valid: "
-                f"[{state.log_start_offset}, {hwm}]",
-                state.log_start_offset,
-                hwm,
-            )
+
+        def plan(state: LogState) -> tuple[int, list[Segment]]:
+            hwm = state.high_watermark
+            stop = hwm if end is None else min(end, hwm)
+            if start < state.log_start_offset or start > hwm:
+                raise OffsetOutOfRangeError(
+                    f"offset {start} is out of range for partition {self.name}; valid: "
+                    f"[{state.log_start_offset}, {hwm}]",
+                    state.log_start_offset,
+                    hwm,
+                )
+            return stop, state.segments.overlapping(start, stop)
+
+        stop, planned = self._planned(plan)
         read_bytes = 0
-        for seg in state.segments.overlapping(start, stop):
+        for seg in planned:
             yield from self.segment_batches(seg, start, stop)
             read_bytes += seg.size_bytes
             if max_bytes is not None and read_bytes >= max_bytes:
@@ -701,9 +815,11 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""
+        return self._planned(lambda state: self._offset_for_timestamp(state, timestamp_ms))
+
+    def _offset_for_timestamp(self, state: LogState, timestamp_ms: int) -> int:
         import pyarrow.compute as pc
 
-        state = self.state
         seg = state.segments.first_with_max_timestamp_at_least(timestamp_ms)
         while seg is not None:
             for batch in self.segment_batches(seg, seg.base_offset, seg.end_offset):

@@ -55,10 +55,18 @@ DEFAULT_COMMIT_DEADLINE_MS = 120_000
 #: A view not confirmed for this long re-reads the snapshot hint before trusting
 #: "no next version": commits below the newest snapshot may have been pruned.
 RELOAD_AFTER_MS = 5 * 60 * 1000
+#: Versions past the first missing one a local reader checks (a hole is detected).
+LOCAL_LOOKAHEAD = 4
 #: How many recent commits a log remembers (in memory) to recognise its own.
 RECENT_COMMITS = 64
 HINT_NAME = "_latest.json"
 SNAPSHOT_MAGIC = b"SLS2"
+#: The trailing magic of an indexed snapshot (see :class:`IndexedSnapshot`).
+INDEXED_SNAPSHOT_MAGIC = b"SLI2"
+#: How much of a snapshot's end opening reads at once (one request on S3): the
+#: header and, usually, each partition's newest chunk.
+SNAPSHOT_TAIL_BYTES = 256 * 1024
+_TRAILER = struct.Struct("<QQ4s")  # header checksum, header length, magic
 _COMMIT_HEAD = b'{"sum":"'
 _COMMIT_MID = b'","c":'
 
@@ -123,6 +131,98 @@ def decode_snapshot(raw: bytes, where: str) -> memoryview:
     return payload
 
 
+def seal_indexed_snapshot(blobs: list[bytes], header: dict[str, Any]) -> bytes:
+    """An indexed snapshot: ``blobs``, the JSON ``header``, its xxh3, its length, the magic.
+
+    The header must name each blob by ``[start, end, checksum]`` (see
+    :func:`blob_refs`); it is checksummed here.
+    """
+    data = json.dumps(header, separators=(",", ":")).encode()
+    trailer = _TRAILER.pack(xxhash.xxh3_64_intdigest(data), len(data), INDEXED_SNAPSHOT_MAGIC)
+    return b"".join([*blobs, data, trailer])
+
+
+def blob_refs(blobs: list[bytes]) -> list[list[int]]:
+    """``[start, end, xxh3]`` of each blob laid out one after the other from byte 0."""
+    out, at = [], 0
+    for blob in blobs:
+        out.append([at, at + len(blob), xxhash.xxh3_64_intdigest(blob)])
+        at += len(blob)
+    return out
+
+
+class SnapshotGoneError(StoreUnavailableError):
+    """A view's snapshot was pruned before a part of it was read (retriable: the log
+    drops its view, and the next look opens the newest snapshot)."""
+
+
+class IndexedSnapshot:
+    """An opened indexed snapshot: its checksummed header, its parts read on demand.
+
+    Layout: ``[blob]* header-json xxh3(header):u64 len(header):u64 b"SLI2"``.
+    Opening reads the file's tail (:data:`SNAPSHOT_TAIL_BYTES`, one request),
+    which holds the header and the blobs written last; other blobs are read by
+    range when asked for.  Every blob carries its own checksum in the header,
+    verified on each read: damage in any part that is read is detected, naming
+    the file and byte range.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        key: str,
+        where: str,
+        tail: bytes,
+        size: int,
+        on_gone: Callable[[], None],
+    ) -> None:
+        self.store, self.key, self.where = store, key, where
+        self.size = size
+        self._tail, self._tail_start = tail, size - len(tail)
+        self._on_gone = on_gone
+        if len(tail) < _TRAILER.size:
+            raise CorruptRecordError(f"snapshot {where} is damaged: truncated ({size} bytes)")
+        digest, length, _ = _TRAILER.unpack(tail[-_TRAILER.size :])
+        end = size - _TRAILER.size
+        if length > end:
+            raise CorruptRecordError(f"snapshot {where} is damaged: header length {length}")
+        raw = self._bytes(end - length, end)
+        if xxhash.xxh3_64_intdigest(raw) != digest:
+            raise CorruptRecordError(f"snapshot {where} fails its header checksum")
+        try:
+            header = json.loads(bytes(raw))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(f"snapshot {where} header cannot be parsed: {exc}") from None
+        if not isinstance(header, dict):
+            raise CorruptRecordError(f"snapshot {where} header is not an object")
+        self.header: dict[str, Any] = header
+        self.header_start = end - length
+
+    def _bytes(self, start: int, end: int) -> bytes | memoryview:
+        if start >= self._tail_start:
+            return memoryview(self._tail)[start - self._tail_start : end - self._tail_start]
+        try:
+            return self.store.get_range(self.key, start, end).to_pybytes()
+        except FileNotFoundError:
+            self._on_gone()
+            raise SnapshotGoneError(
+                f"snapshot {self.where} was pruned before this view read bytes {start}-{end}; "
+                "the view is re-opened from the newest snapshot"
+            ) from None
+
+    def read(self, ref: list[int]) -> bytes | memoryview:
+        """The blob ``[start, end, checksum]`` names, checksum verified."""
+        start, end, digest = (int(v) for v in ref)
+        if not 0 <= start <= end <= self.header_start:
+            raise CorruptRecordError(f"snapshot {self.where} names bytes {start}-{end} it lacks")
+        data = self._bytes(start, end)
+        if len(data) != end - start or xxhash.xxh3_64_intdigest(data) != digest:
+            raise CorruptRecordError(
+                f"snapshot {self.where} bytes {start}-{end} fail their checksum"
+            )
+        return data
+
+
 # -- the engine --------------------------------------------------------------------------
 
 
@@ -146,6 +246,14 @@ class StateCodec(Protocol[S]):
     def snapshot(self, state: S) -> bytes: ...
 
     def restore(self, payload: memoryview, where: str) -> S: ...
+
+
+class IndexedStateCodec(StateCodec[S], Protocol[S]):
+    """A codec whose ``snapshot`` returns a sealed indexed snapshot (read on demand)."""
+
+    indexed: bool
+
+    def restore_indexed(self, snapshot: IndexedSnapshot) -> S: ...
 
 
 class _LostRace(CommitConflictError):
@@ -262,13 +370,28 @@ class MetaLog(Generic[S]):
         self._read_forward(state, first_chunk=4)
         return state
 
+    def invalidate(self) -> None:
+        """Drop the view: the next look re-opens the log from its newest snapshot."""
+        with self._lock:
+            self._state = None
+
     def _load_snapshot(self, version: int) -> S | None:
         key = self.key(version, ".snapshot")
-        raw = self.store.get_or_none(key)  # whole bytes, never a memory map
-        if raw is None:
+        found = self.store.get_tail(key, SNAPSHOT_TAIL_BYTES)  # bytes, never a memory map
+        if found is None:
             return None
+        tail, size = found
         where = self.where(key)
-        state = self.codec.restore(decode_snapshot(raw, where), where)
+        if tail.endswith(INDEXED_SNAPSHOT_MAGIC) and getattr(self.codec, "indexed", False):
+            codec: Any = self.codec
+            state: S = codec.restore_indexed(
+                IndexedSnapshot(self.store, key, where, tail, size, self.invalidate)
+            )
+        else:
+            raw = tail if len(tail) == size else self.store.get_or_none(key)
+            if raw is None:
+                return None
+            state = self.codec.restore(decode_snapshot(raw, where), where)
         if state.version != version:
             raise CorruptRecordError(f"snapshot {where} holds version {state.version}")
         state.commits_since_snapshot = 0
@@ -281,6 +404,9 @@ class MetaLog(Generic[S]):
         version of lookahead, so a missing version followed by an existing one
         is detected; an idle probe (``first_chunk=1``) reads just the next key.
         """
+        if not self.store.is_remote:
+            self._read_forward_one_by_one(state, lookahead=first_chunk > 1)
+            return
         chunk, lookahead = first_chunk, first_chunk > 1
         while True:
             wanted = chunk + (1 if lookahead else 0)
@@ -291,14 +417,33 @@ class MetaLog(Generic[S]):
                 if raw is None:
                     later = next((k for k in keys[i + 1 :] if found.get(k) is not None), None)
                     if later is not None:
-                        raise CorruptRecordError(
-                            f"log {self.name}: commit {self.where(key)} is missing while a later "
-                            f"one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
-                        )
+                        raise self._hole(key, later)
                     self._confirmed = time.monotonic()
                     return
                 self._apply(state, self._decode(raw, key, state.version + 1))
             chunk, lookahead = min(max(chunk, 2) * 4, 256), True
+
+    def _read_forward_one_by_one(self, state: S, lookahead: bool) -> None:
+        """:meth:`_read_forward` where a read costs no round trip (local, memory): one key
+        at a time, so no read goes past the head except the lookahead."""
+        while True:
+            key = self.key(state.version + 1)
+            raw = self.store.get_many([key])[key]
+            if raw is None:
+                for ahead in range(2, 2 + LOCAL_LOOKAHEAD if lookahead else 0):
+                    later = self.key(state.version + ahead)
+                    if self.store.get_many([later])[later] is not None:
+                        raise self._hole(key, later)
+                self._confirmed = time.monotonic()
+                return
+            self._apply(state, self._decode(raw, key, state.version + 1))
+            lookahead = True
+
+    def _hole(self, missing: str, later: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"log {self.name}: commit {self.where(missing)} is missing while a later "
+            f"one ({later.rsplit('/', 1)[-1]}) exists; the log needs repair"
+        )
 
     def _decode(self, raw: bytes, key: str, version: int) -> Commit:
         commit = decode_commit(raw, self.where(key))
@@ -396,18 +541,24 @@ class MetaLog(Generic[S]):
                 f"log {self.name}: gave up after {self.commit_attempts} lost commit races"
             ) from None
 
-    def _refresh_before_retry(self, _exc: BaseException) -> None:
+    def _refresh_before_retry(self, exc: BaseException) -> None:
+        if isinstance(exc, SnapshotGoneError):
+            self.invalidate()
         self.refresh()
 
     def _write_snapshot(self, state: S) -> None:
         key = self.key(state.version, ".snapshot")
         try:
-            self.store.create(key, encode_snapshot(self.codec.snapshot(state)))
+            data = self.codec.snapshot(state)
+            if not getattr(self.codec, "indexed", False):
+                data = encode_snapshot(data)
+            self.store.create(key, data)
             self.store.put(
                 f"{self.prefix}/{HINT_NAME}", json.dumps({"snapshot": state.version}).encode()
             )
             state.commits_since_snapshot = 0
         except (StoreUnavailableError, CommitStateUnknownError) as exc:
+            # (a SnapshotGoneError has dropped the view: the next look re-opens it)
             log.warning("log %s: snapshot at version %d failed: %s", self.name, state.version, exc)
 
 

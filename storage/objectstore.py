@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import pyarrow as pa
 
@@ -41,6 +42,13 @@ if TYPE_CHECKING:
     import fsspec
 
 _MEMORY_CREATE_LOCK = threading.Lock()
+
+
+class Writable(Protocol):
+    """Where :meth:`ObjectStore.create_streamed` streams an object's bytes."""
+
+    def write(self, data: Any, /) -> int | None: ...
+
 
 #: overall deadline of one call to a remote store (storage option ``request_timeout_ms``)
 REQUEST_TIMEOUT_MS = 30_000
@@ -264,6 +272,11 @@ class ObjectStore:
     def is_local(self) -> bool:
         return self.protocol in ("file", "local")
 
+    @property
+    def is_remote(self) -> bool:
+        """A request is a network round trip (not a local file or ``memory://``)."""
+        return not self.is_local and self.protocol != "memory"
+
     def _path(self, key: str) -> str:
         _ = self.fs
         return f"{self._root}/{key}" if key else self._root
@@ -336,59 +349,71 @@ class ObjectStore:
         # the key exists: another writer won, or a repeat of our own lost-answer request
         return self._created_by_this_call(key, data)
 
-    def create_streamed(self, key: str, produce: Callable[[pa.NativeFile], None]) -> pa.Buffer:
+    def create_streamed(self, key: str, produce: Callable[[Writable], None]) -> int:
         """Create a new object (``key`` must be fresh, e.g. a UUID) by streaming into it.
 
-        Locally the bytes go straight into a temp file that is linked into place
-        (no in-memory copy); elsewhere they are buffered and uploaded create-only.
-        Returns the object's bytes (memory-mapped locally) for checksumming.
+        ``produce`` writes the bytes into the writer it is given; returns the
+        object's size.  Locally the bytes go straight into the object's final
+        path, opened create-exclusive (no temp file, no link, no read-back):
+        nothing refers to a fresh key until a commit names it, and commits are
+        created only after this returns, so no reader can meet a partial object
+        (a writer that dies midway leaves an unreferenced one that GC removes).
+        Elsewhere they are buffered and uploaded create-only.
         """
         if not self.is_local:
-            sink = pa.BufferOutputStream()
+            sink = io.BytesIO()
             produce(sink)
-            data = sink.getvalue()
             try:
-                created = self.create(key, data)
+                created = self.create(key, sink.getbuffer())
             except CommitStateUnknownError as exc:
                 # A fresh key nothing refers to yet: writing another one is safe.
                 raise StoreUnavailableError(str(exc)) from exc
             if not created:
                 raise StoreUnavailableError(f"object {self.url}/{key} exists already")
-            return data
+            return sink.tell()
         path = self._path(key)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        opened = False
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with pa.OSFile(tmp, "wb") as f:
+            try:
+                f = open(path, "xb", buffering=0)  # noqa: SIM115 (closed below)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                f = open(path, "xb", buffering=0)  # noqa: SIM115
+            opened = True
+            with f:
                 produce(f)
-            if self.fsync:
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            with pa.memory_map(tmp, "r") as mm:
-                data = mm.read_buffer()
-            os.link(tmp, path)
+                if self.fsync:
+                    os.fsync(f.fileno())
+                return f.tell()
         except FileExistsError as exc:
+            opened = False  # not ours: never remove it
             raise StoreUnavailableError(f"object {self.url}/{key} exists already") from exc
-        except Exception as exc:
-            self._raise_failure("create", key, exc)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return data
+        except BaseException as exc:
+            if opened:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if isinstance(exc, Exception):
+                self._raise_failure("create", key, exc)
+            raise
 
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        """Create-only, atomically: a complete temp file hard-linked into place."""
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         try:
+            fd = os.open(tmp, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(tmp, flags, 0o644)
+        try:
+            try:
+                view = memoryview(data).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.link(tmp, path)
             return True
         except FileExistsError:
@@ -435,6 +460,9 @@ class ObjectStore:
     def get(self, key: str) -> bytes:
         """The whole object; FileNotFoundError if absent."""
         try:
+            if self.is_local:  # plain reads: fsspec's open costs more than a small read
+                with open(self._path(key), "rb", buffering=0) as f:
+                    return f.readall()
             data = self._call("cat_file", self._path(key))
         except FileNotFoundError:
             raise
@@ -527,8 +555,55 @@ class ObjectStore:
         except Exception as exc:
             self._raise_failure("read", key, exc)
 
+    def get_tail(self, key: str, nbytes: int) -> tuple[bytes, int] | None:
+        """The last ``nbytes`` of ``key`` (all of it if smaller) and its size; None if absent.
+
+        One request on S3 (a suffix range GET), like :meth:`get_or_none`.
+        """
+        try:
+            if self.is_local:
+                with open(self._path(key), "rb", buffering=0) as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(size - nbytes, 0))
+                    return f.readall(), size
+            if self._direct_gets:
+                return self._s3_get_tail(key, nbytes)
+            size = int(self._call("size", self._path(key)))
+            data = self._call("cat_file", self._path(key), start=max(size - nbytes, 0))
+            return bytes(data), size
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            self._raise_failure("read", key, exc)
+
+    def _s3_get_tail(self, key: str, nbytes: int) -> tuple[bytes, int] | None:
+        from fsspec.asyn import sync
+
+        fs: Any = self.fs
+        bucket, path, _ = fs.split_path(self._path(key))
+
+        async def tail() -> tuple[bytes, int] | None:
+            try:
+                response = await fs._call_s3(
+                    "get_object", Bucket=bucket, Key=path, Range=f"bytes=-{nbytes}"
+                )
+            except FileNotFoundError:
+                return None
+            async with response["Body"] as body:
+                data = bytes(await body.read())
+            content_range = response.get("ContentRange") or ""
+            total = content_range.rsplit("/", 1)[-1]
+            return data, int(total) if total.isdigit() else len(data)
+
+        result: tuple[bytes, int] | None = sync(
+            fs.loop, tail, timeout=self.request_timeout_ms / 1000
+        )
+        return result
+
     def exists(self, key: str) -> bool:
         try:
+            if self.is_local:
+                return os.path.exists(self._path(key))
             return bool(self._call("exists", self._path(key)))
         except Exception as exc:
             self._raise_failure("stat", key, exc)

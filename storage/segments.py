@@ -14,14 +14,14 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import xxhash
 
 from sparklog.errors import CorruptionError, InvalidConfigError
-from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.objectstore import ObjectStore, Writable
 from sparklog.storage.records import OFFSET_FIELD, now_ms
 
 COMPRESSIONS = ("none", "lz4", "zstd")
@@ -64,7 +64,8 @@ class Segment:
         return replace(self, base_offset=base_offset)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # the fields are flat scalars: a shallow copy is asdict() without its deep walk
+        return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Segment:
@@ -139,17 +140,20 @@ def write_object(
         rows = sum(b.num_rows for b in parts[p])
         footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
         first += n
-    spans: dict[int, tuple[int, int, int, int, int]] = {}
+    spans: dict[int, tuple[int, int, int, int, int, int]] = {}
 
-    def serialize(sink: pa.NativeFile) -> None:
+    def serialize(target: Writable) -> None:
         import pyarrow.compute as pc
 
         position = 8 + schema.serialize().size  # magic + schema message precede batch one
+        hashing = _HashingWriter(target, position)
+        sink = pa.PythonFile(hashing, mode="w")
         writer = pa.ipc.new_file(
             sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
         )
         for p in order:
             start = position
+            hashing.restart(start)
             ts_min, ts_max = None, None
             for batch in parts[p]:
                 if not batch.num_rows:
@@ -159,16 +163,25 @@ def write_object(
                 lo, hi = bounds["min"].value, bounds["max"].value
                 ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
                 ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
-                position = sink.tell()
-            spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
+                position = hashing.position
+            if not hashing.message_at_start:
+                raise CorruptionError(
+                    f"object {key!r} was laid out unexpectedly (no message at byte {start})"
+                )
+            spans[p] = (
+                start,
+                position,
+                footer[str(p)]["rows"],
+                _ms(ts_min),
+                _ms(ts_max),
+                hashing.checksum(),
+            )
         writer.close()
 
-    data = store.create_streamed(key, serialize)
-    if order:
-        _expect_batch_at(data, spans[order[0]][0], key)
+    store.create_streamed(key, serialize)
     out = {}
     for p in order:
-        start, end, rows, ts_lo, ts_hi = spans[p]
+        start, end, rows, ts_lo, ts_hi, checksum = spans[p]
         span = rows
         if has_offsets:
             span = _offset_span(parts[p])
@@ -181,7 +194,7 @@ def write_object(
             offset_span=span,
             min_timestamp_ms=ts_lo,
             max_timestamp_ms=ts_hi,
-            checksum=checksum_of(data.slice(start, end - start)),
+            checksum=checksum,
             created_ms=created,
             has_offsets=has_offsets,
             schema_id=schema_id,
@@ -189,10 +202,65 @@ def write_object(
     return out
 
 
+class _HashingWriter:
+    """Passes an object's bytes on to ``target`` and checksums one byte range as they go.
+
+    Each segment's checksum is computed from the bytes while they are written,
+    so writing an object never reads it back.  ``restart(start)`` begins the
+    next range at byte ``start``; bytes before it (the file header) are not
+    hashed.  ``message_at_start`` says an IPC message began exactly there (the
+    layout check: a wrong ``start`` would checksum the wrong bytes).
+    """
+
+    def __init__(self, target: Writable, start: int) -> None:
+        self.target = target
+        self.position = 0
+        self.closed = False
+        self.restart(start)
+
+    def restart(self, start: int) -> None:
+        self._start = start
+        self._hash = xxhash.xxh3_64()
+        self.message_at_start = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        at, size = self.position, len(view)
+        if at + size > self._start:
+            skip = max(self._start - at, 0)
+            if at == self._start and view[:4] == _CONTINUATION:
+                self.message_at_start = True
+            self._hash.update(view[skip:] if skip else view)
+        self.target.write(view)
+        self.position = at + size
+        return size
+
+    def checksum(self) -> int:
+        return _signed(self._hash.intdigest())
+
+    def tell(self) -> int:
+        return self.position
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+
+_CONTINUATION = b"\xff\xff\xff\xff"
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 def checksum_of(data: pa.Buffer) -> int:
     """xxh3-64 of the bytes, as a signed 64-bit integer (fits Arrow's int64)."""
-    value = xxhash.xxh3_64_intdigest(memoryview(data))
-    return value - (1 << 64) if value >= 1 << 63 else value
+    return _signed(xxhash.xxh3_64_intdigest(memoryview(data)))
 
 
 def _ms(value: Any) -> int:
@@ -207,12 +275,6 @@ def _offset_span(batches: Sequence[pa.RecordBatch]) -> int:
     first = batches[0].column("offset")[0].as_py()
     last = batches[-1].column("offset")[-1].as_py()
     return int(last) - int(first) + 1
-
-
-def _expect_batch_at(data: pa.Buffer, start: int, key: str) -> None:
-    message = pa.ipc.read_message(pa.BufferReader(data.slice(start)))
-    if message.type != "record batch":
-        raise CorruptionError(f"object {key!r} was laid out unexpectedly ({message.type} first)")
 
 
 def read_segment(

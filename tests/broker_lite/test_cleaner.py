@@ -15,12 +15,14 @@ def test_cleaner_applies_retention_on_schedule(file_root, cluster_on):
     cluster = cluster_on(file_root)
     cluster.start(0, cleaner_interval_ms=200, gc_grace_ms=0)
     with BrokerClient(cluster.bootstrap) as client:
-        client.create_topic("old", 1, config={"retention.ms": 60_000})
+        # kept at first (two hours), so no cleaner pass can race the produces below
+        client.create_topic("old", 1, config={"retention.ms": 7_200_000})
         long_ago = int(time.time() * 1000) - 3_600_000
         for i in range(3):  # three commits, three segments, all an hour old
             client.produce("old", 0, make_batch([b"x%d" % i] * 4, timestamps_ms=[long_ago] * 4))
         client.produce("old", 0, make_batch([b"fresh"]))
         assert client.fetch("old", 0, 0, max_wait_ms=0).record_count >= 4  # from the tail cache
+        client.alter_topic_config("old", {"retention.ms": 60_000})  # now they are expired
         deadline = time.monotonic() + 30
         while client.list_offsets("old", 0, "earliest") < 12:
             assert time.monotonic() < deadline, "retention never ran"
