@@ -10,11 +10,12 @@ described with no entries: brokers are configured by conf/broker.toml.
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import (
     InvalidReplicationFactorError,
@@ -85,11 +86,7 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     result_cls = nested(cls, "DeletableTopicResult")
     results = []
     for name in request.topic_names:
-        error, message = 0, None
-        try:
-            ctx.broker.delete_topic(name)
-        except SparklogError as exc:
-            error, message = errno_of(exc), str(exc)
+        error, message, _ = outcome(partial(ctx.broker.delete_topic, name))
         results.append(make(result_cls, name=name, error_code=error, error_message=message))
     return make(cls, throttle_time=0, responses=tuple(results))
 
@@ -97,16 +94,16 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
 def handle_create_partitions(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(37, ctx.api_version)
     result_cls = nested(cls, "CreatePartitionsTopicResult")
+
+    def add(topic: Any) -> None:
+        if topic.assignments:
+            raise InvalidRequestError("manual replica assignments are not accepted")
+        if not request.validate_only:
+            ctx.broker.add_partitions(topic.name, int(topic.count))
+
     results = []
     for topic in request.topics:
-        error, message = 0, None
-        try:
-            if topic.assignments:
-                raise InvalidRequestError("manual replica assignments are not accepted")
-            if not request.validate_only:
-                ctx.broker.add_partitions(topic.name, int(topic.count))
-        except SparklogError as exc:
-            error, message = errno_of(exc), str(exc)
+        error, message, _ = outcome(partial(add, topic))
         results.append(make(result_cls, name=topic.name, error_code=error, error_message=message))
     return make(cls, throttle_time=0, results=tuple(results))
 
@@ -119,14 +116,15 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            error, low = 0, -1
-            try:
-                low = ctx.broker.delete_records(t.name, int(p.partition_index), int(p.offset))
-            except SparklogError as exc:
-                error = errno_of(exc)
+            error, _, low = outcome(
+                partial(ctx.broker.delete_records, t.name, int(p.partition_index), int(p.offset))
+            )
             parts.append(
                 make(
-                    part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error
+                    part_cls,
+                    partition_index=p.partition_index,
+                    low_watermark=-1 if error else low,
+                    error_code=error,
                 )
             )
         topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))

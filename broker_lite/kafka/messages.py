@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from functools import cache
 from typing import Any
@@ -76,6 +77,18 @@ def errno_of(exc: BaseException) -> int:
     if isinstance(exc, SparklogError):
         return int(type(exc).errno)
     return int(UnknownServerError.errno)
+
+
+def outcome(call: Callable[[], Any]) -> tuple[int, str | None, Any]:
+    """One per-resource step of a request: (error code, message, result).
+
+    Kafka answers a request about many topics or partitions with a result for
+    each; a refused one carries its error code and message, and the others go on.
+    """
+    try:
+        return 0, None, call()
+    except SparklogError as exc:
+        return errno_of(exc), str(exc), None
 
 
 def ms(value: Any) -> int:

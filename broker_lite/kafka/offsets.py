@@ -7,11 +7,12 @@ commits.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.errors import SparklogError
 
 LATEST = -1
@@ -53,11 +54,10 @@ def handle_list_offsets(ctx: Any, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            error, offset, stamp = 0, -1, -1
-            try:
-                offset, stamp = _offset_for(ctx.broker, t.name, p.partition_index, p.timestamp)
-            except SparklogError as exc:
-                error = errno_of(exc)
+            error, _, found = outcome(
+                partial(_offset_for, ctx.broker, t.name, p.partition_index, p.timestamp)
+            )
+            offset, stamp = (-1, -1) if error else found
             parts.append(
                 make(
                     part_cls,
