@@ -48,10 +48,10 @@ from sparklog.errors import (
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
+from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD
-from sparklog.storage.topics import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")

@@ -10,11 +10,51 @@ Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
     topic.partition(0).read(0)
 """
 
-from sparklog.storage.log import AppendResult, PartitionLog, ProducerBatch
-from sparklog.storage.objectstore import ObjectStore
-from sparklog.storage.records import RECORD_SCHEMA, make_batch, record_schema
-from sparklog.storage.segments import Segment
-from sparklog.storage.topics import LogRoot, Topic, TopicInfo, open_root, validate_topic_name
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names and the module that defines each, imported on first use (PEP 562, as
+# ``sparklog`` does): the catalog (open_root, LogRoot) loads no pyarrow, numpy or fsspec, so a
+# metadata command on a local root never pays for the record model and the logs.
+_EXPORTS: dict[str, str] = {
+    "RECORD_SCHEMA": "sparklog.storage.records",
+    "AppendResult": "sparklog.storage.log",
+    "LogRoot": "sparklog.storage.catalog",
+    "ObjectStore": "sparklog.storage.objectstore",
+    "PartitionLog": "sparklog.storage.log",
+    "ProducerBatch": "sparklog.storage.log",
+    "Segment": "sparklog.storage.segments",
+    "Topic": "sparklog.storage.topics",
+    "TopicInfo": "sparklog.storage.catalog",
+    "make_batch": "sparklog.storage.records",
+    "open_root": "sparklog.storage.catalog",
+    "record_schema": "sparklog.storage.records",
+    "validate_topic_name": "sparklog.storage.catalog",
+}
+
+if TYPE_CHECKING:
+    from sparklog.storage.catalog import LogRoot, TopicInfo, open_root, validate_topic_name
+    from sparklog.storage.log import AppendResult, PartitionLog, ProducerBatch
+    from sparklog.storage.objectstore import ObjectStore
+    from sparklog.storage.records import RECORD_SCHEMA, make_batch, record_schema
+    from sparklog.storage.segments import Segment
+    from sparklog.storage.topics import Topic
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparklog.storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "RECORD_SCHEMA",

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidConfigurationError
+from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
-from sparklog.storage.records import now_ms
 from sparklog.topic_partition import TopicPartition
 
 GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

@@ -35,6 +35,7 @@ from sparklog.errors import (
     ProducerFencedError,
     SparklogError,
 )
+from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
     DEFAULT_SNAPSHOT_INTERVAL,
@@ -47,7 +48,7 @@ from sparklog.storage.metalog import (
     seal_indexed_snapshot,
 )
 from sparklog.storage.objectstore import ObjectStore
-from sparklog.storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segment_index import ChunkDirectory, SegmentIndex
 from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
 

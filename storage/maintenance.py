@@ -18,11 +18,13 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
+from sparklog.storage.catalog import LogRoot
+from sparklog.storage.clock import now_ms
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
-from sparklog.storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segments import Segment, write_object
-from sparklog.storage.topics import LogRoot, Topic
+from sparklog.storage.topics import Topic
 
 #: Objects unreferenced for this long (and older than it) are deleted by GC; at
 #: least the staged-object age limit, so staged objects about to be committed survive.

@@ -44,8 +44,8 @@ from sparklog.errors import (
     StoreUnavailableError,
 )
 from sparklog.retry import is_retriable, retrying
+from sparklog.storage.clock import now_ms
 from sparklog.storage.objectstore import ObjectStore
-from sparklog.storage.records import now_ms
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ On a typed topic ``value`` is a struct of the topic's schema instead of bytes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.errors import InvalidRecordError
+from sparklog.storage.clock import now_ms
 
 HEADER_TYPE = pa.list_(
     pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -38,10 +38,6 @@ def record_schema(value_type: pa.DataType | None = None) -> pa.Schema:
 
 
 RECORD_SCHEMA = record_schema()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def make_batch(

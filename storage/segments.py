@@ -21,8 +21,9 @@ import pyarrow as pa
 import xxhash
 
 from sparklog.errors import CorruptionError, InvalidConfigError
+from sparklog.storage.clock import now_ms
 from sparklog.storage.objectstore import ObjectStore, Writable
-from sparklog.storage.records import OFFSET_FIELD, now_ms
+from sparklog.storage.records import OFFSET_FIELD
 
 COMPRESSIONS = ("none", "lz4", "zstd")
 FOOTER_KEY = b"sparklog.partitions"

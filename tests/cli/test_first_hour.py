@@ -237,13 +237,17 @@ def test_consume_into_head_exits_quietly(local, tmp_path, count):
 
 
 # -- 6. startup imports ----------------------------------------------------------------------
-#: what ``topics list`` on a local root must not load: Spark, pandas, the broker client,
-#: S3's transport, rich (plain lines need none), pydantic (typer 0.29 coerces every option
-#: through it: locked below 0.29), the group coordinator and maintenance (not used)
+#: what ``topics list`` on a local root must not load: Spark, pandas, Arrow and numpy (the
+#: record model and the logs: listing reads topic documents only), fsspec (a local root is
+#: os calls), the broker client, S3's transport, rich (plain lines need none), pydantic
+#: (typer 0.29 coerces every option through it: locked below 0.29), the group coordinator,
+#: the topic data handle, the logs and maintenance (not used)
 HEAVY = (
     "pyspark",
     "pandas",
-    "pyarrow.flight",
+    "pyarrow",
+    "numpy",
+    "fsspec",
     "s3fs",
     "botocore",
     "aiohttp",
@@ -251,6 +255,8 @@ HEAVY = (
     "pydantic",
     "typer.rich_utils",
     "sparklog.groups.coordinator",
+    "sparklog.storage.topics",
+    "sparklog.storage.log",
     "sparklog.storage.maintenance",
 )
 

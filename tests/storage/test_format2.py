@@ -18,10 +18,10 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
 )
 from sparklog.storage import ProducerBatch, make_batch, open_root
+from sparklog.storage.clock import now_ms
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS, prune_topic_logs
 from sparklog.storage.metalog import encode_commit
-from sparklog.storage.records import now_ms
 
 
 @pytest.fixture

@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from sparklog.client.transports.base import (
     FetchResult,
     GroupCalls,
@@ -34,11 +32,16 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import ConfigError, UnknownTopicError
-from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
-from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
+from sparklog.storage.catalog import LogRoot, open_root
 
 if TYPE_CHECKING:
+    # The logs and the record model (pyarrow, numpy) load when records are produced or
+    # fetched, not with this module: a metadata command never needs them.
+    import pyarrow as pa
+
     from sparklog.groups.coordinator import GroupCoordinator
+    from sparklog.storage.log import PartitionLog
+    from sparklog.storage.topics import Topic
 
 LONG_POLL_INTERVAL_S = 0.02
 
@@ -153,6 +156,8 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         producer: ProducerIdentity | None = None,
         compression: str | None = None,
     ) -> dict[int, ProduceResult]:
+        from sparklog.storage.log import ProducerBatch
+
         compression = compression or "none"
         handle = self._topic(topic)
         try:
@@ -194,6 +199,8 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
     ) -> FetchResult:
+        from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
+
         log, lock = self._log(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
         staleness_ms = READ_PROBE_SHARE_MS  # partitions of a shard polled together share a probe

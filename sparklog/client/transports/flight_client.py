@@ -37,7 +37,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
-from sparklog.storage.topics import value_type_from_text, value_type_to_text
+from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
 
 T = TypeVar("T")

@@ -1,0 +1,429 @@
+"""The catalog: topics' names, ids, partitions, configs and value schemas; the root holding them.
+
+A topic's metadata is a versioned document ``topics/<name>/meta/<v>.json``
+recording the storage ``format`` (2: shard logs) and ``commit.shards``.
+Each incarnation of a name gets a fresh UUID and keeps its data under
+``topics/<name>/<id>/``, so a topic deleted and created again never mixes with
+its old data, and a handle on the old incarnation notices.  A topic written
+by a storage format this code does not know (format 1's per-partition logs
+included) is refused with an error naming its metadata file.
+
+Metadata only: this module imports neither pyarrow, numpy nor fsspec when it
+loads (a metadata command on a local root never needs them).  pyarrow is
+imported by the functions that parse or build value types, and a topic's data
+handle (:class:`sparklog.storage.topics.Topic`, over the shard logs) by
+:meth:`LogRoot.topic`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparklog.errors import (
+    CorruptRecordError,
+    InvalidConfigurationError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.storage.clock import now_ms
+from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
+from sparklog.storage.documents import VersionedDocument
+from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL
+from sparklog.storage.objectstore import ObjectStore
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sparklog.storage.groups import GroupStore
+    from sparklog.storage.topics import Topic
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+#: The storage formats this code reads and writes (DESIGN.md §3).
+STORAGE_FORMAT = 2
+KNOWN_FORMATS = (2,)
+#: Topic config keys that cannot change after creation.
+FIXED_AT_CREATION = ("commit.shards",)
+
+
+def validate_topic_name(name: str) -> str:
+    """Kafka's rule: ``[a-zA-Z0-9._-]``, 1-249 characters, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not TOPIC_NAME_RE.match(name) or name in (".", ".."):
+        raise InvalidConfigurationError(
+            f"invalid topic name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-], "
+            "not '.' or '..'"
+        )
+    return name
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text: base64 of its IPC form (topic documents, the broker's wire)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    """The schema :func:`schema_to_text` wrote."""
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def value_type_to_text(value_type: pa.DataType) -> str:
+    """A topic's value type as text: the schema of one field named ``value``."""
+    import pyarrow as pa
+
+    return schema_to_text(pa.schema([("value", value_type)]))
+
+
+def value_type_from_text(text: str) -> pa.DataType:
+    """The value type :func:`value_type_to_text` wrote."""
+    return schema_from_text(text).field("value").type
+
+
+def schema_id_of(value_type: pa.DataType) -> str:
+    return hashlib.sha256(value_type_to_text(value_type).encode()).hexdigest()[:16]
+
+
+def _damaged_doc_errors() -> tuple[type[BaseException], ...]:
+    """What parsing a damaged topic document raises: Arrow's errors only if Arrow is loaded.
+
+    A document with no value schemas never loads pyarrow, so it cannot raise its errors.
+    """
+    found: tuple[type[BaseException], ...] = (KeyError, TypeError, ValueError, AttributeError)
+    arrow = sys.modules.get("pyarrow")
+    return (*found, arrow.ArrowException) if arrow is not None else found
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's metadata at one version."""
+
+    name: str
+    topic_id: str
+    partitions: int
+    config: dict[str, Any]
+    version: int
+    created_ms: int
+    value_type: pa.DataType | None = None
+    value_schema_id: str = ""
+    value_types: dict[str, pa.DataType] = field(default_factory=dict)
+
+    @property
+    def effective_config(self) -> dict[str, Any]:
+        return effective_config(self.config)
+
+    @property
+    def shards(self) -> int:
+        """How many shard logs the partitions share (``commit.shards``, fixed at creation)."""
+        return int(self.effective_config["commit.shards"])
+
+    def shard_of(self, partition: int) -> int:
+        return partition % self.shards
+
+    @property
+    def record_schema(self) -> pa.Schema:
+        from sparklog.storage.records import record_schema
+
+        return record_schema(self.value_type)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "format": STORAGE_FORMAT,
+            "name": self.name,
+            "id": self.topic_id,
+            "partitions": self.partitions,
+            "config": self.config,
+            "created_ms": self.created_ms,
+            "value_schema_id": self.value_schema_id,
+            "value_schemas": {k: value_type_to_text(t) for k, t in self.value_types.items()},
+        }
+
+    @classmethod
+    def from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        """The topic described by metadata version ``version``; CorruptRecordError if damaged."""
+        try:
+            return cls._from_doc(version, doc)
+        except _damaged_doc_errors() as exc:
+            name = doc.get("name", "?") if isinstance(doc, Mapping) else "?"
+            raise CorruptRecordError(
+                f"metadata version {version} of topic {str(name)[:100]!r} is damaged "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
+
+    @classmethod
+    def _from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        types = {k: value_type_from_text(v) for k, v in doc.get("value_schemas", {}).items()}
+        sid = doc.get("value_schema_id", "")
+        return cls(
+            name=doc["name"],
+            topic_id=doc["id"],
+            partitions=doc["partitions"],
+            config=dict(doc["config"]),
+            version=version,
+            created_ms=doc["created_ms"],
+            value_type=types.get(sid) if sid else None,
+            value_schema_id=sid,
+            value_types=types,
+        )
+
+
+class LogRoot:
+    """A storage root: the topics it holds and the stores below it.
+
+    This is the embedded, brokerless entry point (as a pyiceberg catalog is):
+    ``open_root("file:///tmp/sl").create_topic("events", partitions=3)``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        fsync: bool = False,
+    ) -> None:
+        self.store = ObjectStore(url, storage_options, fsync=fsync)
+        self.snapshot_interval = snapshot_interval
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def __repr__(self) -> str:
+        return f"LogRoot({self.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store, "snapshot_interval": self.snapshot_interval}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.store = state["store"]
+        self.snapshot_interval = state["snapshot_interval"]
+
+    @property
+    def groups(self) -> GroupStore:
+        """Committed offsets of the consumer groups in this root (their group logs)."""
+        found: GroupStore | None = self.__dict__.get("_groups")
+        if found is None:
+            from sparklog.storage.groups import GroupStore
+
+            found = GroupStore(self.store, snapshot_interval=self.snapshot_interval)
+            self.__dict__["_groups"] = found
+        return found
+
+    def _meta(self, name: str) -> VersionedDocument:
+        return VersionedDocument(self.store, f"topics/{validate_topic_name(name)}/meta")
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        value_type: pa.DataType | None = None,
+    ) -> TopicInfo:
+        """Create a topic; TopicExistsError if a live topic has the name."""
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidConfigurationError(
+                f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
+            )
+        parsed = validate_config(config)
+        if value_type is not None and not _is_struct(value_type):
+            raise InvalidConfigurationError(
+                f"value schema {value_type} is not accepted; a typed topic's value is a struct"
+            )
+        sid = schema_id_of(value_type) if value_type is not None else ""
+        doc = TopicInfo(
+            name=name,
+            topic_id=uuid.uuid4().hex,
+            partitions=partitions,
+            config=parsed,
+            version=0,
+            created_ms=now_ms(),
+            value_type=value_type,
+            value_schema_id=sid,
+            value_types={sid: value_type} if value_type is not None else {},
+        ).to_doc()
+        meta = self._meta(name)
+        version, current = meta.latest()
+        if current is not None and not current.get("deleted"):
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if not meta.write(version + 1, doc):
+            raise TopicAlreadyExistsError(f"topic {name!r} was created concurrently")
+        return TopicInfo.from_doc(version + 1, doc)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        meta = self._meta(name)
+        version, doc = meta.latest()
+        if doc is None or doc.get("deleted"):
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        where = f"{self.store.url}/{meta.prefix}/{version:020d}.json"
+        try:  # damage first: a document that does not parse is corrupt, whatever its format
+            info = TopicInfo.from_doc(version, doc)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
+        found = doc.get("format", 1)
+        if found not in KNOWN_FORMATS:
+            raise InvalidConfigurationError(
+                f"topic {name!r} ({where}) was written by storage format {found!r}; this code "
+                f"knows formats {', '.join(map(str, KNOWN_FORMATS))} (format 1 roots are not "
+                "migrated: copy the records into a new root)"
+            )
+        return info
+
+    def topic(self, name: str) -> Topic:
+        """A data handle on the topic (its shard and partition logs: loads pyarrow)."""
+        from sparklog.storage.topics import Topic
+
+        return Topic(self, self.describe_topic(name))
+
+    def list_topics(self) -> list[str]:
+        names = []
+        for name in self.store.list_names("topics"):
+            try:
+                _, doc = self._meta(name).latest()
+            except CorruptRecordError:
+                names.append(name)  # it exists; opening it reports the damage
+                continue
+            if doc is not None and not doc.get("deleted"):
+                names.append(name)
+        return names
+
+    def _update(self, name: str, change: Any) -> TopicInfo:
+        def apply(doc: dict[str, Any] | None) -> dict[str, Any]:
+            if doc is None or doc.get("deleted"):
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            return change(dict(doc))
+
+        self._meta(name).update(apply)
+        return self.describe_topic(name)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> TopicInfo:
+        """Set (and remove, returning to defaults) topic config keys."""
+        parsed = validate_config(updates)
+        fixed = [k for k in (*parsed, *remove) if k in FIXED_AT_CREATION]
+        if fixed:
+            raise InvalidConfigurationError(
+                f"topic config {fixed[0]!r} is fixed when the topic is created; accepted: "
+                f"changes to other keys"
+            )
+        unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
+        if unknown:
+            raise InvalidConfigurationError(
+                f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
+            )
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            config = {k: v for k, v in doc["config"].items() if k not in remove}
+            config.update(parsed)
+            doc["config"] = config
+            return doc
+
+        return self._update(name, change)
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow a topic to ``total`` partitions (never shrink, as in Kafka)."""
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
+                raise InvalidConfigurationError(
+                    f"partitions={total!r} is not accepted for topic {name!r}; accepted: more "
+                    f"than the current {doc['partitions']} and at most {MAX_PARTITIONS}"
+                )
+            doc["partitions"] = total
+            return doc
+
+        return self._update(name, change)
+
+    def evolve_value_type(self, name: str, value_type: pa.DataType) -> TopicInfo:
+        """Change a typed topic's value struct by adding nullable fields only."""
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            info = TopicInfo.from_doc(0, doc)
+            old = info.value_type
+            if old is None or not _is_struct(value_type):
+                raise InvalidConfigurationError(
+                    f"topic {name!r} is not typed or {value_type} is not a struct; only typed "
+                    "topics' struct schemas can evolve"
+                )
+            new_fields = {f.name: f for f in value_type}
+            for f in old:
+                if f.name not in new_fields or not new_fields[f.name].type.equals(f.type):
+                    raise InvalidConfigurationError(
+                        f"value field {f.name!r} must stay as {f.type}; accepted changes: add "
+                        "nullable fields"
+                    )
+            added = [f for f in value_type if f.name not in {g.name for g in old}]
+            if any(not f.nullable for f in added):
+                raise InvalidConfigurationError(
+                    f"new value fields {[f.name for f in added if not f.nullable]} must be nullable"
+                )
+            sid = schema_id_of(value_type)
+            doc["value_schema_id"] = sid
+            doc["value_schemas"] = {
+                **doc["value_schemas"],
+                sid: value_type_to_text(value_type),
+            }
+            return doc
+
+        return self._update(name, change)
+
+    def delete_topic(self, name: str) -> None:
+        """Mark the topic deleted and remove its data."""
+        info = self.describe_topic(name)
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            if doc["id"] != info.topic_id:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            return {"name": name, "id": doc["id"], "deleted": True, "deleted_ms": now_ms()}
+
+        self._meta(name).update(
+            lambda doc: change(doc) if doc and not doc.get("deleted") else _raise_unknown(name)
+        )
+        self.store.delete_prefix(f"topics/{name}/{info.topic_id}")
+
+
+def _raise_unknown(name: str) -> dict[str, Any]:
+    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+
+
+def _is_struct(value_type: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_struct(value_type))
+
+
+def open_root(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    create: bool | None = None,
+    **settings: Any,
+) -> LogRoot:
+    """Open a storage root (a local path, ``file://``, ``memory://`` or ``s3://`` URL).
+
+    ``create=True`` makes the root (folder or bucket) if it is missing, for writers;
+    ``create=False`` is the read-only open: a missing root is an error, never made,
+    so a mistyped path or bucket is reported instead of silently created; ``None``
+    (default) touches nothing until the first call.
+    """
+    root = LogRoot(url, storage_options, **settings)
+    if create:
+        root.store.ensure_root()
+    elif create is not None and not root.store.root_exists():
+        raise InvalidConfigurationError(
+            f"no sparklog root at {root.store.url!r} (nothing exists there; it is not created "
+            "by a read-only command); accepted: an existing root, or create a topic first"
+        )
+    return root
+
+
+__all__ = ["LogRoot", "TopicInfo", "open_root", "validate_topic_name"]
