@@ -12,8 +12,9 @@ Usable on its own (embedded, brokerless), the way Delta Lake or pyiceberg are::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sparklog.lazy_exports import lazy_exports
 
 # Public names and the module that defines each, imported on first use (PEP 562, as
 # ``sparklog`` does): the catalog (open_root, LogRoot) loads no pyarrow, numpy or fsspec, so a
@@ -43,18 +44,7 @@ if TYPE_CHECKING:
     from sparklog.storage.topics import Topic
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparklog.storage' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "RECORD_SCHEMA",
