@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +22,7 @@ import pyarrow as pa
 import xxhash
 
 from sparklog.errors import CorruptionError, InvalidConfigError
+from sparklog.storage.background import background_pool
 from sparklog.storage.clock import now_ms
 from sparklog.storage.objectstore import ObjectStore, Writable
 from sparklog.storage.records import OFFSET_FIELD
@@ -227,12 +229,19 @@ class _HashingWriter:
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         at, size = self.position, len(view)
+        pending: Future[None] | None = None
         if at + size > self._start:
             skip = max(self._start - at, 0)
             if at == self._start and view[:4] == _CONTINUATION:
                 self.message_at_start = True
-            self._hash.update(view[skip:] if skip else view)
+            hashed = view[skip:] if skip else view
+            if len(hashed) >= _PARALLEL_HASH_BYTES:
+                pending = background_pool().submit(self._hash.update, hashed)
+            else:
+                self._hash.update(hashed)
         self.target.write(view)
+        if pending is not None:
+            pending.result()
         self.position = at + size
         return size
 
@@ -253,6 +262,10 @@ class _HashingWriter:
 
 
 _CONTINUATION = b"\xff\xff\xff\xff"
+#: chunks at least this large are checksummed on a background thread while the
+#: writer's thread writes them (both release the GIL): the checksum then costs an
+#: append almost nothing; smaller ones are not worth the hand-off
+_PARALLEL_HASH_BYTES = 256 * 1024
 
 
 def _signed(value: int) -> int:

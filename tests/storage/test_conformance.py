@@ -314,6 +314,36 @@ def test_flipped_byte_is_detected(root):
         open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
 
 
+def test_large_chunks_checksummed_beside_their_write(root):
+    """Chunks of 256 KiB and more are checksummed on a background thread (segments.py):
+    objects written by several threads at once read back whole, and a flipped byte in a
+    large chunk is still caught."""
+    root.create_topic("t", 3)
+    topic = root.topic("t")
+    big = [bytes([i % 251]) * 1000 for i in range(600)]  # a 600 KB value column
+
+    def produce(p: int) -> None:
+        for _ in range(3):
+            topic.append(p, make_batch(big, keys=[b"k%d" % i for i in range(600)]))
+
+    writers = [threading.Thread(target=produce, args=(p,)) for p in range(3)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    fresh = open_root(root.url, root.store.storage_options).topic("t")
+    for p in range(3):
+        assert values(fresh.partition(p).read(0)) == big * 3
+
+    def flip(data, seg):
+        data[seg.byte_start + (seg.byte_end - seg.byte_start) // 2] ^= 0x01
+        return data
+
+    _corrupt(root, topic, flip)
+    with pytest.raises(CorruptionError, match="fail their checksum"):
+        open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
+
+
 def test_truncated_object_is_detected(root):
     root.create_topic("t", 1)
     topic = root.topic("t")

@@ -90,3 +90,25 @@ def _repo():
     import pathlib
 
     return pathlib.Path(__file__).resolve().parents[2]
+
+
+def _append_big(url: str, out: multiprocessing.Queue) -> None:
+    topic = open_root(url).topic("forked")
+    out.put(topic.append(0, make_batch([b"c" * 1000] * 600)).base_offset)
+
+
+def test_forked_child_writes_large_chunks(tmp_path):
+    """A child forked after its parent wrote (Spark forks its Python workers) checksums
+    large chunks on a pool of its own: the parent's pool threads do not exist in it."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    root.create_topic("forked", 1)
+    root.topic("forked").append(0, make_batch([b"p" * 1000] * 600))  # the parent's pool runs
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_append_big, args=(url, out))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0, "the forked child hung or failed"
+    assert out.get(timeout=5) == 600
+    assert open_root(url).topic("forked").partition(0).read(0).num_rows == 1200

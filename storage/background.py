@@ -1,0 +1,37 @@
+"""One small thread pool for work the storage engine moves off a writer's thread.
+
+A writer's hot path (``Topic.append``, a broker flush) makes calls that release
+the GIL: file writes and checksums of large buffers.  Two of those can run at
+once on two cores, so a writer hands the checksum of a large chunk to this pool
+and writes the chunk meanwhile.  The pool's threads start on first use (a
+process that never writes starts none) and are daemons; a forked child (Spark's
+Python workers are forked) builds its own pool, since the parent's threads do
+not exist in it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+#: several writers of one process (a broker's flushes) share the pool
+BACKGROUND_THREADS = 2
+
+_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def background_pool() -> ThreadPoolExecutor:
+    """This process's pool (built on first use, shared by every writer)."""
+    global _pool
+    found = _pool
+    if found is not None and found[0] == os.getpid():
+        return found[1]
+    with _lock:
+        if _pool is None or _pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(
+                max_workers=BACKGROUND_THREADS, thread_name_prefix="sparklog-io"
+            )
+            _pool = (os.getpid(), pool)
+        return _pool[1]
