@@ -17,7 +17,6 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from sparklog import errors
@@ -51,7 +50,7 @@ from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_r
 from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
-from sparklog.storage.records import OFFSET_FIELD
+from sparklog.storage.records import OFFSET_FIELD, offset_column
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -119,7 +118,7 @@ def with_offsets(batches: Sequence[pa.RecordBatch], base_offset: int) -> list[pa
     offset = base_offset
     for batch in batches:
         n = batch.num_rows
-        offsets = pa.array(np.arange(offset, offset + n, dtype=np.int64))
+        offsets = offset_column(offset, n)
         schema = pa.schema([OFFSET_FIELD, *batch.schema])
         out.append(pa.RecordBatch.from_arrays([offsets, *batch.columns], schema=schema))
         offset += n

@@ -48,7 +48,7 @@ from sparklog.storage.metalog import (
     seal_indexed_snapshot,
 )
 from sparklog.storage.objectstore import ObjectStore
-from sparklog.storage.records import OFFSET_FIELD
+from sparklog.storage.records import OFFSET_FIELD, offset_column
 from sparklog.storage.segment_index import ChunkDirectory, SegmentIndex
 from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
 
@@ -801,7 +801,7 @@ class PartitionLog:
             lo, hi = max(start - offset, 0), min(stop - offset, rows)
             if hi > lo:
                 piece = batch.slice(lo, hi - lo)
-                offsets = pa.array(np.arange(offset + lo, offset + hi, dtype=np.int64))
+                offsets = offset_column(offset + lo, hi - lo)
                 yield _conform(
                     pa.RecordBatch.from_arrays(
                         [offsets, *piece.columns], schema=pa.schema([OFFSET_FIELD, *piece.schema])

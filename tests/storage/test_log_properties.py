@@ -171,3 +171,20 @@ def test_producers_epochs_and_maintenance_interleaved(tmp_path_factory, steps, k
 @given(st.lists(step, min_size=1, max_size=10))
 def test_producers_epochs_and_maintenance_interleaved_on_s3(moto_s3, steps):
     _check_interleaving(moto_s3.fresh_root(), moto_s3.storage_options, steps)
+
+
+@given(
+    first=st.integers(min_value=0, max_value=2**62),
+    count=st.one_of(st.integers(0, 70_000), st.sampled_from([65_535, 65_536, 65_537, 131_073])),
+)
+@settings(max_examples=40, deadline=None)
+def test_offset_column_counts_up_from_first(first, count):
+    """Offsets read back are first, first + 1, ... (built in chunks of a cached ramp)."""
+    from sparklog.storage.records import offset_column
+
+    column = offset_column(first, count)
+    assert column.type == pa.int64() and column.null_count == 0 and len(column) == count
+    if count:
+        values = column.to_numpy()
+        assert values[0] == first and values[-1] == first + count - 1
+        assert (values[1:] - values[:-1] == 1).all()
