@@ -180,6 +180,7 @@ def write_object(
                 hashing.checksum(),
             )
         writer.close()
+        hashing.flush()
 
     store.create_streamed(key, serialize)
     out = {}
@@ -219,6 +220,7 @@ class _HashingWriter:
         self.target = target
         self.position = 0
         self.closed = False
+        self._small = bytearray()  # small chunks, passed on together before the next large one
         self.restart(start)
 
     def restart(self, start: int) -> None:
@@ -239,11 +241,20 @@ class _HashingWriter:
                 pending = background_pool().submit(self._hash.update, hashed)
             else:
                 self._hash.update(hashed)
-        self.target.write(view)
+        self.position = at + size
+        if size < _SMALL_CHUNK_BYTES:
+            self._small += view
+            return size
+        self.flush()
+        self._write_all(view)
         if pending is not None:
             pending.result()
-        self.position = at + size
         return size
+
+    def _write_all(self, view: memoryview) -> None:
+        while view:
+            written = self.target.write(view)
+            view = view[written:] if written is not None else view[:0]
 
     def checksum(self) -> int:
         return _signed(self._hash.intdigest())
@@ -252,9 +263,12 @@ class _HashingWriter:
         return self.position
 
     def flush(self) -> None:
-        pass
+        if self._small:
+            self._write_all(memoryview(self._small))
+            self._small = bytearray()
 
     def close(self) -> None:
+        self.flush()
         self.closed = True
 
     def writable(self) -> bool:
@@ -262,6 +276,9 @@ class _HashingWriter:
 
 
 _CONTINUATION = b"\xff\xff\xff\xff"
+#: chunks smaller than this (IPC metadata, padding, small buffers) are gathered and
+#: written together: an IPC file of one batch arrives as about 30 chunks, most tiny
+_SMALL_CHUNK_BYTES = 64 * 1024
 #: chunks at least this large are checksummed on a background thread while the
 #: writer's thread writes them (both release the GIL): the checksum then costs an
 #: append almost nothing; smaller ones are not worth the hand-off
