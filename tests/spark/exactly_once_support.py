@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.spark.spark_support import REPO, classic_env
 from tests.support.spark_faults import FAULT_ENV
@@ -64,3 +66,15 @@ def run_driver(
     elif proc.returncode != 0:
         raise AssertionError(f"driver failed (exit {proc.returncode}):\n{output[-4000:]}")
     return proc.returncode
+
+
+def produce_spread(
+    root: Any, topic_name: str, ids: range, batch_of: Callable[[list[int]], Any]
+) -> None:
+    """Records ``ids`` over the topic's partitions (id modulo partition count), one produce."""
+    topic = root.topic(topic_name)
+    parts = {}
+    for p in range(topic.partitions):
+        mine = [i for i in ids if i % topic.partitions == p]
+        parts[p] = batch_of(mine)
+    topic.produce(parts)

@@ -15,18 +15,20 @@ from pathlib import Path
 import pytest
 
 from sparklog.storage import make_batch, open_root
-from tests.spark.exactly_once_support import KILL_POINTS, run_driver
+from tests.spark.exactly_once_support import KILL_POINTS, produce_spread, run_driver
 
 pytestmark = pytest.mark.slow
 
 
 def produce(root, start: int, count: int) -> None:
-    topic = root.topic("in")
-    parts = {}
-    for p in range(topic.partitions):
-        ids = [i for i in range(start, start + count) if i % topic.partitions == p]
-        parts[p] = make_batch([f"v{i}".encode() for i in ids], keys=[f"k{i}".encode() for i in ids])
-    topic.produce(parts)
+    produce_spread(
+        root,
+        "in",
+        range(start, start + count),
+        lambda ids: make_batch(
+            [f"v{i}".encode() for i in ids], keys=[f"k{i}".encode() for i in ids]
+        ),
+    )
 
 
 def output_values(root) -> Counter:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.storage import make_batch, open_root
-from tests.spark.exactly_once_support import KILL_POINTS, run_driver
+from tests.spark.exactly_once_support import KILL_POINTS, produce_spread, run_driver
 from tests.spark.spark_data import BASE_TS_MS
 
 pytestmark = pytest.mark.slow
@@ -23,14 +23,14 @@ pytestmark = pytest.mark.slow
 
 def produce_events(root, start: int, count: int) -> None:
     """Events ``start..start+count-1``, one second apart: ten per 10-second window."""
-    topic = root.topic("events")
-    parts = {}
-    for p in range(topic.partitions):
-        ids = [i for i in range(start, start + count) if i % topic.partitions == p]
-        parts[p] = make_batch(
+    produce_spread(
+        root,
+        "events",
+        range(start, start + count),
+        lambda ids: make_batch(
             [f"e{i}".encode() for i in ids], timestamps_ms=[BASE_TS_MS + 1000 * i for i in ids]
-        )
-    topic.produce(parts)
+        ),
+    )
 
 
 def test_killed_foreach_batch_update_query_writes_each_window_count_once(tmp_path: Path) -> None:
