@@ -23,6 +23,7 @@ writer re-reads its view after its backoff sleep, right before retrying
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -470,6 +471,14 @@ class MetaLog(Generic[S]):
                 self._recent.popitem(last=False)
 
     # -- writing -----------------------------------------------------------
+    def preparing_commit(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which the next commit's temp file is made beside the block's work.
+
+        For a writer with work to do before it commits (writing the object the
+        commit names): locally, the commit then finds its file made.
+        """
+        return self.store.preparing_create(self.key(0))
+
     def commit(self, build: Callable[[S], Commit | None]) -> Commit | None:
         """Create the next commit from ``build(state)``; re-read and rebuild on a lost race.
 

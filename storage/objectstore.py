@@ -29,7 +29,7 @@ import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -39,6 +39,7 @@ from sparklog.errors import (
     SparklogError,
     StoreUnavailableError,
 )
+from sparklog.storage.spare_files import SPARE_FILES
 
 if TYPE_CHECKING:
     # fsspec is imported when a remote or memory store first opens its filesystem, pyarrow
@@ -431,15 +432,40 @@ class ObjectStore:
                 self._raise_failure("create", key, exc)
             raise
 
+    @contextlib.contextmanager
+    def preparing_create(self, key: str) -> Iterator[None]:
+        """A block in which a :meth:`create` in ``key``'s folder finds its temp file made.
+
+        Locally, the temp file of a create-only write is made on the background
+        pool while the block does other work (see :mod:`sparklog.storage.spare_files`);
+        elsewhere this does nothing.
+        """
+        if not self.is_local:
+            yield
+            return
+        spare = SPARE_FILES.prepare(os.path.dirname(self._path(key)))
+        try:
+            yield
+        finally:
+            SPARE_FILES.discard(spare)
+
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
         """Create-only, atomically: a complete temp file hard-linked into place."""
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        try:
-            fd = os.open(tmp, flags, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(tmp, flags, 0o644)
+        fd = -1
+        spare = SPARE_FILES.take(os.path.dirname(path))
+        if spare is not None:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: make one
+                fd = os.open(spare, os.O_WRONLY)
+        if fd >= 0 and spare is not None:
+            tmp = spare
+        else:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            try:
+                fd = os.open(tmp, flags, 0o644)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(tmp, flags, 0o644)
         try:
             try:
                 view = memoryview(data).cast("B")

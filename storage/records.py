@@ -123,7 +123,7 @@ def normalize(
         columns.append(_conform(field, column, stamp, log_append_time))
     out = pa.Table.from_arrays(columns, schema=schema)
     if max_message_bytes is not None and n:
-        _check_sizes(out, max_message_bytes)
+        check_sizes(out, max_message_bytes)
     return out.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
 
 
@@ -227,7 +227,7 @@ def _size_bound(table: pa.Table) -> int:
     for name in ("key", "value"):
         col = table.column(name)
         if pa.types.is_binary(col.type) and len(col) > col.null_count:
-            bound += pc.max(pc.binary_length(col)).as_py() or 0
+            bound += max(_longest_binary(chunk) for chunk in col.chunks)
     heads = table.column("headers")
     if heads.null_count < len(heads):
         flat = pc.list_flatten(heads)
@@ -236,6 +236,17 @@ def _size_bound(table: pa.Table) -> int:
             if len(values):
                 bound += pc.sum(pc.binary_length(values)).as_py() or 0
     return int(bound)
+
+
+def _longest_binary(array: pa.Array) -> int:
+    """The largest offset step of a binary array: its longest value's length, or more
+    (a null slot may span bytes), read from the offsets without a per-value kernel."""
+    if not len(array):
+        return 0
+    offsets = np.frombuffer(
+        array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4
+    )
+    return int((offsets[1:] - offsets[:-1]).max())
 
 
 def record_sizes(table: pa.Table) -> pa.Array:
@@ -264,9 +275,15 @@ def record_sizes(table: pa.Table) -> pa.Array:
     return size
 
 
-def _check_sizes(table: pa.Table, max_message_bytes: int) -> None:
+def check_sizes(records: pa.Table | Sequence[pa.RecordBatch], max_message_bytes: int) -> None:
+    """Raise InvalidRecordError naming the first record larger than ``max_message_bytes``."""
     import pyarrow.compute as pc
 
+    if not isinstance(records, pa.Table):
+        if not records:
+            return
+        records = pa.Table.from_batches(records)
+    table = records
     if _size_bound(table) <= max_message_bytes:
         return  # no record can be larger: the exact per-record pass is not needed
     sizes = record_sizes(table)

@@ -7,12 +7,13 @@ free of pyarrow; this handle is what loads the record model and the logs, when
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sparklog.errors import UnknownTopicOrPartitionError
+from sparklog.errors import InvalidRecordError, SparklogError, UnknownTopicOrPartitionError
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
@@ -20,11 +21,15 @@ from sparklog.storage.log import (
     ProducerBatch,
     ShardLog,
 )
-from sparklog.storage.records import normalize, record_schema
+from sparklog.storage.records import check_sizes, normalize, record_schema
 from sparklog.storage.segments import Segment, write_object
 
 if TYPE_CHECKING:
     from sparklog.storage.catalog import LogRoot, TopicInfo
+
+#: input at least this large has its ``max.message.bytes`` check run beside its
+#: object's write; for smaller input the hand-off costs more than it saves
+BACKGROUND_CHECK_BYTES = 1 << 20
 
 
 class Topic:
@@ -123,14 +128,20 @@ class Topic:
         self._check_partition(partition)
         return PartitionLog(shard, partition, self.schema_for, topic=self.name)
 
-    def normalize(self, data: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
-        """Validate and conform producer input to this topic's schema and limits."""
+    def normalize(
+        self, data: pa.RecordBatch | pa.Table, *, check_sizes: bool = True
+    ) -> list[pa.RecordBatch]:
+        """Validate and conform producer input to this topic's schema and limits.
+
+        ``check_sizes=False`` leaves the ``max.message.bytes`` check to the
+        caller (:meth:`write` runs it beside the object's write).
+        """
         config = self.info.effective_config
         return normalize(
             data,
             self.info.record_schema,
             log_append_time=config["message.timestamp.type"] == "LogAppendTime",
-            max_message_bytes=config["max.message.bytes"],
+            max_message_bytes=config["max.message.bytes"] if check_sizes else None,
         )
 
     def write(
@@ -140,27 +151,51 @@ class Topic:
         *,
         validated: bool = False,
     ) -> dict[int, Segment]:
-        """Upload one object holding every partition's records; return staged segments."""
+        """Upload one object holding every partition's records; return staged segments.
+
+        Large input's ``max.message.bytes`` check runs on the background pool
+        beside the object's write (both release the GIL); if it fails, the
+        object, which nothing refers to yet, is deleted and the error raised.
+        """
         ready: dict[int, list[pa.RecordBatch]] = {}
+        unchecked: list[list[pa.RecordBatch]] = []
         for p, data in parts.items():
             if not 0 <= p < self.info.partitions:
                 self.partition(p)  # raises with the accepted range
             if validated:
                 batches = [data] if isinstance(data, pa.RecordBatch) else list(data)
             elif isinstance(data, pa.RecordBatch | pa.Table):
-                batches = self.normalize(data)
+                defer = data.nbytes >= BACKGROUND_CHECK_BYTES
+                batches = self.normalize(data, check_sizes=not defer)
+                if defer:
+                    unchecked.append(batches)
             else:
                 batches = [b for d in data for b in self.normalize(d)]
             ready[p] = batches
         topic_codec = self.info.effective_config["compression.type"]
         codec = compression if topic_codec == "producer" else topic_codec
-        return write_object(
+        checking = None
+        if unchecked:
+            from sparklog.storage.background import background_pool
+
+            limit = self.info.effective_config["max.message.bytes"]
+            checking = background_pool().submit(_check_all_sizes, unchecked, limit)
+        staged = write_object(
             self.store,
             ready,
             self.info.record_schema,
             compression=codec,
             schema_id=self.info.value_schema_id,
         )
+        if checking is not None:
+            try:
+                checking.result()
+            except InvalidRecordError:
+                for key in {seg.object_key for seg in staged.values()}:
+                    with contextlib.suppress(SparklogError):
+                        self.store.delete(key)
+                raise
+        return staged
 
     def commit(
         self,
@@ -206,16 +241,18 @@ class Topic:
         leader_epoch: int | None = None,
     ) -> AppendResult:
         """Write and commit records to one partition (the embedded, brokerless path)."""
-        staged = self.write({partition: data}, compression)
-        if partition not in staged:
-            log = self.partition(partition)
-            return AppendResult(log.high_watermark, 0, log.state.version)
-        return self.commit(
-            {partition: staged[partition]},
-            producers={partition: producer} if producer is not None else None,
-            txn=txn,
-            leader_epoch=leader_epoch,
-        )[partition]
+        self._check_partition(partition)
+        with self.shard(self.info.shard_of(partition)).preparing_commit():
+            staged = self.write({partition: data}, compression)
+            if partition not in staged:
+                log = self.partition(partition)
+                return AppendResult(log.high_watermark, 0, log.state.version)
+            return self.commit(
+                {partition: staged[partition]},
+                producers={partition: producer} if producer is not None else None,
+                txn=txn,
+                leader_epoch=leader_epoch,
+            )[partition]
 
     def produce(
         self,
@@ -225,8 +262,16 @@ class Topic:
         txn: tuple[str, int] | None = None,
     ) -> dict[int, AppendResult]:
         """Write one object for many partitions, then one atomic commit per shard."""
-        staged = self.write(parts, compression)
-        return self.commit(staged, txn=txn)
+        with contextlib.ExitStack() as preparing:
+            for s in sorted({self.info.shard_of(p) for p in parts if 0 <= p < self.partitions}):
+                preparing.enter_context(self.shard(s).preparing_commit())
+            staged = self.write(parts, compression)
+            return self.commit(staged, txn=txn)
+
+
+def _check_all_sizes(parts: Sequence[Sequence[pa.RecordBatch]], max_message_bytes: int) -> None:
+    for batches in parts:
+        check_sizes(batches, max_message_bytes)
 
 
 __all__ = ["Topic"]

@@ -20,6 +20,7 @@ from sparklog.errors import (
     UnknownTopicError,
 )
 from sparklog.storage import ObjectStore, ProducerBatch, make_batch, open_root
+from sparklog.storage.topics import BACKGROUND_CHECK_BYTES
 
 
 @pytest.fixture
@@ -174,12 +175,24 @@ def test_many_partitions_one_object(root):
     assert values(topic.partition(3).read(0)) == [b"p3-0", b"p3-1", b"p3-2", b"p3-3"]
 
 
-def test_oversized_record_is_refused_and_nothing_written(root):
-    root.create_topic("t", 1, {"max.message.bytes": 100})
+@pytest.mark.parametrize("rows", [2, 12_000], ids=["small", "large"])
+def test_oversized_record_is_refused_and_nothing_written(root, rows):
+    """A large batch's size check runs beside its object's write (topics.py); the
+    object it wrote is removed again, so a refused append leaves nothing behind."""
+    root.create_topic("t", 1, {"max.message.bytes": 1000})
     topic = root.topic("t")
-    with pytest.raises(InvalidRecordError, match="max.message.bytes accepts at most 100"):
-        topic.append(0, make_batch([b"x" * 50, b"y" * 101]))
+    batch = make_batch([b"x" * 100] * (rows - 1) + [b"y" * 1001])
+    assert (batch.nbytes >= BACKGROUND_CHECK_BYTES) == (rows > 2)
+    with pytest.raises(
+        InvalidRecordError,
+        match=f"record {rows - 1} of the batch is 1001 bytes; max.message.bytes accepts at "
+        "most 1000",
+    ):
+        topic.append(0, batch)
     assert topic.partition(0).high_watermark == 0
+    assert topic.store.list_objects("objects") == []
+    topic.append(0, make_batch([b"x" * 100] * (rows - 1)))  # the same records, within bounds
+    assert topic.partition(0).high_watermark == rows - 1
 
 
 def test_offset_for_timestamp(root):
