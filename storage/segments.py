@@ -161,12 +161,8 @@ def write_object(
             for batch in parts[p]:
                 if not batch.num_rows:
                     continue
-                stamps = batch.column("timestamp")
-                bounding = None
-                if batch.nbytes >= _PARALLEL_BOUNDS_BYTES:  # beside the write: both free the GIL
-                    bounding = background_pool().submit(pc.min_max, stamps)
                 writer.write_batch(batch)
-                bounds = pc.min_max(stamps) if bounding is None else bounding.result()
+                bounds = pc.min_max(batch.column("timestamp"))
                 lo, hi = bounds["min"].value, bounds["max"].value
                 ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
                 ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
@@ -287,10 +283,6 @@ _SMALL_CHUNK_BYTES = 64 * 1024
 #: writer's thread writes them (both release the GIL): the checksum then costs an
 #: append almost nothing; smaller ones are not worth the hand-off
 _PARALLEL_HASH_BYTES = 256 * 1024
-
-
-#: batches at least this large have their timestamps' bounds computed beside their write
-_PARALLEL_BOUNDS_BYTES = 1 << 20
 
 
 def _signed(value: int) -> int:
