@@ -103,6 +103,15 @@ def normalize(
     LogAppendTime) become the append time.  Other columns are refused so that a
     typo never drops data silently.
     """
+    if (
+        isinstance(data, pa.RecordBatch)
+        and not log_append_time
+        and data.schema.equals(schema)
+        and not data.column("timestamp").null_count
+    ):  # already in the stored shape (the common case): nothing to rebuild
+        if max_message_bytes is not None and data.num_rows:
+            check_sizes([data], max_message_bytes)
+        return [data]
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     names = set(table.column_names)
     extra = names - {"key", "value", "timestamp", "headers", "offset"}

@@ -188,3 +188,46 @@ def test_offset_column_counts_up_from_first(first, count):
         values = column.to_numpy()
         assert values[0] == first and values[-1] == first + count - 1
         assert (values[1:] - values[:-1] == 1).all()
+
+
+records = st.lists(
+    st.tuples(
+        st.binary(max_size=40),
+        st.one_of(st.none(), st.binary(max_size=8)),
+        st.one_of(st.none(), st.integers(0, 2**41)),
+        st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=4), st.binary(max_size=6)))),
+    ),
+    max_size=12,
+)
+
+
+@given(rows=records, log_append_time=st.booleans(), max_bytes=st.integers(1, 80))
+@settings(max_examples=80, deadline=None)
+def test_batches_already_in_shape_normalize_as_tables_do(rows, log_append_time, max_bytes):
+    """A record batch already in the stored shape is passed through unchanged (no rebuild):
+    the records, the filled-in timestamps and the size refusals are those of the general
+    path, which a table takes."""
+    from sparklog.errors import InvalidRecordError
+    from sparklog.storage.records import normalize, record_schema
+
+    batch = make_batch(
+        [r[0] for r in rows],
+        keys=[r[1] for r in rows],
+        timestamps_ms=[r[2] for r in rows],
+        headers=[r[3] for r in rows],
+    )
+
+    def outcome(data):
+        try:
+            out = normalize(
+                data,
+                record_schema(None),
+                log_append_time=log_append_time,
+                max_message_bytes=max_bytes,
+                append_time_ms=1_700_000_000_000,
+            )
+        except InvalidRecordError as exc:
+            return str(exc)
+        return pa.Table.from_batches(out, schema=record_schema(None)).to_pylist()
+
+    assert outcome(batch) == outcome(pa.Table.from_batches([batch]))
