@@ -1,9 +1,11 @@
 """One small thread pool for work the storage engine moves off a writer's thread.
 
 A writer's hot path (``Topic.append``, a broker flush) makes calls that release
-the GIL: file writes and checksums of large buffers.  Two of those can run at
-once on two cores, so a writer hands the checksum of a large chunk to this pool
-and writes the chunk meanwhile.  The pool's threads start on first use (a
+the GIL: file writes, checksums, Arrow kernels, file creation.  Two of those
+can run at once on two cores, so a writer hands an object's checksums, a large
+batch's size check and the commit's spare file to this pool and writes the
+object meanwhile; what the pool has not started when the writer needs it, the
+writer does itself (:func:`outcome`).  The pool's threads start on first use (a
 process that never writes starts none) and are daemons; a forked child (Spark's
 Python workers are forked) builds its own pool, since the parent's threads do
 not exist in it.
@@ -13,7 +15,11 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: several writers of one process (a broker's flushes) share the pool
 BACKGROUND_THREADS = 2
@@ -35,3 +41,14 @@ def background_pool() -> ThreadPoolExecutor:
             )
             _pool = (os.getpid(), pool)
         return _pool[1]
+
+
+def outcome(future: Future[T], here: Callable[[], T]) -> T:
+    """``future``'s result; if no pool thread has started it yet, cancel it and run ``here``.
+
+    A writer never waits for a busy pool: every thread may be taken by other
+    writers' work, so what has not started is done on the writer's own thread.
+    """
+    if future.cancel():
+        return here()
+    return future.result()

@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from queue import SimpleQueue
 from typing import Any
 
 import pyarrow as pa
 import xxhash
 
 from sparklog.errors import CorruptionError, InvalidConfigError
-from sparklog.storage.background import background_pool
+from sparklog.storage.background import background_pool, outcome
 from sparklog.storage.clock import now_ms
 from sparklog.storage.objectstore import ObjectStore, Writable
 from sparklog.storage.records import OFFSET_FIELD
@@ -143,49 +144,46 @@ def write_object(
         rows = sum(b.num_rows for b in parts[p])
         footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
         first += n
-    spans: dict[int, tuple[int, int, int, int, int, int]] = {}
+    spans: dict[int, tuple[int, int, int, int, int]] = {}
 
     def serialize(target: Writable) -> None:
         import pyarrow.compute as pc
 
         position = 8 + schema.serialize().size  # magic + schema message precede batch one
-        hashing = _HashingWriter(target, position)
-        sink = pa.PythonFile(hashing, mode="w")
-        writer = pa.ipc.new_file(
-            sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
-        )
-        for p in order:
-            start = position
-            hashing.restart(start)
-            ts_min, ts_max = None, None
-            for batch in parts[p]:
-                if not batch.num_rows:
-                    continue
-                writer.write_batch(batch)
-                bounds = pc.min_max(batch.column("timestamp"))
-                lo, hi = bounds["min"].value, bounds["max"].value
-                ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
-                ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
-                position = hashing.position
-            if not hashing.message_at_start:
-                raise CorruptionError(
-                    f"object {key!r} was laid out unexpectedly (no message at byte {start})"
-                )
-            spans[p] = (
-                start,
-                position,
-                footer[str(p)]["rows"],
-                _ms(ts_min),
-                _ms(ts_max),
-                hashing.checksum(),
+        hashing = _HashingWriter(target)
+        try:
+            sink = pa.PythonFile(hashing, mode="w")
+            writer = pa.ipc.new_file(
+                sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
             )
-        writer.close()
-        hashing.flush()
+            for p in order:
+                start = position
+                hashing.begin(start)
+                ts_min, ts_max = None, None
+                for batch in parts[p]:
+                    if not batch.num_rows:
+                        continue
+                    writer.write_batch(batch)
+                    bounds = pc.min_max(batch.column("timestamp"))
+                    lo, hi = bounds["min"].value, bounds["max"].value
+                    ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
+                    ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
+                    position = hashing.position
+                hashing.end()
+                if not hashing.message_at_start:
+                    raise CorruptionError(
+                        f"object {key!r} was laid out unexpectedly (no message at byte {start})"
+                    )
+                spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
+            writer.close()
+        finally:
+            checksums.extend(hashing.finish())
 
+    checksums: list[int] = []
     store.create_streamed(key, serialize)
     out = {}
-    for p in order:
-        start, end, rows, ts_lo, ts_hi, checksum = spans[p]
+    for p, checksum in zip(order, checksums, strict=True):
+        start, end, rows, ts_lo, ts_hi = spans[p]
         span = rows
         if has_offsets:
             span = _offset_span(parts[p])
@@ -207,48 +205,50 @@ def write_object(
 
 
 class _HashingWriter:
-    """Passes an object's bytes on to ``target`` and checksums one byte range as they go.
+    """Passes an object's bytes on to ``target`` and checksums byte ranges of them.
 
-    Each segment's checksum is computed from the bytes while they are written,
-    so writing an object never reads it back.  ``restart(start)`` begins the
-    next range at byte ``start``; bytes before it (the file header) are not
-    hashed.  ``message_at_start`` says an IPC message began exactly there (the
-    layout check: a wrong ``start`` would checksum the wrong bytes).
+    Each segment's checksum is computed from the bytes as they are written, so
+    writing an object never reads it back, and on the background pool
+    (:class:`_RangeHashes`), beside the writer's own writes: xxhash and file
+    writes both release the GIL.  ``begin(start)`` starts the next range at
+    byte ``start`` and ``end()`` ends it; bytes outside ranges (the file's
+    header and footer) are not hashed.  ``message_at_start`` says an IPC
+    message began exactly at the range's start (the layout check: a wrong
+    ``start`` would checksum the wrong bytes).
     """
 
-    def __init__(self, target: Writable, start: int) -> None:
+    def __init__(self, target: Writable) -> None:
         self.target = target
         self.position = 0
         self.closed = False
-        self._small = bytearray()  # small chunks, passed on together before the next large one
-        self.restart(start)
-
-    def restart(self, start: int) -> None:
-        self._start = start
-        self._hash = xxhash.xxh3_64()
         self.message_at_start = False
+        self._start: int | None = None  # the current range's first byte; None between ranges
+        self._small = bytearray()  # small chunks, written together before the next large one
+        self._hashes = _RangeHashes()
+
+    def begin(self, start: int) -> None:
+        self._hashes.begin()
+        self._start = start
+        self.message_at_start = False
+
+    def end(self) -> None:
+        self._start = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         at, size = self.position, len(view)
-        pending: Future[None] | None = None
-        if at + size > self._start:
-            skip = max(self._start - at, 0)
-            if at == self._start and view[:4] == _CONTINUATION:
+        start = self._start
+        if start is not None and at + size > start:
+            skip = max(start - at, 0)
+            if at == start and view[:4] == _CONTINUATION:
                 self.message_at_start = True
-            hashed = view[skip:] if skip else view
-            if len(hashed) >= _PARALLEL_HASH_BYTES:
-                pending = background_pool().submit(self._hash.update, hashed)
-            else:
-                self._hash.update(hashed)
+            self._hashes.add(view[skip:] if skip else view)
         self.position = at + size
         if size < _SMALL_CHUNK_BYTES:
             self._small += view
             return size
         self.flush()
         self._write_all(view)
-        if pending is not None:
-            pending.result()
         return size
 
     def _write_all(self, view: memoryview) -> None:
@@ -256,8 +256,13 @@ class _HashingWriter:
             written = self.target.write(view)
             view = view[written:] if written is not None else view[:0]
 
-    def checksum(self) -> int:
-        return _signed(self._hash.intdigest())
+    def finish(self) -> list[int]:
+        """Write what is gathered; the checksum of every range begun, in order."""
+        try:
+            self.flush()
+        finally:
+            checksums = self._hashes.finish()
+        return checksums
 
     def tell(self) -> int:
         return self.position
@@ -275,14 +280,71 @@ class _HashingWriter:
         return True
 
 
+class _RangeHashes:
+    """xxh3-64 checksums of consecutive byte ranges, computed in order on the background pool.
+
+    The writer hands over views of the bytes it writes (they stay alive while
+    referenced) and never waits until :meth:`finish`.  Small pieces are gathered
+    and handed over together, so the hashing thread wakes about once per large
+    chunk rather than once per IPC chunk.
+    """
+
+    def __init__(self) -> None:
+        self._queue: SimpleQueue[memoryview | bytes | None] = SimpleQueue()
+        self._gathered = bytearray()
+        self._done: Future[list[int]] | None = None
+
+    def begin(self) -> None:
+        self._hand_over()
+        self._queue.put(_NEXT_RANGE)
+        self._start_hashing()
+
+    def add(self, data: memoryview) -> None:
+        if len(data) < _SMALL_CHUNK_BYTES:
+            self._gathered += data
+            return
+        self._hand_over()
+        self._queue.put(data)
+
+    def finish(self) -> list[int]:
+        """Every range's checksum (computed here if the pool never started on them)."""
+        self._hand_over()
+        self._queue.put(None)
+        if self._done is None:
+            return []
+        return outcome(self._done, lambda: _hash_ranges(self._queue))
+
+    def _hand_over(self) -> None:
+        if self._gathered:
+            self._queue.put(bytes(self._gathered))
+            self._gathered.clear()
+
+    def _start_hashing(self) -> None:
+        if self._done is None:
+            self._done = background_pool().submit(_hash_ranges, self._queue)
+
+
+def _hash_ranges(queue: SimpleQueue[memoryview | bytes | None]) -> list[int]:
+    checksums: list[int] = []
+    current = None
+    while (item := queue.get()) is not None:
+        if item is _NEXT_RANGE:
+            if current is not None:
+                checksums.append(_signed(current.intdigest()))
+            current = xxhash.xxh3_64()
+        elif current is not None:
+            current.update(item)
+    if current is not None:
+        checksums.append(_signed(current.intdigest()))
+    return checksums
+
+
 _CONTINUATION = b"\xff\xff\xff\xff"
+#: marks the start of the next range in a :class:`_RangeHashes` queue (compared by identity)
+_NEXT_RANGE = b"next range"
 #: chunks smaller than this (IPC metadata, padding, small buffers) are gathered and
 #: written together: an IPC file of one batch arrives as about 30 chunks, most tiny
 _SMALL_CHUNK_BYTES = 64 * 1024
-#: chunks at least this large are checksummed on a background thread while the
-#: writer's thread writes them (both release the GIL): the checksum then costs an
-#: append almost nothing; smaller ones are not worth the hand-off
-_PARALLEL_HASH_BYTES = 256 * 1024
 
 
 def _signed(value: int) -> int:

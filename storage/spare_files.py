@@ -65,7 +65,9 @@ class SpareFiles:
             spare = listed.pop()
             if not listed:
                 del self._ready[(spare.pid, directory)]
-        return spare.made.result()
+        from sparklog.storage.background import outcome
+
+        return outcome(spare.made, lambda: None)  # not started (a busy pool): none made
 
     def discard(self, spare: Spare) -> None:
         """Remove ``spare``'s file unless someone took it."""
@@ -76,6 +78,8 @@ class SpareFiles:
             listed.remove(spare)
             if not listed:
                 del self._ready[(spare.pid, spare.directory)]
+        if spare.made.cancel():
+            return  # never started: no file
         path = spare.made.result()
         if path is not None:
             with contextlib.suppress(OSError):

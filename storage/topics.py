@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sparklog.errors import InvalidRecordError, SparklogError, UnknownTopicOrPartitionError
+from sparklog.storage.background import background_pool, outcome
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
@@ -176,8 +177,6 @@ class Topic:
         codec = compression if topic_codec == "producer" else topic_codec
         checking = None
         if unchecked:
-            from sparklog.storage.background import background_pool
-
             limit = self.info.effective_config["max.message.bytes"]
             checking = background_pool().submit(_check_all_sizes, unchecked, limit)
         staged = write_object(
@@ -189,7 +188,7 @@ class Topic:
         )
         if checking is not None:
             try:
-                checking.result()
+                outcome(checking, lambda: _check_all_sizes(unchecked, limit))
             except InvalidRecordError:
                 for key in {seg.object_key for seg in staged.values()}:
                     with contextlib.suppress(SparklogError):

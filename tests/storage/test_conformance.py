@@ -357,6 +357,31 @@ def test_large_chunks_checksummed_beside_their_write(root):
         open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0)
 
 
+def test_objects_are_written_while_the_background_pool_is_busy(root):
+    """An object's checksums, a large batch's size check and the commit's spare file are
+    made on the background pool; with every pool thread taken (other writers), the
+    writer does them itself rather than wait."""
+    from sparklog.storage.background import BACKGROUND_THREADS, background_pool
+    from sparklog.storage.topics import BACKGROUND_CHECK_BYTES
+
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    big = [bytes([i % 251]) * 1000 for i in range(1200)]
+    assert make_batch(big).nbytes >= BACKGROUND_CHECK_BYTES
+    release = threading.Event()
+    busy = [background_pool().submit(release.wait) for _ in range(BACKGROUND_THREADS)]
+    try:
+        topic.append(0, make_batch(big))
+    finally:
+        release.set()
+    for task in busy:
+        task.result()
+    assert (
+        values(open_root(root.url, root.store.storage_options).topic("t").partition(0).read(0))
+        == big
+    )
+
+
 def test_truncated_object_is_detected(root):
     root.create_topic("t", 1)
     topic = root.topic("t")
