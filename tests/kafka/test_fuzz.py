@@ -31,8 +31,12 @@ def rss_bytes(pid: int) -> int:
 
 
 def send_and_forget(address: str, frame: bytes) -> None:
-    """Send one raw frame; read whatever comes back (or the close) within a short time."""
-    conn = Connection(address, timeout_s=3)
+    """Send one raw frame; read whatever comes back (or the close) within a short time.
+
+    A frame whose size prefix promises more bytes than follow is rightly waited on
+    by the broker, so no answer comes: the short read timeout bounds what each such
+    frame costs the test (the bystander's answer after it is what is asserted)."""
+    conn = Connection(address, timeout_s=0.5)
     try:
         conn.sock.sendall(frame)
         conn.read_frame()
