@@ -18,9 +18,9 @@ import matplotlib.pyplot as plt
 
 # (label, ratio to the same-run baseline, target or None) as recorded in docs/benchmarks.md
 RATIOS = [
-    ("storage append / pyarrow IPC write", 0.59, 0.7),
-    ("storage read / pyarrow IPC read", 0.83, 0.7),
-    ("open 100k commits / 10 commits (lower is better)", 0.81, 1.2),
+    ("storage append / pyarrow IPC write", 0.75, 0.7),
+    ("storage read / pyarrow IPC read", 0.77, 0.7),
+    ("open 100k commits / 10 commits (lower is better)", 0.84, 1.2),
     ("broker produce / storage append", 0.51, None),
     ("broker fetch / plain Flight DoGet", 0.70, None),
     ("client send_batch (embedded) / storage append", 1.37, None),
