@@ -52,3 +52,13 @@ def outcome(future: Future[T], here: Callable[[], T]) -> T:
     if future.cancel():
         return here()
     return future.result()
+
+
+def _forget_parent_pool() -> None:
+    """In a forked child: the parent's threads are gone, and the lock may have been held."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_pool)

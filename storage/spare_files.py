@@ -46,6 +46,12 @@ class SpareFiles:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ready: dict[tuple[int, str], list[Spare]] = {}
+        # a fork while another thread held the lock would leave it held in the child
+        os.register_at_fork(after_in_child=self._forget_parent)
+
+    def _forget_parent(self) -> None:
+        self._lock = threading.Lock()
+        self._ready = {}
 
     def prepare(self, directory: str) -> Spare:
         """Start making a spare file in ``directory`` on the background pool."""

@@ -82,6 +82,23 @@ def test_forked_child_never_takes_its_parents_spare(tmp_path):
     os.unlink(made)
 
 
+def test_child_forked_while_the_registry_is_locked_still_takes_and_makes(tmp_path):
+    """A fork copies a lock as it stands: one held by another thread at that moment
+    would never be released in the child; the child starts with a fresh registry."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    with SPARE_FILES._lock:  # another thread inside take() or prepare() at the fork
+        child = ctx.Process(target=_take_in_child, args=(f"{tmp_path}/log", out))
+        child.start()
+    try:
+        child.join(timeout=60)
+        assert child.exitcode == 0, "the forked child hung on the inherited lock"
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert out.get(timeout=5) is None
+
+
 def test_preparing_does_nothing_on_a_memory_root():
     store = ObjectStore("memory://spare-files-test")
     with store.preparing_create("log/00001.json"):
