@@ -328,9 +328,9 @@ def test_flipped_byte_is_detected(root):
 
 
 def test_large_chunks_checksummed_beside_their_write(root):
-    """Chunks of 256 KiB and more are checksummed on a background thread (segments.py):
-    objects written by several threads at once read back whole, and a flipped byte in a
-    large chunk is still caught."""
+    """An object's checksums are computed on the background pool beside its write
+    (segments.py): objects written by several threads at once read back whole, and a
+    flipped byte in a large chunk is still caught."""
     root.create_topic("t", 3)
     topic = root.topic("t")
     big = [bytes([i % 251]) * 1000 for i in range(600)]  # a 600 KB value column
