@@ -1,7 +1,7 @@
 """Broker benchmark: produce and fetch through one real broker process on a local root.
 
-Run:  /work/venv/bin/python bench/broker_bench.py [--records N] [--batch N]
-                                                  [--rate R] [--seconds S]
+Run:  .venv/bin/python bench/broker_bench.py [--records N] [--batch N]
+                                             [--rate R] [--seconds S]
 
 Prints, from one run (the broker is a separate process, as in production):
 * produce throughput with 100-byte values (records/s, MB/s) of one producer
