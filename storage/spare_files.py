@@ -1,7 +1,7 @@
 """Empty temp files made ahead, so a local create-only write need not make one on its path.
 
 A local create-only write (a log commit) writes a temp file and links it into
-place.  Making the temp file, a new inode, is its slowest step: 0.1-0.8 ms on
+place.  Making the temp file, a new inode, is its slowest step: 0.06-1.4 ms on
 the ext4 disk of this project's test machine, against 0.02 ms for the link.  A
 writer that has other work to do first (encoding and writing the object the
 commit will name) asks for a spare file in the commit's folder; the background
