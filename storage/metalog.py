@@ -477,7 +477,7 @@ class MetaLog(Generic[S]):
         For a writer with work to do before it commits (writing the object the
         commit names): locally, the commit then finds its file made.
         """
-        return self.store.preparing_create(self.key(0))
+        return self.store.preparing_create(self.key(0))  # any version's key names the folder
 
     def commit(self, build: Callable[[S], Commit | None]) -> Commit | None:
         """Create the next commit from ``build(state)``; re-read and rebuild on a lost race.

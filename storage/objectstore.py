@@ -39,7 +39,7 @@ from sparklog.errors import (
     SparklogError,
     StoreUnavailableError,
 )
-from sparklog.storage.spare_files import SPARE_FILES
+from sparklog.storage.spare_files import SPARE_FILES, open_new_file
 
 if TYPE_CHECKING:
     # fsspec is imported when a remote or memory store first opens its filesystem, pyarrow
@@ -451,21 +451,7 @@ class ObjectStore:
 
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
         """Create-only, atomically: a complete temp file hard-linked into place."""
-        fd = -1
-        spare = SPARE_FILES.take(os.path.dirname(path))
-        if spare is not None:
-            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: make one
-                fd = os.open(spare, os.O_WRONLY)
-        if fd >= 0 and spare is not None:
-            tmp = spare
-        else:
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-            try:
-                fd = os.open(tmp, flags, 0o644)
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(tmp, flags, 0o644)
+        tmp, fd = _open_temp(path)
         try:
             try:
                 view = memoryview(data).cast("B")
@@ -785,6 +771,16 @@ class ObjectStore:
                 self.fs.mkdirs(self._path(""), exist_ok=True)
         except Exception as exc:
             self._raise_failure("reach", "", exc)
+
+
+def _open_temp(path: str) -> tuple[str, int]:
+    """A new temp file in ``path``'s folder, open for writing: a spare made ahead if any."""
+    spare = SPARE_FILES.take(os.path.dirname(path))
+    if spare is not None:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile: make one
+            return spare, os.open(spare, os.O_WRONLY)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    return tmp, open_new_file(tmp)
 
 
 def _mtime_ms(info: Mapping[str, Any]) -> int:

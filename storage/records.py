@@ -288,11 +288,9 @@ def check_sizes(records: pa.Table | Sequence[pa.RecordBatch], max_message_bytes:
     """Raise InvalidRecordError naming the first record larger than ``max_message_bytes``."""
     import pyarrow.compute as pc
 
-    if not isinstance(records, pa.Table):
-        if not records:
-            return
-        records = pa.Table.from_batches(records)
-    table = records
+    if not isinstance(records, pa.Table) and not records:
+        return
+    table = records if isinstance(records, pa.Table) else pa.Table.from_batches(records)
     if _size_bound(table) <= max_message_bytes:
         return  # no record can be larger: the exact per-record pass is not needed
     sizes = record_sizes(table)

@@ -92,16 +92,21 @@ class SpareFiles:
                 os.unlink(path)
 
 
+def open_new_file(path: str) -> int:
+    """Create ``path`` (it must not exist), making its folder if missing; a writable fd."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
 def _make_spare(directory: str) -> str | None:
     """An empty new file in ``directory``; None if it cannot be made (the taker makes its own)."""
     path = f"{directory}/{SPARE_MARK}{uuid.uuid4().hex}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        try:
-            os.close(os.open(path, flags, 0o644))
-        except FileNotFoundError:
-            os.makedirs(directory, exist_ok=True)
-            os.close(os.open(path, flags, 0o644))
+        os.close(open_new_file(path))
     except OSError:
         return None
     return path
