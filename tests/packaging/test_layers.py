@@ -28,7 +28,7 @@ def _modules() -> dict[str, Path]:
     for folder in ("storage", "broker_lite"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             found["sparklog." + ".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
-    found["pyspark_sparklog"] = ROOT / "pyspark_sparklog.py"
+    found["pyspark_sparklog"] = ROOT / "spark_entry" / "pyspark_sparklog.py"
     return found
 
 
