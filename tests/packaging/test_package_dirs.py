@@ -94,7 +94,6 @@ def test_a_clone_without_links_builds_a_wheel_that_imports(tmp_path: Path) -> No
             "wheel",
             "-q",
             "--no-deps",
-            "--no-build-isolation",
             "-w",
             str(dist),
             str(clone),
