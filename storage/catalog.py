@@ -1,7 +1,9 @@
 """The catalog: topics' names, ids, partitions, configs and value schemas; the root holding them.
 
-A topic's metadata is a versioned document ``topics/<name>/meta/<v>.json``
-recording the storage ``format`` (2: shard logs) and ``commit.shards``.
+A topic's metadata is a document in the cluster metadata log
+(:mod:`sparklog.storage.cluster_metadata`) recording the storage ``format``
+(2: shard logs) and ``commit.shards``; every create, change and deletion is
+one append to that log, and reads answer from its in-memory image.
 Each incarnation of a name gets a fresh UUID and keeps its data under
 ``topics/<name>/<id>/``, so a topic deleted and created again never mixes with
 its old data, and a handle on the old incarnation notices.  A topic written
@@ -18,11 +20,12 @@ handle (:class:`sparklog.storage.topics.Topic`, over the shard logs) by
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +36,14 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.clock import now_ms
+from sparklog.storage.cluster_metadata import (
+    METADATA_LOG_PREFIX,
+    ClusterMetadata,
+    MetadataImage,
+    Record,
+    topic_record,
+)
 from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
-from sparklog.storage.documents import VersionedDocument
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL
 from sparklog.storage.objectstore import ObjectStore
 
@@ -188,9 +197,14 @@ class LogRoot:
         *,
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
         fsync: bool = False,
+        metadata_max_staleness_ms: int | None = 0,
     ) -> None:
+        """``metadata_max_staleness_ms``: how reads of topics stay current (0: every read
+        sees every process's changes; None: a follower refreshes, reads never touch the
+        store; see :class:`ClusterMetadata`)."""
         self.store = ObjectStore(url, storage_options, fsync=fsync)
         self.snapshot_interval = snapshot_interval
+        self.metadata_max_staleness_ms = metadata_max_staleness_ms
 
     @property
     def url(self) -> str:
@@ -200,11 +214,16 @@ class LogRoot:
         return f"LogRoot({self.url!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"store": self.store, "snapshot_interval": self.snapshot_interval}
+        return {
+            "store": self.store,
+            "snapshot_interval": self.snapshot_interval,
+            "metadata_max_staleness_ms": self.metadata_max_staleness_ms,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.store = state["store"]
         self.snapshot_interval = state["snapshot_interval"]
+        self.metadata_max_staleness_ms = state.get("metadata_max_staleness_ms", 0)
 
     @property
     def groups(self) -> GroupStore:
@@ -217,8 +236,18 @@ class LogRoot:
             self.__dict__["_groups"] = found
         return found
 
-    def _meta(self, name: str) -> VersionedDocument:
-        return VersionedDocument(self.store, f"topics/{validate_topic_name(name)}/meta")
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The root's cluster metadata log and its in-memory image (topics, brokers, ...)."""
+        found: ClusterMetadata | None = self.__dict__.get("_metadata")
+        if found is None:
+            found = ClusterMetadata(
+                self.store,
+                snapshot_interval=self.snapshot_interval,
+                max_staleness_ms=self.metadata_max_staleness_ms,
+            )
+            self.__dict__["_metadata"] = found
+        return found
 
     def create_topic(
         self,
@@ -250,32 +279,20 @@ class LogRoot:
             value_schema_id=sid,
             value_types={sid: value_type} if value_type is not None else {},
         ).to_doc()
-        meta = self._meta(name)
-        version, current = meta.latest()
-        if current is not None and not current.get("deleted"):
-            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        if not meta.write(version + 1, doc):
-            raise TopicAlreadyExistsError(f"topic {name!r} was created concurrently")
-        return TopicInfo.from_doc(version + 1, doc)
+
+        def build(image: MetadataImage) -> list[Record]:
+            if name in image.topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            return [topic_record(doc)]
+
+        image = self.metadata.append(build)
+        return TopicInfo.from_doc(image.topics[name]["version"], image.topics[name])
 
     def describe_topic(self, name: str) -> TopicInfo:
-        meta = self._meta(name)
-        version, doc = meta.latest()
-        if doc is None or doc.get("deleted"):
+        doc = self.metadata.image().topics.get(name)
+        if doc is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        where = f"{self.store.url}/{meta.prefix}/{version:020d}.json"
-        try:  # damage first: a document that does not parse is corrupt, whatever its format
-            info = TopicInfo.from_doc(version, doc)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
-        found = doc.get("format", 1)
-        if found not in KNOWN_FORMATS:
-            raise InvalidConfigurationError(
-                f"topic {name!r} ({where}) was written by storage format {found!r}; this code "
-                f"knows formats {', '.join(map(str, KNOWN_FORMATS))} (format 1 roots are not "
-                "migrated: copy the records into a new root)"
-            )
-        return info
+        return _topic_info(self.store.url, doc)
 
     def topic(self, name: str) -> Topic:
         """A data handle on the topic (its shard and partition logs: loads pyarrow)."""
@@ -284,25 +301,18 @@ class LogRoot:
         return Topic(self, self.describe_topic(name))
 
     def list_topics(self) -> list[str]:
-        names = []
-        for name in self.store.list_names("topics"):
-            try:
-                _, doc = self._meta(name).latest()
-            except CorruptRecordError:
-                names.append(name)  # it exists; opening it reports the damage
-                continue
-            if doc is not None and not doc.get("deleted"):
-                names.append(name)
-        return names
+        return sorted(self.metadata.image().topics)
 
-    def _update(self, name: str, change: Any) -> TopicInfo:
-        def apply(doc: dict[str, Any] | None) -> dict[str, Any]:
-            if doc is None or doc.get("deleted"):
+    def _update(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> TopicInfo:
+        def build(image: MetadataImage) -> list[Record]:
+            current = image.topics.get(name)
+            if current is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-            return change(dict(doc))
+            doc = {k: v for k, v in copy.deepcopy(current).items() if k != "version"}
+            return [topic_record(change(doc))]
 
-        self._meta(name).update(apply)
-        return self.describe_topic(name)
+        image = self.metadata.append(build)
+        return _topic_info(self.store.url, image.topics[name])
 
     def alter_topic_config(
         self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
@@ -377,22 +387,36 @@ class LogRoot:
         return self._update(name, change)
 
     def delete_topic(self, name: str) -> None:
-        """Mark the topic deleted and remove its data."""
+        """Record the topic deleted, then remove its data."""
         info = self.describe_topic(name)
 
-        def change(doc: dict[str, Any]) -> dict[str, Any]:
-            if doc["id"] != info.topic_id:
+        def build(image: MetadataImage) -> list[Record]:
+            current = image.topics.get(name)
+            if current is None or current["id"] != info.topic_id:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-            return {"name": name, "id": doc["id"], "deleted": True, "deleted_ms": now_ms()}
+            return [{"type": "topic_deleted", "name": name, "id": info.topic_id}]
 
-        self._meta(name).update(
-            lambda doc: change(doc) if doc and not doc.get("deleted") else _raise_unknown(name)
-        )
+        self.metadata.append(build)
         self.store.delete_prefix(f"topics/{name}/{info.topic_id}")
 
 
-def _raise_unknown(name: str) -> dict[str, Any]:
-    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+def _topic_info(url: str, doc: Mapping[str, Any]) -> TopicInfo:
+    """The topic a metadata document describes; refused if written by an unknown format."""
+    version = int(doc.get("version", 0))
+    name = str(doc.get("name", "?"))
+    where = f"{url}/{METADATA_LOG_PREFIX} (version {version})"
+    try:  # damage first: a document that does not parse is corrupt, whatever its format
+        info = TopicInfo.from_doc(version, doc)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"topic metadata {where}: {exc}") from None
+    found = doc.get("format", 1)
+    if found not in KNOWN_FORMATS:
+        raise InvalidConfigurationError(
+            f"topic {name!r} ({where}) was written by storage format {found!r}; this code "
+            f"knows formats {', '.join(map(str, KNOWN_FORMATS))} (format 1 roots are not "
+            "migrated: copy the records into a new root)"
+        )
+    return info
 
 
 def _is_struct(value_type: pa.DataType) -> bool:

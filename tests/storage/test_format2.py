@@ -19,9 +19,10 @@ from sparklog.errors import (
 )
 from sparklog.storage import ProducerBatch, make_batch, open_root
 from sparklog.storage.clock import now_ms
+from sparklog.storage.cluster_metadata import METADATA_LOG_PREFIX, topic_record
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS, prune_topic_logs
-from sparklog.storage.metalog import encode_commit
+from sparklog.storage.metalog import decode_commit, encode_commit
 
 
 @pytest.fixture
@@ -43,8 +44,8 @@ def commit_names(topic, shard: int = 0) -> list[str]:
 
 def test_topic_records_format_and_shards(root):
     info = root.create_topic("t", 4, {"commit.shards": 2})
-    raw = root.store.get(f"topics/t/meta/{info.version:020d}.json")
-    doc = json.loads(raw)
+    raw = root.store.get(f"{METADATA_LOG_PREFIX}/{info.version:020d}.json")
+    (doc,) = [r["doc"] for r in decode_commit(raw, "x")["records"] if r["type"] == "topic"]
     assert doc["format"] == 2 and doc["config"]["commit.shards"] == 2
     assert [info.shard_of(p) for p in range(4)] == [0, 1, 0, 1]
     with pytest.raises(InvalidConfigurationError, match="commit.shards"):
@@ -53,16 +54,16 @@ def test_topic_records_format_and_shards(root):
 
 @pytest.mark.parametrize("fmt", [1, 99])
 def test_topic_of_unknown_format_is_refused_naming_the_file(root, fmt):
-    info = root.create_topic("t", 1)
-    doc = json.loads(root.store.get(f"topics/t/meta/{info.version:020d}.json"))
+    root.create_topic("t", 1)
+    doc = {k: v for k, v in root.metadata.image().topics["t"].items() if k != "version"}
     if fmt == 1:
         doc.pop("format")
     else:
         doc["format"] = fmt
-    root.store.create(f"topics/t/meta/{info.version + 1:020d}.json", json.dumps(doc).encode())
+    image = root.metadata.append(lambda image: [topic_record(doc)])
     with pytest.raises(InvalidConfigurationError) as err:
         root.topic("t")
-    assert f"{info.version + 1:020d}.json" in str(err.value)
+    assert f"{METADATA_LOG_PREFIX} (version {image.version})" in str(err.value)
     assert f"format {fmt}" in str(err.value) and "knows formats 2" in str(err.value)
 
 
@@ -390,9 +391,10 @@ def test_commit_file_format_is_checksummed_json():
 @pytest.mark.parametrize("damage", [b"", b"{", b"[1, 2]", b"\xff\xfe"])
 def test_damaged_topic_metadata_is_a_corrupt_record_error_naming_it(root, damage):
     info = root.create_topic("t", 1)
-    key = f"topics/t/meta/{info.version:020d}.json"
+    key = f"{METADATA_LOG_PREFIX}/{info.version:020d}.json"
     root.store.delete(key)
     root.store.create(key, damage)
+    fresh = open_root(root.url, root.store.storage_options)
     with pytest.raises(CorruptRecordError, match=f"{info.version:020d}.json") as err:
-        root.topic("t")
+        fresh.topic("t")
     assert not err.value.retriable
