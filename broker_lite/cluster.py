@@ -1,11 +1,21 @@
-"""Cluster membership and partition leadership, derived from leases in the root.
+"""Cluster membership and partition leadership: registrations in the metadata log, leases.
 
+Brokers learn each other from the cluster metadata log (DESIGN.md §4): a
+starting broker appends a ``broker_registered`` record (its id, addresses and
+a fresh incarnation), a stopping one ``broker_unregistered``; nobody lists.
 Each broker renews ``cluster/brokers/<id>.json`` every ``lease_interval_ms``,
-writing a counter that grows with every renewal.  A broker is live while its
-counter keeps changing: each broker notes on its *own* monotonic clock when it
-last saw a peer's counter change, and a peer whose counter has not changed for
-``lease_timeout_ms`` is dead (Kafka's session timeouts work the same way).  No
-broker compares its wall clock with a peer's, so clock skew moves no leadership.
+writing a counter that grows with every renewal, and *monitors* only the next
+:data:`MONITORS` registered brokers in id order (a ring), reading their leases
+by key.  A monitored peer is live while its counter keeps changing: the monitor
+notes on its *own* monotonic clock when it last saw the counter change, and a
+peer whose counter has not changed for ``lease_timeout_ms`` is dead (Kafka's
+session timeouts work the same way); the monitor then appends
+``broker_fenced`` for that incarnation, which every broker learns with its
+next probe of the log.  So an idle cluster of B brokers costs B lease writes
+and at most ``MONITORS`` x B lease reads per interval, not B², and no LIST.
+No broker compares its wall clock with a peer's, so clock skew moves no
+leadership.  A broker that finds itself fenced (a slow store, not a death)
+registers again and is live from then on.
 A broker that could not renew its own lease for ``lease_timeout_ms`` considers
 itself dead too: it leads nothing and says so.  Brokers lead shards: the leader
 of shard s of a topic is the live broker with the highest rendezvous weight
@@ -18,6 +28,8 @@ leader epochs in the shard logs make that safe (DESIGN.md §3-4).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -26,14 +38,20 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import SparklogError
 from sparklog.storage import LogRoot
+from sparklog.storage.cluster_metadata import MetadataImage, Record
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
+#: how many ring successors each broker watches (two, so one death with its monitor's
+#: is still seen)
+MONITORS = 2
 #: test-only: milliseconds added to this broker's wall clock (to show skew does not matter)
 CLOCK_OFFSET_ENV = "SPARKLOG_TEST_CLOCK_OFFSET_MS"
 
@@ -44,6 +62,34 @@ class BrokerInfo:
     location: str  # host:port
     renewed_ms: int
     kafka_address: str | None = None  # host:port of the Kafka listener, if any
+
+
+def monitored(broker_id: int, registered: Mapping[int, Any]) -> list[int]:
+    """The brokers ``broker_id`` watches: the next :data:`MONITORS` registered ids after it,
+    in ring order (everyone else when the cluster is that small)."""
+    ring = sorted(b for b in registered if b != broker_id)
+    after = [b for b in ring if b > broker_id] + [b for b in ring if b < broker_id]
+    return after[:MONITORS]
+
+
+def _info(entry: Mapping[str, Any]) -> BrokerInfo:
+    kafka = entry.get("kafka_address")
+    return BrokerInfo(int(entry["id"]), str(entry["location"]), 0, str(kafka) if kafka else None)
+
+
+@functools.lru_cache(maxsize=65_536)
+def leaders_of(topic: str, shards: int, live: Sequence[int]) -> tuple[int, ...]:
+    """Each shard's leader among ``live`` (sorted ids): shard by shard, the broker leading
+    the fewest of the topic's shards so far, ties broken by rendezvous weight.  So a topic
+    with as many shards as brokers has one shard on each, and every broker that sees the
+    same live set derives the same map."""
+    counts = dict.fromkeys(live, 0)
+    out = []
+    for shard in range(shards):
+        best = max(live, key=lambda b: (-counts[b], rendezvous_weight(topic, shard, b)))
+        counts[best] += 1
+        out.append(best)
+    return tuple(out)
 
 
 def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
@@ -121,8 +167,35 @@ class Cluster:
     def _key(self, broker_id: int) -> str:
         return f"{LEASE_PREFIX}/{broker_id}.json"
 
+    def register(self) -> None:
+        """Record this incarnation in the metadata log (again, if it was fenced)."""
+        record = {
+            "type": "broker_registered",
+            "id": self.broker_id,
+            "location": self.location,
+            "kafka_address": self.kafka_address,
+            "incarnation": self.incarnation,
+        }
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            return None if self._registered_as_us(image) else [record]
+
+        self.root.metadata.append(build)
+        log.info("registered", extra=fields(broker=self.broker_id, incarnation=self.incarnation))
+
+    def _registered_as_us(self, image: MetadataImage) -> bool:
+        current = image.broker(self.broker_id)
+        return (
+            current is not None
+            and current["incarnation"] == self.incarnation
+            and not current.get("fenced")
+        )
+
     def renew(self) -> dict[int, BrokerInfo]:
-        """Write our lease and re-read everyone's; return the live set."""
+        """Write our lease (registering first if we are not, or were fenced) and re-read the
+        leases we monitor; return the live set."""
+        if not self._registered_as_us(self.root.metadata.image()):
+            self.register()
         now = _now_ms()
         self._renewals += 1
         started = time.monotonic()
@@ -142,50 +215,74 @@ class Cluster:
         return self.refresh()
 
     def refresh(self) -> dict[int, BrokerInfo]:
-        """Re-read the leases (without renewing ours)."""
-        names = self._store.list_names(LEASE_PREFIX)
-        keys = [f"{LEASE_PREFIX}/{n}" for n in names if n.endswith(".json")]
-        found = self._store.get_many(keys)
+        """Re-read the leases we monitor (without renewing ours); fence the dead ones."""
+        image = self.root.metadata.image()
+        registered = {int(k): v for k, v in image.brokers.items() if not v.get("fenced")}
+        watched = monitored(self.broker_id, registered)
+        keys = {b: self._key(b) for b in watched}
+        found = self._store.get_many(keys.values()) if keys else {}
         now_s = time.monotonic()
         timeout_s = self.lease_timeout_ms / 1000
-        live: dict[int, BrokerInfo] = {}
+        dead: list[dict[str, Any]] = []
         with self._lock:
-            present = set()
-            for raw in found.values():
-                if raw is None:
-                    continue
-                try:
-                    doc = json.loads(raw)
-                    kafka = doc.get("kafka_address")
-                    info = BrokerInfo(
-                        int(doc["broker_id"]),
-                        str(doc["location"]),
-                        int(doc["renewed_ms"]),
-                        str(kafka) if kafka else None,
-                    )
-                    token = (str(doc.get("incarnation", "")), int(doc.get("renewal", 0)))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn or foreign file: ignore it
-                if info.broker_id == self.broker_id:
-                    continue  # our own liveness is our renewals, below
-                present.add(info.broker_id)
-                seen = self._seen.get(info.broker_id)
+            for broker_id in watched:
+                entry = registered[broker_id]
+                token = (str(entry["incarnation"]), -1)  # no lease file yet: its first renewal
+                raw = found.get(keys[broker_id])
+                if raw is not None:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        doc = json.loads(raw)  # a torn or foreign file counts as unchanged
+                        if str(doc.get("incarnation", "")) == entry["incarnation"]:
+                            token = (entry["incarnation"], int(doc.get("renewal", 0)))
+                seen = self._seen.get(broker_id)
                 if seen is None or seen.token != token:
                     # first sight or a renewal: alive as of now, by our clock
-                    seen = self._seen[info.broker_id] = _Seen(token, now_s, info)
-                if now_s - seen.changed_s <= timeout_s and not self._holder_gone(seen, now_s):
-                    live[info.broker_id] = info
-            for gone in set(self._seen) - present:
-                del self._seen[gone]  # resigned or deleted: dead at once
+                    seen = self._seen[broker_id] = _Seen(token, now_s, _info(entry))
+                if now_s - seen.changed_s > timeout_s or self._holder_gone(seen, now_s):
+                    dead.append(entry)
+            for gone in set(self._seen) - set(watched):
+                del self._seen[gone]
             tokens = {s.token for s in self._seen.values()}
-            self._gone = {t: dead for t, dead in self._gone.items() if t in tokens}
+            self._gone = {t: gone for t, gone in self._gone.items() if t in tokens}
             self._first_look = False
-            if self.healthy:
-                live[self.broker_id] = BrokerInfo(
-                    self.broker_id, self.location, _now_ms(), self.kafka_address
-                )
+        for entry in dead:
+            self._fence(entry)
+        fenced = {int(e["id"]) for e in dead}
+        live = {
+            b: _info(e) for b, e in registered.items() if b != self.broker_id and b not in fenced
+        }
+        if self.healthy and self._registered_as_us(image):
+            live[self.broker_id] = BrokerInfo(
+                self.broker_id, self.location, _now_ms(), self.kafka_address
+            )
+        with self._lock:
             self._live = live
         return live
+
+    def _fence(self, entry: dict[str, Any]) -> None:
+        """Record that a monitored broker's lease expired (its shards move to survivors)."""
+        record = {
+            "type": "broker_fenced",
+            "id": entry["id"],
+            "incarnation": entry["incarnation"],
+            "by": self.broker_id,
+        }
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            current = image.broker(int(entry["id"]))
+            if current is None or current["incarnation"] != entry["incarnation"]:
+                return None  # re-registered or unregistered meanwhile
+            return None if current.get("fenced") else [record]
+
+        try:
+            self.root.metadata.append(build)
+        except SparklogError as exc:
+            log.warning("could not fence a dead broker", extra=fields(error=str(exc)[:300]))
+            return
+        log.info(
+            "broker fenced: its lease expired",
+            extra=fields(broker=entry["id"], location=entry["location"], by=self.broker_id),
+        )
 
     def _holder_gone(self, seen: _Seen, now_s: float) -> bool:
         """Whether a lease that has not timed out belongs to a broker that is certainly dead.
@@ -236,29 +333,50 @@ class Cluster:
         with self._lock:
             self._shards.pop(topic, None)
 
-    def shard_of(self, topic: str, partition: int) -> int:
-        """The shard whose leader leads ``partition``."""
+    def _shard_count(self, topic: str) -> int | None:
+        """``commit.shards`` of the topic (None if unknown)."""
         with self._lock:
             shards = self._shards.get(topic)
         if shards is None:
             try:
                 shards = self.root.describe_topic(topic).shards
             except SparklogError:
-                return partition  # unknown topic: any stable answer will do
+                return None
             self.note_shards(topic, shards)
-        return partition % shards
+        return shards
+
+    def shard_of(self, topic: str, partition: int) -> int:
+        """The shard whose leader leads ``partition``."""
+        shards = self._shard_count(topic)
+        return partition if shards is None else partition % shards  # unknown: any stable answer
 
     def shard_replicas(self, topic: str, shard: int) -> list[int]:
-        """Brokers serving the shard, leader first (rendezvous order over (topic, shard))."""
-        ids = sorted(self.live(), key=lambda b: rendezvous_weight(topic, shard, b), reverse=True)
-        return ids[: self.replication_factor]
+        """Brokers serving the shard, leader first, then the others in rendezvous order."""
+        live = self.live()
+        leader = self._shard_leader_id(topic, shard, live)
+        if leader is None:
+            return []
+        rest = sorted(
+            (b for b in live if b != leader),
+            key=lambda b: rendezvous_weight(topic, shard, b),
+            reverse=True,
+        )
+        return [leader, *rest][: self.replication_factor]
 
     def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()
+        leader = self._shard_leader_id(topic, shard, live)
+        return None if leader is None else live[leader]
+
+    def _shard_leader_id(
+        self, topic: str, shard: int, live: Mapping[int, BrokerInfo]
+    ) -> int | None:
         if not live:
             return None
-        best = max(live, key=lambda b: rendezvous_weight(topic, shard, b))
-        return live[best]
+        shards = self._shard_count(topic)
+        if shards is None or shard >= shards:
+            return max(live, key=lambda b: rendezvous_weight(topic, shard, b))
+        return leaders_of(topic, shards, tuple(sorted(live)))[shard]
 
     def replicas(self, topic: str, partition: int) -> list[int]:
         """Brokers serving the partition (its shard's), leader first."""
@@ -277,8 +395,18 @@ class Cluster:
         return leader is not None and leader.broker_id == self.broker_id
 
     def resign(self) -> None:
-        """Delete our lease (graceful shutdown) so survivors take over at once."""
+        """Unregister and delete our lease (graceful shutdown) so survivors take over at
+        their next look at the metadata log."""
+        record = {"type": "broker_unregistered", "id": self.broker_id}
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            current = image.broker(self.broker_id)
+            if current is None or current["incarnation"] != self.incarnation:
+                return None
+            return [{**record, "incarnation": self.incarnation}]
+
         try:
+            self.root.metadata.append(build)
             self._store.delete(self._key(self.broker_id))
         except SparklogError as exc:
-            log.warning("could not delete lease", extra=fields(error=str(exc)))
+            log.warning("could not unregister", extra=fields(error=str(exc)))

@@ -141,6 +141,12 @@ class BrokerConfig:
     lease_interval_ms: int = field(
         default=1000, metadata=about("How often a broker renews its liveness lease", integer(10))
     )
+    metadata_refresh_ms: int = field(
+        default=1000,
+        metadata=about(
+            "How often a broker probes the cluster metadata log for changes (one GET)", integer(10)
+        ),
+    )
     lease_timeout_ms: int = field(
         default=6000, metadata=about("A broker whose lease is older than this is dead", integer(20))
     )

@@ -82,7 +82,9 @@ _NAME = Field("name", str)
 
 #: DoAction: each action's body
 ACTIONS: dict[str, Request] = {
-    "metadata": (Field("topics", list, None),),
+    # sizes: also each partition's watermarks and stored bytes, read from the root (an
+    # explicit describe); without it the answer comes from the broker's memory
+    "metadata": (Field("topics", list, None), Field("sizes", bool, False)),
     "describe_cluster": (),
     "list_topics": (),
     "create_topic": (

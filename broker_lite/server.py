@@ -183,7 +183,7 @@ class FlightBroker(flight.FlightServerBase):
         groups = broker.groups
         # one handler per action of wire.ACTIONS, called with that action's fields by name
         self.actions: dict[str, Callable[..., Any]] = {
-            "metadata": lambda topics: broker.metadata(topics),
+            "metadata": lambda topics, sizes: broker.metadata(topics, sizes=sizes),
             "describe_cluster": lambda: broker.describe_cluster(),
             "list_topics": lambda: broker.root.list_topics(),
             "create_topic": lambda name, partitions, config, value_schema: broker.create_topic(

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog import errors
-from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
+from sparklog.broker_lite.cluster import BrokerInfo, Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
@@ -47,7 +47,7 @@ from sparklog.errors import (
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, PartitionLog, ProducerBatch, Topic, open_root
-from sparklog.storage.catalog import value_type_from_text, value_type_to_text
+from sparklog.storage.catalog import TopicInfo, value_type_from_text, value_type_to_text
 from sparklog.storage.log import ShardLog
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.records import OFFSET_FIELD, offset_column
@@ -137,11 +137,14 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, root: LogRoot | None = None) -> None:
         self.config = config
+        # Topic metadata is answered from the cluster metadata log's image in memory;
+        # the tick loop follows the log (metadata_max_staleness_ms=None: reads never probe).
         self.root = root or open_root(
             config.root,
             config.storage_options,
             snapshot_interval=config.snapshot_interval,
             fsync=config.fsync,
+            metadata_max_staleness_ms=None,
         )
         self.metrics = Metrics()
         self.cache = TailCache(config.tail_cache_bytes)
@@ -173,6 +176,10 @@ class Broker:
     def start(self, location: str, kafka_address: str | None = None) -> None:
         """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         _storage(self.root.store.ensure_root)
+        # the first broker to open a root of the previous layout upgrades it, once
+        _storage(
+            lambda: retrying(self.root.metadata.upgrade, deadline_ms=self.config.retry_timeout_ms)
+        )
         self.cluster = cluster = Cluster(
             self.root,
             self.config.broker_id,
@@ -247,12 +254,16 @@ class Broker:
                 log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
 
     def _tick_loop(self) -> None:
-        """Follow topic changes and leadership, sweep the groups we coordinate."""
-        interval = self.config.lease_interval_ms / 1000
+        """Follow the metadata log and leadership, sweep the groups we coordinate."""
+        interval = min(self.config.lease_interval_ms, self.config.metadata_refresh_ms) / 1000
         ticks = 0
+        next_metadata = 0.0
         while not self._stopping.wait(interval):
             ticks += 1
             try:
+                if time.monotonic() >= next_metadata:
+                    next_metadata = time.monotonic() + self.config.metadata_refresh_ms / 1000
+                    self.root.metadata.refresh()
                 self._reload_topics()
                 self._update_leadership()
                 self._sweep_groups(with_lag=ticks % 5 == 0)
@@ -320,6 +331,7 @@ class Broker:
             if self.config.replication_factor > 1:
                 self._warm_followers(topic)
         gained, lost = led - self._led, self._led - led
+        self._load_led(gained)
         if gained or lost:
             self.metrics.leadership_changes.inc(len(gained) + len(lost))
             log.info(
@@ -335,6 +347,20 @@ class Broker:
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
+
+    def _load_led(self, gained: set[TopicPartition]) -> None:
+        """Open the logs of partitions we now lead (here, off the request path), so Metadata
+        answers their watermarks from memory."""
+        for name, p in sorted(gained):
+            try:
+                st = self.partition_state(self.topic(name), p)
+                with st.lock:
+                    st.log.high_watermark  # noqa: B018  (opens the shard log once)
+            except SparklogError as exc:
+                log.warning(
+                    "could not open a led partition",
+                    extra=fields(topic=name, partition=p, error=str(exc)[:300]),
+                )
 
     def _warm_followers(self, topic: Topic) -> None:
         """Keep the logs of partitions we follow loaded, so a takeover starts at once."""
@@ -387,19 +413,21 @@ class Broker:
     def led_partitions(self) -> set[TopicPartition]:
         return set(self._led)
 
-    def owned_groups(self) -> list[str]:
-        """The groups this broker sweeps and whose logs its cleaner prunes."""
+    def owned_groups(self, discover: bool = True) -> list[str]:
+        """The groups this broker coordinates: all of the root's (a listing, for the cleaner's
+        pass), or (``discover=False``, each tick) those it has served since it started."""
         assert self.cluster is not None
         live = sorted(self.cluster.live())
+        names = self.groups.list_groups() if discover else self.groups.known_groups()
         return [
             g
-            for g in self.groups.list_groups()
+            for g in names
             if live
             and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
         ]
 
     def _sweep_groups(self, with_lag: bool) -> None:
-        mine = self.owned_groups()
+        mine = self.owned_groups(discover=False)
         self.groups.sweep(mine)
         if with_lag:
             for group in mine:
@@ -832,62 +860,91 @@ class Broker:
             ],
         }
 
-    def metadata(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
-        """Topics, partitions, leaders with locations, watermarks, configs."""
+    def metadata(
+        self, topics: Sequence[str] | None = None, *, sizes: bool = False
+    ) -> dict[str, Any]:
+        """Topics, partitions, leaders with locations, watermarks, configs: from memory.
+
+        Topics come from the cluster metadata log's image, leaders from the live
+        set; no storage request is made, so the answer costs O(partitions) CPU and
+        survives a storage outage.  Watermarks are those this broker holds (the
+        partitions it leads, as of its last commit or refresh); -1 where it holds
+        none (the partition's leader knows: ``list_offsets``).  ``sizes`` (an
+        explicit describe, never a client's routing) reads every partition's
+        watermarks and stored bytes from the root instead.
+        """
         assert self.cluster is not None
-        names = list(topics) if topics is not None else _storage(self.root.list_topics)
+        names = list(topics) if topics is not None else self.root.list_topics()
         out: dict[str, Any] = {}
         damaged: dict[str, str] = {}
+        held: dict[tuple[str, str], dict[int, PartitionState]] = {}
+        with self._lock:
+            for key, st in self._partitions.items():
+                held.setdefault((key[0], key[1]), {})[key[2]] = st
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError(f"topic name {name!r} is not a string")
             try:
-                topic = self.topic(name)
-                try:
-                    topic.reload()
-                except errors.UnknownTopicError:
-                    self._forget_topic(name)
-                    topic = self.topic(name)
+                info = self.root.describe_topic(name)
             except errors.CorruptionError as exc:
-                self._forget_topic(name)
                 if topics is not None:
                     raise  # asked for by name: the caller learns why it cannot have it
                 damaged[name] = str(exc)[:500]  # listing all topics: one bad one hides no other
                 continue
-            partitions = []
-            for p in range(topic.partitions):
-                st = self.partition_state(topic, p)
-                with st.lock:
-                    if time.monotonic() - st.refreshed > self.config.fetch_refresh_ms / 1000:
-                        _storage(st.refresh)
-                    hwm, lso = st.log.high_watermark, st.log.log_start_offset
-                    size_bytes = sum(s.size_bytes for s in st.log.segments())
-                leader = self.cluster.leader(name, p)
-                if self.config.force_leader:
-                    leader_id, location = self.config.broker_id, self.cluster.location
-                else:
-                    leader_id = leader.broker_id if leader else -1
-                    location = leader.location if leader else ""
-                partitions.append(
-                    {
-                        "partition": p,
-                        "leader_id": leader_id,
-                        "leader_location": location,
-                        "replicas": self.cluster.replicas(name, p),
-                        "log_start_offset": lso,
-                        "high_watermark": hwm,
-                        "size_bytes": size_bytes,
-                    }
-                )
-            value_type = topic.info.value_type
             out[name] = {
                 "name": name,
-                "topic_id": topic.info.topic_id,
-                "partitions": partitions,
-                "config": topic.info.config,
-                "value_schema": value_type_to_text(value_type) if value_type is not None else None,
+                "topic_id": info.topic_id,
+                "partitions": self._partitions_metadata(
+                    info, held.get((name, info.topic_id), {}), sizes
+                ),
+                "config": info.config,
+                "value_schema": (
+                    value_type_to_text(info.value_type) if info.value_type is not None else None
+                ),
             }
         return {**self.describe_cluster(), "topics": out, "damaged_topics": damaged}
+
+    def _partitions_metadata(
+        self, info: TopicInfo, held: Mapping[int, PartitionState], sizes: bool
+    ) -> list[dict[str, Any]]:
+        assert self.cluster is not None
+        leaders: dict[int, BrokerInfo | None] = {}
+        out = []
+        for p in range(info.partitions):
+            shard = info.shard_of(p)
+            if shard not in leaders:
+                leaders[shard] = self.cluster.shard_leader(info.name, shard)
+            leader = leaders[shard]
+            if self.config.force_leader:
+                leader_id, location = self.config.broker_id, self.cluster.location
+            else:
+                leader_id = leader.broker_id if leader else -1
+                location = leader.location if leader else ""
+            entry = {
+                "partition": p,
+                "leader_id": leader_id,
+                "leader_location": location,
+                "replicas": self.cluster.shard_replicas(info.name, shard),
+            }
+            st = held.get(p)
+            if sizes:
+                entry.update(self._stored_sizes(info.name, p))
+            else:
+                hwm, lso = (-1, -1) if st is None else st.log.watermarks_in_memory()
+                entry.update(log_start_offset=lso, high_watermark=hwm)
+            out.append(entry)
+        return out
+
+    def _stored_sizes(self, name: str, partition: int) -> dict[str, int]:
+        """A partition's watermarks and stored bytes, read from the root if not fresh."""
+        st = self.partition_state(self.topic(name), partition)
+        with st.lock:
+            _storage(lambda: st.refresh(self.config.fetch_refresh_ms / 1000))
+            return {
+                "log_start_offset": st.log.log_start_offset,
+                "high_watermark": st.log.high_watermark,
+                "size_bytes": sum(s.size_bytes for s in st.log.segments()),
+            }
 
     def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
         topic = self.topic(topic_name)

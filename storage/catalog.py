@@ -283,6 +283,13 @@ class LogRoot:
         def build(image: MetadataImage) -> list[Record]:
             if name in image.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if "commit.shards" not in parsed:
+                # one shard per registered broker (at most one per partition), so the
+                # partitions' leaders spread over the cluster as Kafka's do, while a
+                # broker's flush still commits once per shard it leads
+                live = sum(1 for b in image.brokers.values() if not b.get("fenced"))
+                shards = max(1, min(partitions, live))
+                return [topic_record({**doc, "config": {**doc["config"], "commit.shards": shards}})]
             return [topic_record(doc)]
 
         image = self.metadata.append(build)
@@ -290,6 +297,8 @@ class LogRoot:
 
     def describe_topic(self, name: str) -> TopicInfo:
         doc = self.metadata.image().topics.get(name)
+        if doc is None:
+            doc = self.metadata.refresh_on_miss().topics.get(name)
         if doc is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return _topic_info(self.store.url, doc)

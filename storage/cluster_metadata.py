@@ -22,6 +22,7 @@ A commit holds one or more records, applied together.  The record types
 ``topic_deleted``         ``name``, ``id``
 ``broker_registered``     ``id``, ``location`` (Flight), ``kafka_address``, ``incarnation``
 ``broker_unregistered``   ``id``, ``incarnation`` (a graceful stop)
+``broker_fenced``         ``id``, ``incarnation``, ``by``: a monitor saw its lease expire
 ``producer_ids``          ``first``, ``count``: a block of producer ids taken
 ``scram_credential``      keyed: ``key`` = ``user/mechanism``, ``value`` = salted hashes or null
 ``acl``                   keyed: ``key`` = the binding, ``value`` = the binding or null
@@ -59,6 +60,8 @@ METADATA_LOG_PREFIX = "cluster/metadata/log"
 #: The metadata format this code writes; roots of a newer one are refused.
 METADATA_FORMAT = 1
 KNOWN_METADATA_FORMATS = (1,)
+#: a follower probes the log for a name its image lacks at most this often
+MISS_PROBE_INTERVAL_MS = 100
 #: keyed record type -> the image's section it sets
 KEYED_SECTIONS = {
     "scram_credential": "scram_credentials",
@@ -114,6 +117,10 @@ def apply_record(image: MetadataImage, record: Record, version: int) -> None:
     elif kind == "broker_registered":
         entry = {k: record[k] for k in ("id", "location", "kafka_address", "incarnation")}
         image.brokers = {**image.brokers, str(record["id"]): {**entry, "version": version}}
+    elif kind == "broker_fenced":
+        current = image.brokers.get(str(record["id"]))
+        if current is not None and current["incarnation"] == record["incarnation"]:
+            image.brokers = {**image.brokers, str(record["id"]): {**current, "fenced": True}}
     elif kind == "broker_unregistered":
         current = image.brokers.get(str(record["id"]))
         if current is not None and current["incarnation"] == record["incarnation"]:
@@ -198,6 +205,14 @@ class ClusterMetadata:
     def refresh(self) -> MetadataImage:
         """Catch up with the log now (one probe when nothing changed)."""
         self.log.refresh()
+        return self.image()
+
+    def refresh_on_miss(self) -> MetadataImage:
+        """A follower asked for something its image lacks (a topic created through another
+        broker a moment ago): probe now, at most once per :data:`MISS_PROBE_INTERVAL_MS`, so
+        requests for names that do not exist cost the store almost nothing."""
+        if self.max_staleness_ms is None:
+            self.log.refresh(MISS_PROBE_INTERVAL_MS)
         return self.image()
 
     def _check_format(self, image: MetadataImage) -> None:

@@ -50,8 +50,9 @@ TOPIC_CONFIG_KEYS: dict[str, Setting] = {
         Setting(
             "commit.shards",
             1,
-            "How many shard logs the partitions share (partition p in shard p mod shards); "
-            "fixed at creation",
+            "How many shard logs the partitions share (partition p in shard p mod shards); each "
+            "shard has one leader broker. Default: one per registered broker when the topic is "
+            "created (at most one per partition; 1 on a root no broker serves); fixed at creation",
             integer(1),
         ),
         Setting(

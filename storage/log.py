@@ -689,6 +689,14 @@ class PartitionLog:
     def log_start_offset(self) -> int:
         return self.state.log_start_offset
 
+    def watermarks_in_memory(self) -> tuple[int, int]:
+        """(high watermark, log start offset) as last read, (-1, -1) if never read: no I/O."""
+        loaded = self.shard.loaded_state
+        if loaded is None:
+            return -1, -1
+        state = LogState(loaded, self.partition)
+        return state.high_watermark, state.log_start_offset
+
     @property
     def leader_epoch(self) -> int:
         return self.shard.state.leader_epoch

@@ -312,6 +312,11 @@ class MetaLog(Generic[S]):
                 state = self._state
         return state
 
+    @property
+    def loaded_state(self) -> S | None:
+        """The state as last read, or None if the log was never opened: no I/O."""
+        return self._state
+
     def refresh(self, max_staleness_ms: int = 0) -> S:
         """Catch up with commits made since the last look: one probe when nothing changed.
 

@@ -1,8 +1,8 @@
 """Metadata and DescribeCluster: every live broker (node id = broker id) and leaders.
 
-Any broker answers for the whole cluster: the brokers come from the leases in
-the root (each lease carries the broker's Kafka address), each partition's
-leader from ``cluster.leader(topic, partition)``.  A partition whose leader has
+Any broker answers for the whole cluster, from memory: topics from the cluster
+metadata log's image, the brokers from the live set (each registration carries
+the broker's Kafka address), each partition's leader from its shard's.  A partition whose leader has
 no Kafka listener is reported as LEADER_NOT_AVAILABLE, so clients retry.
 """
 
@@ -50,14 +50,18 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     brokers = kafka_brokers(broker)
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        names = broker.metadata(None)["topics"].keys()
-        wanted: list[str] = sorted(names)
+        wanted: list[str] = broker.root.list_topics()
     else:
         wanted = [t.name for t in request.topics if t.name is not None]
+    known = set(broker.root.list_topics())
+    try:
+        found = broker.metadata([n for n in wanted if n in known])["topics"]
+    except SparklogError:
+        found = {}  # a damaged topic among them: answer one by one, each with its error
     topics = []
     for name in wanted:
         try:
-            meta = broker.metadata([name])["topics"][name]
+            meta = found.get(name) or broker.metadata([name])["topics"][name]
         except SparklogError as exc:
             topics.append(
                 make(

@@ -148,7 +148,13 @@ def topics_create(
         typer.Option("--config", "-c", metavar="K=V", help="Topic config key=value"),
     ] = None,
 ) -> None:
-    """Create a topic. The first topic of a root also creates the root."""
+    """Create a topic. The first topic of a root also creates the root.
+
+    Leaders: partition p is in shard p mod commit.shards, and each shard has one
+    leader broker. By default a topic gets one shard per broker registered when
+    it is created (at most one per partition), so its leaders spread over the
+    brokers; set --config commit.shards=N to choose (fixed at creation).
+    """
     st = state(ctx)
     with st.admin(create=True) as admin:
         desc = admin.create_topic(name, partitions, parse_pairs(config or [], "--config"))

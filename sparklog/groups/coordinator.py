@@ -728,6 +728,10 @@ class GroupCoordinator:
             return result
         raise RebalanceInProgressError(f"group {group!r} keeps rebalancing; retry")
 
+    def known_groups(self) -> list[str]:
+        """Groups this coordinator has served since it started (no storage request)."""
+        return sorted(self._docs)
+
     def sweep(self, groups: Sequence[str] | None = None) -> None:
         """Expel silent members and finish due rebalances of ``groups`` (default: all)."""
         for group in self.list_groups() if groups is None else groups:

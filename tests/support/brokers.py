@@ -68,7 +68,7 @@ class BrokerProcess:
         path = self.workdir / f"broker-{self.broker_id}.toml"
         path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
         self.log_path = self.workdir / f"broker-{self.broker_id}-{time.time_ns()}.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["SPARKLOG_STORAGE_OPTIONS"] = json.dumps(self.storage_options)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

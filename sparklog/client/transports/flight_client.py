@@ -232,8 +232,12 @@ class BrokerClient:
         return self._retrying(lambda: self._any_broker(call))
 
     # -- metadata ----------------------------------------------------------
-    def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
-        raw = self._action("metadata", topics=topics)
+    def metadata(
+        self, topics: list[str] | None = None, *, sizes: bool = False
+    ) -> dict[str, TopicMetadata]:
+        """Topics' partitions and leaders (from the broker's memory); ``sizes`` adds every
+        partition's watermarks and stored bytes, which the broker reads from the root."""
+        raw = self._action("metadata", topics=topics, sizes=sizes)
         with self._lock:
             for b in raw.get("brokers", []) if self.discover else []:
                 if b["location"] not in self._brokers:

@@ -1,0 +1,114 @@
+"""The control plane answers from memory: costs flat in topics, O(brokers) when idle.
+
+Brokers run as processes on a moto S3 root reached through the tests' TCP proxy,
+which counts the S3 requests it forwards by kind (what S3 bills); assertions
+compare request counts with each other (per lease renewal), never with times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+
+from sparklog.client.transports.flight_client import BrokerClient
+from tests.support.brokers import Cluster
+from tests.support.s3 import MotoS3
+from tests.support.tcp_proxy import FaultProxy, request_kind
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def counted_s3(moto_s3: MotoS3) -> Iterator[tuple[FaultProxy, str, dict]]:
+    url = urlparse(moto_s3.endpoint_url)
+    proxy = FaultProxy.start((url.hostname or "127.0.0.1", int(url.port or 80)))
+    options = {
+        **moto_s3.storage_options,
+        "client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"},
+        "request_timeout_ms": 2_000,
+    }
+    try:
+        yield proxy, moto_s3.fresh_root(), options
+    finally:
+        proxy.stop()
+
+
+def test_request_lines_are_classified_as_s3_bills_them() -> None:
+    assert request_kind(b"GET /bucket/a/b.json HTTP/1.1") == "GET"
+    assert request_kind(b"GET /bucket?list-type=2&prefix=topics%2F HTTP/1.1") == "LIST"
+    assert request_kind(b"PUT /bucket/k HTTP/1.1") == "PUT"
+    assert request_kind(b"\x00\x01 not a request") is None
+
+
+@pytest.mark.slow
+def test_an_idle_cluster_costs_o_brokers_and_lists_nothing(tmp_path, counted_s3) -> None:
+    """Five idle brokers and 40 topics: no LIST; per lease renewal (one PUT) at most the
+    leases of two monitored peers and one probe of the metadata log are read, whatever the
+    topic count (reading every peer's lease would be four GETs per PUT, plus the probe)."""
+    proxy, root, options = counted_s3
+    cluster = Cluster(tmp_path, root, options)
+    intervals = {"lease_interval_ms": 300, "lease_timeout_ms": 3_000, "metadata_refresh_ms": 300}
+    try:
+        for broker_id in range(1, 6):
+            cluster.start(broker_id, **intervals)
+        cluster.wait_live(5)
+        with BrokerClient(cluster.bootstrap) as admin:
+            for i in range(40):
+                admin.create_topic(f"t{i}", 4)
+        settled = proxy.requests["PUT"]
+        wait_for(lambda: proxy.requests["PUT"] >= settled + 10, 60, "the brokers to settle")
+        before = dict(proxy.requests)
+        wait_for(lambda: proxy.requests["PUT"] >= before["PUT"] + 5 * 20, 120, "100 renewals")
+        after = dict(proxy.requests)
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        assert delta.get("LIST", 0) == 0, delta
+        assert delta.get("GET", 0) <= 3.5 * delta["PUT"], delta
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+def test_metadata_is_answered_while_the_store_is_unreachable(tmp_path, counted_s3) -> None:
+    """Kafka Metadata, DescribeCluster-style listing and Flight topic listing answer from
+    memory: with every S3 request black-holed they still name every topic and partition."""
+    kafka_admin = pytest.importorskip("confluent_kafka.admin")
+    proxy, root, options = counted_s3
+    cluster = Cluster(tmp_path, root, options)
+    try:
+        cluster.start(1, lease_timeout_ms=60_000)
+        cluster.wait_live(1)
+        with BrokerClient(cluster.bootstrap) as admin:
+            for i in range(30):
+                admin.create_topic(f"t{i}", 3)
+        proxy.set("blackhole")
+        kafka = kafka_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+        found = kafka.list_topics(timeout=20).topics
+        assert sorted(found) == sorted(f"t{i}" for i in range(30))
+        assert {len(t.partitions) for t in found.values()} == {3}
+        with BrokerClient(cluster.bootstrap, retry_timeout_ms=0) as client:
+            assert len(client.list_topics()) == 30
+            meta = client.metadata(["t7"])["t7"]
+            assert [p.partition for p in meta.partitions] == [0, 1, 2]
+    finally:
+        proxy.heal()
+        cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_new_topic_spreads_its_leaders_over_every_live_broker(tmp_path) -> None:
+    """Three brokers, a topic of 12 partitions with the defaults: one shard per broker, each
+    broker leads four partitions (commit.shards defaulted to 1 before: one broker led all)."""
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    try:
+        for broker_id in (1, 2, 3):
+            cluster.start(broker_id)
+        cluster.wait_live(3)
+        with BrokerClient(cluster.bootstrap) as admin:
+            admin.create_topic("spread", 12)
+            meta = admin.metadata(["spread"])["spread"]
+        assert meta.config["commit.shards"] == 3
+        leaders = [p.leader_id for p in meta.partitions]
+        assert sorted(leaders.count(b) for b in (1, 2, 3)) == [4, 4, 4]
+    finally:
+        cluster.stop()
