@@ -28,6 +28,7 @@ from sparklog.settings import (
     unknown_key,
 )
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
+from sparklog.storage_options import merge_options, storage_options_from_env
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,8 +52,9 @@ class BrokerConfig:
     storage_options: dict[str, Any] = field(
         default_factory=dict,
         metadata=about(
-            "fsspec storage options for the root (s3 endpoint, keys)",
-            json_object("a table (TOML) or a JSON object (environment)"),
+            "fsspec storage options for the root (s3 endpoint, keys); environment: "
+            "SPARKLOG_STORAGE_<KEY> per option, as every sparklog command reads them",
+            json_object("a table (TOML)"),
         ),
     )
     fsync: bool = field(
@@ -266,7 +268,10 @@ def load_config(
     environ = os.environ if env is None else env
     for name, key in KEYS.items():
         var = ENV_PREFIX + name.upper()
-        if var in environ:
+        if name == "storage_options":
+            # the one spelling of every layer: SPARKLOG_STORAGE_<KEY>, over the file's table
+            values[name] = merge_options(values[name], storage_options_from_env(environ))
+        elif var in environ:
             values[name] = key.parse(environ[var], source=f"environment {var}", label="config key")
     for name, raw in (overrides or {}).items():
         if raw is None:

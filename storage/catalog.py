@@ -443,11 +443,18 @@ def open_root(
 ) -> LogRoot:
     """Open a storage root (a local path, ``file://``, ``memory://`` or ``s3://`` URL).
 
+    ``storage_options`` None takes them from ``SPARKLOG_STORAGE_<KEY>`` variables, the
+    one spelling every sparklog layer reads (:mod:`sparklog.storage_options`).
+
     ``create=True`` makes the root (folder or bucket) if it is missing, for writers;
     ``create=False`` is the read-only open: a missing root is an error, never made,
     so a mistyped path or bucket is reported instead of silently created; ``None``
     (default) touches nothing until the first call.
     """
+    if storage_options is None:
+        from sparklog.storage_options import storage_options_from_env
+
+        storage_options = storage_options_from_env() or None
     root = LogRoot(url, storage_options, **settings)
     if create:
         root.store.ensure_root()

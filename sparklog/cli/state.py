@@ -38,7 +38,8 @@ class CliState:
     def check(self) -> CliState:
         """Validate the address and storage options (once), naming what is accepted."""
         if not self.checked:
-            from sparklog.client.address import parse_address, parse_storage_options
+            from sparklog.client.address import parse_address
+            from sparklog.storage_options import parse_storage_options
 
             parse_address(self.address)
             self.storage_options = parse_storage_options(self.storage_option_pairs)

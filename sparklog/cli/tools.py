@@ -182,8 +182,9 @@ def _report(doc: dict[str, Any], as_json: bool) -> None:
 
 def _root(st: Any, what: str) -> Any:
     """The storage root of a root address (read-only open); refused for a broker address."""
-    from sparklog.client.address import merge_options, parse_address, storage_options_from_env
+    from sparklog.client.address import parse_address
     from sparklog.storage import open_root
+    from sparklog.storage_options import merge_options, storage_options_from_env
 
     parsed = parse_address(st.address)
     if parsed.root is None:

@@ -1,26 +1,21 @@
 """One address, two modes: a storage root URL (embedded) or ``sparklog://host:port,...`` (brokers).
 
-Defaults come from the environment: ``SPARKLOG_ADDRESS`` for the address and
-``SPARKLOG_STORAGE_<KEY>`` for fsspec storage options (``<KEY>`` lower-cased;
-``__`` nests, so ``SPARKLOG_STORAGE_CLIENT_KWARGS__REGION_NAME`` sets
-``client_kwargs.region_name``).
+The default address comes from ``SPARKLOG_ADDRESS``; storage options follow
+the one spelling of :mod:`sparklog.storage_options`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from sparklog.errors import ConfigError, SparklogError
+from sparklog.errors import ConfigError
 
 BROKER_SCHEME = "sparklog://"
 ROOT_SCHEMES = ("file", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
 ENV_ADDRESS = "SPARKLOG_ADDRESS"
-ENV_STORAGE_PREFIX = "SPARKLOG_STORAGE_"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 ACCEPTED = (
     "a storage root (a local path, file://, memory:// or s3://bucket/prefix URL) or "
@@ -70,75 +65,3 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
     return Address(text, root=text)
 
 
-def _parse_value(key: str, raw: str, error: type[SparklogError]) -> Any:
-    text = raw.strip()
-    if text[:1] in "{[":
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise error(
-                f"storage option {key!r} = {raw!r} is not valid JSON; accepted: a JSON object "
-                "or array, true/false, or a plain string"
-            ) from None
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return raw
-
-
-def set_storage_option(
-    out: dict[str, Any],
-    path: Sequence[str],
-    raw: str,
-    *,
-    key: str | None = None,
-    error: type[SparklogError] = ConfigError,
-) -> None:
-    """Set one storage option in ``out`` (the one rule for env, CLI and Spark options).
-
-    ``path`` nests (``client_kwargs``, ``endpoint_url``); a value starting with
-    ``{`` or ``[`` is JSON, ``true``/``false`` a bool, anything else a string.
-    ``key`` is the option as the user wrote it, named in errors of class ``error``.
-    """
-    name = key if key is not None else ".".join(path)
-    value = _parse_value(name, raw, error)
-    node = out
-    for part in path[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise error(f"storage option {name!r} conflicts with a plain value at {part!r}")
-        node = child
-    node[path[-1]] = value
-
-
-def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Storage options from ``SPARKLOG_STORAGE_<KEY>`` variables."""
-    env = os.environ if environ is None else environ
-    out: dict[str, Any] = {}
-    for name, raw in sorted(env.items()):
-        if name.startswith(ENV_STORAGE_PREFIX) and len(name) > len(ENV_STORAGE_PREFIX):
-            path = name[len(ENV_STORAGE_PREFIX) :].lower().split("__")
-            set_storage_option(out, path, raw, key=name)
-    return out
-
-
-def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` pairs (dots nest: ``client_kwargs.endpoint_url=...``) into a dict."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"storage option {pair!r} is not key=value")
-        set_storage_option(out, key.strip().split("."), value, key=key.strip())
-    return out
-
-
-def merge_options(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Later layers win; nested dicts merge."""
-    out: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in (layer or {}).items():
-            if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-                out[key] = merge_options(out[key], value)
-            else:
-                out[key] = dict(value) if isinstance(value, Mapping) else value
-    return out

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.client.address import set_storage_option
 from sparklog.errors import SparkOptionError
 from sparklog.settings import choice, integer, parse_value, refusal
+from sparklog.storage_options import set_storage_option
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -
 def storage_options_of(opts: Mapping[str, str]) -> dict[str, Any]:
     """``storage.<key>`` options as fsspec storage options; dots nest (client_kwargs.x).
 
-    Values follow :func:`~sparklog.client.address.set_storage_option` (JSON, booleans).
+    Values follow :func:`~sparklog.storage_options.set_storage_option` (JSON, booleans).
     """
     out: dict[str, Any] = {}
     for key, raw in opts.items():

@@ -22,10 +22,41 @@ def test_conf_file_documents_every_key_with_its_default():
 def test_env_overrides_file_and_overrides_win(tmp_path):
     path = tmp_path / "b.toml"
     path.write_text('linger_ms = 7\nlisten = "127.0.0.1:9000"\n')
-    env = {"SPARKLOG_LINGER_MS": "9", "SPARKLOG_STORAGE_OPTIONS": '{"anon": true}'}
+    env = {
+        "SPARKLOG_LINGER_MS": "9",
+        "SPARKLOG_STORAGE_ANON": "true",
+        "SPARKLOG_STORAGE_CLIENT_KWARGS__ENDPOINT_URL": "http://127.0.0.1:9",
+    }
     cfg = load_config(path, overrides={"broker_id": 3}, env=env)
     assert (cfg.linger_ms, cfg.listen, cfg.broker_id) == (9, "127.0.0.1:9000", 3)
-    assert cfg.storage_options == {"anon": True}
+    assert cfg.storage_options == {
+        "anon": True,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+    }
+
+
+def test_storage_options_have_one_spelling_everywhere(tmp_path, monkeypatch):
+    """The broker, the clients' address and open_root read SPARKLOG_STORAGE_<KEY>; the
+    broker's former SPARKLOG_STORAGE_OPTIONS is refused by each, naming the right one."""
+    from sparklog.errors import ConfigError
+    from sparklog.storage import open_root
+    from sparklog.storage_options import storage_options_from_env
+
+    env = {"SPARKLOG_STORAGE_CLIENT_KWARGS__REGION_NAME": "eu-west-1"}
+    assert load_config(None, env=env).storage_options == storage_options_from_env(env)
+    monkeypatch.setenv("SPARKLOG_STORAGE_CLIENT_KWARGS__REGION_NAME", "eu-west-1")
+    assert open_root(f"{tmp_path}/r").store.storage_options == {
+        "client_kwargs": {"region_name": "eu-west-1"}
+    }
+    monkeypatch.setenv("SPARKLOG_STORAGE_OPTIONS", '{"anon": true}')
+    for call in (
+        lambda: load_config(None),
+        lambda: open_root(f"{tmp_path}/r"),
+        storage_options_from_env,
+    ):
+        with pytest.raises(ConfigError, match="SPARKLOG_STORAGE_<KEY>") as err:
+            call()
+        assert "SPARKLOG_STORAGE_OPTIONS is not read" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -240,7 +240,7 @@ def test_limit_by_bytes_always_progresses() -> None:
 
 def test_storage_options_follow_the_clients_rule_json_values_included() -> None:
     """One rule for ``storage.<key>`` (Spark) and ``key=value`` (CLI, env): JSON values too."""
-    from sparklog.client.address import parse_storage_options
+    from sparklog.storage_options import parse_storage_options
 
     opts = parse(
         **{"storage.config_kwargs": '{"retries": {"max_attempts": 3}}', "storage.anon": "false"}

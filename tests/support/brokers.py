@@ -69,7 +69,9 @@ class BrokerProcess:
         path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
         self.log_path = self.workdir / f"broker-{self.broker_id}-{time.time_ns()}.log"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["SPARKLOG_STORAGE_OPTIONS"] = json.dumps(self.storage_options)
+        for key, value in self.storage_options.items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            env[f"SPARKLOG_STORAGE_{key.upper()}"] = text
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.client.address import merge_options, parse_address, storage_options_from_env
+from sparklog.client.address import parse_address
 from sparklog.client.transports.base import Backend
+from sparklog.storage_options import merge_options, storage_options_from_env
 
 
 def open_backend(
