@@ -22,6 +22,7 @@ import pyarrow as pa
 from sparklog import errors
 from sparklog.broker_lite.cluster import BrokerInfo, Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.group_routing import CoordinatedGroups
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import (
@@ -37,6 +38,7 @@ from sparklog.errors import FencedError as LeaderEpochFenced
 from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
+    NotCoordinatorError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
@@ -148,13 +150,17 @@ class Broker:
         )
         self.metrics = Metrics()
         self.cache = TailCache(config.tail_cache_bytes)
-        self.groups = GroupCoordinator(
+        #: the group coordinator (in memory: this broker's groups); ``groups`` is what the
+        #: listeners call, refusing groups another broker coordinates
+        self.coordinator = GroupCoordinator(
             self.root,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             poll_ms=config.group_poll_ms,
+            in_memory=True,
         )
+        self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
         self.cluster: Cluster | None = None
         self._lock = threading.Lock()
         self._topics: dict[str, Topic] = {}
@@ -418,7 +424,7 @@ class Broker:
         pass), or (``discover=False``, each tick) those it has served since it started."""
         assert self.cluster is not None
         live = sorted(self.cluster.live())
-        names = self.groups.list_groups() if discover else self.groups.known_groups()
+        names = self.coordinator.list_groups() if discover else self.coordinator.known_groups()
         return [
             g
             for g in names
@@ -426,12 +432,36 @@ class Broker:
             and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
         ]
 
+    def coordinator_of(self, group: str) -> BrokerInfo | None:
+        """The live broker coordinating ``group`` (highest rendezvous weight)."""
+        assert self.cluster is not None
+        live = self.cluster.live()
+        if not live:
+            return None
+        return live[max(live, key=lambda b: rendezvous_weight(group, 0, b))]
+
+    def check_coordinator(self, group: str) -> None:
+        """Refuse a group this broker does not coordinate, naming the one that does."""
+        if self.config.force_leader or self.cluster is None:
+            return
+        owner = self.coordinator_of(group)
+        if owner is not None and owner.broker_id == self.config.broker_id:
+            return
+        where = f"broker {owner.broker_id} at {owner.location}" if owner else "no live broker"
+        raise NotCoordinatorError(
+            f"group {group!r} is coordinated by {where}, not by broker {self.config.broker_id}",
+            coordinator_id=owner.broker_id if owner else -1,
+            coordinator_location=owner.location if owner else "",
+        )
+
     def _sweep_groups(self, with_lag: bool) -> None:
         mine = self.owned_groups(discover=False)
-        self.groups.sweep(mine)
+        for group in set(self.coordinator.known_groups()) - set(mine):
+            self.coordinator.forget(group)  # another broker coordinates it now
+        self.coordinator.sweep(mine)
         if with_lag:
             for group in mine:
-                for entry in self.groups.describe_group(group)["offsets"]:
+                for entry in self.coordinator.describe_group(group)["offsets"]:
                     if entry["lag"] is not None:
                         self.metrics.group_lag.labels(
                             group, entry["topic"], str(entry["partition"])

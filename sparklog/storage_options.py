@@ -80,7 +80,7 @@ def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[s
             f"environment variable {REFUSED_ENV} is not read; accepted: one variable per "
             f"storage option, {ENV_STORAGE_PREFIX}<KEY> with __ nesting (for example "
             f"{ENV_STORAGE_PREFIX}CLIENT_KWARGS__ENDPOINT_URL=http://127.0.0.1:9000, or "
-            f"{ENV_STORAGE_PREFIX}CLIENT_KWARGS='{{\"endpoint_url\": \"...\"}}')"
+            f'{ENV_STORAGE_PREFIX}CLIENT_KWARGS=\'{{"endpoint_url": "..."}}\')'
         )
     out: dict[str, Any] = {}
     for name, raw in sorted(env.items()):

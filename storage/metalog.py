@@ -291,6 +291,9 @@ class MetaLog(Generic[S]):
         self._state: S | None = None
         self._confirmed = 0.0  # monotonic time the view was last seen at the head
         self._recent: OrderedDict[str, Commit] = OrderedDict()
+        #: the head of our view is a commit this writer created (nothing read since): the
+        #: probe for a hole before the next create can be skipped (see :meth:`commit`)
+        self._own_head = False
         # Handles are shared by threads (e.g. views of several partitions of a shard):
         # loading, refreshing and committing are serialised.
         self._lock = threading.RLock()
@@ -380,6 +383,7 @@ class MetaLog(Generic[S]):
         """Drop the view: the next look re-opens the log from its newest snapshot."""
         with self._lock:
             self._state = None
+            self._own_head = False
 
     def _load_snapshot(self, version: int) -> S | None:
         key = self.key(version, ".snapshot")
@@ -460,6 +464,7 @@ class MetaLog(Generic[S]):
         return commit
 
     def _apply(self, state: S, commit: Commit) -> None:
+        self._own_head = False
         try:
             self.codec.apply(state, commit)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -507,8 +512,10 @@ class MetaLog(Generic[S]):
             body.setdefault("ts", self.clock_ms())
             data = encode_commit(body)
             # Never re-use a missing version: if the one after ours exists, our
-            # view is stale (or the log has a hole); the re-read tells which.
-            if self.store.get_or_none(self.key(version + 1)) is not None:
+            # view is stale (or the log has a hole); the re-read tells which.  A writer
+            # whose head is its own last commit skips the probe: a later version can
+            # exist only if another writer won the next one, and then our create fails.
+            if not self._own_head and self.store.get_or_none(self.key(version + 1)) is not None:
                 if not self.store.exists(self.key(version)):
                     raise CorruptRecordError(
                         f"log {self.name}: commit {self.where(self.key(version))} is missing "
@@ -525,6 +532,7 @@ class MetaLog(Generic[S]):
             if not created:
                 raise _LostRace(f"log {self.name}: version {version} was created by another")
             self._apply(state, body)
+            self._own_head = True
             self._confirmed = time.monotonic()
             if state.commits_since_snapshot >= self.snapshot_interval:
                 self._write_snapshot(state)

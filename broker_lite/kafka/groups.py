@@ -6,8 +6,9 @@ assignments back.  The coordinator (``broker.groups``, shared with sparklog's
 own clients and stored in the root) keeps them, together with the partitions
 decoded from Kafka's consumer protocol, so one group may mix both kinds of
 members, commits are shared and ``sparklog groups describe`` shows lag.
-Every broker can serve every group (the state is in the root); FindCoordinator
-names the one the group's rendezvous hash picks, as the broker's sweeper does.
+A group's state is held in memory by its coordinator, the live broker the
+group's rendezvous hash picks; FindCoordinator names it and the other brokers
+answer NOT_COORDINATOR (``broker_lite/group_routing.py``).
 """
 
 from __future__ import annotations
@@ -319,7 +320,7 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     out = []
     try:
         for group in ctx.broker.groups.list_groups():
-            doc = ctx.broker.groups.group_state(group)
+            doc = ctx.broker.coordinator.group_state(group)  # any broker lists every group
             if wanted and doc["state"] not in wanted:
                 continue
             out.append(

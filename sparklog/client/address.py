@@ -63,5 +63,3 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
         if scheme in ("s3", "s3a", "gs", "gcs") and not text.split("://", 1)[1].strip("/"):
             raise ConfigError(f"address {text!r} names no bucket; accepted: {ACCEPTED}")
     return Address(text, root=text)
-
-

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -163,11 +164,85 @@ class _StateDoc:
             pass  # pruning is housekeeping; the next round tries again
 
 
+#: state keys whose change is written to the root by an in-memory coordinator (what a new
+#: coordinator needs to restore the group), besides the member set and a group becoming
+#: Stable or Empty; joins' flags and deadlines stay in memory
+DURABLE_KEYS = ("generation", "assignment", "opaque_assignment", "leader", "protocol")
+
+
+class _MemoryStateDoc(_StateDoc):
+    """One group's state held in a broker's memory (the group's coordinator).
+
+    Heartbeats and the steps of a rebalance change only memory; what a new
+    coordinator needs (a new generation with its members and assignment) is
+    written as the next state version, create-only.  Losing that write means
+    another broker wrote meanwhile (coordinators disagreed while a death
+    propagated): the state is re-read from the root and the change applied to
+    it.  Loaded once from the root, when the group is first served here.
+    """
+
+    def __init__(self, root: LogRoot, group: str) -> None:
+        super().__init__(root, group)
+        self._lock = threading.RLock()
+        self._state: tuple[int, dict[str, Any]] | None = None
+        #: when this coordinator loaded the group: restored members' heartbeats count
+        #: from here, so they get one session timeout to come back
+        self.loaded_ms = 0
+
+    def _loaded(self) -> tuple[int, dict[str, Any]]:
+        if self._state is None:
+            version, found = self.versions.latest()
+            self._state = (version, found if found is not None else _empty_doc(self.group))
+            self.loaded_ms = _now_ms()
+        return self._state
+
+    def read(self) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            version, doc = self._loaded()
+            return version, _copy(doc)
+
+    def update(
+        self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50
+    ) -> dict[str, Any]:
+        with self._lock:
+            for _ in range(attempts):
+                version, current = self._loaded()
+                doc = _copy(current)
+                new = change(doc)
+                if new is None:
+                    return doc
+                durable = (
+                    any(current.get(k) != new.get(k) for k in DURABLE_KEYS)
+                    or set(current["members"]) != set(new["members"])
+                    or (current["state"] != new["state"] and new["state"] in (STABLE, EMPTY))
+                )
+                if not durable:
+                    self._state = (version, _copy(new))
+                    return new
+                if self.versions.write(version + 1, new):
+                    self._state = (version + 1, _copy(new))
+                    if new.get("generation", 0) > current.get("generation", 0):
+                        self.offsets.set_generation(self.group, int(new["generation"]))
+                    if (version + 1) % KEEP_VERSIONS == 0:
+                        self._prune(version + 1)
+                    return new
+                self._state = None  # another coordinator wrote: re-read, apply again
+            raise KafkaStorageError(f"group {self.group!r}: too many concurrent state changes")
+
+
 class GroupCoordinator:
     """Consumer group membership, assignment and offset commits over a storage root.
 
-    Thread-safe and process-safe: it keeps no state that the root does not hold
-    (apart from a cache that is validated before use).
+    Two modes.  Over storage (embedded clients, no broker): thread-safe and
+    process-safe, it keeps no state the root does not hold (apart from a cache
+    validated before use), and members' heartbeats are files in the root.  In
+    memory (``in_memory=True``, a broker: the group's coordinator): members,
+    heartbeats, session deadlines and rebalance steps are held in memory; only
+    new generations with their assignments and the offset commits reach the
+    root, so a heartbeat costs no storage request.  A broker serves only the
+    groups it coordinates (``Broker.check_coordinator``); one that takes a
+    group over restores it from the root and gives its members one session
+    timeout to come back.
     """
 
     def __init__(
@@ -178,8 +253,12 @@ class GroupCoordinator:
         max_session_timeout_ms: int = 1_800_000,
         initial_rebalance_delay_ms: int = 0,
         poll_ms: int = 50,
+        in_memory: bool = False,
     ) -> None:
         self.root = root
+        self.in_memory = in_memory
+        #: in memory: (group, member) -> last heartbeat (ms)
+        self._beats: dict[tuple[str, str], int] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -194,13 +273,25 @@ class GroupCoordinator:
             raise exc from None
         doc = self._docs.get(group)
         if doc is None:
-            doc = self._docs.setdefault(group, _StateDoc(self.root, group))
+            made = (
+                _MemoryStateDoc(self.root, group) if self.in_memory else _StateDoc(self.root, group)
+            )
+            doc = self._docs.setdefault(group, made)
         return doc
+
+    def forget(self, group: str) -> None:
+        """Drop what memory holds of ``group`` (another broker coordinates it now)."""
+        self._docs.pop(group, None)
+        for key in [k for k in self._beats if k[0] == group]:
+            self._beats.pop(key, None)
 
     def _heartbeat_key(self, group: str, member_id: str) -> str:
         return f"groups/{group}/members/{member_id}.json"
 
     def _touch(self, group: str, member_id: str) -> None:
+        if self.in_memory:
+            self._beats[(group, member_id)] = _now_ms()
+            return
         data = json.dumps({"ms": _now_ms()}).encode()
         self._storage(lambda: self.root.store.put(self._heartbeat_key(group, member_id), data))
 
@@ -211,6 +302,10 @@ class GroupCoordinator:
             raise exc from None
 
     def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+        if self.in_memory:
+            state = self._docs.get(group)
+            since = state.loaded_ms if isinstance(state, _MemoryStateDoc) else 0
+            return {m: self._beats.get((group, m), since) for m in members}
         keys = {self._heartbeat_key(group, m): m for m in members}
         found = self._storage(lambda: self.root.store.get_many(keys))
         out = {}
@@ -569,7 +664,10 @@ class GroupCoordinator:
             return doc
 
         self._storage(lambda: state.update(leave))
-        self._storage(lambda: self.root.store.delete(self._heartbeat_key(group, member_id)))
+        if self.in_memory:
+            self._beats.pop((group, member_id), None)
+        else:
+            self._storage(lambda: self.root.store.delete(self._heartbeat_key(group, member_id)))
 
     def commit_offsets(
         self,

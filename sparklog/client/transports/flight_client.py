@@ -31,6 +31,7 @@ from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    NotCoordinatorError,
     NotLeaderError,
     SparklogError,
     ThrottlingQuotaExceededError,
@@ -127,6 +128,8 @@ class BrokerClient:
         self._conns: dict[str, flight.FlightClient] = {}
         self._brokers: list[str] = list(self.bootstrap)
         self._meta: dict[str, TopicMetadata] = {}
+        #: group -> its coordinator's location, as NOT_COORDINATOR answers named it
+        self._coordinators: dict[str, str] = {}
         self._next = 0
 
     # -- connections -------------------------------------------------------
@@ -230,6 +233,33 @@ class BrokerClient:
             return wire.decode_result(results[0].body.to_pybytes()) if results else None
 
         return self._retrying(lambda: self._any_broker(call))
+
+    def _group_action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
+        """Run a group's ``action`` on the group's coordinator (learnt from NOT_COORDINATOR
+        answers, which name it), retrying as :meth:`_action` does."""
+        group = str(fields["group"])
+        payload = wire.build_action(action, **fields)
+
+        def call(conn: flight.FlightClient) -> Any:
+            results = list(conn.do_action(flight.Action(action, payload), self._options(timeout_s)))
+            return wire.decode_result(results[0].body.to_pybytes()) if results else None
+
+        def attempt() -> Any:
+            location = self._coordinators.get(group)
+            try:
+                return self._on(location, call) if location else self._any_broker(call)
+            except NotCoordinatorError as err:
+                where = str(err.details.get("coordinator_location") or "")
+                if where:
+                    self._coordinators[group] = where
+                else:
+                    self._coordinators.pop(group, None)
+                raise
+            except BrokerNotAvailableError:
+                self._coordinators.pop(group, None)
+                raise
+
+        return self._retrying(attempt)
 
     # -- metadata ----------------------------------------------------------
     def metadata(
@@ -477,7 +507,7 @@ class BrokerClient:
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 30_000,
     ) -> JoinResult:
-        raw = self._action(
+        raw = self._group_action(
             "join_group",
             timeout_s=rebalance_timeout_ms / 1000 + self.request_timeout_s,
             group=group,
@@ -499,16 +529,16 @@ class BrokerClient:
         fields: dict[str, Any] = {}
         if assignment is not None:
             fields["assignment"] = {m: [list(tp) for tp in tps] for m, tps in assignment.items()}
-        raw = self._action(
+        raw = self._group_action(
             "sync_group", group=group, generation=generation, member_id=member_id, **fields
         )
         return [TopicPartition(str(t), int(p)) for t, p in raw]
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        self._action("heartbeat", group=group, generation=generation, member_id=member_id)
+        self._group_action("heartbeat", group=group, generation=generation, member_id=member_id)
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self._action("leave_group", group=group, member_id=member_id)
+        self._group_action("leave_group", group=group, member_id=member_id)
 
     def commit_offsets(
         self,
@@ -518,7 +548,7 @@ class BrokerClient:
         offsets: Mapping[TopicPartition, int],
         metadata: str = "",
     ) -> None:
-        self._action(
+        self._group_action(
             "commit_offsets",
             group=group,
             generation=generation,
@@ -542,10 +572,10 @@ class BrokerClient:
         return list(self._action("list_groups"))
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        return dict(self._action("describe_group", group=group))
+        return dict(self._group_action("describe_group", group=group))
 
     def delete_group(self, group: str) -> None:
-        self._action("delete_group", group=group)
+        self._group_action("delete_group", group=group)
 
     def delete_offsets(
         self, group: str, partitions: Sequence[TopicPartition]
@@ -553,5 +583,5 @@ class BrokerClient:
         """Drop the group's committed offsets of ``partitions``; per partition None or why not."""
         pairs = [[topic, partition] for topic, partition in partitions]
         return wire.decode_partition_errors(
-            self._action("delete_offsets", group=group, partitions=pairs)
+            self._group_action("delete_offsets", group=group, partitions=pairs)
         )
