@@ -551,7 +551,9 @@ class ShardLog(MetaLog[ShardState]):
                 base = state.part(p).high_watermark
                 placed = []
                 for seg in segments:
-                    placed.append(seg.at(base).to_json())
+                    entry = seg.to_json()  # seg.at(base).to_json(), without a dataclass copy
+                    entry["base_offset"] = base
+                    placed.append(entry)
                     base += seg.offset_span
                 change: dict[str, Any] = {"append": placed}
                 if batch is not None:
