@@ -548,8 +548,8 @@ class Broker:
         """Validate, enqueue and (unless acks=0) wait for each item: its outcome or its error.
 
         Leadership is checked once per shard and the records are normalised once
-        per request (``Topic.normalize_many``), not once per partition: a request
-        over 1,024 partitions costs about what one partition does per record.
+        per request (``Topic.normalize_many``), not once per partition: those
+        fixed costs (milliseconds each) no longer grow with the partition count.
         ``all_or_nothing`` raises the first invalid item's error before anything
         is enqueued (the Flight protocol); otherwise each item fails alone (Kafka).
         """
@@ -601,10 +601,16 @@ class Broker:
             requests[i] = ProduceRequest(
                 item.partition, batches, count, size, producer, compression
             )
-        if size_bytes > self.config.max_request_bytes:
+        limit = self.config.max_request_bytes
+        if all_or_nothing and size_bytes > limit:
             raise InvalidRecordError(
-                f"produce request of {size_bytes} bytes exceeds max_request_bytes="
-                f"{self.config.max_request_bytes}; send smaller requests"
+                f"produce request of {size_bytes} bytes exceeds max_request_bytes={limit}; "
+                "send smaller requests"
+            )
+        for i in [i for i, r in requests.items() if r.size_bytes > limit]:  # (Kafka: per item)
+            refused[i] = InvalidRecordError(
+                f"{topic_name}-{items[i].partition}: {requests.pop(i).size_bytes} bytes of "
+                f"records exceed max_request_bytes={limit}; send smaller requests"
             )
         pending = [requests[i] for i in sorted(requests)]
         if acks == "0":

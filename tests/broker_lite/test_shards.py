@@ -193,3 +193,32 @@ def test_produce_each_answers_per_partition_with_each_partitions_sequences(broke
         ],
     )
     assert [(o.base_offset, o.duplicate) for o in later] == [(1, False), (2, False)]
+
+
+def test_produce_each_applies_max_request_bytes_per_item_and_produce_to_the_whole(root_spec):
+    """Kafka's call refuses only the partition over ``max_request_bytes`` (as when each
+    partition was its own call); the Flight call refuses the whole request."""
+    from sparklog.broker_lite.produce import ProduceItem
+    from sparklog.errors import InvalidRecordError
+
+    url, options = root_spec
+    config = BrokerConfig(
+        root=url,
+        storage_options=options,
+        linger_ms=5,
+        cleaner_interval_ms=0,
+        max_request_bytes=6000,
+    )
+    made = Broker(config)
+    made.start("127.0.0.1:1")
+    try:
+        made.create_topic("t", 2)
+        small, big = make_batch([b"s" * 100] * 10), make_batch([b"b" * 100] * 80)
+        first, second = made.produce_each("t", [ProduceItem(0, small), ProduceItem(1, big)])
+        assert first.base_offset == 0 and isinstance(second, InvalidRecordError)
+        assert "t-1" in str(second) and "max_request_bytes=6000" in str(second)
+        with pytest.raises(InvalidRecordError, match="max_request_bytes=6000"):
+            made.produce("t", [(0, small), (1, small), (0, small), (1, small), (0, small)])
+        assert made.produce("t", [(0, small)])[0].base_offset == 10  # nothing of it landed
+    finally:
+        made.close()
