@@ -22,7 +22,14 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
-from sparklog.broker_lite.kafka.records import decode_batch, split_batches
+from sparklog.broker_lite.kafka.records import (
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    ReadBatch,
+    read_batch,
+    split_batches,
+    to_arrow,
+)
 from sparklog.broker_lite.produce import ProduceItem
 from sparklog.errors import (
     InvalidRecordError,
@@ -44,10 +51,10 @@ class _Decoded:
     count: int
 
 
-def _decode_partition(
+def _read_partition(
     topic_obj: Any, topic: str, partition: int, records: bytes | None
-) -> _Decoded:
-    """Decode one partition's record batches (CRC checked, decompressed) into Arrow."""
+) -> tuple[list[memoryview], list[ReadBatch]]:
+    """Check and read one partition's record batches (CRC checked, decompressed)."""
     if not records:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
     config = topic_obj.info.effective_config
@@ -59,20 +66,40 @@ def _decode_partition(
                 f"{topic}-{partition}: a record batch of {len(view)} bytes exceeds the topic's "
                 f"max.message.bytes={limit}"
             )
-    decoded = [decode_batch(view) for view in views]
-    if not decoded:
+    read = [read_batch(view) for view in views]
+    if not read:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    first = decoded[0]
-    if any(d.transactional or d.control for d in decoded):
+    if any(r.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) for r in read):
         raise UnsupportedVersionError(
             "transactional record batches are not accepted; accepted: idempotent or plain "
             "producers (no transactional.id)"
         )
-    table = pa.Table.from_batches([d.records for d in decoded])
-    producer = None
-    if first.producer_id >= 0:
-        producer = (first.producer_id, first.producer_epoch, first.base_sequence)
-    return _Decoded(ProduceItem(partition, table, producer), views, first.count)
+    return views, read
+
+
+def _decode_partitions(
+    topic_obj: Any, topic: str, partitions: list[tuple[int, bytes | None]]
+) -> dict[int, _Decoded | BaseException]:
+    """Each partition's records decoded, or its error; the Arrow columns made once for all."""
+    out: dict[int, _Decoded | BaseException] = {}
+    read: dict[int, tuple[list[memoryview], list[ReadBatch]]] = {}
+    for i, (partition, records) in enumerate(partitions):
+        try:
+            read[i] = _read_partition(topic_obj, topic, partition, records)
+        except Exception as exc:  # this partition's answer, not the whole request's
+            out[i] = exc
+    if not read:
+        return out
+    decoded = iter(to_arrow([r for _, batches in read.values() for r in batches]))
+    for i, (views, batches) in read.items():
+        mine = [next(decoded) for _ in batches]
+        first = mine[0]
+        table = pa.Table.from_batches([d.records for d in mine])
+        producer = None
+        if first.producer_id >= 0:
+            producer = (first.producer_id, first.producer_epoch, first.base_sequence)
+        out[i] = _Decoded(ProduceItem(partitions[i][0], table, producer), views, first.count)
+    return out
 
 
 def _produce_topic(
@@ -90,13 +117,14 @@ def _produce_topic(
         return [exc for _ in partitions]
     out: list[tuple[int, int] | BaseException] = []
     decoded: dict[int, _Decoded] = {}
-    for i, (partition, records) in enumerate(partitions):
-        try:
-            decoded[i] = _decode_partition(topic_obj, topic, partition, records)
-        except Exception as exc:  # this partition's answer, not the whole request's
-            out.append(exc)
-            continue
-        out.append((-1, -1))
+    found = _decode_partitions(topic_obj, topic, partitions)
+    for i in range(len(partitions)):
+        one = found[i]
+        if isinstance(one, _Decoded):
+            decoded[i] = one
+            out.append((-1, -1))
+        else:
+            out.append(one)
     append_ms = -1
     if topic_obj.info.effective_config.get("message.timestamp.type") == "LogAppendTime":
         append_ms = int(time.time() * 1000)
