@@ -35,6 +35,18 @@ class ProduceOutcome:
     duplicate: bool = False
 
 
+@dataclass(frozen=True)
+class ProduceItem:
+    """One partition's records of a produce request, as received (not yet normalised).
+
+    ``producer`` is an idempotent producer's (id, epoch, first sequence), or None.
+    """
+
+    partition: int
+    data: pa.RecordBatch | pa.Table
+    producer: tuple[int, int, int] | None = None
+
+
 @dataclass
 class ProduceRequest:
     """Validated records for one partition, with the producer identity if idempotent."""

@@ -21,7 +21,9 @@ PartitionKey = tuple[str, str, int]  # topic name, topic id, partition
 class _Tail:
     start: int
     end: int
-    batches: deque[tuple[int, pa.RecordBatch]] = field(default_factory=deque)
+    batches: deque[tuple[int, pa.RecordBatch, int]] = field(
+        default_factory=deque
+    )  # first, batch, bytes
     size_bytes: int = 0
 
 
@@ -34,10 +36,21 @@ class TailCache:
         self._tails: OrderedDict[PartitionKey, _Tail] = OrderedDict()
         self._size_bytes = 0
 
-    def add(self, key: PartitionKey, base_offset: int, batches: list[pa.RecordBatch]) -> None:
-        """Record batches committed at ``base_offset`` (each with its offset column)."""
+    def add(
+        self,
+        key: PartitionKey,
+        base_offset: int,
+        batches: list[pa.RecordBatch],
+        size_bytes: int | None = None,
+    ) -> None:
+        """Record batches committed at ``base_offset`` (each with its offset column).
+
+        ``size_bytes``, if the caller knows it, is the batches' size, shared
+        among them by rows; otherwise each batch's ``nbytes`` is taken.
+        """
         if self.max_bytes <= 0:
             return
+        rows = sum(b.num_rows for b in batches)
         with self._lock:
             tail = self._tails.get(key)
             if tail is None or tail.end != base_offset:
@@ -49,8 +62,8 @@ class TailCache:
             for batch in batches:
                 if not batch.num_rows:
                     continue
-                size = batch.nbytes
-                tail.batches.append((tail.end, batch))
+                size = batch.nbytes if size_bytes is None else size_bytes * batch.num_rows // rows
+                tail.batches.append((tail.end, batch, size))
                 tail.end += batch.num_rows
                 tail.size_bytes += size
                 self._size_bytes += size
@@ -62,10 +75,10 @@ class TailCache:
             if not tail.batches:
                 self._tails.pop(key)
                 continue
-            first, batch = tail.batches.popleft()
+            first, batch, size = tail.batches.popleft()
             tail.start = first + batch.num_rows
-            tail.size_bytes -= batch.nbytes
-            self._size_bytes -= batch.nbytes
+            tail.size_bytes -= size
+            self._size_bytes -= size
             if not tail.batches:
                 self._tails.pop(key)
 
@@ -77,7 +90,7 @@ class TailCache:
                 return None
             out: list[pa.RecordBatch] = []
             total = 0
-            for first, batch in tail.batches:
+            for first, batch, _ in tail.batches:
                 last = first + batch.num_rows
                 if last <= offset:
                     continue

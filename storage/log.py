@@ -551,7 +551,9 @@ class ShardLog(MetaLog[ShardState]):
                 base = state.part(p).high_watermark
                 placed = []
                 for seg in segments:
-                    placed.append(seg.at(base).to_json())
+                    entry = seg.to_json()  # seg.at(base).to_json(), without a dataclass copy
+                    entry["base_offset"] = base
+                    placed.append(entry)
                     base += seg.offset_span
                 change: dict[str, Any] = {"append": placed}
                 if batch is not None:
@@ -827,20 +829,40 @@ class PartitionLog:
         return self._planned(lambda state: self._offset_for_timestamp(state, timestamp_ms))
 
     def _offset_for_timestamp(self, state: LogState, timestamp_ms: int) -> int:
-        import pyarrow.compute as pc
-
         seg = state.segments.first_with_max_timestamp_at_least(timestamp_ms)
         while seg is not None:
-            for batch in self.segment_batches(seg, seg.base_offset, seg.end_offset):
-                ts = batch.column("timestamp").cast(pa.int64())
-                hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp_ms))
-                if len(hits):
-                    return max(
-                        int(batch.column("offset")[hits[0].as_py()].as_py()), state.log_start_offset
-                    )
+            found = self._first_at_or_after(seg, timestamp_ms)
+            if found is not None:
+                return max(found, state.log_start_offset)
             later = state.segments.overlapping(seg.end_offset, state.high_watermark)
             seg = next((s for s in later if s.max_timestamp_ms >= timestamp_ms), None)
         return state.high_watermark
+
+    def _first_at_or_after(self, seg: Segment, timestamp_ms: int) -> int | None:
+        """The offset of the segment's first record stamped at or after ``timestamp_ms``.
+
+        One comparison over the whole segment's timestamps, not a kernel (and an
+        offset column) per record batch: a segment of many small batches costs
+        its decoding, nothing per batch beyond it.
+        """
+        import pyarrow.compute as pc
+
+        batches = read_segment(self.store, seg, self.schema_for(seg.schema_id))
+        if not batches:
+            return None
+        stamps = pa.chunked_array(
+            [b.column("timestamp") for b in batches], batches[0].schema.field("timestamp").type
+        )
+        hits = pc.indices_nonzero(
+            pc.greater_equal(stamps.cast(pa.int64()).combine_chunks(), timestamp_ms)
+        )
+        if not len(hits):
+            return None
+        row = hits[0].as_py()
+        if not seg.has_offsets:
+            return seg.base_offset + int(row)
+        offsets = pa.chunked_array([b.column("offset") for b in batches], pa.int64())
+        return int(offsets[row].as_py())
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

@@ -34,6 +34,11 @@ DEFAULT_LOG_RETENTION_MS = 60 * 60 * 1000
 #: Shortest accepted log retention: well above how long a reader may trust its view
 #: without re-reading the snapshot hint (metalog.RELOAD_AFTER_MS).
 MIN_LOG_RETENTION_MS = 2 * RELOAD_AFTER_MS
+#: Merged and compacted segments are written as record batches of about this many
+#: bytes (a read or lookup decodes few batches per segment) ...
+REBATCH_TARGET_BYTES = 1 << 20
+#: ... and at most this many rows each.
+REBATCH_MAX_ROWS = 1 << 16
 
 
 @dataclass
@@ -209,6 +214,22 @@ def _chunk_rows(table: pa.Table, target_bytes: int) -> list[pa.Table]:
     return [table.slice(i, rows_per_piece) for i in range(0, table.num_rows, rows_per_piece)]
 
 
+def rebatch(table: pa.Table) -> list[pa.RecordBatch]:
+    """``table`` as record batches of about :data:`REBATCH_TARGET_BYTES` each.
+
+    Merging reads many small segments, one IPC batch or more each; written as
+    they came, a merged segment would keep every tiny batch, and every read or
+    timestamp lookup in it would decode them one by one (2,000 merged one-record
+    segments made a lookup 1,000x slower).  So the rows are gathered and cut
+    again: at most :data:`REBATCH_MAX_ROWS` rows, about the target bytes.
+    """
+    if table.num_rows == 0:
+        return []
+    per_row = max(table.nbytes / table.num_rows, 1.0)
+    rows = min(max(int(REBATCH_TARGET_BYTES / per_row), 1), REBATCH_MAX_ROWS)
+    return table.combine_chunks().to_batches(max_chunksize=rows)
+
+
 def _rewrite(
     topic: Topic,
     log: PartitionLog,
@@ -232,7 +253,7 @@ def _rewrite(
         data = piece if keep_offsets else piece.drop_columns(["offset"])
         staged = write_object(
             topic.store,
-            {log.partition: data.cast(schema).to_batches()},
+            {log.partition: rebatch(data.cast(schema))},
             schema,
             schema_id=topic.info.value_schema_id,
             has_offsets=keep_offsets,

@@ -126,14 +126,34 @@ def normalize(
     columns = []
     for field in schema:
         if field.name not in names:
-            columns.append(pa.nulls(n, field.type))
-            continue
-        column = table.column(field.name)
+            column = pa.chunked_array([null_column(n, field.type)])
+            if field.name != "timestamp":
+                columns.append(column)
+                continue
+        else:
+            column = table.column(field.name)
         columns.append(_conform(field, column, stamp, log_append_time))
     out = pa.Table.from_arrays(columns, schema=schema)
     if max_message_bytes is not None and n:
         check_sizes(out, max_message_bytes)
     return out.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
+
+
+def null_column(n: int, type_: pa.DataType) -> pa.Array:
+    """``n`` nulls of ``type_``, with empty children for a list type.
+
+    ``pa.nulls`` gives a list array a child of ``n`` (null) elements, which IPC
+    writes out in full, even for a slice: 8 bytes of padding per record and
+    the whole child for each partition's slice of a request normalised at once.
+    """
+    if pa.types.is_list(type_):
+        return pa.ListArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)),
+            pa.array([], type_.value_type),
+            type=type_,
+            mask=pa.array(np.ones(n, dtype=bool)),
+        )
+    return pa.nulls(n, type_)
 
 
 def _conform(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 #: input at least this large has its ``max.message.bytes`` check run beside its
 #: object's write; for smaller input the hand-off costs more than it saves
 BACKGROUND_CHECK_BYTES = 1 << 20
+
+
+class Normalized(NamedTuple):
+    """One input's records conformed to its topic (see :meth:`Topic.normalize_many`)."""
+
+    batches: list[pa.RecordBatch]
+    size_bytes: int
 
 
 class Topic:
@@ -144,6 +151,52 @@ class Topic:
             log_append_time=config["message.timestamp.type"] == "LogAppendTime",
             max_message_bytes=config["max.message.bytes"] if check_sizes else None,
         )
+
+    def normalize_many(self, inputs: Sequence[pa.RecordBatch | pa.Table]) -> list[Normalized]:
+        """:meth:`normalize` of many inputs (a request's partitions), once per input schema.
+
+        Inputs of one schema are normalised as one table (cast, conform, stamp,
+        size check: a fixed cost of milliseconds per call) and cut back into
+        zero-copy slices, one per input, in order: a request over 1,024
+        partitions pays that cost once, not 1,024 times.  Each input's size is
+        its share (by rows) of the whole's bytes, which costs nothing per input
+        (a slice's ``nbytes`` walks its buffers: tens of µs).  If the whole
+        fails, the inputs are normalised one by one so the error names its
+        input's record.
+        """
+        out: list[Normalized] = [Normalized([], 0) for _ in inputs]
+        groups: list[tuple[pa.Schema, list[int]]] = []
+        for i, data in enumerate(inputs):
+            for schema, members in groups:
+                if schema.equals(data.schema):
+                    members.append(i)
+                    break
+            else:
+                groups.append((data.schema, [i]))
+        for _, members in groups:
+            if len(members) == 1:
+                batches = self.normalize(inputs[members[0]])
+                out[members[0]] = Normalized(batches, sum(b.nbytes for b in batches))
+                continue
+            tables = [
+                pa.Table.from_batches([d]) if isinstance(d, pa.RecordBatch) else d
+                for d in (inputs[i] for i in members)
+            ]
+            try:
+                # one chunk per column: the size bound then looks at one array, not one per input
+                whole = self.normalize(pa.concat_tables(tables).combine_chunks())
+            except InvalidRecordError:
+                for i in members:
+                    self.normalize(inputs[i])  # raises, naming the input's own record
+                raise
+            single = whole[0] if len(whole) == 1 else _one_batch(whole)
+            per_row = single.nbytes / max(single.num_rows, 1)
+            start = 0
+            for i, table in zip(members, tables, strict=True):
+                rows = table.num_rows
+                out[i] = Normalized([single.slice(start, rows)], round(per_row * rows))
+                start += rows
+        return out
 
     def write(
         self,
@@ -268,9 +321,13 @@ class Topic:
             return self.commit(staged, txn=txn)
 
 
+def _one_batch(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 def _check_all_sizes(parts: Sequence[Sequence[pa.RecordBatch]], max_message_bytes: int) -> None:
     for batches in parts:
         check_sizes(batches, max_message_bytes)
 
 
-__all__ = ["Topic"]
+__all__ = ["Normalized", "Topic"]

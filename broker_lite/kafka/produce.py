@@ -1,17 +1,20 @@
 """Produce (acks 0, 1 and all; idempotent producers) and InitProducerId.
 
 Each partition's record batches are decoded (CRC checked, decompressed) into
-Arrow and handed to ``Broker.produce``; an idempotent batch carries its
+Arrow and handed to ``Broker.produce_each``; an idempotent batch carries its
 producer id, epoch and base sequence, which the broker's duplicate detection
 uses, so a retried batch returns its first offsets instead of being written
-twice.  Partitions of one request are produced concurrently (the broker's
-per-topic batcher joins them into one object).  acks=0 gets no response.
+twice.  The partitions of one topic in a request go to the broker as one call
+(``Broker.produce_each``: leadership checked per shard, records normalised once
+per request, one object per flush), with errors answered per partition; the
+topics of a request are produced concurrently.  acks=0 gets no response.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +22,15 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
-from sparklog.broker_lite.kafka.records import decode_batch, split_batches
+from sparklog.broker_lite.kafka.records import (
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    ReadBatch,
+    read_batch,
+    split_batches,
+    to_arrow,
+)
+from sparklog.broker_lite.produce import ProduceItem
 from sparklog.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
@@ -31,13 +42,21 @@ from sparklog.errors import (
 ACKS = {0: "0", 1: "1", -1: "all"}
 
 
-def _produce_partition(
-    broker: Any, topic: str, partition: int, records: bytes | None, acks: str
-) -> tuple[int, int]:
-    """(base offset, log append time or -1) of one partition's records."""
+@dataclass
+class _Decoded:
+    """One partition's records of a request, decoded: what ``Broker.produce_each`` takes."""
+
+    item: ProduceItem
+    views: list[memoryview]
+    count: int
+
+
+def _read_partition(
+    topic_obj: Any, topic: str, partition: int, records: bytes | None
+) -> tuple[list[memoryview], list[ReadBatch]]:
+    """Check and read one partition's record batches (CRC checked, decompressed)."""
     if not records:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    topic_obj = broker.topic(topic)
     config = topic_obj.info.effective_config
     limit = int(config.get("max.message.bytes", 0) or 0)
     views = list(split_batches(records))
@@ -47,40 +66,98 @@ def _produce_partition(
                 f"{topic}-{partition}: a record batch of {len(view)} bytes exceeds the topic's "
                 f"max.message.bytes={limit}"
             )
-    decoded = [decode_batch(view) for view in views]
-    if not decoded:
+    read = [read_batch(view) for view in views]
+    if not read:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    first = decoded[0]
-    if any(d.transactional or d.control for d in decoded):
+    if any(r.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) for r in read):
         raise UnsupportedVersionError(
             "transactional record batches are not accepted; accepted: idempotent or plain "
             "producers (no transactional.id)"
         )
-    table = pa.Table.from_batches([d.records for d in decoded])
+    return views, read
+
+
+def _decode_partitions(
+    topic_obj: Any, topic: str, partitions: list[tuple[int, bytes | None]]
+) -> dict[int, _Decoded | BaseException]:
+    """Each partition's records decoded, or its error; the Arrow columns made once for all."""
+    out: dict[int, _Decoded | BaseException] = {}
+    read: dict[int, tuple[list[memoryview], list[ReadBatch]]] = {}
+    for i, (partition, records) in enumerate(partitions):
+        try:
+            read[i] = _read_partition(topic_obj, topic, partition, records)
+        except Exception as exc:  # this partition's answer, not the whole request's
+            out[i] = exc
+    if not read:
+        return out
+    decoded = iter(to_arrow([r for _, batches in read.values() for r in batches]))
+    for i, (views, batches) in read.items():
+        mine = [next(decoded) for _ in batches]
+        first = mine[0]
+        table = pa.Table.from_batches([d.records for d in mine])
+        producer = None
+        if first.producer_id >= 0:
+            producer = (first.producer_id, first.producer_epoch, first.base_sequence)
+        out[i] = _Decoded(ProduceItem(partitions[i][0], table, producer), views, first.count)
+    return out
+
+
+def _produce_topic(
+    broker: Any, topic: str, partitions: list[tuple[int, bytes | None]], acks: str
+) -> list[tuple[int, int] | BaseException]:
+    """(base offset, log append time or -1), or the error, of each partition of one topic.
+
+    The partitions' records go to the broker as ONE call (``produce_each``): it
+    checks leadership per shard and normalises the request once, and its
+    batcher writes them in one object; errors stay per partition.
+    """
+    try:
+        topic_obj = broker.topic(topic)
+    except SparklogError as exc:
+        return [exc for _ in partitions]
+    out: list[tuple[int, int] | BaseException] = []
+    decoded: dict[int, _Decoded] = {}
+    found = _decode_partitions(topic_obj, topic, partitions)
+    for i in range(len(partitions)):
+        one = found[i]
+        if isinstance(one, _Decoded):
+            decoded[i] = one
+            out.append((-1, -1))
+        else:
+            out.append(one)
     append_ms = -1
-    if config.get("message.timestamp.type") == "LogAppendTime":
+    if topic_obj.info.effective_config.get("message.timestamp.type") == "LogAppendTime":
         append_ms = int(time.time() * 1000)
-    kwargs: dict[str, Any] = {}
-    if first.producer_id >= 0:
-        kwargs = {
-            "producer_id": first.producer_id,
-            "producer_epoch": first.producer_epoch,
-            "base_sequence": first.base_sequence,
-        }
-    outcomes = broker.produce(topic, [(partition, table)], acks=acks, **kwargs)
-    outcome = outcomes[0]
-    if (
-        len(views) == 1
-        and append_ms < 0
-        and outcome.base_offset >= 0
-        and not outcome.duplicate
-        and first.count
-        and pa.types.is_binary(topic_obj.info.record_schema.field("value").type)
-    ):
-        remember_produced(
-            topic_obj.info.topic_id, partition, int(outcome.base_offset), first.count, views[0]
-        )
-    return int(outcome.base_offset), append_ms
+    if not decoded:
+        return out
+    order = sorted(decoded)
+    try:
+        outcomes = broker.produce_each(topic, [decoded[i].item for i in order], acks=acks)
+    except SparklogError as exc:
+        outcomes = [exc for _ in order]
+    binary = pa.types.is_binary(topic_obj.info.record_schema.field("value").type)
+    for i, outcome in zip(order, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            out[i] = outcome
+            continue
+        d = decoded[i]
+        if (
+            len(d.views) == 1
+            and append_ms < 0
+            and outcome.base_offset >= 0
+            and not outcome.duplicate
+            and d.count
+            and binary
+        ):
+            remember_produced(
+                topic_obj.info.topic_id,
+                d.item.partition,
+                int(outcome.base_offset),
+                d.count,
+                d.views[0],
+            )
+        out[i] = (int(outcome.base_offset), append_ms)
+    return out
 
 
 def _idempotent(request: Any) -> bool:
@@ -101,44 +178,44 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(0, ctx.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
-    jobs: list[tuple[str, int, Future[tuple[int, int]] | BaseException]] = []
-    # one partition (the common case at low rates) is produced on this thread: a
-    # hand-off to the pool would only add a thread wake-up to the latency
-    inline = sum(len(t.partition_data) for t in request.topic_data) == 1
+    # one call per topic; several topics' calls run on the pool (each waits for its commit)
+    calls: list[tuple[str, list[int], Future[list[tuple[int, int] | BaseException]]]] = []
+    inline = len(request.topic_data) == 1
     for topic_data in request.topic_data:
-        for pdata in topic_data.partition_data:
-            if acks is None:
-                jobs.append(
-                    (
-                        topic_data.name,
-                        pdata.index,
-                        InvalidRequiredAcksError(f"acks={request.acks}; accepted: 0, 1, -1"),
-                    )
-                )
-                continue
-            args = (broker, topic_data.name, pdata.index, pdata.records, acks)
+        indexes = [pdata.index for pdata in topic_data.partition_data]
+        done: Future[list[tuple[int, int] | BaseException]] = Future()
+        if acks is None:
+            refused = InvalidRequiredAcksError(f"acks={request.acks}; accepted: 0, 1, -1")
+            done.set_result([refused for _ in indexes])
+        else:
+            args = (
+                broker,
+                topic_data.name,
+                [(pdata.index, pdata.records) for pdata in topic_data.partition_data],
+                acks,
+            )
             if not inline:
-                jobs.append(
-                    (
-                        topic_data.name,
-                        pdata.index,
-                        ctx.listener.pool.submit(_produce_partition, *args),
-                    )
-                )
-                continue
-            done: Future[tuple[int, int]] = Future()
-            try:
-                done.set_result(_produce_partition(*args))
-            except Exception as exc:  # answered below, as a pool job's error would be
-                done.set_exception(exc)
-            jobs.append((topic_data.name, pdata.index, done))
+                done = ctx.listener.pool.submit(_produce_topic, *args)
+            else:
+                try:
+                    done.set_result(_produce_topic(*args))
+                except Exception as exc:  # answered below, as a pool job's error would be
+                    done.set_exception(exc)
+        calls.append((topic_data.name, indexes, done))
+    jobs: list[tuple[str, int, tuple[int, int] | BaseException]] = []
+    for topic, indexes, call in calls:
+        try:
+            answers: list[tuple[int, int] | BaseException] = call.result()
+        except Exception as exc:  # a bug must not kill the connection of everyone's batch
+            answers = [exc for _ in indexes]
+        jobs.extend((topic, index, answer) for index, answer in zip(indexes, answers, strict=True))
     results: dict[str, list[Any]] = {}
     for topic, partition, job in jobs:
         base_offset, append_ms, error, message = -1, -1, 0, None
         try:
             if isinstance(job, BaseException):
                 raise job
-            base_offset, append_ms = job.result()
+            base_offset, append_ms = job
         except SparklogError as exc:
             error, message = errno_of(exc), str(exc)
         except Exception as exc:  # a bug must not kill the connection of everyone's batch

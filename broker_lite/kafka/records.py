@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gzip
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -105,12 +105,38 @@ def split_batches(data: bytes | memoryview) -> Iterator[memoryview]:
         pos = end
 
 
+@dataclass
+class ReadBatch:
+    """One v2 batch's header fields and records as Python lists (checked, not yet Arrow)."""
+
+    count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    attributes: int
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    stamps: list[int]
+    headers: dict[int, list[dict[str, object]]]
+
+
 def decode_batch(view: memoryview) -> DecodedBatch:
     """One v2 batch (from :func:`split_batches`) as Arrow records; the CRC is checked.
 
     The header is checked here (CRC32C, record count, codec, last offset delta);
     a compressed body is decompressed here too (so codec errors name the codec),
     then aiokafka's compiled reader walks the records.
+    """
+    return to_arrow([read_batch(view)])[0]
+
+
+def read_batch(view: memoryview) -> ReadBatch:
+    """The checks and the record walk of :func:`decode_batch`, without the Arrow columns.
+
+    A produce request's batches of many partitions are read one by one (each
+    partition's error is its own), then made Arrow together by :func:`to_arrow`:
+    building Arrow columns costs about 70 µs per call whatever the row count,
+    so once per request instead of once per partition.
     """
     (
         _base_offset,
@@ -151,26 +177,52 @@ def decode_batch(view: memoryview) -> DecodedBatch:
         keys, values, stamps, headers = _decode_records(view)
     if len(keys) != count:
         raise CorruptMessageError(f"record batch claims {count} records, holds {len(keys)}")
+    return ReadBatch(
+        count, producer_id, producer_epoch, base_sequence, attributes, keys, values, stamps, headers
+    )
+
+
+def to_arrow(batches: Sequence[ReadBatch]) -> list[DecodedBatch]:
+    """Read batches as decoded ones: one Arrow record batch for all, sliced per batch."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    headers: dict[int, list[dict[str, object]]] = {}
+    for read in batches:
+        at = len(keys)
+        keys.extend(read.keys)
+        values.extend(read.values)
+        stamps.extend(read.stamps)
+        headers.update({at + row: h for row, h in read.headers.items()})
+    total = len(keys)
     records = pa.record_batch(
         [
             _binary_column(keys),
             _binary_column(values),
-            pa.array(np.fromiter(stamps, np.int64, count)).cast(TIMESTAMP_TYPE),
-            _headers_column(headers, count),
+            pa.array(np.fromiter(stamps, np.int64, total)).cast(TIMESTAMP_TYPE),
+            _headers_column(headers, total),
         ],
         names=["key", "value", "timestamp", "headers"],
     )
-    return DecodedBatch(
-        records=records,
-        count=count,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        codec=CODECS[codec],
-        log_append_time=bool(attributes & TIMESTAMP_TYPE_BIT),
-        transactional=bool(attributes & TRANSACTIONAL_BIT),
-        control=bool(attributes & CONTROL_BIT),
-    )
+    out = []
+    at = 0
+    for read in batches:
+        codec = read.attributes & 0x07
+        out.append(
+            DecodedBatch(
+                records=records if len(batches) == 1 else records.slice(at, read.count),
+                count=read.count,
+                producer_id=read.producer_id,
+                producer_epoch=read.producer_epoch,
+                base_sequence=read.base_sequence,
+                codec=CODECS[codec],
+                log_append_time=bool(read.attributes & TIMESTAMP_TYPE_BIT),
+                transactional=bool(read.attributes & TRANSACTIONAL_BIT),
+                control=bool(read.attributes & CONTROL_BIT),
+            )
+        )
+        at += read.count
+    return out
 
 
 def _decode_records(

@@ -123,3 +123,102 @@ def test_cleaner_keeps_the_shard_and_group_log_file_counts_bounded(root_spec):
         assert hwm == 45 and sum(b.num_rows for b in batches) == 45
     finally:
         broker.close()
+
+
+def test_a_request_over_many_partitions_is_normalised_once_and_led_per_shard(broker, monkeypatch):
+    """Issue #22 item 6: the fixed costs of a produce request are paid once per request
+    (normalisation) and once per shard (leadership), not once per partition."""
+    import threading
+    from collections import Counter
+
+    import pyarrow as pa
+
+    from sparklog.storage import topics
+
+    broker.create_topic("t", 64, {"commit.shards": 4})
+    broker.produce("t", [(p, make_batch([b"warm"])) for p in range(64)])  # leadership taken
+    calls: Counter[str] = Counter()
+    normalize, is_leader = topics.normalize, broker.cluster.is_leader
+
+    requester = threading.current_thread()  # the broker's tick checks leaders too
+
+    def counted_normalize(*args, **kwargs):
+        calls["normalize"] += threading.current_thread() is requester
+        return normalize(*args, **kwargs)
+
+    def counted_is_leader(*args, **kwargs):
+        calls["is_leader"] += threading.current_thread() is requester
+        return is_leader(*args, **kwargs)
+
+    monkeypatch.setattr(topics, "normalize", counted_normalize)
+    monkeypatch.setattr(broker.cluster, "is_leader", counted_is_leader)
+    # strings and no timestamps: the general path (cast, conform, stamp, size check)
+    items = [(p, pa.table({"value": [f"{p}-{i}" for i in range(p % 3 + 1)]})) for p in range(64)]
+    outcomes = broker.produce("t", items)
+    assert calls == {"normalize": 1, "is_leader": 4}  # was 64 and 64
+    assert [(o.base_offset, o.record_count) for o in outcomes] == [
+        (1, p % 3 + 1) for p in range(64)
+    ]
+    root = open_root(broker.config.root, broker.config.storage_options)
+    for p in range(64):
+        got = root.topic("t").partition(p).read(0).column("value").to_pylist()
+        assert got == [b"warm", *[f"{p}-{i}".encode() for i in range(p % 3 + 1)]]
+
+
+def test_produce_each_answers_per_partition_with_each_partitions_sequences(broker):
+    """The Kafka listener's call: one item's error does not fail the others, and each
+    partition's idempotent batch carries its own sequence (a retry is a duplicate)."""
+    from sparklog.broker_lite.produce import ProduceItem
+    from sparklog.errors import SparklogError
+
+    broker.create_topic("t", 4, {"max.message.bytes": 1000})
+    items = [
+        ProduceItem(0, make_batch([b"a"]), (5, 0, 0)),
+        ProduceItem(9, make_batch([b"b"])),  # no such partition
+        ProduceItem(2, make_batch([b"x" * 2000])),  # larger than max.message.bytes
+        ProduceItem(3, make_batch([b"c", b"d"]), (5, 0, 0)),
+    ]
+    first = broker.produce_each("t", items)
+    assert isinstance(first[1], SparklogError) and "no partition 9" in str(first[1])
+    assert isinstance(first[2], SparklogError)
+    assert "record 0" in str(first[2]) and "max.message.bytes" in str(first[2])
+    assert [(o.base_offset, o.duplicate) for o in (first[0], first[3])] == [(0, False), (0, False)]
+    again = broker.produce_each("t", [items[0], items[3]])
+    assert [(o.base_offset, o.duplicate) for o in again] == [(0, True), (0, True)]
+    later = broker.produce_each(
+        "t",
+        [
+            ProduceItem(0, make_batch([b"e"]), (5, 0, 1)),
+            ProduceItem(3, make_batch([b"f"]), (5, 0, 2)),
+        ],
+    )
+    assert [(o.base_offset, o.duplicate) for o in later] == [(1, False), (2, False)]
+
+
+def test_produce_each_applies_max_request_bytes_per_item_and_produce_to_the_whole(root_spec):
+    """Kafka's call refuses only the partition over ``max_request_bytes`` (as when each
+    partition was its own call); the Flight call refuses the whole request."""
+    from sparklog.broker_lite.produce import ProduceItem
+    from sparklog.errors import InvalidRecordError
+
+    url, options = root_spec
+    config = BrokerConfig(
+        root=url,
+        storage_options=options,
+        linger_ms=5,
+        cleaner_interval_ms=0,
+        max_request_bytes=6000,
+    )
+    made = Broker(config)
+    made.start("127.0.0.1:1")
+    try:
+        made.create_topic("t", 2)
+        small, big = make_batch([b"s" * 100] * 10), make_batch([b"b" * 100] * 80)
+        first, second = made.produce_each("t", [ProduceItem(0, small), ProduceItem(1, big)])
+        assert first.base_offset == 0 and isinstance(second, InvalidRecordError)
+        assert "t-1" in str(second) and "max_request_bytes=6000" in str(second)
+        with pytest.raises(InvalidRecordError, match="max_request_bytes=6000"):
+            made.produce("t", [(0, small), (1, small), (0, small), (1, small), (0, small)])
+        assert made.produce("t", [(0, small)])[0].base_offset == 10  # nothing of it landed
+    finally:
+        made.close()

@@ -156,3 +156,65 @@ def test_tail_fetch_serves_the_producers_batch_at_its_committed_offset(
     middle = DefaultRecordBatch(fetch(4))
     assert middle.validate_crc() and middle.compression_type == DefaultRecordBatch.CODEC_NONE
     assert [r.offset for r in middle] == [4, 5]
+
+
+def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    """The partitions of one Produce request are decoded into one Arrow batch and
+    produced in one broker call (issue #22 item 6); each still gets its own answer
+    and exactly its own records and headers back."""
+    import pyarrow as pa
+
+    from sparklog.broker_lite.kafka.records import encode_batch
+    from sparklog.storage import make_batch, open_root
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "fan", 4)
+
+    def batch(values: list[bytes], headers: list | None = None) -> bytes:
+        made = make_batch(values, timestamps_ms=[1_000] * len(values), headers=headers)
+        return encode_batch(
+            pa.RecordBatch.from_arrays(
+                [pa.array(range(len(values)), pa.int64()), *made.columns],
+                names=["offset", *made.schema.names],
+            )
+        )
+
+    good = batch([b"a", b"b"])
+    corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
+    with_headers = batch([b"c", b"d", b"e"], [None, [("h", b"1")], [("x", b"2"), ("y", None)]])
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name="fan",
+                partition_data=(
+                    PartitionProduceData(index=0, records=good),
+                    PartitionProduceData(index=1, records=corrupt),
+                    PartitionProduceData(index=2, records=with_headers),
+                    PartitionProduceData(index=3, records=good + with_headers),
+                ),
+            ),
+        ),
+    )
+    parts = conn.call(request).responses[0].partition_responses
+    assert [(p.index, p.error_code, p.base_offset) for p in parts] == [
+        (0, 0, 0),
+        (1, 2, -1),
+        (2, 0, 0),
+        (3, 0, 0),
+    ]
+    topic = open_root(one_broker.root).topic("fan")
+    rows = {p: topic.partition(p).read(0).to_pylist() for p in range(4)}
+    assert [r["value"] for r in rows[0]] == [b"a", b"b"] and rows[1] == []
+    assert [r["value"] for r in rows[2]] == [b"c", b"d", b"e"]
+    assert [r["headers"] for r in rows[2]] == [
+        [],
+        [{"key": "h", "value": b"1"}],
+        [{"key": "x", "value": b"2"}, {"key": "y", "value": None}],
+    ]
+    assert [r["value"] for r in rows[3]] == [b"a", b"b", b"c", b"d", b"e"]
+    assert [r["headers"] for r in rows[3]][2:] == [r["headers"] for r in rows[2]]

@@ -195,6 +195,27 @@ def test_oversized_record_is_refused_and_nothing_written(root, rows):
     assert topic.partition(0).high_watermark == rows - 1
 
 
+def test_many_partitions_normalised_at_once_read_back_as_given(root):
+    """``Topic.normalize_many`` (a broker request's partitions normalised as one):
+    each partition reads back its own records; records without a timestamp column
+    get the append time (they were stored null before), and absent headers cost
+    no bytes per record (``pa.nulls`` wrote a child element per record)."""
+    root.create_topic("t", 8)
+    topic = root.topic("t")
+    inputs = [pa.table({"value": [f"{p}-{i}" for i in range(p + 1)]}) for p in range(8)]
+    normalized = topic.normalize_many(inputs)
+    assert [sum(b.num_rows for b in n.batches) for n in normalized] == list(range(1, 9))
+    staged = topic.write({p: n.batches for p, n in enumerate(normalized)}, validated=True)
+    topic.commit(staged)
+    for p in range(8):
+        table = topic.partition(p).read(0)
+        assert values(table) == [f"{p}-{i}".encode() for i in range(p + 1)]
+        assert table.column("timestamp").null_count == 0
+        assert table.column("headers").null_count == p + 1
+    # a segment of one record holds one record's bytes, not a share of the request's
+    assert staged[0].size_bytes < 1024
+
+
 def test_offset_for_timestamp(root):
     root.create_topic("t", 1)
     topic = root.topic("t")

@@ -231,3 +231,57 @@ def test_batches_already_in_shape_normalize_as_tables_do(rows, log_append_time, 
         return pa.Table.from_batches(out, schema=record_schema(None)).to_pylist()
 
     assert outcome(batch) == outcome(pa.Table.from_batches([batch]))
+
+
+@given(
+    parts=st.lists(
+        st.tuples(records, st.sampled_from(["batch", "table", "strings"])), min_size=1, max_size=8
+    ),
+    max_bytes=st.integers(30, 200),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_normalising_many_inputs_at_once_is_normalising_each(parts, max_bytes):
+    """``Topic.normalize_many`` (one normalisation per request) gives each input the
+    records ``Topic.normalize`` gives it alone, or refuses as it does; inputs of mixed
+    shapes (batches, tables, string tables without timestamps) are grouped by schema."""
+    from sparklog.errors import InvalidRecordError
+
+    root = open_root(f"memory://sparklog-{uuid.uuid4().hex}")
+    root.create_topic("t", 1, {"max.message.bytes": max_bytes})
+    topic = root.topic("t")
+    inputs: list[pa.RecordBatch | pa.Table] = []
+    for rows, shape in parts:
+        batch = make_batch(
+            [r[0] for r in rows],
+            keys=[r[1] for r in rows],
+            timestamps_ms=[r[2] if r[2] is not None else 5 for r in rows],
+            headers=[r[3] for r in rows],
+        )
+        if shape == "batch":
+            inputs.append(batch)
+        elif shape == "table":
+            inputs.append(pa.Table.from_batches([batch]))
+        else:
+            inputs.append(pa.table({"value": [r[0].hex() for r in rows]}))
+
+    def rows_of(batches: list[pa.RecordBatch]) -> list[dict]:
+        table = pa.Table.from_batches(batches, schema=topic.info.record_schema)
+        return table.drop_columns(["timestamp"]).to_pylist()
+
+    alone, refusals = [], []
+    for data in inputs:
+        try:
+            alone.append(rows_of(topic.normalize(data)))
+        except InvalidRecordError as exc:
+            refusals.append(str(exc))
+    if refusals:  # refused naming one refused input's own record (groups go by schema)
+        try:
+            topic.normalize_many(inputs)
+        except InvalidRecordError as together:
+            assert str(together) in refusals
+            return
+        raise AssertionError("normalize_many accepted what normalize refused")
+    together = topic.normalize_many(inputs)
+    assert [rows_of(n.batches) for n in together] == alone
+    stamped = [pa.Table.from_batches(n.batches).column("timestamp") for n in together]
+    assert all(column.null_count == 0 for column in stamped)

@@ -11,14 +11,19 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.maintenance import (
     DEFAULT_GC_GRACE_MS,
+    REBATCH_MAX_ROWS,
+    REBATCH_TARGET_BYTES,
     collect_garbage,
     compact,
     merge_small_segments,
+    rebatch,
     run_maintenance,
 )
 
@@ -261,3 +266,46 @@ def test_maintenance_races_with_appends_lose_nothing(root):
     assert pa.array([values[o][1] for o in range(6)]).to_pylist() == [
         f"a{i}".encode() for i in range(6)
     ]
+
+
+def test_merged_segments_are_rebatched_and_lookups_keep_their_answers(root):
+    """Merging many one-record segments leaves few record batches (issue #22 item 7),
+    and reads and timestamp lookups answer as before the merge."""
+    root.create_topic("t", 1, {"segment.bytes": 1 << 30})
+    topic = root.topic("t")
+    rng = random.Random(7)
+    stamps = [NOW + rng.randrange(0, 5_000) for _ in range(120)]
+    model = fill(topic, [[(None, f"v{i}".encode(), ts)] for i, ts in enumerate(stamps)])
+    log = topic.partition(0)
+    before_segments = log.segments()
+    assert sum(s.batch_count for s in before_segments) == 120
+    targets = [NOW - 1, NOW + 5_001, *rng.sample(range(NOW, NOW + 5_000), 30)]
+    lookups = {t: log.offset_for_timestamp(t) for t in targets}
+    report = merge_small_segments(topic, 0)
+    assert report.replaced_segments == 120 and report.new_segments == 1
+    merged = log.refresh().segments.all()
+    # one batch, not 120 (a batch per merged segment before): no lookup walks them
+    assert [s.batch_count for s in merged] == [1]
+    assert contents(log) == model
+    assert {t: log.offset_for_timestamp(t) for t in targets} == lookups
+    for t, offset in lookups.items():
+        assert offset == next((o for o in sorted(model) if model[o][2] >= t), 120)
+    assert log.read(37, 41).column("value").to_pylist() == [f"v{i}".encode() for i in range(37, 41)]
+
+
+@given(rows=st.lists(st.integers(1, 400), min_size=1, max_size=30), seed=st.integers(0, 99))
+@settings(max_examples=40, deadline=None)
+def test_rebatch_keeps_rows_in_order_in_bounded_batches(rows, seed):
+    """:func:`rebatch` returns the same rows in order, in batches within its bounds."""
+    rng = random.Random(seed)
+    pieces = [
+        make_batch([bytes(rng.randrange(0, 50)) for _ in range(n)], timestamps_ms=[NOW] * n)
+        for n in rows
+    ]
+    table = pa.Table.from_batches(pieces)
+    out = rebatch(table)
+    assert pa.Table.from_batches(out).equals(table.combine_chunks())
+    per_row = max(table.nbytes / table.num_rows, 1.0)
+    bound = min(max(int(REBATCH_TARGET_BYTES / per_row), 1), REBATCH_MAX_ROWS)
+    assert all(b.num_rows <= bound for b in out)
+    assert len(out) == -(-table.num_rows // bound)

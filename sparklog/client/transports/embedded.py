@@ -1,10 +1,11 @@
 """Embedded mode: the client reads and writes a storage root directly, no server.
 
 A flush writes ONE object per topic holding every partition's records
-(``Topic.write``), then commits each partition's segment with the idempotent
-producer's ``ProducerBatch`` so a retried flush never duplicates records.
-Partition logs are not thread-safe, so each backend keeps its own handles and
-serialises access per partition.
+(``Topic.write``), then ONE commit per shard touched (``Topic.commit``), as a
+broker's flush does: atomic across the shard's partitions, each partition's
+segment carrying the idempotent producer's ``ProducerBatch`` so a retried flush
+never duplicates records.  Shard logs are not thread-safe, so each backend keeps
+its own handles and serialises access per shard.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
     from sparklog.groups.coordinator import GroupCoordinator
     from sparklog.storage.log import PartitionLog
+    from sparklog.storage.segments import Segment
     from sparklog.storage.topics import Topic
 
 LONG_POLL_INTERVAL_S = 0.02
@@ -58,7 +60,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         self.root: LogRoot = open_root(url, storage_options, create=create)
         self._topic_api = self.root
         self._topics: dict[str, Topic] = {}
-        self._locks: dict[TopicPartition, threading.Lock] = {}
+        self._locks: dict[tuple[str, int], threading.Lock] = {}  # per (topic, shard)
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._coordinator: GroupCoordinator | None = None
@@ -105,9 +107,12 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                 log = self._topic(name, refresh=True).partition(partition)
             else:
                 raise
+        return log, self._shard_lock(name, log.shard.shard)
+
+    def _shard_lock(self, topic: str, shard: int) -> threading.Lock:
+        """The lock of one shard log: its partitions' views share the log, so they share it."""
         with self._lock:
-            lock = self._locks.setdefault(TopicPartition(name, partition), threading.Lock())
-        return log, lock
+            return self._locks.setdefault((topic, shard), threading.Lock())
 
     # -- topics ------------------------------------------------------------------
     def list_topics(self) -> list[str]:
@@ -156,45 +161,76 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         producer: ProducerIdentity | None = None,
         compression: str | None = None,
     ) -> dict[int, ProduceResult]:
+        """Write ONE object for the flush, then ONE commit per shard touched.
+
+        The same two steps as a broker's flush (DESIGN.md §3): requests per flush
+        do not grow with the partition count, and each shard's partitions land
+        together or not at all.  An idempotent producer's batch of each partition
+        carries its own sequence, so a retried flush is recognised per partition.
+        """
         from sparklog.storage.log import ProducerBatch
 
         compression = compression or "none"
         handle = self._topic(topic)
         try:
-            staged = handle.write(parts, compression)
+            staged = self._write(handle, parts, compression)
         except Exception as exc:
             if getattr(exc, "code", "") != "UNKNOWN_TOPIC":
                 raise
             handle = self._topic(topic, refresh=True)  # partitions added or topic recreated
-            staged = handle.write(parts, compression)
-
-        def commit(p: int) -> tuple[int, ProduceResult]:
-            log, lock = self._log(topic, p)
-            seg = staged[p]
-            batch = None
-            if producer is not None:
-                batch = ProducerBatch(
+            staged = self._write(handle, parts, compression)
+        results = {p: ProduceResult(-1, 0) for p in parts if p not in staged}  # empty input
+        producers = None
+        if producer is not None:
+            producers = {
+                p: ProducerBatch(
                     producer.producer_id,
                     producer.producer_epoch,
                     producer.sequences[p],
                     seg.record_count,
                 )
-            with lock:
-                result = log.append([seg], producer=batch)
-            return p, ProduceResult(result.base_offset, result.record_count, result.duplicate)
+                for p, seg in staged.items()
+            }
+        by_shard: dict[int, dict[int, Segment]] = {}
+        for p, seg in staged.items():
+            by_shard.setdefault(handle.info.shard_of(p), {})[p] = seg
 
-        results: dict[int, ProduceResult] = {}
-        for p in parts:
-            if p not in staged:  # empty input for that partition
-                results[p] = ProduceResult(-1, 0)
-        todo = [p for p in parts if p in staged]
-        if len(todo) > 1 and not self.root.store.is_local:
+        def commit(shard: int) -> dict[int, ProduceResult]:
+            appends = by_shard[shard]
+            with self._shard_lock(topic, shard):
+                landed = handle.commit(
+                    appends,
+                    producers={p: b for p, b in (producers or {}).items() if p in appends},
+                )
+            return {
+                p: ProduceResult(r.base_offset, r.record_count, r.duplicate)
+                for p, r in landed.items()
+            }
+
+        shards = sorted(by_shard)
+        if len(shards) > 1 and not self.root.store.is_local:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(8, thread_name_prefix="sparklog-commit")
-            results.update(self._pool.map(commit, todo))
+            for done in self._pool.map(commit, shards):
+                results.update(done)
         else:
-            results.update(commit(p) for p in todo)
+            for shard in shards:
+                results.update(commit(shard))
         return results
+
+    @staticmethod
+    def _write(
+        handle: Topic,
+        parts: Mapping[int, Sequence[pa.RecordBatch | pa.Table]],
+        compression: str,
+    ) -> dict[int, Segment]:
+        """The flush's one object (locally, each shard's next commit file is made meanwhile)."""
+        import contextlib
+
+        with contextlib.ExitStack() as preparing:
+            for s in sorted({handle.info.shard_of(p) for p in parts if 0 <= p < handle.partitions}):
+                preparing.enter_context(handle.shard(s).preparing_commit())
+            return handle.write(parts, compression)
 
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
