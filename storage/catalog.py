@@ -328,12 +328,6 @@ class LogRoot:
     ) -> TopicInfo:
         """Set (and remove, returning to defaults) topic config keys."""
         parsed = validate_config(updates)
-        fixed = [k for k in (*parsed, *remove) if k in FIXED_AT_CREATION]
-        if fixed:
-            raise InvalidConfigurationError(
-                f"topic config {fixed[0]!r} is fixed when the topic is created; accepted: "
-                f"changes to other keys"
-            )
         unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
         if unknown:
             raise InvalidConfigurationError(
@@ -341,6 +335,18 @@ class LogRoot:
             )
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
+            # a fixed key may be restated with its value (Kafka tools send the whole set)
+            now = effective_config(doc["config"])
+            fixed = [
+                k
+                for k in (*parsed, *remove)
+                if k in FIXED_AT_CREATION and (k in remove or parsed[k] != now[k])
+            ]
+            if fixed:
+                raise InvalidConfigurationError(
+                    f"topic config {fixed[0]!r} is fixed when the topic is created; accepted: "
+                    f"changes to other keys"
+                )
             config = {k: v for k, v in doc["config"].items() if k not in remove}
             config.update(parsed)
             doc["config"] = config

@@ -23,6 +23,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.storage.catalog import FIXED_AT_CREATION
 
 TOPIC = 2
 BROKER = 4
@@ -208,8 +209,8 @@ def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
                         f"config operation {op} on {c.name!r} is not accepted; accepted: 0 "
                         "(set), 1 (delete)"
                     )
-            if not incremental:  # AlterConfigs replaces the whole set
-                remove = sorted(set(current) - set(updates))
+            if not incremental:  # AlterConfigs replaces the whole set of alterable keys
+                remove = sorted(set(current) - set(updates) - set(FIXED_AT_CREATION))
             if not request.validate_only:
                 ctx.broker.alter_topic_config(name, updates, remove)
         except SparklogError as exc:

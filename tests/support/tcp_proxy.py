@@ -21,9 +21,7 @@ Only the test process uses it; every socket it opens is closed by :meth:`stop`.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import re
 import selectors
 import socket
 import struct
@@ -32,19 +30,6 @@ import time
 from dataclasses import dataclass, field
 
 MODES = ("pass", "delay", "drop", "reset", "cut", "blackhole")
-_REQUEST_LINE = re.compile(rb"^(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1\.[01]$")
-
-
-def request_kind(first_line: bytes) -> str | None:
-    """An S3 request's billing kind from its HTTP request line (LIST is a GET of a bucket
-    with ``list-type`` or ``prefix``); None if the bytes are not a request line."""
-    found = _REQUEST_LINE.match(first_line)
-    if found is None:
-        return None
-    method, target = found.group(1).decode(), found.group(2)
-    if method == "GET" and re.search(rb"[?&](list-type|prefix|delimiter)=", target):
-        return "LIST"
-    return method
 
 
 @dataclass
@@ -71,8 +56,6 @@ class FaultProxy:
     _mute: tuple[bytes, bytes, int] = (b"", b"", 0)
     muted_requests: int = 0
     _answers_to_lose: int = 0
-    #: requests forwarded, by kind (GET, PUT, LIST, DELETE, HEAD, POST): what S3 bills
-    requests: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def mute_next(self, method: bytes, path_part: bytes, count: int = 1) -> None:
         """Forward the next ``count`` requests ``method ...path_part...`` but lose their answers."""
@@ -196,11 +179,6 @@ class FaultProxy:
             return
         if mode == "delay" and self.delay_ms:
             time.sleep(self.delay_ms / 1000)
-        if upward:
-            kind = request_kind(data.split(b"\r\n", 1)[0])
-            if kind is not None:
-                with self._lock:
-                    self.requests[kind] += 1
         if upward and self._mute[2] > 0:
             first_line = data.split(b"\r\n", 1)[0]
             method, part, left = self._mute
