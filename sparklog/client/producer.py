@@ -32,6 +32,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicError,
 )
+from sparklog.retry import retrying
 from sparklog.storage.records import HEADER_TYPE, TIMESTAMP_TYPE
 from sparklog.topic_partition import TopicPartition
 
@@ -185,6 +186,15 @@ class _FutureBase:
     def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _FutureBase:
         self.add_callback(fn, *args, **kwargs)
         return self.add_errback(fn, *args, **kwargs)
+
+
+def _failed_future(
+    topic: str, partition: int | None, timestamp_ms: int | None, error: SparklogError
+) -> FutureRecordMetadata:
+    completion = _Completion()
+    completion.resolve(-1, error)
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    return FutureRecordMetadata(completion, 0, topic, -1 if partition is None else partition, ts)
 
 
 class FutureRecordMetadata(_FutureBase):
@@ -399,11 +409,27 @@ class Producer:
 
     # -- metadata ------------------------------------------------------------------
     def _layout(self, topic: str, *, refresh: bool = False) -> tuple[int, int]:
-        """(partition count, max.message.bytes) of ``topic``, cached metadata_max_age_ms."""
+        """(partition count, max.message.bytes) of ``topic``, cached metadata_max_age_ms.
+
+        Kafka's contract: a refresh that cannot reach the cluster (a retriable error)
+        keeps the cached metadata; with none cached, the lookup is retried for up to
+        ``max_block_ms`` and then fails with the last error.
+        """
         cached = self._layouts.get(topic)
         now = time.monotonic()
         if cached is None or refresh or now - cached[2] > self.config["metadata_max_age_ms"] / 1000:
-            layout = self._backend.topic_layout(topic)
+            try:
+                layout = self._backend.topic_layout(topic)
+            except SparklogError as exc:
+                if not exc.retriable:
+                    raise
+                if cached is not None and not refresh:
+                    log.info("metadata refresh of %r failed; using cached metadata: %s", topic, exc)
+                    return cached[0], cached[1]
+                layout = retrying(
+                    lambda: self._backend.topic_layout(topic),
+                    deadline_ms=self.config["max_block_ms"],
+                )
             cached = (layout.partitions, layout.max_message_bytes, now)
             self._layouts[topic] = cached
         return cached[0], cached[1]
@@ -456,7 +482,13 @@ class Producer:
         key_bytes = _to_bytes("key", key)
         value_obj = value if isinstance(value, dict) else _to_bytes("value", value)
         header_rows = _headers(headers)
-        count, max_bytes = self._layout(topic)
+        try:
+            count, max_bytes = self._layout(topic)
+        except SparklogError as exc:
+            if not exc.retriable:
+                raise
+            # no metadata within max_block_ms: the future fails, send() does not raise
+            return _failed_future(topic, partition, timestamp_ms, exc)
         size = (len(key_bytes) if key_bytes else 0) + (
             len(value_obj) if isinstance(value_obj, bytes) else 64
         )

@@ -1,0 +1,242 @@
+"""Scale of the control plane: costs against topics, partitions, brokers, groups and members.
+
+Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,members]
+                                             [--idle-topics 100] [--window-s 10]
+
+Sections (each prints a table; ratios are against the section's first row,
+measured in the same run):
+
+* ``metadata``: Metadata latency through a broker process on a local root, by
+  Kafka (confluent-kafka ``list_topics``) and by Flight (``BrokerClient.metadata``),
+  for 10, 100, 1,000 topics of 4 partitions and one topic of 1, 64, 1,024, 4,096
+  partitions (median of 5; target: 1,000 x 4 within 0.5 s, growing linearly);
+* ``idle``: requests per second by kind of 1, 3, 5 idle brokers on moto's S3
+  behind the counting proxy, with ``--idle-topics`` topics, and the monthly bill
+  at S3 list prices (target: 0 LIST; 3 brokers with 1,000 topics <= 10/s);
+* ``groups``: requests per heartbeat and per offset commit of 1, 50, 500 groups
+  at an in-memory coordinator on S3, and the bill of each committing once a
+  second (target: 0 per heartbeat, 1 per commit);
+* ``members``: time for a group of 1, 10, 50 members (threads, one coordinator
+  in memory) to reach one stable assignment, in session timeouts (target <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
+from sparklog.groups.coordinator import GroupCoordinator  # noqa: E402
+from sparklog.storage import open_root  # noqa: E402
+from tests.broker_lite.members import Member  # noqa: E402
+from tests.support.brokers import Cluster  # noqa: E402
+from tests.support.counting_s3 import CountingProxy  # noqa: E402
+from tests.support.s3 import MotoS3  # noqa: E402
+
+PUT_PRICE_PER_1000 = 0.005  # PUT, COPY, POST, LIST
+GET_PRICE_PER_1000 = 0.0004  # GET, HEAD
+SECONDS_PER_MONTH = 30 * 24 * 3600
+
+
+def monthly_bill(per_second: Counter[str]) -> float:
+    expensive = sum(per_second[k] for k in ("PUT", "POST", "LIST", "COPY"))
+    cheap = sum(per_second[k] for k in ("GET", "HEAD"))
+    return (expensive * PUT_PRICE_PER_1000 + cheap * GET_PRICE_PER_1000) / 1000 * SECONDS_PER_MONTH
+
+
+def median_s(call: Callable[[], object], runs: int = 5) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+# -- metadata --------------------------------------------------------------------------------
+def metadata_section() -> None:
+    from confluent_kafka.admin import AdminClient
+
+    print("\n## Metadata latency (broker process, local root), median of 5")
+    print("| topics x partitions | Kafka list_topics ms | Flight metadata ms | per partition us |")
+    print("|---|---|---|---|")
+    for topics, partitions in ((10, 4), (100, 4), (1000, 4), (1, 1), (1, 64), (1, 1024), (1, 4096)):
+        with tempfile.TemporaryDirectory() as work:
+            root_url = f"file://{work}/root"
+            root = open_root(root_url, create=True)
+            for i in range(topics):
+                root.create_topic(f"t{i}", partitions)
+            cluster = Cluster(Path(work), root_url)
+            try:
+                cluster.start(1, lease_timeout_ms=30_000)
+                cluster.wait_live(1)
+                admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+                admin.list_topics(timeout=60)  # connect
+                kafka_s = median_s(lambda admin=admin: admin.list_topics(timeout=60))
+                with BrokerClient(cluster.bootstrap) as client:
+                    flight_s = median_s(lambda client=client: client.metadata(None))
+            finally:
+                cluster.stop()
+        per = kafka_s / (topics * partitions) * 1e6
+        print(
+            f"| {topics} x {partitions} | {kafka_s * 1000:.1f} | {flight_s * 1000:.1f} "
+            f"| {per:.1f} |"
+        )
+
+
+# -- idle brokers ----------------------------------------------------------------------------
+def idle_section(moto: MotoS3, topics: int, window_s: float) -> None:
+    print(f"\n## Idle brokers on S3 (moto behind the counting proxy), {topics} topics x 4")
+    print("| brokers | GET/s | PUT/s | LIST/s | DELETE/s | all/s | $/month |")
+    print("|---|---|---|---|---|---|---|")
+    for brokers in (1, 3, 5):
+        proxy = CountingProxy(moto.endpoint_url)
+        root_url = moto.fresh_root()
+        options = proxy.storage_options()
+        root = open_root(root_url, options, create=True)
+        for i in range(topics):
+            root.create_topic(f"t{i}", 4, {"commit.shards": 1})
+        with tempfile.TemporaryDirectory() as work:
+            cluster = Cluster(Path(work), root_url, options)
+            try:
+                for b in range(1, brokers + 1):
+                    cluster.start(
+                        b,
+                        lease_interval_ms=1000,
+                        lease_timeout_ms=6000,
+                        metadata_refresh_ms=1000,
+                        fetch_refresh_ms=200,
+                    )
+                cluster.wait_live(brokers)
+                time.sleep(3)  # let start-up reads finish
+                before = proxy.snapshot()
+                time.sleep(window_s)
+                after = proxy.snapshot()
+            finally:
+                cluster.stop()
+                proxy.close()
+        after.subtract(before)
+        rate = Counter({k: v / window_s for k, v in after.items()})
+        total = sum(rate.values())
+        print(
+            f"| {brokers} | {rate['GET']:.2f} | {rate['PUT']:.2f} | {rate['LIST']:.2f} "
+            f"| {rate['DELETE']:.2f} | {total:.2f} | {monthly_bill(rate):.2f} |"
+        )
+
+
+# -- groups ----------------------------------------------------------------------------------
+def groups_section(moto: MotoS3) -> None:
+    print("\n## Groups at an in-memory coordinator on S3: requests per operation")
+    print("| groups | per heartbeat | per offset commit | $/month, each committing 1/s |")
+    print("|---|---|---|---|")
+    for groups in (1, 50, 500):
+        proxy = CountingProxy(moto.endpoint_url)
+        url = moto.fresh_root()
+        open_root(url, proxy.storage_options(), create=True).create_topic("t", 4)
+        root = open_root(url, proxy.storage_options(), metadata_max_staleness_ms=None)
+        coordinator = GroupCoordinator(root, in_memory=True, min_session_timeout_ms=100)
+        members = {}
+        for g in range(groups):
+            joined = coordinator.join_group(f"g{g}", "", ["t"], session_timeout_ms=30_000)
+            coordinator.sync_group(f"g{g}", joined.generation, joined.member_id)
+            members[g] = joined
+            coordinator.commit_offsets(f"g{g}", joined.generation, joined.member_id, {("t", 0): 0})
+        before = proxy.snapshot()
+        for g, joined in members.items():
+            coordinator.heartbeat(f"g{g}", joined.generation, joined.member_id)
+        beats = proxy.snapshot()
+        for g, joined in members.items():
+            coordinator.commit_offsets(f"g{g}", joined.generation, joined.member_id, {("t", 0): 1})
+        after = proxy.snapshot()
+        proxy.close()
+        beat_cost = beats.copy()
+        beat_cost.subtract(before)
+        commit_cost = after.copy()
+        commit_cost.subtract(beats)
+        per_commit = Counter({k: v / groups for k, v in commit_cost.items()})
+        print(
+            f"| {groups} | {sum(beat_cost.values()) / groups:.2f} "
+            f"| {sum(per_commit.values()):.2f} ({dict(+per_commit)}) "
+            f"| {monthly_bill(Counter({k: v * groups for k, v in per_commit.items()})):.2f} |"
+        )
+
+
+# -- members ---------------------------------------------------------------------------------
+def members_section(session_ms: int) -> None:
+    print(f"\n## One group's members reaching a stable assignment (session {session_ms} ms)")
+    print("| members | seconds | session timeouts |")
+    print("|---|---|---|")
+    for count in (1, 10, 50):
+        with tempfile.TemporaryDirectory() as work:
+            root = open_root(f"file://{work}/root", create=True)
+            root.create_topic("t", 64)
+            root = open_root(root.url, metadata_max_staleness_ms=None)
+            coordinator = GroupCoordinator(root, in_memory=True, min_session_timeout_ms=100)
+            start = time.monotonic()
+            members = [
+                Member(
+                    coordinator,
+                    "g",
+                    ["t"],
+                    session_timeout_ms=session_ms,
+                    rebalance_timeout_ms=session_ms,
+                    heartbeat_s=session_ms / 3000,
+                ).start()
+                for _ in range(count)
+            ]
+            done = threading.Event()
+            while not done.is_set() and time.monotonic() - start < 10 * session_ms / 1000:
+                gens = {m.generation for m in members}
+                owned = sorted(tp for m in members for tp in m.assignment)
+                if len(gens) == 1 and -1 not in gens and owned == [("t", p) for p in range(64)]:
+                    done.set()
+                    break
+                time.sleep(0.05)
+            took = time.monotonic() - start
+            for m in members:
+                m.stop(leave=False)
+        shown = f"{took:.2f}" if done.is_set() else f"> {took:.0f} (not stable)"
+        print(f"| {count} | {shown} | {took / (session_ms / 1000):.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="metadata,idle,groups,members")
+    parser.add_argument("--idle-topics", type=int, default=100)
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--session-ms", type=int, default=10_000)
+    args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    print(f"# scale_bench (load at start {load()})")
+    if "metadata" in sections:
+        metadata_section()
+    moto = MotoS3.start() if sections & {"idle", "groups"} else None
+    try:
+        if moto is not None and "idle" in sections:
+            idle_section(moto, args.idle_topics, args.window_s)
+        if moto is not None and "groups" in sections:
+            groups_section(moto)
+    finally:
+        if moto is not None:
+            moto.stop()
+    if "members" in sections:
+        members_section(args.session_ms)
+    print(f"\n(load at end {load()})")
+
+
+if __name__ == "__main__":
+    main()
