@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from sparklog.broker_lite.broker_state import with_offsets
 from sparklog.broker_lite.produce import ProduceRequest, take_runs
-from sparklog.broker_lite.service import with_offsets
 from sparklog.broker_lite.tailcache import TailCache
 from sparklog.errors import OutOfOrderSequenceError
 from sparklog.storage import ProducerBatch, make_batch

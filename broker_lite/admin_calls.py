@@ -1,0 +1,184 @@
+"""The broker's metadata and admin calls: answered from the metadata log's image.
+
+Metadata, DescribeCluster and topic listings come from memory (no storage
+request); topic changes are appends to the cluster metadata log.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog import errors
+from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
+from sparklog.broker_lite.cluster import BrokerInfo
+from sparklog.errors import InvalidRequestError
+from sparklog.storage.catalog import TopicInfo, value_type_from_text, value_type_to_text
+from sparklog.storage.maintenance import delete_records
+
+log = logging.getLogger("sparklog.broker_lite.broker")
+
+
+class AdminCalls(BrokerState):
+    """Metadata from memory; topic creation, changes and deletion; DeleteRecords."""
+
+    def describe_cluster(self) -> dict[str, Any]:
+        assert self.cluster is not None
+        return {
+            "broker_id": self.config.broker_id,
+            "brokers": [
+                {
+                    "broker_id": b.broker_id,
+                    "location": b.location,
+                    "renewed_ms": b.renewed_ms,
+                    "kafka_address": b.kafka_address,
+                }
+                for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
+            ],
+        }
+
+    def metadata(
+        self, topics: Sequence[str] | None = None, *, sizes: bool = False
+    ) -> dict[str, Any]:
+        """Topics, partitions, leaders with locations, watermarks, configs: from memory.
+
+        Topics come from the cluster metadata log's image, leaders from the live
+        set; no storage request is made, so the answer costs O(partitions) CPU and
+        survives a storage outage.  Watermarks are those this broker holds (the
+        partitions it leads, as of its last commit or refresh); -1 where it holds
+        none (the partition's leader knows: ``list_offsets``).  ``sizes`` (an
+        explicit describe, never a client's routing) reads every partition's
+        watermarks and stored bytes from the root instead.
+        """
+        assert self.cluster is not None
+        names = list(topics) if topics is not None else self.root.list_topics()
+        out: dict[str, Any] = {}
+        damaged: dict[str, str] = {}
+        held: dict[tuple[str, str], dict[int, PartitionState]] = {}
+        with self._lock:
+            for key, st in self._partitions.items():
+                held.setdefault((key[0], key[1]), {})[key[2]] = st
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidRequestError(f"topic name {name!r} is not a string")
+            try:
+                info = self.root.describe_topic(name)
+            except errors.CorruptionError as exc:
+                if topics is not None:
+                    raise  # asked for by name: the caller learns why it cannot have it
+                damaged[name] = str(exc)[:500]  # listing all topics: one bad one hides no other
+                continue
+            out[name] = {
+                "name": name,
+                "topic_id": info.topic_id,
+                "partitions": self._partitions_metadata(
+                    info, held.get((name, info.topic_id), {}), sizes
+                ),
+                "config": info.config,
+                "value_schema": (
+                    value_type_to_text(info.value_type) if info.value_type is not None else None
+                ),
+            }
+        return {**self.describe_cluster(), "topics": out, "damaged_topics": damaged}
+
+    def _partitions_metadata(
+        self, info: TopicInfo, held: Mapping[int, PartitionState], sizes: bool
+    ) -> list[dict[str, Any]]:
+        assert self.cluster is not None
+        leaders: dict[int, BrokerInfo | None] = {}
+        out = []
+        for p in range(info.partitions):
+            shard = info.shard_of(p)
+            if shard not in leaders:
+                leaders[shard] = self.cluster.shard_leader(info.name, shard)
+            leader = leaders[shard]
+            if self.config.force_leader:
+                leader_id, location = self.config.broker_id, self.cluster.location
+            else:
+                leader_id = leader.broker_id if leader else -1
+                location = leader.location if leader else ""
+            entry = {
+                "partition": p,
+                "leader_id": leader_id,
+                "leader_location": location,
+                "replicas": self.cluster.shard_replicas(info.name, shard),
+            }
+            st = held.get(p)
+            if sizes:
+                entry.update(self._stored_sizes(info.name, p))
+            else:
+                hwm, lso = (-1, -1) if st is None else st.log.watermarks_in_memory()
+                entry.update(log_start_offset=lso, high_watermark=hwm)
+            out.append(entry)
+        return out
+
+    def _stored_sizes(self, name: str, partition: int) -> dict[str, int]:
+        """A partition's watermarks and stored bytes, read from the root if not fresh."""
+        st = self.partition_state(self.topic(name), partition)
+        with st.lock:
+            storage_call(lambda: st.refresh(self.config.fetch_refresh_ms / 1000))
+            return {
+                "log_start_offset": st.log.log_start_offset,
+                "high_watermark": st.log.high_watermark,
+                "size_bytes": sum(s.size_bytes for s in st.log.segments()),
+            }
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, Any] | None = None,
+        value_schema: str | None = None,
+    ) -> dict[str, Any]:
+        value_type = _schema_from_text(value_schema) if value_schema else None
+        info = storage_call(lambda: self.root.create_topic(name, partitions, config, value_type))
+        self._forget_topic(name)
+        return {"name": info.name, "topic_id": info.topic_id, "partitions": info.partitions}
+
+    def delete_topic(self, name: str) -> None:
+        storage_call(lambda: self.root.delete_topic(name))
+        self._forget_topic(name)
+
+    def alter_topic_config(
+        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        info = storage_call(lambda: self.root.alter_topic_config(name, updates, remove))
+        self._forget_topic(name)
+        return dict(info.config)
+
+    def add_partitions(self, name: str, total: int) -> int:
+        info = storage_call(lambda: self.root.add_partitions(name, total))
+        self._forget_topic(name)
+        return int(info.partitions)
+
+    def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords on a partition this broker leads: move the log start offset
+        up to ``before_offset`` (-1 = the high watermark), removing the segments wholly below
+        it (fenced by our leader epoch); return the new log start offset."""
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        self._check_leader(topic_name, partition)
+        with st.lock:
+            start = storage_call(
+                lambda: delete_records(st.log, before_offset, leader_epoch=st.epoch)
+            )
+        self.cache.drop(st.key)
+        return int(start)
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""
+        return secrets.randbits(62) | 1, 0
+
+
+def _schema_from_text(text: str) -> pa.DataType:
+    try:
+        return value_type_from_text(text)
+    except (ValueError, KeyError, pa.ArrowInvalid, TypeError) as exc:
+        raise InvalidRequestError(
+            f"value_schema is not accepted ({exc}); accepted: base64 of an Arrow IPC schema "
+            "with one struct field named 'value'"
+        ) from None

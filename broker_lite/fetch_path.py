@@ -1,0 +1,108 @@
+"""The broker's fetch path: long-poll fetches from the tail cache or the root; offsets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog import errors
+from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
+from sparklog.errors import InvalidRequestError, OffsetOutOfRangeError, SparklogError
+from sparklog.storage.records import OFFSET_FIELD
+
+log = logging.getLogger("sparklog.broker_lite.broker")
+
+
+class FetchPath(BrokerState):
+    """Fetches (tail cache first, then the root) and ListOffsets."""
+
+    def fetch(
+        self, topic_name: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
+    ) -> tuple[list[pa.RecordBatch], int, int, pa.Schema]:
+        """Records from ``offset`` (long-polling up to ``max_wait_ms`` at the head).
+
+        Returns (batches with an offset column, high watermark, log start offset, schema).
+        """
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidRequestError(f"offset {offset!r} is not an integer")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidRequestError(f"max_bytes={max_bytes!r} is not accepted; accepted: >= 1")
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        schema = pa.schema([OFFSET_FIELD, *topic.info.record_schema])
+        wait_s = max(min(int(max_wait_ms), self.config.fetch_max_wait_ms), 0) / 1000
+        refresh_s = self.config.fetch_refresh_ms / 1000
+        deadline = time.monotonic() + wait_s
+        refreshed = False
+        while True:
+            with st.lock:
+                if not refreshed and (
+                    offset >= st.log.high_watermark or offset < st.log.log_start_offset
+                ):
+                    # one probe of the shard log per fetch_refresh_ms, however many
+                    # partitions of the shard idle consumers wait on
+                    storage_call(lambda: st.refresh(refresh_s))
+                    refreshed = True
+                hwm, lso = st.log.high_watermark, st.log.log_start_offset
+            if offset < lso or offset > hwm:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {topic_name}-{partition}; valid: "
+                    f"[{lso}, {hwm}]",
+                    log_start_offset=lso,
+                    high_watermark=hwm,
+                )
+            if offset < hwm:
+                batches = self.cache.get(st.key, offset, max_bytes)
+                if batches is not None:
+                    self.metrics.fetch_source.labels("cache").inc(len(batches))
+                else:
+                    batches = self._read_root(st, offset, hwm, max_bytes)
+                    self.metrics.fetch_source.labels("root").inc(len(batches))
+                self.metrics.fetch_records.labels(topic_name).inc(sum(b.num_rows for b in batches))
+                self.metrics.fetch_bytes.labels(topic_name).inc(sum(b.nbytes for b in batches))
+                return batches, hwm, lso, schema
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set():
+                return [], hwm, lso, schema
+            with st.changed:
+                notified = st.changed.wait(min(remaining, refresh_s))
+            if not notified:
+                refreshed = False  # nothing of ours: look for other writers' commits
+
+    def _read_root(
+        self, st: PartitionState, offset: int, hwm: int, max_bytes: int
+    ) -> list[pa.RecordBatch]:
+        with st.reader_lock:
+            for attempt in range(2):
+                try:
+                    if attempt or st.reader.high_watermark < hwm:
+                        st.reader.refresh()
+                    self.metrics.root_requests.labels("read").inc()
+                    return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
+                except errors.OffsetOutOfRangeError as exc:
+                    if attempt:
+                        raise exc from None
+                except SparklogError as exc:
+                    raise exc from None
+        return []
+
+    def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        with st.lock:
+            storage_call(st.refresh)
+            if spec == "earliest":
+                return int(st.log.log_start_offset)
+            if spec == "latest":
+                return int(st.log.high_watermark)
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            with st.reader_lock:
+                storage_call(st.reader.refresh)
+                return int(storage_call(lambda: st.reader.offset_for_timestamp(spec)))
+        raise InvalidRequestError(
+            f"offset spec {spec!r} is not accepted; accepted: 'earliest', 'latest' or a "
+            "timestamp in ms"
+        )

@@ -1,0 +1,130 @@
+"""The broker's leadership role: its lease, the shards it leads, the groups it coordinates.
+
+Leadership per shard comes from the live set (:mod:`sparklog.broker_lite.cluster`);
+this role renews the lease, follows changes of the live set and of the topics,
+opens the logs of newly led partitions and keeps followers warm.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sparklog import errors
+from sparklog.broker_lite.broker_state import BrokerState, storage_call
+from sparklog.broker_lite.cluster import BrokerInfo, rendezvous_weight
+from sparklog.broker_lite.logs import fields
+from sparklog.errors import NotCoordinatorError, SparklogError
+from sparklog.storage import Topic
+from sparklog.topic_partition import TopicPartition
+
+log = logging.getLogger("sparklog.broker_lite.broker")
+
+
+class LeadershipRole(BrokerState):
+    """Lease renewal, led partitions, warm followers, group coordination."""
+
+    def _lease_loop(self) -> None:
+        """Renew our lease, and nothing else: no other work may delay it.
+
+        Every store call in it has a deadline inside the lease timeout and it takes
+        no lock that store I/O holds, so only an outage of the store ends our lease.
+        """
+        interval = self.config.lease_interval_ms / 1000
+        assert self.cluster is not None
+        while not self._stopping.wait(interval):
+            try:
+                self.cluster.renew()
+            except SparklogError as exc:
+                log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
+
+    def _update_leadership(self) -> None:
+        assert self.cluster is not None
+        live = self.cluster.live()
+        self.metrics.live_brokers.set(len(live))
+        led: set[TopicPartition] = set()
+        for name in storage_call(self.root.list_topics):
+            try:
+                topic = self.topic(name)
+            except errors.CorruptionError as exc:
+                self._report_damaged(name, exc)
+                continue
+            except SparklogError:
+                continue
+            self.damaged_topics.pop(name, None)
+            led.update(
+                TopicPartition(name, p)
+                for p in range(topic.partitions)
+                if self.cluster.is_leader(name, p)
+            )
+            if self.config.replication_factor > 1:
+                self._warm_followers(topic)
+        gained, lost = led - self._led, self._led - led
+        self._load_led(gained)
+        if gained or lost:
+            self.metrics.leadership_changes.inc(len(gained) + len(lost))
+            log.info(
+                "leadership changed",
+                extra=fields(gained=sorted(gained)[:50], lost=sorted(lost)[:50], live=sorted(live)),
+            )
+        for name, p in lost:
+            for key, st in list(self._partitions.items()):
+                if key[0] == name and key[2] == p:
+                    # No st.lock: a commit holds it across store I/O.  The next commit
+                    # bumps the epoch again (a stale one is fenced and bumped anyway).
+                    st.epoch = None
+                    self.cache.drop(key)
+        self._led = led
+        self.metrics.led_partitions.set(len(led))
+
+    def _load_led(self, gained: set[TopicPartition]) -> None:
+        """Open the logs of partitions we now lead (here, off the request path), so Metadata
+        answers their watermarks from memory."""
+        for name, p in sorted(gained):
+            try:
+                st = self.partition_state(self.topic(name), p)
+                with st.lock:
+                    st.log.high_watermark  # noqa: B018  (opens the shard log once)
+            except SparklogError as exc:
+                log.warning(
+                    "could not open a led partition",
+                    extra=fields(topic=name, partition=p, error=str(exc)[:300]),
+                )
+
+    def _warm_followers(self, topic: Topic) -> None:
+        """Keep the logs of partitions we follow loaded, so a takeover starts at once."""
+        assert self.cluster is not None
+        me = self.cluster.broker_id
+        for p in range(topic.partitions):
+            replicas = self.cluster.replicas(topic.name, p)
+            if me in replicas[1:]:
+                st = self.partition_state(topic, p)
+                if st.lock.acquire(blocking=False):  # busy means loaded: skip, never wait
+                    try:
+                        st.refresh()
+                    finally:
+                        st.lock.release()
+
+    def led_partitions(self) -> set[TopicPartition]:
+        return set(self._led)
+
+    def coordinator_of(self, group: str) -> BrokerInfo | None:
+        """The live broker coordinating ``group`` (highest rendezvous weight)."""
+        assert self.cluster is not None
+        live = self.cluster.live()
+        if not live:
+            return None
+        return live[max(live, key=lambda b: rendezvous_weight(group, 0, b))]
+
+    def check_coordinator(self, group: str) -> None:
+        """Refuse a group this broker does not coordinate, naming the one that does."""
+        if self.config.force_leader or self.cluster is None:
+            return
+        owner = self.coordinator_of(group)
+        if owner is not None and owner.broker_id == self.config.broker_id:
+            return
+        where = f"broker {owner.broker_id} at {owner.location}" if owner else "no live broker"
+        raise NotCoordinatorError(
+            f"group {group!r} is coordinated by {where}, not by broker {self.config.broker_id}",
+            coordinator_id=owner.broker_id if owner else -1,
+            coordinator_location=owner.location if owner else "",
+        )

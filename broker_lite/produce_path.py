@@ -1,0 +1,411 @@
+"""The broker's produce path: batching per topic, one object per flush, commits per shard.
+
+Requests are checked for leadership once per shard and normalised once, gathered
+by :class:`sparklog.broker_lite.produce.TopicBatcher` for ``linger_ms``, written as
+one object and committed shard by shard under this broker's leader epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call, with_offsets
+from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.produce import (
+    ProduceItem,
+    ProduceOutcome,
+    ProduceRequest,
+    Run,
+    TopicBatcher,
+    duplicate_outcome,
+)
+from sparklog.errors import FencedError as LeaderEpochFenced
+from sparklog.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    NotLeaderError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    SparklogError,
+)
+from sparklog.storage import ProducerBatch, Topic
+from sparklog.storage.topics import Normalized
+
+log = logging.getLogger("sparklog.broker_lite.broker")
+ACKS = ("0", "1", "all")
+
+
+class ProducePath(BrokerState):
+    """Produce requests: leadership checks, batching, writing and committing."""
+
+    def produce(
+        self,
+        topic_name: str,
+        items: Sequence[tuple[int, pa.RecordBatch | pa.Table]],
+        *,
+        acks: str = "all",
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        base_sequence: int | None = None,
+        compression: str | None = "none",
+    ) -> list[ProduceOutcome]:
+        """Validate, enqueue and (unless acks=0) wait for the commit of each item.
+
+        The whole request is refused if any item is invalid (nothing enqueued);
+        an idempotent request's sequences run on from ``base_sequence`` across
+        its items, in order.
+        """
+        idempotent = producer_id is not None
+        if idempotent and (producer_epoch is None or base_sequence is None):
+            raise InvalidRequestError(
+                "an idempotent produce needs producer_id, producer_epoch and base_sequence"
+            )
+        each = []
+        sequence = base_sequence or 0
+        for partition, data in items:
+            producer = None
+            if idempotent:
+                assert producer_epoch is not None and producer_id is not None
+                producer = (producer_id, producer_epoch, sequence)
+                sequence += data.num_rows
+            each.append(ProduceItem(partition, data, producer))
+        outcomes = []
+        for outcome in self.produce_each(
+            topic_name, each, acks=acks, compression=compression, all_or_nothing=True
+        ):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            outcomes.append(outcome)
+        return outcomes
+
+    def produce_each(
+        self,
+        topic_name: str,
+        items: Sequence[ProduceItem],
+        *,
+        acks: str = "all",
+        compression: str | None = "none",
+        all_or_nothing: bool = False,
+    ) -> list[ProduceOutcome | BaseException]:
+        """Validate, enqueue and (unless acks=0) wait for each item: its outcome or its error.
+
+        Leadership is checked once per shard and the records are normalised once
+        per request (``Topic.normalize_many``), not once per partition: those
+        fixed costs (milliseconds each) no longer grow with the partition count.
+        ``all_or_nothing`` raises the first invalid item's error before anything
+        is enqueued (the Flight protocol); otherwise each item fails alone (Kafka).
+        """
+        if acks not in ACKS:
+            raise InvalidRequestError(f"acks={acks!r} is not accepted; accepted: 0, 1, all")
+        topic = self.topic(topic_name)
+        refused: dict[int, BaseException] = {}
+        leads: dict[int, bool] = {}  # shard -> whether this broker leads it
+        shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
+        for i, item in enumerate(items):
+            try:
+                self.partition_state(topic, item.partition)
+                shard = item.partition % shards
+                if shard not in leads:
+                    leads[shard] = False
+                    self._check_leader(topic_name, item.partition)
+                    leads[shard] = True
+                elif not leads[shard]:
+                    self._check_leader(topic_name, item.partition)  # this partition's error
+            except SparklogError as exc:
+                if all_or_nothing:
+                    raise exc from None
+                refused[i] = exc
+        valid = [i for i in range(len(items)) if i not in refused]
+        try:
+            normalized = dict(
+                zip(valid, topic.normalize_many([items[i].data for i in valid]), strict=True)
+            )
+        except SparklogError as exc:
+            if all_or_nothing:
+                raise exc from None
+            normalized = {}
+            for i in valid:  # the error path: find each item's own outcome
+                try:
+                    batches = topic.normalize(items[i].data)
+                except SparklogError as one:
+                    refused[i] = one
+                    continue
+                normalized[i] = Normalized(batches, sum(b.nbytes for b in batches))
+        requests: dict[int, ProduceRequest] = {}
+        size_bytes = 0
+        for i, (batches, size) in normalized.items():
+            item = items[i]
+            count = sum(b.num_rows for b in batches)
+            size_bytes += size
+            producer = None
+            if item.producer is not None:
+                producer = ProducerBatch(*item.producer, max(count, 1))
+            requests[i] = ProduceRequest(
+                item.partition, batches, count, size, producer, compression
+            )
+        limit = self.config.max_request_bytes
+        if all_or_nothing and size_bytes > limit:
+            raise InvalidRecordError(
+                f"produce request of {size_bytes} bytes exceeds max_request_bytes={limit}; "
+                "send smaller requests"
+            )
+        for i in [i for i, r in requests.items() if r.size_bytes > limit]:  # (Kafka: per item)
+            refused[i] = InvalidRecordError(
+                f"{topic_name}-{items[i].partition}: {requests.pop(i).size_bytes} bytes of "
+                f"records exceed max_request_bytes={limit}; send smaller requests"
+            )
+        pending = [requests[i] for i in sorted(requests)]
+        if acks == "0":
+            if pending:
+                self._batcher(topic_name).submit(pending)
+            for r in pending:
+                r.future.add_done_callback(_log_unacked_failure)
+            return [
+                refused[i] if i in refused else ProduceOutcome(-1, requests[i].record_count)
+                for i in range(len(items))
+            ]
+        if pending:
+            self.metrics.produce_waiting.inc()
+            try:
+                self._batcher(topic_name).submit(pending)
+                wait([r.future for r in pending])
+            finally:
+                self.metrics.produce_waiting.dec()
+        outcomes: list[ProduceOutcome | BaseException] = []
+        records = produced_bytes = 0
+        for i in range(len(items)):
+            if i in refused:
+                outcomes.append(refused[i])
+                continue
+            r = requests[i]
+            failure = r.future.exception()
+            if failure is not None:
+                outcomes.append(failure)
+                continue
+            outcomes.append(r.future.result())
+            records += r.record_count
+            produced_bytes += r.size_bytes
+        self.metrics.produce_records.labels(topic_name).inc(records)
+        self.metrics.produce_bytes.labels(topic_name).inc(produced_bytes)
+        return outcomes
+
+    def _batcher(self, topic_name: str) -> TopicBatcher:
+        with self._lock:
+            batcher = self._batchers.get(topic_name)
+            if batcher is None:
+                if self._stopping.is_set():
+                    raise NotLeaderError("broker is shutting down", leader_location="")
+                batcher = TopicBatcher(
+                    topic_name,
+                    lambda runs: self._flush(topic_name, runs),
+                    self.config.linger_ms,
+                    self.config.batch_bytes,
+                )
+                self._batchers[topic_name] = batcher
+            return batcher
+
+    def _flush(self, topic_name: str, runs: list[Run]) -> None:
+        """Write ONE object for every run of the flush, then ONE commit per shard touched."""
+        started = time.perf_counter()
+        try:
+            topic = self.topic(topic_name)
+        except SparklogError as exc:
+            _fail(runs, exc)
+            return
+        ready: list[Run] = []
+        for run in runs:
+            st = self.partition_state(topic, run.partition)
+            keep = []
+            with st.lock:
+                if st.epoch is None:  # not yet leading: others may have committed meanwhile
+                    try:
+                        st.refresh()
+                    except SparklogError as exc:
+                        _fail([run], exc)
+                        continue
+                for r in run.requests:
+                    if r.producer is not None:
+                        try:
+                            dup = duplicate_outcome(st.log, r.producer)
+                        except SparklogError as exc:
+                            r.future.set_exception(exc)
+                            continue
+                        if dup is not None:
+                            r.future.set_result(dup)
+                            continue
+                    keep.append(r)
+            if keep:
+                ready.append(Run(run.partition, keep))
+        if not ready:
+            return
+        compression = ready[0].requests[0].compression
+        if compression is None:  # the request named no codec: the broker's setting applies
+            compression = self.config.compression
+        try:
+            staged = topic.write(
+                {run.partition: run.batches for run in ready},
+                compression=compression,
+                validated=True,
+            )
+        except SparklogError as exc:
+            _fail(ready, exc)
+            return
+        except Exception as exc:
+            log.exception("object write failed", extra=fields(topic=topic_name))
+            _fail(ready, SparklogError(f"object write failed: {exc}"))
+            return
+        self.metrics.root_objects.inc()
+        self.metrics.root_requests.labels("object").inc()
+        by_shard: dict[int, list[Run]] = {}
+        shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
+        for run in ready:
+            if run.partition not in staged:  # only empty batches
+                st = self.partition_state(topic, run.partition)
+                for r in run.requests:
+                    r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
+                continue
+            by_shard.setdefault(run.partition % shards, []).append(run)
+        if len(by_shard) == 1:  # one shard: commit on this thread, no hand-off
+            for shard_runs in by_shard.values():
+                self._commit_shard(topic, shard_runs, staged)
+        else:
+            futures = [
+                self._pool.submit(self._commit_shard, topic, shard_runs, staged)
+                for shard_runs in by_shard.values()
+            ]
+            wait(futures)
+        self.metrics.flush_seconds.observe(time.perf_counter() - started)
+
+    def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:
+        """Commit the runs of one shard as one commit; resolve their requests."""
+        states = {run.partition: self.partition_state(topic, run.partition) for run in runs}
+        shard = states[runs[0].partition].shard
+        try:
+            with shard.lock:
+                runs, results = self._append_as_leader(topic, shard, runs, staged)
+        except SparklogError as exc:
+            _fail(runs, exc)
+            return
+        except Exception as exc:
+            log.exception("commit failed", extra=fields(topic=topic.name, shard=shard.key[2]))
+            _fail(runs, SparklogError(f"commit failed: {exc}"))
+            return
+        for run in runs:
+            result = results[run.partition]
+            offset = result.base_offset
+            for r in run.requests:
+                r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
+                offset += r.record_count
+            if not result.duplicate:
+                st = states[run.partition]
+                self.cache.add(
+                    st.key,
+                    result.base_offset,
+                    with_offsets(run.batches, result.base_offset),
+                    # the requests' sizes, known already (a slice's nbytes walks its buffers)
+                    size_bytes=sum(r.size_bytes + 8 * r.record_count for r in run.requests),
+                )
+                with st.changed:
+                    st.changed.notify_all()
+        with self._committed:
+            self.commits += 1
+            self._committed.notify_all()
+
+    def wait_for_commit(self, seen: int, timeout_s: float) -> None:
+        """Wait until this broker commits anything after ``seen`` (a value of
+        ``commits``), at most ``timeout_s``: a fetch long-polling several partitions
+        wakes on the first commit instead of polling them."""
+        with self._committed:
+            self._committed.wait_for(
+                lambda: self.commits != seen or self._stopping.is_set(), timeout_s
+            )
+
+    def _append_as_leader(
+        self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]
+    ) -> tuple[list[Run], dict[int, Any]]:
+        """Commit runs, bumping the shard's leader epoch first if we just became leader.
+
+        A run that an idempotent producer's state now refuses (another writer
+        moved the log since the pre-check) is failed alone; the others commit.
+        """
+        assert self.cluster is not None
+        for _ in range(4):
+            try:
+                if shard.epoch is None:
+                    shard.epoch = shard.log.bump_epoch()
+                    self.metrics.root_requests.labels("commit").inc()
+                    log.info(
+                        "took leadership",
+                        extra=fields(topic=topic.name, shard=shard.key[2], epoch=shard.epoch),
+                    )
+                started = time.perf_counter()
+                results = shard.log.append(
+                    {run.partition: [staged[run.partition]] for run in runs},
+                    leader_epoch=shard.epoch,
+                    producers={run.partition: run.producer for run in runs if run.producer},
+                )
+                self.metrics.commit_seconds.observe(time.perf_counter() - started)
+                self.metrics.root_requests.labels("commit").inc()
+                return runs, results
+            except (ProducerFencedError, OutOfOrderSequenceNumberError):
+                runs = self._drop_refused_runs(topic, runs)
+                if not runs:
+                    return runs, {}
+            except LeaderEpochFenced as exc:
+                log.warning(
+                    "fenced by a newer leader epoch",
+                    extra=fields(
+                        topic=topic.name,
+                        shard=shard.key[2],
+                        ours=shard.epoch,
+                        theirs=shard.log.leader_epoch,
+                        error=str(exc),
+                    ),
+                )
+                shard.epoch = None
+                for run in runs:
+                    self.cache.drop(self.partition_state(topic, run.partition).key)
+                if not self.config.force_leader:
+                    storage_call(self.cluster.refresh)
+                    for run in runs:
+                        self._check_leader(topic.name, run.partition)
+            except SparklogError as exc:
+                raise exc from None
+        raise NotLeaderError(
+            f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
+            leader_location="",
+        )
+
+    def _drop_refused_runs(self, topic: Topic, runs: list[Run]) -> list[Run]:
+        """Fail the runs the (refreshed) producer state refuses; keep the rest."""
+        keep = []
+        for run in runs:
+            batch = run.producer
+            if batch is None:
+                keep.append(run)
+                continue
+            try:
+                self.partition_state(topic, run.partition).log.duplicate_of(batch)
+                keep.append(run)
+            except SparklogError as exc:
+                _fail([run], exc)
+        return keep
+
+
+def _fail(runs: Sequence[Run], exc: BaseException) -> None:
+    for run in runs:
+        for r in run.requests:
+            if not r.future.done():
+                r.future.set_exception(exc)
+
+
+def _log_unacked_failure(future: Future[ProduceOutcome]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.warning("acks=0 produce failed", extra=fields(error=str(exc)))
