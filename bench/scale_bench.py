@@ -151,7 +151,7 @@ def groups_section(moto: MotoS3) -> None:
         coordinator = GroupCoordinator(root, in_memory=True, min_session_timeout_ms=100)
         members = {}
         for g in range(groups):
-            joined = coordinator.join_group(f"g{g}", "", ["t"], session_timeout_ms=30_000)
+            joined = coordinator.join_group(f"g{g}", "", ["t"], session_timeout_ms=1_800_000)
             coordinator.sync_group(f"g{g}", joined.generation, joined.member_id)
             members[g] = joined
             coordinator.commit_offsets(f"g{g}", joined.generation, joined.member_id, {("t", 0): 0})

@@ -14,6 +14,7 @@ from sparklog.groups.assignors import range_assign, roundrobin_assign, sticky_as
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import open_root
 from tests.broker_lite.members import Member, wait_stable
+from tests.support.counting_store import RequestCounter
 
 
 @pytest.fixture
@@ -150,3 +151,21 @@ def test_assignors():
         assert set(first[m]) <= set(second[m])
     assert sorted(tp for v in second.values() for tp in v) == [("t", p) for p in range(7)]
     assert abs(len(second["a"]) - len(second["b"])) <= 1
+
+
+def test_a_round_of_heartbeats_costs_o_members_reads_over_storage(root):
+    """Embedded (brokerless) groups keep heartbeats in the root; a round of heartbeats of m
+    members reads O(m) objects: the leader's heartbeat checks everyone, the others only
+    the leader (it was m reads per member, m² a round)."""
+    coords = [coordinator(root) for _ in range(10)]
+    members = [Member(coords[i], "g", ["t"], session_timeout_ms=30_000).start() for i in range(10)]
+    try:
+        generation = wait_stable(members, 6)
+    finally:
+        for m in members:
+            m.stop(leave=False)
+    counter = RequestCounter(root.store)
+    for i, m in enumerate(members):
+        coords[i].heartbeat("g", generation, m.member_id)
+    assert counter.counts["GET"] <= 4 * len(members), dict(counter.counts)
+    assert counter.counts["LIST"] == 0
