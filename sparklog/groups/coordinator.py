@@ -403,7 +403,10 @@ class GroupCoordinator:
         everyone's, so a round of heartbeats costs O(members) reads, not O(members²).
         """
         changed = False
-        if doc["state"] in (STABLE, COMPLETING) and doc["members"]:
+        # Kafka expires a silent member in every state: a crashed member must not hold a
+        # rebalance others started until its rebalance timeout (members waiting in a join
+        # are kept alive by that wait)
+        if doc["state"] in (STABLE, COMPLETING, PREPARING) and doc["members"]:
             watched = list(doc["members"])
             leader = doc["leader"]
             if not self.in_memory and caller not in (None, leader) and leader in doc["members"]:

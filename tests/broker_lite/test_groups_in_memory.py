@@ -84,3 +84,26 @@ def test_restored_members_that_never_come_back_expire_after_their_session(root):
     assert joined.member_id in second.group_state("g")["members"]  # one session to return
     wait_for(lambda: not second.group_state("g")["members"], 30, "the silent member to expire")
     assert second.group_state("g")["state"] == "Empty"
+
+
+def test_a_crashed_member_does_not_stall_a_rebalance_a_newcomer_started(root):
+    """B crashes (no leave), C joins before B's session ends: B is expelled after its
+    session timeout in PreparingRebalance too, so A and C settle long before the
+    60 s rebalance timeout (before: the group waited out B's rebalance timeout)."""
+    from tests.broker_lite.members import Member, wait_stable
+
+    coordinator = _coordinator(root)
+    timeouts = {"session_timeout_ms": 1_000, "rebalance_timeout_ms": 60_000}
+    a = Member(coordinator, "g", ["t"], **timeouts).start()
+    b = Member(coordinator, "g", ["t"], **timeouts).start()
+    try:
+        wait_stable([a, b], 4)
+        b.stop(leave=False)  # SIGKILL: no LeaveGroup, no more heartbeats
+        c = Member(coordinator, "g", ["t"], **timeouts).start()
+        try:
+            wait_stable([a, c], 4, timeout_s=20)
+            assert b.member_id not in coordinator.group_state("g")["members"]
+        finally:
+            c.stop()
+    finally:
+        a.stop()
