@@ -341,6 +341,11 @@ class UnknownMemberIdError(CommitFailedError, errno=25, code="UNKNOWN_MEMBER_ID"
     """The member id is not (or no longer) in the group: join with an empty id."""
 
 
+class FencedInstanceIdError(GroupError, errno=82, code="FENCED_INSTANCE_ID", canonical=True):
+    """Another member joined with this member's ``group.instance.id`` (KIP-345): this one
+    is fenced for good (a restarted or duplicate static member took its place)."""
+
+
 class InconsistentGroupProtocolError(
     GroupError, errno=23, code="INCONSISTENT_GROUP_PROTOCOL", canonical=True
 ):

@@ -150,6 +150,7 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms,
             protocol_metadata=protocols,
+            group_instance_id=getattr(request, "group_instance_id", None) or None,
         )
     except SparklogError as exc:
         return make(
@@ -169,7 +170,7 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
             make(
                 member_cls,
                 member_id=m,
-                group_instance_id=None,
+                group_instance_id=joined.instance_ids.get(m),
                 metadata=joined.member_metadata.get(m) or encode_subscription(list(ts)),
             )
             for m, ts in sorted(joined.members.items())
@@ -226,16 +227,20 @@ def handle_heartbeat(ctx: Any, request: Any) -> Any:
 
 def handle_leave_group(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(13, ctx.api_version)
-    ids = [request.member_id] if ctx.api_version < 3 else [m.member_id for m in request.members]
+    leaving = (
+        [(request.member_id, None)]
+        if ctx.api_version < 3
+        else [(m.member_id, getattr(m, "group_instance_id", None)) for m in request.members]
+    )
     results = []
     top = 0
-    for member in ids:
+    for member, instance in leaving:
         error = 0
         try:
-            ctx.broker.groups.leave_group(request.group_id, member)
+            ctx.broker.groups.leave_group(request.group_id, member or "", instance or None)
         except SparklogError as exc:
             error = top = errno_of(exc)
-        results.append((member, error))
+        results.append((member, instance, error))
     if ctx.api_version < 3:
         return make(cls, throttle_time=0, error_code=top)
     member_cls = nested(cls, "MemberResponse")
@@ -244,7 +249,7 @@ def handle_leave_group(ctx: Any, request: Any) -> Any:
         throttle_time=0,
         error_code=0,
         members=tuple(
-            make(member_cls, member_id=m, group_instance_id=None, error_code=e) for m, e in results
+            make(member_cls, member_id=m, group_instance_id=i, error_code=e) for m, i, e in results
         ),
     )
 
@@ -289,7 +294,7 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
                 make(
                     member_cls,
                     member_id=member,
-                    group_instance_id=None,
+                    group_instance_id=entry.get("instance_id"),
                     client_id=member,
                     client_host="",
                     member_metadata=base64.b64decode(metadata)

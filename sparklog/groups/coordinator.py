@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.errors import (
+    FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
@@ -60,6 +61,8 @@ MEMBER_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 CACHE_TRUST_S = 5.0
 #: State versions kept behind the newest (older ones are pruned).
 KEEP_VERSIONS = 100
+#: fenced static members (old member id -> instance id) a group remembers
+FENCED_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class JoinResult:
     protocol: str = ""
     #: Kafka clients' opaque metadata per member for ``protocol`` (None: a sparklog member)
     member_metadata: dict[str, bytes | None] = field(default_factory=dict)
+    #: each member's ``group.instance.id`` (KIP-345 static membership), None if dynamic
+    instance_ids: dict[str, str | None] = field(default_factory=dict)
 
 
 def _opaque(metadata: Mapping[str, str] | None, protocol: str) -> bytes | None:
@@ -458,7 +463,16 @@ class GroupCoordinator:
                 f"rebalance_timeout_ms={rebalance_timeout_ms!r} is not accepted; accepted: >= 1"
             )
 
+    def _check_fenced(self, doc: dict[str, Any], member_id: str) -> None:
+        instance = doc.get("fenced", {}).get(member_id)
+        if instance is not None:
+            raise FencedInstanceIdError(
+                f"member {member_id!r} of group {doc['group']!r} was replaced by a newer member "
+                f"with group.instance.id {instance!r}; this consumer must stop"
+            )
+
     def _check_generation(self, doc: dict[str, Any], generation: int, member_id: str) -> None:
+        self._check_fenced(doc, member_id)
         if member_id not in doc["members"]:
             raise UnknownMemberError(
                 f"member {member_id!r} is not in group {doc['group']!r}; join with an empty "
@@ -471,6 +485,68 @@ class GroupCoordinator:
                 generation=doc["generation"],
             )
 
+    def _join_result(self, doc: dict[str, Any], member: str, everyone: bool) -> JoinResult:
+        """A join's answer; ``everyone``: with every member's subscription and metadata."""
+        shown = doc["members"] if everyone else {member: doc["members"][member]}
+        return JoinResult(
+            generation=doc["generation"],
+            member_id=member,
+            leader_id=doc["leader"],
+            members={m: list(v["topics"]) for m, v in shown.items()},
+            protocol=doc["protocol"],
+            member_metadata={
+                m: _opaque(v.get("metadata"), doc["protocol"]) for m, v in shown.items()
+            },
+            instance_ids={m: v.get("instance_id") for m, v in shown.items()},
+        )
+
+    def _take_static_place(
+        self,
+        doc: dict[str, Any],
+        member: str,
+        instance_id: str,
+        topics: Sequence[str],
+        strategies: list[str],
+        opaque: dict[str, str] | None,
+    ) -> bool:
+        """KIP-345: ``member`` joins with ``instance_id``; fence any other member holding it.
+
+        True if ``member`` took the old member's place in a stable group with no
+        rebalance (same subscription, strategies and metadata); False if the join
+        must go on (the old member, if any, removed: a rebalance follows).
+        """
+        members = doc["members"]
+        old = next(
+            (m for m, e in members.items() if e.get("instance_id") == instance_id and m != member),
+            None,
+        )
+        if old is None:
+            return False
+        entry = members.pop(old)
+        fenced = doc.setdefault("fenced", {})
+        fenced[old] = instance_id
+        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
+            fenced.pop(stale)
+        same = (
+            entry["topics"] == sorted(set(topics))
+            and entry["strategies"] == strategies
+            and entry.get("metadata") == opaque
+        )
+        if doc["state"] == STABLE and same:
+            members[member] = entry
+            if doc["leader"] == old:
+                # the leader is told the members again (Kafka clients then send an
+                # assignment, which a Stable group ignores: everyone keeps theirs)
+                doc["leader"] = member
+            for key in ("assignment", "opaque_assignment", "previous_assignment"):
+                table = doc.get(key, {})
+                if old in table:
+                    table[member] = table.pop(old)
+            return True
+        for key in ("assignment", "opaque_assignment"):
+            doc.get(key, {}).pop(old, None)
+        return False
+
     # -- the protocol ------------------------------------------------------
     def join_group(
         self,
@@ -481,11 +557,16 @@ class GroupCoordinator:
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 30_000,
         protocol_metadata: Mapping[str, bytes] | None = None,
+        group_instance_id: str | None = None,
     ) -> JoinResult:
         """Join (or re-join) and wait until the rebalance completes; return the generation.
 
         ``protocol_metadata`` ({protocol name: opaque bytes}, in preference order) is a
         Kafka client's join: its protocols replace ``strategy`` and its leader assigns.
+        ``group_instance_id`` makes the member static (KIP-345): a member joining with
+        the id of one already in the group takes its place and fences it (its calls get
+        FENCED_INSTANCE_ID); in a stable group, with the same subscription and not the
+        it keeps that member's assignment with no rebalance.
         """
         state = self._doc(group)
         self._check_member_id(member_id)
@@ -518,11 +599,20 @@ class GroupCoordinator:
         new_member = not member_id
         member = member_id or f"member-{uuid.uuid4().hex[:16]}"
         self._touch(group, member)
+        took_over: list[bool] = [False]  # the last attempt kept a static member's place
 
         def join(doc: dict[str, Any]) -> dict[str, Any]:
             now = _now_ms()
+            took_over[0] = False
             self._maintain(group, doc, now)
             members = doc["members"]
+            self._check_fenced(doc, member)
+            if group_instance_id:
+                took_over[0] = self._take_static_place(
+                    doc, member, group_instance_id, topics, strategies, opaque
+                )
+                if took_over[0]:
+                    return doc
             if not new_member and member not in members:
                 raise UnknownMemberError(
                     f"member {member!r} is not in group {group!r} (expelled or left); join "
@@ -543,6 +633,7 @@ class GroupCoordinator:
                 "join_ms": previous["join_ms"] if previous else now,
                 "joined": True,
                 "metadata": opaque,
+                "instance_id": group_instance_id,
             }
             if doc["state"] != PREPARING:
                 self._start_rebalance(doc, now)
@@ -551,6 +642,8 @@ class GroupCoordinator:
             return doc
 
         start = self._storage(lambda: state.update(join))
+        if took_over[0]:  # a static member back in its place: no rebalance, same generation
+            return self._join_result(start, member, everyone=start["leader"] == member)
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
         last_touch = time.monotonic()
         while True:
@@ -561,17 +654,7 @@ class GroupCoordinator:
                     "again with an empty member id"
                 )
             if doc["state"] in (COMPLETING, STABLE) and doc["generation"] > start_generation:
-                return JoinResult(
-                    generation=doc["generation"],
-                    member_id=member,
-                    leader_id=doc["leader"],
-                    members={m: list(v["topics"]) for m, v in doc["members"].items()},
-                    protocol=doc["protocol"],
-                    member_metadata={
-                        m: _opaque(v.get("metadata"), doc["protocol"])
-                        for m, v in doc["members"].items()
-                    },
-                )
+                return self._join_result(doc, member, everyone=True)
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
                 # a newer rebalance began after ours completed unseen: join it too
                 self._storage(lambda: state.update(join))
@@ -661,6 +744,7 @@ class GroupCoordinator:
         """Keep the member alive; RebalanceInProgress means: join again now."""
         self._check_member_id(member_id)
         doc = self._current(group, member_id)
+        self._check_fenced(doc, member_id)
         if member_id not in doc["members"]:
             raise UnknownMemberError(f"member {member_id!r} is not in group {group!r}")
         if doc["state"] == PREPARING:
@@ -669,15 +753,32 @@ class GroupCoordinator:
         self._check_generation(doc, generation, member_id)
         self._touch(group, member_id)
 
-    def leave_group(self, group: str, member_id: str) -> None:
-        """Leave at once (no session timeout wait); the others rebalance."""
+    def leave_group(self, group: str, member_id: str, group_instance_id: str | None = None) -> None:
+        """Leave at once (no session timeout wait); the others rebalance.  A static member
+        may be named by its ``group_instance_id`` alone (Kafka's LeaveGroup v3+)."""
         state = self._doc(group)
         self._check_member_id(member_id)
 
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
-            if member_id not in doc["members"]:
+            self._check_fenced(doc, member_id)
+            leaving = member_id
+            if group_instance_id:
+                leaving = next(
+                    (
+                        m
+                        for m, e in doc["members"].items()
+                        if e.get("instance_id") == group_instance_id
+                    ),
+                    "",
+                )
+                if member_id and leaving and leaving != member_id:
+                    raise FencedInstanceIdError(
+                        f"group.instance.id {group_instance_id!r} of group {group!r} belongs "
+                        f"to member {leaving!r}, not {member_id!r}"
+                    )
+            if leaving not in doc["members"]:
                 return None
-            self._remove_members(doc, [member_id], _now_ms())
+            self._remove_members(doc, [leaving], _now_ms())
             return doc
 
         self._storage(lambda: state.update(leave))
