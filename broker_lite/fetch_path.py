@@ -93,7 +93,9 @@ class FetchPath(BrokerState):
         topic = self.topic(topic_name)
         st = self.partition_state(topic, partition)
         with st.lock:
-            storage_call(st.refresh)
+            # the log as held (a led partition's writes all pass here), re-read at most once
+            # per fetch_refresh_ms for brokerless writers (Spark, embedded producers)
+            storage_call(lambda: st.refresh(self.config.fetch_refresh_ms / 1000))
             if spec == "earliest":
                 return int(st.log.log_start_offset)
             if spec == "latest":
