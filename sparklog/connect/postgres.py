@@ -514,26 +514,25 @@ class PostgresSource:
         )
         return len(records)
 
-    # -- status -----------------------------------------------------------------------------
 
-    def slot_status(self) -> dict[str, Any]:
-        """The slot's confirmed LSN and how many WAL bytes it is behind the server."""
-        with _connect(self.config.dsn) as conn:
-            row = conn.execute(
-                "SELECT confirmed_flush_lsn::text, active, "
-                "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-                "FROM pg_replication_slots WHERE slot_name = %s",
-                (self.config.slot,),
-            ).fetchone()
-        if row is None:
-            return {"slot": self.config.slot, "exists": False}
-        return {
-            "slot": self.config.slot,
-            "exists": True,
-            "confirmed_lsn": row[0],
-            "active": row[1],
-            "lag_bytes": row[2],
-        }
+def slot_status(dsn: str, slot: str) -> dict[str, Any]:
+    """A slot's confirmed LSN and how many WAL bytes it is behind the server (its lag)."""
+    with _connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text, active, "
+            "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    if row is None:
+        return {"slot": slot, "slot_exists": False}
+    return {
+        "slot": slot,
+        "slot_exists": True,
+        "confirmed_lsn": row[0],
+        "slot_active": row[1],
+        "lag_bytes": row[2],
+    }
 
 
 def drop(dsn: str, slot: str, publication: str) -> None:
