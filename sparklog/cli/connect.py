@@ -55,7 +55,10 @@ def delta_sink(
     topic: str = typer.Option(..., "--topic", metavar="TOPIC", help="Topic to land"),
     table: str = typer.Option(..., "--table", metavar="URI", help="Delta table (path, s3://)"),
     value_format: str = typer.Option(
-        "auto", "--value-format", metavar="FMT", help="auto, typed, json (with --value-schema), raw"
+        "auto",
+        "--value-format",
+        metavar="FMT",
+        help="auto, typed, json or debezium (with --value-schema), raw",
     ),
     value_schema: str | None = typer.Option(
         None, "--value-schema", metavar="DDL", help="JSON values' schema: 'id INT, name STRING'"

@@ -23,7 +23,7 @@ from sparklog.errors import ConnectorConfigError
 
 log = logging.getLogger(__name__)
 
-VALUE_FORMATS = ("auto", "typed", "json", "raw")
+VALUE_FORMATS = ("auto", "typed", "json", "raw", "debezium")
 
 
 @dataclass
@@ -32,7 +32,10 @@ class DeltaForeachBatch:
 
     ``value_format``: ``auto`` (typed topics as their fields, bytes topics raw),
     ``typed``, ``json`` (needs ``value_schema``, a DDL string such as
-    ``"id INT, name STRING"``) or ``raw`` (one ``value`` column as the topic has it).
+    ``"id INT, name STRING"``), ``raw`` (one ``value`` column as the topic has it) or
+    ``debezium`` (a Debezium envelope's ``after`` row, ``value_schema`` being the
+    row's columns: with ``mode="upsert"`` a delete removes the row, so the Delta
+    table mirrors the source table).
     """
 
     table: str
@@ -49,9 +52,10 @@ class DeltaForeachBatch:
                 f"value format {self.value_format!r} not accepted; accepted: "
                 f"{', '.join(VALUE_FORMATS)}"
             )
-        if self.value_format == "json" and not self.value_schema:
+        if self.value_format in ("json", "debezium") and not self.value_schema:
             raise ConnectorConfigError(
-                "value format 'json' needs a value schema (DDL, e.g. 'id INT, name STRING')"
+                f"value format {self.value_format!r} needs a value schema (DDL, e.g. "
+                "'id INT, name STRING')"
             )
         if self.mode not in MODES:
             raise ConnectorConfigError(
@@ -80,7 +84,7 @@ class DeltaForeachBatch:
 def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = None) -> Any:
     """The rows a topic's DataFrame lands as: value columns, then the record's metadata."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, StructType
+    from pyspark.sql.types import BinaryType, StructField, StructType
 
     meta = [F.col(name[1:]).alias(name) for name in METADATA_COLUMNS]
     value_type = df.schema["value"].dataType
@@ -100,7 +104,7 @@ def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = N
     else:
         if not isinstance(value_type, BinaryType):
             raise ConnectorConfigError(
-                f"value format 'json' reads bytes values; this topic's value is "
+                f"value format {fmt!r} reads bytes values; this topic's value is "
                 f"{value_type.simpleString()} (use 'typed')"
             )
         schema = StructType.fromDDL(value_schema or "")
@@ -109,7 +113,12 @@ def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = N
                 f"value schema {value_schema!r} is not a list of fields ('id INT, name STRING')"
             )
         fields = [f.name for f in schema.fields]
-        value = F.from_json(F.col("value").cast("string"), schema)
+        text = F.col("value").cast("string")
+        if fmt == "debezium":
+            envelope = StructType([StructField("after", schema)])
+            value = F.from_json(text, envelope).getField("after")
+        else:
+            value = F.from_json(text, schema)
     clash = sorted(set(fields) & set(METADATA_COLUMNS))
     if clash:
         raise ConnectorConfigError(

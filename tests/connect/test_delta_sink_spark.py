@@ -126,3 +126,40 @@ def test_bad_settings_are_refused_naming_them(spark, tmp_path: Path) -> None:  #
         DeltaForeachBatch(str(tmp_path / "t"), app_id="a", value_format="json")
     with pytest.raises(ConnectorConfigError, match="mode 'merge' not accepted"):
         DeltaForeachBatch(str(tmp_path / "t"), app_id="a", mode="merge")  # type: ignore[arg-type]
+
+
+def test_postgres_table_mirrored_into_delta_through_a_topic(
+    spark,  # noqa: F811
+    postgres,
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL -> topic (Debezium records) -> Delta (upsert): Delta equals the table."""
+    import psycopg
+
+    from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
+
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, name text, qty int)")
+        conn.execute("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 50) g")
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    config = PostgresSourceConfig(postgres.dsn, ["items"], "pg", name="pg-items")
+    PostgresSource(root, config).run(until_caught_up=True)  # the snapshot
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET qty = qty * 10 WHERE id % 3 = 0")
+        conn.execute("DELETE FROM items WHERE id % 5 = 0")
+        conn.execute("INSERT INTO items VALUES (51, 'new', 1)")
+    PostgresSource(root, config).run(until_caught_up=True)  # the changes
+    table = str(tmp_path / "items_delta")
+    sink = DeltaForeachBatch(
+        table,
+        app_id="items",
+        value_format="debezium",
+        value_schema="id INT, name STRING, qty INT",
+        mode="upsert",
+    )
+    run_once(spark, sink, url, "pg.public.items", tmp_path / "ck")
+    with psycopg.connect(postgres.dsn) as conn:
+        expected = sorted(conn.execute("SELECT id, name, qty FROM items").fetchall())
+    landed = DeltaTable(table).to_pyarrow_table().select(["id", "name", "qty"])
+    assert sorted(tuple(r.values()) for r in landed.to_pylist()) == expected

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,13 @@ import pytest
 from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import open_root
-from tests.support.postgres import Postgres, running_postgres, why_unavailable
+from tests.support.postgres import Postgres
 from tests.support.waiting import wait_for
 
 psycopg = pytest.importorskip("psycopg")
 
 KILLS = int(os.environ.get("SPARKLOG_CONNECT_KILLS", "5"))
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    reason = why_unavailable()
-    if reason:
-        pytest.skip(reason)
-    with running_postgres() as server:
-        yield server
 
 
 def sql(pg: Postgres, *statements: str) -> None:
