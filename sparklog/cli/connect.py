@@ -21,7 +21,7 @@ from sparklog.errors import ConfigError, ConnectorConfigError
 connect_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Connectors: a topic into a Delta table, PostgreSQL changes into topics.",
+    help="Connectors: topic to Delta table, PostgreSQL to topics.",
 )
 
 
@@ -86,9 +86,9 @@ def delta_sink(
     ),
     once: bool = typer.Option(False, "--once", help="Land what is there, then stop"),
 ) -> None:
-    """Land a topic in a Delta table, exactly-once (Spark + delta-rs)."""
+    """Land a topic in a Delta table, exactly-once."""
     from sparklog.connect import state as connector_state
-    from sparklog.spark.delta_sink import DeltaForeachBatch, start_delta_sink
+    from sparklog.spark.delta_sink import DeltaForeachBatch, delta_sink_session, start_delta_sink
 
     root = _root(ctx)
     root.describe_topic(topic)  # an unknown topic: one line naming it
@@ -112,9 +112,7 @@ def delta_sink(
     connector_state.save(
         root, name, kind="delta-sink", topic=topic, table=table, checkpoint=checkpoint, mode=mode
     )
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"sparklog-{name}").getOrCreate()
+    spark = delta_sink_session(f"sparklog-{name}")
     st = state(ctx)
     options = {"root": root.url}
     options.update(_flatten("storage", st.storage_options))
@@ -162,7 +160,7 @@ def postgres_source(
     ),
     once: bool = typer.Option(False, "--once", help="Snapshot and changes so far, then stop"),
 ) -> None:
-    """Capture PostgreSQL tables' rows and changes into topics (Debezium's records)."""
+    """Capture PostgreSQL tables' changes into topics."""
     from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
 
     config = PostgresSourceConfig(
@@ -210,7 +208,7 @@ def connect_status(
         None, "--dsn", metavar="DSN", help="postgres-source: the connection (for the slot's lag)"
     ),
 ) -> None:
-    """A connector's settings and progress (a Delta table's last batch, a slot's lag)."""
+    """A connector's settings and progress."""
     from sparklog.connect import state as connector_state
 
     root = _root(ctx)

@@ -127,6 +127,13 @@ def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = N
     return df.select(*(value.getField(name).alias(name) for name in fields), *meta)
 
 
+def delta_sink_session(app_name: str) -> Any:
+    """The Spark session ``sparklog connect delta-sink`` runs in (spark-submit's, or local)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.appName(app_name).getOrCreate()
+
+
 def start_delta_sink(
     spark: Any,
     sink: DeltaForeachBatch,
