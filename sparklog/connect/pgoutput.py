@@ -106,12 +106,12 @@ class _Reader:
                 values.append(None)
             elif kind == "u":
                 values.append(UNCHANGED_TOAST)
-            elif kind in "tb":
+            elif kind == "t":
                 (size,) = self.unpack("i")
                 values.append(self.data[self.at : self.at + size].decode())
                 self.at += size
-            else:
-                raise ConnectorError(f"pgoutput: unknown tuple column kind {kind!r}")
+            else:  # 'b' (binary) is only sent when asked for, which the connector does not
+                raise ConnectorError(f"pgoutput: unexpected tuple column kind {kind!r}")
         return tuple(values)
 
 

@@ -29,6 +29,7 @@ Debezium does (:mod:`sparklog.connect.pg_types`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -142,6 +143,7 @@ class _Transaction:
     records: list[_Record] = field(default_factory=list)
 
 
+@functools.cache
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
