@@ -9,3 +9,18 @@
 * :mod:`sparklog.connect.state`: each connector's state document in the root, which
   ``sparklog connect list|status`` read.
 """
+
+
+def require(module: str) -> None:
+    """Import ``module`` (deltalake, psycopg) or say which extra installs it, in one line."""
+    import importlib
+
+    from sparklog.errors import ConnectorConfigError
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConnectorConfigError(
+            f"the connectors need {module!r}, which is not installed: "
+            "pip install 'sparklog[connect]'"
+        ) from None

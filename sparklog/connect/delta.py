@@ -23,6 +23,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.connect import require
 from sparklog.errors import ConnectorConfigError, ConnectorError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class DeltaTarget:
             )
 
     def _open(self) -> object | None:
+        require("deltalake")
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.connect import state
+from sparklog.connect import require, state
 from sparklog.connect.pg_types import DECIMAL_MODES, Converter
 from sparklog.connect.pgoutput import (
     Begin,
@@ -154,6 +154,7 @@ def _version() -> str:
 
 
 def _connect(dsn: str, **kwargs: Any) -> Any:
+    require("psycopg")
     import psycopg
 
     try:
