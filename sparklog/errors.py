@@ -393,6 +393,17 @@ class DataLossError(SparkSourceError, code="DATA_LOSS"):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
 
 
+# -- connectors (sparklog.connect: topic -> Delta table, PostgreSQL -> topic) ------------------
+
+
+class ConnectorError(SparklogError, code="CONNECTOR"):
+    """A connector cannot go on: its source or target refused, or its state is inconsistent."""
+
+
+class ConnectorConfigError(ConnectorError, InvalidConfigurationError):
+    """A connector setting is missing or wrong (an unreachable host, an unknown table)."""
+
+
 # Shorter names the clients have always used (one class each, not a second declaration).
 ConfigError = InvalidConfigurationError
 InvalidConfigError = InvalidConfigurationError

@@ -332,6 +332,9 @@ from sparklog.cli import delete_offsets as _delete_offsets  # noqa: E402
 from sparklog.cli import resets as _resets  # noqa: E402  (registers groups reset-offsets)
 
 _resets.register(groups_app)
+from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
+
+app.add_typer(_connect_app, name="connect")
 _delete_offsets.register(groups_app)
 
 

@@ -40,6 +40,11 @@ COMMANDS = [
     ["broker"],
     ["broker", "start"],
     ["demo"],
+    ["connect"],
+    ["connect", "delta-sink"],
+    ["connect", "postgres-source"],
+    ["connect", "list"],
+    ["connect", "status"],
 ]
 
 

@@ -59,7 +59,10 @@ def run_driver(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a killed driver, if any
     killed = proc.returncode == -signal.SIGKILL
-    if fault is not None and fault.startswith("sink.") and "write" not in fault:
+    killing = fault is not None and (
+        (fault.startswith("sink.") and "write" not in fault) or fault.startswith("delta.")
+    )
+    if killing:
         assert killed, (
             f"driver was to be killed at {fault}, exit {proc.returncode}:\n{output[-4000:]}"
         )

@@ -1,0 +1,548 @@
+"""PostgreSQL -> topics: a consistent snapshot of tables, then their changes, as Debezium writes.
+
+Start: the settings are checked against the server (reachable, ``wal_level=logical``,
+replication permission, every table present), one topic per table
+``PREFIX.schema.table`` is created if missing, and a publication and a logical
+replication slot (``pgoutput``) are created unless they exist.
+
+Snapshot: the slot is created on a replication connection with
+``EXPORT_SNAPSHOT``; a ``REPEATABLE READ`` transaction imports that snapshot and
+reads every table, so each row is either in the snapshot (``op`` ``r``) or a
+change after it, never both nor neither. A crash during the snapshot starts it
+again (a new slot): its records are written at least once.
+
+Changes: the slot is read with ``pg_logical_slot_peek_binary_changes`` (plain
+SQL on a normal connection: psycopg 3 has no streaming replication protocol),
+whole transactions at a time. Each transaction's rows are written with the
+transaction's commit end LSN as the sink's marker version (``txn=(app id,
+LSN)``), and only then is the slot advanced past it: after a crash the slot
+gives the unconfirmed transactions again, and the markers in the topic skip
+those already written (exactly once into the topic; at least once if the
+topic's markers were lost).
+
+Records: key ``{"pk": value, ...}`` (Debezium's key layout, JSON without schema),
+value Debezium's envelope ``{"before", "after", "source", "op", "ts_ms",
+"transaction"}`` with ``op`` ``c``/``u``/``d``/``r``; a delete is followed by a
+tombstone (the key with a null value) for compaction. Values are converted as
+Debezium does (:mod:`sparklog.connect.pg_types`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparklog.connect import require, state
+from sparklog.connect.pg_types import DECIMAL_MODES, Converter
+from sparklog.connect.pgoutput import (
+    Begin,
+    Change,
+    Column,
+    Commit,
+    Relation,
+    decode,
+    int_to_lsn,
+    lsn_to_int,
+)
+from sparklog.errors import ConnectorConfigError, ConnectorError
+from sparklog.storage import LogRoot, make_batch
+
+log = logging.getLogger(__name__)
+
+KIND = "postgres-source"
+SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+@dataclass
+class PostgresSourceConfig:
+    """Settings of one PostgreSQL source connector (all checked by :meth:`validate`)."""
+
+    dsn: str
+    tables: list[str]
+    prefix: str
+    name: str = ""
+    slot: str = ""
+    publication: str = ""
+    partitions: int = 1
+    decimal_handling: str = "precise"
+    max_changes: int = 10_000
+    snapshot_fetch_rows: int = 10_000
+    poll_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.prefix
+        ident = re.sub(r"[^a-z0-9_]", "_", self.name.lower())
+        self.slot = self.slot or f"sparklog_{ident}"
+        self.publication = self.publication or f"sparklog_{ident}"
+
+    def validate(self) -> None:
+        state.validate_name(self.name)
+        if not self.tables:
+            raise ConnectorConfigError("postgres-source needs at least one table (schema.table)")
+        for table in self.tables:
+            parts = table.split(".")
+            if len(parts) > 2 or not all(_IDENT.match(p) for p in parts):
+                raise ConnectorConfigError(
+                    f"table {table!r} not accepted; accepted: 'table' or 'schema.table' "
+                    "(unquoted identifiers)"
+                )
+        for what, value in (("slot", self.slot), ("publication", self.publication)):
+            if not _IDENT.match(value) or value != value.lower():
+                raise ConnectorConfigError(
+                    f"{what} name {value!r} not accepted; accepted: lower-case letters, digits, '_'"
+                )
+        if not 1 <= self.partitions <= 10_000:
+            raise ConnectorConfigError(
+                f"partitions={self.partitions} not accepted; accepted: 1-10000"
+            )
+        if self.decimal_handling not in DECIMAL_MODES:
+            raise ConnectorConfigError(
+                f"decimal handling {self.decimal_handling!r} not accepted; accepted: "
+                f"{', '.join(DECIMAL_MODES)}"
+            )
+
+    @property
+    def qualified_tables(self) -> list[tuple[str, str]]:
+        return [tuple(t.split(".")) if "." in t else ("public", t) for t in self.tables]  # type: ignore[misc]
+
+    def topic_of(self, schema: str, table: str) -> str:
+        return f"{self.prefix}.{schema}.{table}"
+
+
+@dataclass
+class _Table:
+    schema: str
+    table: str
+    columns: tuple[Column, ...]
+
+    @property
+    def key_columns(self) -> list[Column]:
+        return [c for c in self.columns if c.key]
+
+
+@dataclass
+class _Record:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    ts_ms: int
+
+
+@dataclass
+class _Transaction:
+    xid: int
+    end_lsn: int
+    records: list[_Record] = field(default_factory=list)
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"sparklog-{version('sparklog')}"
+    except PackageNotFoundError:
+        return "sparklog"
+
+
+def _connect(dsn: str, **kwargs: Any) -> Any:
+    require("psycopg")
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS, **kwargs)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConnectorConfigError(
+            f"cannot connect to PostgreSQL ({state.redact(dsn)}): {first}"
+        ) from None
+
+
+class PostgresSource:
+    """The connector: :meth:`run` snapshots (once) then streams changes into the topics."""
+
+    def __init__(self, root: LogRoot, config: PostgresSourceConfig) -> None:
+        config.validate()
+        self.root = root
+        self.config = config
+        self.app_id = f"{KIND}:{config.name}"
+        self.converter = Converter(config.decimal_handling)
+        self.stats = {"snapshot_rows": 0, "changes": 0, "transactions": 0, "skipped": 0}
+        self._relations: dict[int, Relation] = {}
+        self._db = ""
+
+    # -- checks and setup -------------------------------------------------------------------
+
+    def check(self) -> dict[tuple[str, str], _Table]:
+        """Check the server and tables up front; each problem is one line naming it."""
+        with _connect(self.config.dsn) as conn:
+            wal_level = conn.execute("SHOW wal_level").fetchone()[0]
+            if wal_level != "logical":
+                raise ConnectorConfigError(
+                    f"PostgreSQL wal_level is {wal_level!r}; logical replication needs "
+                    "wal_level=logical (postgresql.conf, then a restart)"
+                )
+            user, can = conn.execute(
+                "SELECT current_user, rolreplication OR rolsuper FROM pg_roles "
+                "WHERE rolname = current_user"
+            ).fetchone()
+            if not can:
+                raise ConnectorConfigError(
+                    f"PostgreSQL role {user!r} lacks the REPLICATION attribute "
+                    f"(ALTER ROLE {user} REPLICATION)"
+                )
+            self._db = conn.execute("SELECT current_database()").fetchone()[0]
+            return {(s, t): self._table(conn, s, t) for s, t in self.config.qualified_tables}
+
+    def _table(self, conn: Any, schema: str, table: str) -> _Table:
+        rows = conn.execute(
+            """
+            SELECT a.attname, a.atttypid, a.atttypmod,
+                   coalesce(a.attnum = ANY(i.indkey), false)
+            FROM pg_attribute a
+            JOIN pg_class c ON c.oid = a.attrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+            WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+              AND a.attnum > 0 AND NOT a.attisdropped
+            ORDER BY a.attnum
+            """,
+            (schema, table),
+        ).fetchall()
+        if not rows:
+            raise ConnectorConfigError(
+                f"table {schema}.{table} not found in database {self._db!r} (or not a table)"
+            )
+        return _Table(schema, table, tuple(Column(n, o, m, bool(k)) for n, o, m, k in rows))
+
+    def ensure_topics(self) -> None:
+        existing = set(self.root.list_topics())
+        for schema, table in self.config.qualified_tables:
+            topic = self.config.topic_of(schema, table)
+            if topic not in existing:
+                self.root.create_topic(topic, self.config.partitions)
+
+    def _ensure_publication(self, conn: Any) -> None:
+        found = conn.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication,)
+        ).fetchone()
+        listed = ", ".join(f'"{s}"."{t}"' for s, t in self.config.qualified_tables)
+        if found is None:
+            conn.execute(f'CREATE PUBLICATION "{self.config.publication}" FOR TABLE {listed}')
+            return
+        covered = {
+            (s, t)
+            for s, t in conn.execute(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                (self.config.publication,),
+            ).fetchall()
+        }
+        missing = [f"{s}.{t}" for s, t in self.config.qualified_tables if (s, t) not in covered]
+        if missing:
+            raise ConnectorConfigError(
+                f"publication {self.config.publication!r} exists but does not publish {missing}"
+            )
+
+    def _slot_exists(self, conn: Any) -> bool:
+        return (
+            conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
+            ).fetchone()
+            is not None
+        )
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, *, until_caught_up: bool = False, stop: threading.Event | None = None) -> None:
+        """Snapshot if not done yet, then stream changes (until caught up, or ``stop``)."""
+        tables = self.check()
+        self.ensure_topics()
+        done = state.load(self.root, self.config.name) or {}
+        state.save(
+            self.root,
+            self.config.name,
+            kind=KIND,
+            dsn=state.redact(self.config.dsn),
+            tables=[f"{s}.{t}" for s, t in self.config.qualified_tables],
+            topics=[self.config.topic_of(s, t) for s, t in self.config.qualified_tables],
+            slot=self.config.slot,
+            publication=self.config.publication,
+        )
+        with _connect(self.config.dsn) as conn:
+            self._ensure_publication(conn)
+            if not (done.get("snapshot_done") and self._slot_exists(conn)):
+                self._snapshot(conn, tables)
+            while stop is None or not stop.is_set():
+                progressed = self.poll(conn)
+                if until_caught_up and not progressed:
+                    return
+                if not progressed:
+                    if stop is not None:
+                        stop.wait(self.config.poll_interval_s)
+                    else:
+                        time.sleep(self.config.poll_interval_s)
+
+    def _snapshot(self, conn: Any, tables: dict[tuple[str, str], _Table]) -> None:
+        import psycopg
+
+        if self._slot_exists(conn):  # a snapshot that did not finish: start it again
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.config.slot,))
+        try:
+            repl = psycopg.connect(self.config.dsn, autocommit=True, replication="database")
+        except psycopg.OperationalError as exc:
+            raise ConnectorConfigError(
+                f"cannot open a replication connection ({state.redact(self.config.dsn)}): "
+                f"{str(exc).strip().splitlines()[0]}"
+            ) from None
+        with repl:
+            created = repl.execute(
+                f'CREATE_REPLICATION_SLOT "{self.config.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
+            ).fetchone()
+            assert created is not None  # (slot name, consistent point, snapshot, plugin)
+            slot, point, snapshot, _plugin = created
+            lsn = lsn_to_int(point)
+            log.info("slot %s created at %s; snapshot %s", slot, point, snapshot)
+            from psycopg import IsolationLevel
+
+            with _connect(self.config.dsn) as snap:
+                snap.autocommit = False
+                snap.isolation_level = IsolationLevel.REPEATABLE_READ
+                snap.read_only = True
+                snap.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                xid = int(snap.execute("SELECT txid_current_if_assigned()").fetchone()[0] or 0)
+                repl.close()  # the snapshot is imported: the exporting session may go
+                ordered = [tables[t] for t in self.config.qualified_tables]
+                for index, table in enumerate(ordered):
+                    self._snapshot_table(
+                        snap, table, lsn, xid, last_table=index == len(ordered) - 1
+                    )
+                snap.rollback()
+        state.save(self.root, self.config.name, snapshot_done=True, snapshot_lsn=point)
+
+    def _snapshot_table(
+        self, conn: Any, table: _Table, lsn: int, xid: int, last_table: bool
+    ) -> None:
+        columns = ", ".join(f'"{c.name}"::text' for c in table.columns)
+        topic = self.config.topic_of(table.schema, table.table)
+        now = int(time.time() * 1000)
+        with conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
+            cur.execute(f'SELECT {columns} FROM "{table.schema}"."{table.table}"')
+            while True:
+                rows = cur.fetchmany(self.config.snapshot_fetch_rows)
+                if not rows:
+                    break
+                records = []
+                for row in rows:
+                    source = self._source(table.schema, table.table, now, xid, lsn, "true")
+                    key, value = self._event("r", table.columns, None, row, source, now)
+                    records.append(_Record(topic, key, value, now))
+                self._produce(topic, records, txn=None)
+                self.stats["snapshot_rows"] += len(rows)
+        log.info(
+            "snapshot of %s.%s written (last table: %s)", table.schema, table.table, last_table
+        )
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def poll(self, conn: Any) -> int:
+        """Write the slot's next transactions and confirm them; how many transactions."""
+        end = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
+        rows = conn.execute(
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
+            "%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",
+            (self.config.slot, end, self.config.max_changes, self.config.publication),
+        ).fetchall()
+        transactions = list(self._transactions(rows))
+        self._write_transactions(transactions)
+        if transactions:
+            confirm = int_to_lsn(transactions[-1].end_lsn)
+        elif not rows:
+            confirm = end  # nothing to send up to ``end``: let the server recycle that WAL
+        else:
+            confirm = None
+        if confirm is not None:
+            conn.execute(
+                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.config.slot, confirm)
+            )
+        return len(transactions)
+
+    def _transactions(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[_Transaction]:
+        current: _Transaction | None = None
+        begin: Begin | None = None
+        for lsn_text, data in rows:
+            message = decode(data)
+            if isinstance(message, Begin):
+                begin = message
+                current = _Transaction(message.xid, 0)
+            elif isinstance(message, Relation):
+                self._relations[message.oid] = message
+            elif isinstance(message, Change) and current is not None and begin is not None:
+                current.records.extend(self._change_records(message, lsn_to_int(lsn_text), begin))
+            elif isinstance(message, Commit) and current is not None:
+                current.end_lsn = message.end_lsn
+                yield current
+                current = begin = None
+
+    def _change_records(self, change: Change, lsn: int, begin: Begin) -> list[_Record]:
+        relation = self._relations.get(change.relation_oid)
+        if relation is None:
+            raise ConnectorError(
+                f"pgoutput: change for relation {change.relation_oid} before its Relation message"
+            )
+        topic = self.config.topic_of(relation.schema, relation.table)
+        commit_ms = begin.commit_ts_us // 1000
+        now = int(time.time() * 1000)
+        source = self._source(relation.schema, relation.table, commit_ms, begin.xid, lsn, "false")
+        old = change.old
+        if old is not None and change.old_is_key:
+            # a key-only old tuple: Debezium's ``before`` has the key columns, others null
+            old = tuple(v if c.key else None for v, c in zip(old, relation.columns, strict=False))
+        key, value = self._event(change.op, relation.columns, old, change.new, source, now)
+        records = [_Record(topic, key, value, commit_ms)]
+        if change.op == "d":
+            records.append(_Record(topic, key, None, commit_ms))  # tombstone
+        return records
+
+    def _source(
+        self, schema: str, table: str, ts_ms: int, xid: int, lsn: int, snapshot: str
+    ) -> dict[str, Any]:
+        return {
+            "version": _version(),
+            "connector": "postgresql",
+            "name": self.config.prefix,
+            "ts_ms": ts_ms,
+            "snapshot": snapshot,
+            "db": self._db,
+            "sequence": json.dumps([None, str(lsn)]),
+            "schema": schema,
+            "table": table,
+            "txId": xid,
+            "lsn": lsn,
+            "xmin": None,
+        }
+
+    def _row(self, columns: tuple[Column, ...], values: Any) -> dict[str, Any] | None:
+        if values is None:
+            return None
+        return {
+            c.name: self.converter.value(v, c.type_oid, c.typmod)
+            for c, v in zip(columns, values, strict=False)
+        }
+
+    def _event(
+        self,
+        op: str,
+        columns: tuple[Column, ...],
+        old: Any,
+        new: Any,
+        source: dict[str, Any],
+        now: int,
+    ) -> tuple[bytes | None, bytes]:
+        before, after = self._row(columns, old), self._row(columns, new)
+        image = after if after is not None else before
+        keys = [c.name for c in columns if c.key]
+        key = None
+        if keys and image is not None:
+            key = json.dumps({k: image[k] for k in keys}, separators=(",", ":")).encode()
+        value = {
+            "before": before,
+            "after": after,
+            "source": source,
+            "op": op,
+            "ts_ms": now,
+            "transaction": None,
+        }
+        return key, json.dumps(value, separators=(",", ":")).encode()
+
+    def _write_transactions(self, transactions: list[_Transaction]) -> int:
+        """Write each topic's records of these transactions, skipping what the topic has."""
+        if not transactions:
+            return 0
+        by_topic: dict[str, list[tuple[int, _Record]]] = {}
+        for txn in transactions:
+            for record in txn.records:
+                by_topic.setdefault(record.topic, []).append((txn.end_lsn, record))
+        written = 0
+        version = transactions[-1].end_lsn
+        for topic_name, items in by_topic.items():
+            topic = self.root.topic(topic_name)
+            markers = {
+                p: topic.partition(p).refresh().txn_versions.get(self.app_id, -1)
+                for p in range(topic.partitions)
+            }
+            fresh = []
+            for end_lsn, record in items:
+                if markers[self._partition(record.key, topic.partitions)] >= end_lsn:
+                    self.stats["skipped"] += 1
+                else:
+                    fresh.append(record)
+            written += self._produce(topic_name, fresh, txn=(self.app_id, version))
+        self.stats["changes"] += written
+        self.stats["transactions"] += len(transactions)
+        return written
+
+    @staticmethod
+    def _partition(key: bytes | None, partitions: int) -> int:
+        if partitions == 1 or key is None:
+            return 0
+        from sparklog.client.partitioner import partition_for_key
+
+        return partition_for_key(key, partitions)
+
+    def _produce(self, topic_name: str, records: list[_Record], txn: tuple[str, int] | None) -> int:
+        if not records:
+            return 0
+        topic = self.root.topic(topic_name)
+        parts: dict[int, list[_Record]] = {}
+        for record in records:
+            parts.setdefault(self._partition(record.key, topic.partitions), []).append(record)
+        topic.produce(
+            {
+                p: make_batch(
+                    [r.value for r in rs],
+                    keys=[r.key for r in rs],
+                    timestamps_ms=[r.ts_ms for r in rs],
+                )
+                for p, rs in parts.items()
+            },
+            txn=txn,
+        )
+        return len(records)
+
+
+def slot_status(dsn: str, slot: str) -> dict[str, Any]:
+    """A slot's confirmed LSN and how many WAL bytes it is behind the server (its lag)."""
+    with _connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text, active, "
+            "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    if row is None:
+        return {"slot": slot, "slot_exists": False}
+    return {
+        "slot": slot,
+        "slot_exists": True,
+        "confirmed_lsn": row[0],
+        "slot_active": row[1],
+        "lag_bytes": row[2],
+    }
+
+
+def drop(dsn: str, slot: str, publication: str) -> None:
+    """Drop the connector's slot and publication (the slot otherwise keeps WAL forever)."""
+    with _connect(dsn) as conn:
+        if conn.execute(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(f'DROP PUBLICATION IF EXISTS "{publication}"')

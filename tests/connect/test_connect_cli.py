@@ -1,0 +1,73 @@
+"""``sparklog connect``: settings refused in one line before Spark starts; list and status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+from sparklog.storage import open_root
+from tests.support.postgres import Postgres
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", *args],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_delta_sink_settings_are_refused_before_spark_starts(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    open_root(str(root)).create_topic("events", 1)
+    cases = [
+        (["--topic", "nope", "--table", str(tmp_path / "t")], "error: unknown topic 'nope'"),
+        (
+            ["--topic", "events", "--table", str(tmp_path / "t"), "--value-format", "yaml"],
+            "error: value format 'yaml' not accepted; accepted: auto, typed, json, raw, debezium",
+        ),
+        (
+            ["--topic", "events", "--table", "s3://bucket/t"],
+            "error: --checkpoint is needed for the remote table 's3://bucket/t' (a folder every "
+            "restart of the query reaches)",
+        ),
+        (
+            ["--topic", "events", "--table", str(tmp_path / "t"), "--table-option", "x"],
+            "error: --table-option 'x' not accepted; accepted: KEY=VALUE",
+        ),
+    ]
+    for args, line in cases:
+        result = cli("-a", str(root), "connect", "delta-sink", *args)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip().splitlines() == [line]
+    broker = cli("-a", "127.0.0.1:9092", "connect", "list")
+    assert broker.returncode == 1 and broker.stderr.startswith("error: connectors read and write")
+
+
+def test_list_and_status_of_a_postgres_source(postgres: Postgres, tmp_path: Path) -> None:
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE listed (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO listed SELECT generate_series(1, 3)")
+    root = str(tmp_path / "root")
+    dsn = postgres.dsn + " password=hunter2"  # trust auth ignores it; it must not be stored
+    run = cli("-a", root, "connect", "postgres-source", "--dsn", dsn, "--table", "listed",
+              "--prefix", "cdc", "--once")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "3 snapshot rows" in run.stdout
+    listed = cli("-a", root, "-o", "json", "connect", "list")
+    docs = json.loads(listed.stdout)
+    assert [(d["name"], d["kind"], d["topics"]) for d in docs] == [
+        ("cdc", "postgres-source", ["cdc.public.listed"])
+    ]
+    assert "hunter2" not in listed.stdout and "password=***" in docs[0]["dsn"]
+    status = json.loads(cli("-a", root, "-o", "json", "connect", "status", "cdc", "--dsn",
+                            postgres.dsn).stdout)  # fmt: skip
+    assert status["snapshot_done"] is True and status["slot"] == "sparklog_cdc"
+    assert status["slot_exists"] is True and status["lag_bytes"] >= 0
+    unknown = cli("-a", root, "connect", "status", "nope")
+    assert unknown.stderr.strip() == "error: no connector 'nope' in this root; known: ['cdc']"

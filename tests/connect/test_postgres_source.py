@@ -1,0 +1,251 @@
+"""PostgreSQL -> topics with a real server (Debian's binaries, wal_level=logical).
+
+Types as Debezium maps them; a transaction replayed by the slot after a crash is
+skipped by the topic's markers; and the connector process SIGKILLed while rows
+are inserted, updated and deleted across three tables, restarted each time: the
+topics hold every change exactly once and replaying them gives the tables
+(5 kills; ``SPARKLOG_CONNECT_KILLS=N`` for more, about 1.5 s each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
+from sparklog.errors import ConnectorConfigError
+from sparklog.storage import open_root
+from tests.support.postgres import Postgres
+from tests.support.waiting import wait_for
+
+psycopg = pytest.importorskip("psycopg")
+
+KILLS = int(os.environ.get("SPARKLOG_CONNECT_KILLS", "5"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sql(pg: Postgres, *statements: str) -> None:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def records(root: Any, topic: str) -> list[dict[str, Any]]:
+    t = root.topic(topic)
+    out = []
+    for p in range(t.partitions):
+        out.extend(t.partition(p).read(0).to_pylist())
+    return out
+
+
+def test_types_are_written_as_debezium_maps_them(postgres: Postgres, tmp_path: Path) -> None:
+    sql(
+        postgres,
+        "CREATE TABLE typed (id bigint PRIMARY KEY, name text, price numeric(10,2), n numeric, "
+        "ts timestamp, ts3 timestamp(3), tz timestamptz, d date, t time, j jsonb, "
+        "ints int[], tags text[], b bytea, f float8, ok bool, u uuid)",
+        "INSERT INTO typed VALUES (1, 'x', 12.50, 3.14159, '2024-01-02 03:04:05.5', "
+        "'2024-01-02 03:04:05.5', '2024-01-02 03:04:05+02', '2024-01-02', '01:02:03.25', "
+        "'{\"k\": [1, 2]}', '{1,NULL,3}', '{\"a b\",c}', '\\x0102', 1.5, true, "
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11')",
+    )
+    root = open_root(f"file://{tmp_path}/root")
+    config = PostgresSourceConfig(postgres.dsn, ["typed"], "types", name="types")
+    PostgresSource(root, config).run(until_caught_up=True)
+    sql(postgres, "UPDATE typed SET name = 'y', price = -0.01 WHERE id = 1")
+    PostgresSource(root, config).run(until_caught_up=True)
+    got = records(root, "types.public.typed")
+    assert [json.loads(r["key"]) for r in got] == [{"id": 1}, {"id": 1}]
+    snap, update = (json.loads(r["value"]) for r in got)
+    assert snap["op"] == "r" and update["op"] == "u"
+    row = snap["after"]
+    assert row == {
+        "id": 1,
+        "name": "x",
+        "price": "BOI=",  # 1250, scale 2: big-endian two's complement, base64
+        "n": {"scale": 5, "value": "BMsv"},  # 314159 with its scale (no declared scale)
+        "ts": 1704164645500000,  # microseconds
+        "ts3": 1704164645500,  # precision 3: milliseconds
+        "tz": "2024-01-02T01:04:05Z",
+        "d": 19724,  # days since 1970-01-01
+        "t": 3723250000,  # microseconds of the day
+        "j": '{"k": [1, 2]}',
+        "ints": [1, None, 3],
+        "tags": ["a b", "c"],
+        "b": "AQI=",
+        "f": 1.5,
+        "ok": True,
+        "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+    }
+    assert update["after"]["name"] == "y" and update["after"]["price"] == "/w=="  # -1
+    source = update["source"]
+    assert source["connector"] == "postgresql" and source["table"] == "typed"
+    assert source["schema"] == "public" and source["db"] == "postgres"
+    assert source["txId"] > 0 and source["lsn"] >= snap["source"]["lsn"]
+
+
+class CrashAfterWrite(PostgresSource):
+    """Writes the slot's transactions to the topic, then dies before confirming them."""
+
+    def poll(self, conn: Any) -> int:
+        original = self._write_transactions
+
+        def write_then_crash(transactions: Any) -> int:
+            written = original(transactions)
+            if transactions:
+                raise KeyboardInterrupt("crash before the slot is advanced")
+            return written
+
+        self._write_transactions = write_then_crash  # type: ignore[method-assign]
+        return super().poll(conn)
+
+
+def test_transactions_replayed_by_the_slot_are_skipped(postgres: Postgres, tmp_path: Path) -> None:
+    sql(postgres, "CREATE TABLE replayed (id int PRIMARY KEY, v text)")
+    root = open_root(f"file://{tmp_path}/root")
+    config = PostgresSourceConfig(postgres.dsn, ["public.replayed"], "rp", name="rp")
+    PostgresSource(root, config).run(until_caught_up=True)
+    sql(
+        postgres,
+        "INSERT INTO replayed SELECT g, 'v' || g FROM generate_series(1, 20) g",
+        "DELETE FROM replayed WHERE id <= 5",
+    )
+    with pytest.raises(KeyboardInterrupt):
+        CrashAfterWrite(root, config).run(until_caught_up=True)
+    assert len(records(root, "rp.public.replayed")) == 30  # 20 inserts, 5 deletes + tombstones
+    again = PostgresSource(root, config)
+    again.run(until_caught_up=True)  # the slot gives both transactions again
+    assert again.stats["skipped"] == 30 and again.stats["changes"] == 0
+    assert len(records(root, "rp.public.replayed")) == 30
+
+
+def test_bad_settings_are_one_line_naming_them(postgres: Postgres, tmp_path: Path) -> None:
+    root = open_root(f"file://{tmp_path}/root")
+    with pytest.raises(ConnectorConfigError, match=r"table public\.nosuch not found"):
+        PostgresSource(root, PostgresSourceConfig(postgres.dsn, ["nosuch"], "x")).run()
+    wrong_port = postgres.dsn.replace(f"port={postgres.port}", "port=1")
+    with pytest.raises(ConnectorConfigError, match="cannot connect to PostgreSQL"):
+        PostgresSource(root, PostgresSourceConfig(wrong_port, ["t"], "x")).run()
+    with pytest.raises(ConnectorConfigError, match="decimal handling 'exact' not accepted"):
+        PostgresSourceConfig(postgres.dsn, ["t"], "x", decimal_handling="exact").validate()
+    cli = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", str(tmp_path / "root"), "connect",
+         "postgres-source", "--dsn", postgres.dsn, "--table", "nosuch", "--prefix", "x"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 1
+    assert cli.stderr.strip().splitlines() == [
+        "error: table public.nosuch not found in database 'postgres' (or not a table)"
+    ]
+
+
+TABLES = ("alpha", "beta", "gamma")
+
+
+class History:
+    """The row changes the test made, to compare with what the topics hold."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random(28)
+        self.live: dict[str, set[int]] = {t: set() for t in TABLES}
+        self.next_id = 0
+        self.changes = 0
+
+    def round(self, pg: Postgres, transactions: int = 12) -> None:
+        with psycopg.connect(pg.dsn, autocommit=False) as conn:
+            for _ in range(transactions):
+                for table in self.rng.sample(TABLES, 2):
+                    self._change(conn, table)
+                conn.commit()
+
+    def _change(self, conn: Any, table: str) -> None:
+        live = self.live[table]
+        for _ in range(10):
+            self.next_id += 1
+            conn.execute(
+                f"INSERT INTO {table} VALUES (%s, %s, %s)", (self.next_id, f"n{self.next_id}", 0)
+            )
+            live.add(self.next_id)
+        picked = self.rng.sample(sorted(live), 4)
+        for row in picked[:3]:
+            conn.execute(
+                f"UPDATE {table} SET qty = qty + 1, name = name || '+' WHERE id = %s", (row,)
+            )
+        conn.execute(f"DELETE FROM {table} WHERE id = %s", (picked[3],))
+        live.discard(picked[3])
+        self.changes += 14
+
+
+def start_connector(root_url: str, pg: Postgres, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sparklog.cli", "-a", root_url, "connect", "postgres-source",
+         "--dsn", pg.dsn, "--prefix", "shop", "--partitions", "2",
+         *(a for t in TABLES for a in ("--table", t)), *extra],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_killed_connector_captures_every_change_once(postgres: Postgres, tmp_path: Path) -> None:
+    sql(postgres, *(f"CREATE TABLE {t} (id int PRIMARY KEY, name text, qty int)" for t in TABLES))
+    history = History()
+    history.round(postgres, transactions=10)  # rows before the connector: the snapshot's
+    snapshot_rows = sum(len(v) for v in history.live.values())
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    first = start_connector(url, postgres, "--once")
+    assert first.wait(timeout=120) == 0, first.stdout.read()
+
+    def total() -> int:
+        return sum(len(records(root, f"shop.public.{t}")) for t in TABLES)
+
+    history_before = history.changes
+    proc = start_connector(url, postgres)
+    try:
+        for _ in range(KILLS):
+            before = total()
+            history.round(postgres)
+            wait_for(lambda before=before: total() > before, timeout_s=60, what="progress")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc = start_connector(url, postgres)
+        history.round(postgres)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    last = start_connector(url, postgres, "--once")
+    assert last.wait(timeout=120) == 0, last.stdout.read()
+
+    events: list[tuple[int, str, bytes]] = []
+    for table in TABLES:
+        state: dict[bytes, Any] = {}
+        for record in records(root, f"shop.public.{table}"):
+            if record["value"] is None:
+                assert record["key"] not in state  # a tombstone follows its delete
+                continue
+            event = json.loads(record["value"])
+            events.append((event["source"]["lsn"], event["op"], record["key"]))
+            if event["op"] == "d":
+                del state[record["key"]]
+            else:
+                state[record["key"]] = event["after"]
+        with psycopg.connect(postgres.dsn) as conn:
+            rows = conn.execute(f"SELECT id, name, qty FROM {table}").fetchall()
+        expected = {
+            json.dumps({"id": i}, separators=(",", ":")).encode(): (i, n, q) for i, n, q in rows
+        }
+        assert {k: (v["id"], v["name"], v["qty"]) for k, v in state.items()} == expected
+    duplicated = [e for e, n in Counter(events).items() if n > 1]
+    assert not duplicated, duplicated[:5]
+    ops = Counter(op for _, op, _ in events)
+    assert ops["r"] == snapshot_rows
+    assert ops["c"] + ops["u"] + ops["d"] == history.changes - history_before
