@@ -168,6 +168,12 @@ class TopicInfo:
 
     @classmethod
     def _from_doc(cls, version: int, doc: Mapping[str, Any]) -> TopicInfo:
+        shapes = (("name", str), ("id", str), ("partitions", int), ("config", dict))
+        for key, kind in shapes:
+            if not isinstance(doc[key], kind) or isinstance(doc[key], bool):
+                raise TypeError(f"{key} is a {type(doc[key]).__name__}, not a {kind.__name__}")
+        if doc["partitions"] < 1:
+            raise ValueError(f"partitions is {doc['partitions']}")
         types = {k: value_type_from_text(v) for k, v in doc.get("value_schemas", {}).items()}
         sid = doc.get("value_schema_id", "")
         return cls(
@@ -289,7 +295,9 @@ class LogRoot:
                 # broker's flush still commits once per shard it leads
                 live = sum(1 for b in image.brokers.values() if not b.get("fenced"))
                 shards = max(1, min(partitions, live))
-                return [topic_record({**doc, "config": {**doc["config"], "commit.shards": shards}})]
+                if shards > 1:  # (1 is the default: the config stays as the user gave it)
+                    config = {**doc["config"], "commit.shards": shards}
+                    return [topic_record({**doc, "config": config})]
             return [topic_record(doc)]
 
         image = self.metadata.append(build)

@@ -60,8 +60,6 @@ METADATA_LOG_PREFIX = "cluster/metadata/log"
 #: The metadata format this code writes; roots of a newer one are refused.
 METADATA_FORMAT = 1
 KNOWN_METADATA_FORMATS = (1,)
-#: a follower probes the log for a name its image lacks at most this often
-MISS_PROBE_INTERVAL_MS = 100
 #: keyed record type -> the image's section it sets
 KEYED_SECTIONS = {
     "scram_credential": "scram_credentials",
@@ -209,10 +207,10 @@ class ClusterMetadata:
 
     def refresh_on_miss(self) -> MetadataImage:
         """A follower asked for something its image lacks (a topic created through another
-        broker a moment ago): probe now, at most once per :data:`MISS_PROBE_INTERVAL_MS`, so
-        requests for names that do not exist cost the store almost nothing."""
+        broker a moment ago): probe the next version now (one GET; never a listing), so a
+        change made elsewhere is seen by the next request that needs it."""
         if self.max_staleness_ms is None:
-            self.log.refresh(MISS_PROBE_INTERVAL_MS)
+            self.log.refresh()
         return self.image()
 
     def _check_format(self, image: MetadataImage) -> None:

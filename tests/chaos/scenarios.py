@@ -28,6 +28,7 @@ import pyarrow.flight as flight
 from sparklog.broker_lite.cluster import CLOCK_OFFSET_ENV
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.storage import make_batch, open_root
+from sparklog.storage.cluster_metadata import topic_record
 from tests.chaos.workload import Verdict, Workload, check, rss_bytes
 from tests.support.brokers import BrokerProcess, Cluster
 from tests.support.tcp_proxy import FaultProxy
@@ -359,12 +360,11 @@ def _hostile_flight_calls(broker: BrokerProcess) -> int:
 
 
 def damaged_topic(setup: Setup, recover_s: float = 30) -> Figures:
-    """A topic's metadata file is torn: the brokers start and serve the other topics."""
+    """A topic's metadata document is damaged: the brokers start and serve the other topics."""
     figures = Figures("damaged topic metadata", setup.kind)
     root = open_root(setup.root, setup.check_options)
-    root.create_topic("damaged", 1)
-    meta = "topics/damaged/meta/00000000000000000000.json"
-    root.store.put(meta, b'{"name": "damaged", "id')
+    broken = {"name": "damaged", "id": "x", "partitions": "one", "config": {}, "created_ms": 0}
+    root.metadata.append(lambda image: [topic_record(broken)])
     with brokers(setup, 2) as cluster:
         work = _start_workload(cluster, figures, recover_s)
         _progress(work, time.monotonic(), recover_s, "produce beside a damaged topic")

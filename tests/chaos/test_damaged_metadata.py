@@ -1,8 +1,14 @@
-"""One damaged topic metadata file takes no other topic down (issue 15, item 7, broker/CLI)."""
+"""Damaged topic metadata: one bad topic document takes no other topic down; a damaged
+metadata-log file is reported in one line naming it.
+
+Topic documents live in the cluster metadata log; a document that does not
+describe a topic (missing keys, wrong types, an unreadable value schema) is
+isolated to its topic, while a damaged commit file of the log itself is a
+``CorruptRecordError`` naming the file, never a traceback.
+"""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 import sys
@@ -12,26 +18,29 @@ import pytest
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import CorruptRecordError
 from sparklog.storage import make_batch, open_root
+from sparklog.storage.cluster_metadata import METADATA_LOG_PREFIX, topic_record
 from tests.chaos.inproc import inproc_broker
 
 DAMAGE = {
-    "torn": b'{"name": "bad", "id',
-    "empty": b"",
-    "not_an_object": b"[1, 2]",
-    "missing_keys": json.dumps({"name": "bad"}).encode(),
-    "wrong_types": json.dumps(
-        {"name": "bad", "id": "x", "partitions": "two", "config": 3, "created_ms": 0}
-    ).encode(),
+    "missing_keys": {"name": "bad"},
+    "wrong_types": {"name": "bad", "id": "x", "partitions": "two", "config": 3, "created_ms": 0},
+    "bad_schema": {
+        "name": "bad",
+        "id": "y",
+        "partitions": 1,
+        "config": {},
+        "created_ms": 0,
+        "value_schema_id": "s",
+        "value_schemas": {"s": "not base64 of a schema"},
+    },
 }
 
 
-def _damaged_root(tmp_path: pathlib.Path, damage: bytes) -> str:
+def _damaged_root(tmp_path: pathlib.Path, doc: dict) -> str:
     url = f"file://{tmp_path}/root"
     root = open_root(url)
     root.create_topic("good", 2)
-    root.create_topic("bad", 1)
-    meta = tmp_path / "root" / "topics" / "bad" / "meta"
-    (meta / sorted(p.name for p in meta.iterdir())[-1]).write_bytes(damage)
+    root.metadata.append(lambda image: [topic_record(doc)])
     return url
 
 
@@ -52,16 +61,32 @@ def test_broker_starts_and_serves_other_topics(tmp_path, kind: str) -> None:
         assert not info.value.retriable and "bad" in str(info.value)
 
 
-def test_cli_prints_one_line_for_a_damaged_file(tmp_path) -> None:
-    url = _damaged_root(tmp_path, DAMAGE["torn"])
+def _cli(url: str, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", url, *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_prints_one_line_for_a_damaged_topic_document(tmp_path) -> None:
+    url = _damaged_root(tmp_path, DAMAGE["wrong_types"])
     for command in (["topics", "describe", "bad"], ["offsets", "bad"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "sparklog.cli", "-a", url, *command],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = _cli(url, *command)
         assert done.returncode != 0
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "00000000000000000000.json is damaged" in lines[0]
+        assert "of topic 'bad' is damaged" in lines[0] and METADATA_LOG_PREFIX in lines[0]
+
+
+def test_cli_prints_one_line_naming_a_torn_metadata_log_file(tmp_path) -> None:
+    url = _damaged_root(tmp_path, DAMAGE["missing_keys"])
+    log = tmp_path / "root" / METADATA_LOG_PREFIX
+    newest = sorted(p for p in log.iterdir() if p.suffix == ".json" and p.stem.isdigit())[-1]
+    newest.write_bytes(newest.read_bytes()[:20])  # a torn last commit
+    done = _cli(url, "topics", "list")
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert newest.name in lines[0] and "damaged" in lines[0]
