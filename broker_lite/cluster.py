@@ -17,13 +17,14 @@ No broker compares its wall clock with a peer's, so clock skew moves no
 leadership.  A broker that finds itself fenced (a slow store, not a death)
 registers again and is live from then on.
 A broker that could not renew its own lease for ``lease_timeout_ms`` considers
-itself dead too: it leads nothing and says so.  Brokers lead shards: the leader
-of shard s of a topic is the live broker with the highest rendezvous weight
-``hash(topic, s, broker)``, and a partition's leader is its shard's (partition
-p is in shard p mod ``commit.shards``), so every broker that sees the same live
-set derives the same map with no coordination, and a death moves only the dead
-broker's shards.  Views can disagree briefly (while a lease expires); the
-leader epochs in the shard logs make that safe (DESIGN.md §3-4).
+itself dead too: it leads nothing and says so.  Brokers lead shards: a topic's
+shards are dealt out over the live brokers one by one, each to the broker
+leading the fewest of the topic's shards so far, ties broken by the rendezvous
+weight ``hash(topic, s, broker)`` (:func:`leaders_of`), and a partition's leader
+is its shard's (partition p is in shard p mod ``commit.shards``), so every
+broker that sees the same live set derives the same map with no coordination.
+Views can disagree briefly (while a death propagates); the leader epochs in
+the shard logs make that safe (DESIGN.md §3-4).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ from sparklog.storage.cluster_metadata import MetadataImage, Record
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
-#: how many ring successors each broker watches (two, so one death with its monitor's
-#: is still seen)
-MONITORS = 2
+#: how many ring successors each broker watches.  One is enough: the ring is over the
+#: registered brokers not yet fenced, so once a watcher fences its dead successor it
+#: watches the next one, and several deaths at once are fenced one after the other
+MONITORS = 1
 #: test-only: milliseconds added to this broker's wall clock (to show skew does not matter)
 CLOCK_OFFSET_ENV = "SPARKLOG_TEST_CLOCK_OFFSET_MS"
 
