@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from sparklog.errors import SparkOptionError
 from sparklog.spark.batch import batch_reader
+from sparklog.spark.compat import HAS_ADMISSION_CONTROL, RATE_LIMIT_OPTIONS, needs_admission_control
 from sparklog.spark.offsets import RootView
 from sparklog.spark.options import (
     parse_sink_options,
@@ -60,7 +61,18 @@ class SparklogDataSource(DataSource):
         return batch_reader(parse_source_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SparklogStreamReader(parse_source_options(self.options, streaming=True), schema)
+        """The streaming reader; on pyspark < 4.2 the rate-limit options are refused.
+
+        Without admission control Spark asks for the latest offsets without the
+        batch's start, so a limit could not be applied exactly across restarts.
+        """
+        options = parse_source_options(self.options, streaming=True)
+        if not HAS_ADMISSION_CONTROL:
+            given = {str(k).lower() for k in self.options}
+            for key in RATE_LIMIT_OPTIONS:
+                if key.lower() in given:
+                    raise SparkOptionError(needs_admission_control(f"option {key!r}"))
+        return SparklogStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The batch writer; exactly-once per (txnAppId, txnVersion) when both are set.
