@@ -32,7 +32,8 @@ from sparklog.spark.compat import (
 from sparklog.spark.offsets import RootView, check_batch_range, check_start, resolve_positions
 from sparklog.spark.options import SourceOptions
 from sparklog.spark.plan import ReadRange, ReadTask, default_parallelism, layout_of, plan_tasks
-from sparklog.spark.read import cached_root, read_task
+from sparklog.spark.read import read_task
+from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import arrow_schema
 
 NO_LIMIT = 1 << 62

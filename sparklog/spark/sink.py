@@ -41,7 +41,7 @@ from sparklog.client.partitioner import partitions_for_keys
 from sparklog.errors import InvalidRecordError, SinkColumnError, SparkSourceError, UnknownTopicError
 from sparklog.spark.compat import DataSourceStreamArrowWriter
 from sparklog.spark.options import SinkOptions
-from sparklog.spark.read import cached_root
+from sparklog.spark.roots import cached_root
 from sparklog.storage import Segment, Topic
 from sparklog.topic_partition import TopicPartition
 

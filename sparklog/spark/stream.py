@@ -57,7 +57,8 @@ from sparklog.spark.plan import (
     limit_by_offsets,
     plan_tasks,
 )
-from sparklog.spark.read import cached_root, read_task
+from sparklog.spark.read import read_task
+from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import arrow_schema
 from sparklog.storage import Topic
 
@@ -345,6 +346,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin[tp] = 0  # a new incarnation (failOnDataLoss=false): from its log start
         ranges: list[ReadRange] = []
         for tp, stop in sorted(finish.items()):
+            if stop <= begin.get(tp, 0):
+                continue  # nothing of it in this batch (a topic that left the query, too)
             if tp[0] in replaced:
                 message = (
                     f"topic {tp[0]!r} was deleted and created again before offsets "

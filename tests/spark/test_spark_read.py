@@ -59,7 +59,10 @@ def test_registered_automatically_and_reads_every_record_exactly(spark, spark_ro
 def test_explicit_registration_works_too(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     fill(open_root(url), "t", partitions=1, batches=1, per_batch=3)
-    spark.dataSource.register(SparklogDataSource)
+    try:
+        spark.dataSource.register(SparklogDataSource)
+    except PySparkException as exc:  # Spark 4.0 will not replace the installed registration
+        assert "DATA_SOURCE_ALREADY_EXISTS" in str(exc) and not HAS_FILTER_PUSHDOWN, exc
     assert reader(spark, url, subscribe="t").load().count() == 3
 
 

@@ -205,6 +205,10 @@ def test_checkpoint_resumes_where_it_stopped(spark, tmp_path) -> None:
     assert run() == [(p, o) for p in (0, 1) for o in range(17)]  # each record once
 
 
+@pytest.mark.skipif(
+    not HAS_ADMISSION_CONTROL,
+    reason="pyspark < 4.2: the group's offsets are recorded when the next batch is planned",
+)
 def test_groups_commit_offsets_and_new_queries_start_there(spark, spark_root, tmp_path) -> None:
     url, storage = spark_root
     root = open_root(url, storage)
@@ -235,13 +239,15 @@ def test_kafka_group_id_records_progress_but_new_queries_start_at_starting_offse
     df = stream(spark, url, subscribe="t", startingOffsets="earliest", **group)
     _, table = run_available_now(spark, df, tmp_path / "ck-1")
     assert len(positions(spark, table)) == 20
-    assert {c.offset for c in root.groups.fetch("kg").values()} == {10}  # progress recorded
+    if HAS_ADMISSION_CONTROL:  # older Spark records it when the next batch is planned
+        assert {c.offset for c in root.groups.fetch("kg").values()} == {10}
     fill(root, "t", batches=1, per_batch=4, create=False)
     # A fresh checkpoint to reprocess: startingOffsets decides, as with Spark's Kafka source.
     df = stream(spark, url, subscribe="t", startingOffsets="earliest", **group)
     _, table = run_available_now(spark, df, tmp_path / "ck-2")
     assert positions(spark, table) == [(p, o) for p in (0, 1) for o in range(14)]
-    assert {c.offset for c in root.groups.fetch("kg").values()} == {14}
+    if HAS_ADMISSION_CONTROL:
+        assert {c.offset for c in root.groups.fetch("kg").values()} == {14}
 
 
 def test_a_topic_dropped_from_subscribe_is_not_reported_deleted(spark, tmp_path) -> None:
@@ -273,7 +279,8 @@ def test_a_topic_dropped_from_subscribe_is_not_reported_deleted(spark, tmp_path)
 
     assert run("a,b,c") is None and len(read()) == 15
     fill(root, "a", batches=1, per_batch=3, create=False)
-    assert run("a,c") is None  # b was read to its end: dropping it loses nothing
+    failed = run("a,c")
+    assert failed is None, str(failed)  # b was read to its end: dropping it loses nothing
     assert [x for x in read() if x[0] == "a"] == [("a", o) for o in range(8)]
     fill(root, "c", batches=1, per_batch=2, create=False)  # unread when c is dropped
     failure = run("a")
@@ -282,6 +289,8 @@ def test_a_topic_dropped_from_subscribe_is_not_reported_deleted(spark, tmp_path)
     assert "topic deleted" not in message
     fill(root, "a", batches=1, per_batch=1, create=False)
     assert run("a", failOnDataLoss="false") is None
+    if not HAS_ADMISSION_CONTROL:  # Spark 4.0/4.1's AvailableNow: a run after a failed batch
+        assert run("a", failOnDataLoss="false") is None  # completes only that batch
     assert [x for x in read() if x[0] == "a"] == [("a", o) for o in range(9)]
     assert len(read()) == 19  # c's records 5-6 were never read
 
