@@ -269,7 +269,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             if self.options.fail_on_data_loss:
                 raise DataLossError(f"{message}. Set failOnDataLoss=false to continue without it")
-            log.warning("data loss: %s; continuing without it (failOnDataLoss=false)", message)
+            if tp in dropped:  # once: it leaves the offsets (a deleted topic's position stays)
+                log.warning("data loss: %s; continuing without it (failOnDataLoss=false)", message)
         return dropped
 
     def _unsubscribed_end(self, tp: TopicPartition) -> int | None:
