@@ -240,13 +240,21 @@ class Demo:
                 StructField("ref", StringType()),
             ]
         )
+        from sparklog.spark.compat import HAS_ADMISSION_CONTROL
+
+        # a few micro-batches where Spark has admission control (4.2+); one batch on 4.0/4.1
+        limits = (
+            {"maxOffsetsPerTrigger": str(max(self.records // 3, 1))}
+            if HAS_ADMISSION_CONTROL
+            else {}
+        )
         source = (
             spark.readStream.format("sparklog")
             .option("root", self.run.root)
             .option("subscribe", INPUT_TOPIC)
             .option("startingOffsets", "earliest")
             .option("group", GROUP)
-            .option("maxOffsetsPerTrigger", max(self.records // 3, 1))
+            .options(**limits)
             .load()
         )
         counts = (

@@ -3,7 +3,10 @@
 One flush writes one object per topic.  Inside it, each partition's record
 batches are contiguous, so a partition's share of the object is one byte range:
 a *segment*.  The object is a valid Arrow IPC file (any Arrow tool reads it);
-its footer metadata names each partition's batch range.  No offsets are stored
+its schema's metadata (key ``sparklog.partitions``) names each partition's batch
+range.  Objects written before pyarrow 19 was supported carry the same directory
+in the IPC *file footer's* metadata instead, which only pyarrow >= 21 writes and
+reads; :func:`partition_directory` reads either.  No offsets are stored
 (offsets are assigned at commit), except in objects written by compaction,
 which carry an ``offset`` column because compaction leaves gaps.
 """
@@ -29,7 +32,26 @@ from sparklog.storage.objectstore import ObjectStore, Writable
 from sparklog.storage.records import OFFSET_FIELD
 
 COMPRESSIONS = ("none", "lz4", "zstd")
+#: The per-partition batch directory's key: in the file schema's metadata (written by
+#: every pyarrow sparklog supports), or in the IPC file footer's (older objects).
 FOOTER_KEY = b"sparklog.partitions"
+
+
+def partition_directory(data: bytes) -> dict[int, dict[str, int]]:
+    """A whole object's per-partition batch directory: partition -> first_batch, batch_count, rows.
+
+    Read from the file schema's metadata (objects written now), else from the
+    IPC file footer's metadata (objects written with pyarrow >= 21 before the
+    directory moved; reading those needs pyarrow >= 21 too).
+    """
+    reader = pa.ipc.open_file(pa.py_buffer(data))
+    raw = (reader.schema.metadata or {}).get(FOOTER_KEY)
+    if raw is None:
+        footer = getattr(reader, "metadata", None) or {}  # RecordBatchFileReader.metadata: 21+
+        raw = footer.get(FOOTER_KEY)
+    if raw is None:
+        raise CorruptionError(f"the object holds no {FOOTER_KEY.decode()} directory")
+    return {int(p): entry for p, entry in json.loads(raw).items()}
 
 
 @dataclass(frozen=True)
@@ -149,7 +171,10 @@ def write_object(
     def serialize(target: Writable) -> None:
         import pyarrow.compute as pc
 
-        position = 8 + schema.serialize().size  # magic + schema message precede batch one
+        # the directory goes in the schema's metadata: pyarrow < 21 cannot write footer metadata
+        directory = {FOOTER_KEY: json.dumps(footer).encode()}
+        file_schema = schema.with_metadata({**(schema.metadata or {}), **directory})
+        position = 8 + file_schema.serialize().size  # magic + schema message precede batch one
         hashing = _HashingWriter(target)
         try:
             # Arrow writes an IPC message as many small chunks (about 20 for a small
@@ -158,9 +183,7 @@ def write_object(
             sink = pa.BufferedOutputStream(
                 pa.PythonFile(hashing, mode="w"), buffer_size=_SMALL_CHUNK_BYTES
             )
-            writer = pa.ipc.new_file(
-                sink, schema, options=options, metadata={FOOTER_KEY: json.dumps(footer).encode()}
-            )
+            writer = pa.ipc.new_file(sink, file_schema, options=options)
             for p in order:
                 start = position
                 hashing.begin(start)

@@ -15,24 +15,25 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSourceReader,
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+# the filter classes arrive in pyspark 4.1; 4.0 never pushes filters (see compat)
+from sparklog.spark.compat import (
     EqualTo,
     Filter,
     GreaterThan,
     GreaterThanOrEqual,
     In,
-    InputPartition,
     IsNotNull,
     LessThan,
     LessThanOrEqual,
 )
-from pyspark.sql.types import StructType
-
 from sparklog.spark.offsets import RootView, check_batch_range, check_start, resolve_positions
 from sparklog.spark.options import SourceOptions
 from sparklog.spark.plan import ReadRange, ReadTask, default_parallelism, layout_of, plan_tasks
-from sparklog.spark.read import cached_root, read_task
+from sparklog.spark.read import read_task
+from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import arrow_schema
 
 NO_LIMIT = 1 << 62

@@ -98,12 +98,14 @@ class RootView:
         return infos
 
     def topic(self, name: str) -> Topic:
+        """A topic's handle; also one outside the subscription (a batch planned before a
+        restart changed ``subscribe`` is replayed as planned). UnknownTopicError if gone."""
         handle = self._topics.get(name)
         if handle is None:
             self.refresh_topics()
             handle = self._topics.get(name)
             if handle is None:
-                raise UnknownTopicError(f"unknown topic {name!r}")
+                handle = self._topics[name] = Topic(self.root, self.root.describe_topic(name))
         return handle
 
     def partitions(self, infos: Mapping[str, TopicInfo]) -> list[TopicPartition]:

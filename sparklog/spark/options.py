@@ -119,7 +119,17 @@ IGNORED_KEYS = (
     "queryName",
 )
 COMPRESSIONS = ("none", "lz4", "zstd")
-KAFKA_COMPRESSIONS = {"none": "none", "uncompressed": "none", "lz4": "lz4", "zstd": "zstd"}
+#: Kafka producer codecs -> the Arrow IPC codec the stored objects use.  Arrow IPC
+#: compresses with lz4 or zstd only, so gzip (a ratio codec) is stored as zstd and snappy
+#: (a speed codec) as lz4: compressed as Kafka's producer would, by the nearest codec.
+KAFKA_COMPRESSIONS = {
+    "none": "none",
+    "uncompressed": "none",
+    "gzip": "zstd",
+    "snappy": "lz4",
+    "lz4": "lz4",
+    "zstd": "zstd",
+}
 DURATION_RE = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 DURATION_MS["d"] = 86_400_000
@@ -138,6 +148,12 @@ class Subscription:
         if self.pattern is not None:
             return "subscribePattern"
         return "assign" if self.assign else "subscribe"
+
+    def covers(self, topic: str, partition: int) -> bool:
+        """Whether this subscription reads ``partition`` of ``topic`` (when it exists)."""
+        if self.assign:
+            return partition in dict(self.assign).get(topic, ())
+        return self.matches(topic)
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -183,6 +199,9 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     group: str | None = None
+    #: a new query (no checkpoint) starts at the group's offsets: option ``group`` only;
+    #: ``kafka.group.id`` keeps Kafka's meaning (progress recorded, start from startingOffsets)
+    group_resumes: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,14 +349,7 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
             )
         return Subscription(topics=tuple(dict.fromkeys(topics)))
     if given[0] == "subscribepattern":
-        pattern = opts["subscribepattern"]
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise SparkOptionError(
-                f"option 'subscribePattern'={pattern!r} is not a valid regular expression: {exc}"
-            ) from exc
-        return Subscription(pattern=pattern)
+        return Subscription(pattern=_pattern(opts["subscribepattern"]))
     example = '{"topicA":[0,1],"topicB":[2]}'
     doc = _json("assign", opts["assign"], example)
     assign = []
@@ -353,6 +365,39 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
             )
         assign.append((topic, tuple(sorted(set(parts)))))
     return Subscription(assign=tuple(assign))
+
+
+#: java.util.regex syntax that Python's re lacks or reads differently (re would accept the
+#: character-class intersection ``[a-z&&[^x]]`` as a plain set, so it is refused by name)
+JAVA_ONLY_REGEX = re.compile(r"\\[pP]\{|\\Q|\\E|\\[hHRXzG]|&&\[")
+
+
+def _pattern(raw: str) -> str:
+    """``subscribePattern``: trimmed like Spark's connector, compiled with Python's ``re``."""
+    pattern = raw.strip()
+    dialect = (
+        "subscribePattern is a Python regular expression (the re module), not a Java one: "
+        "for example \\p{Alpha} is [a-zA-Z], \\Q...\\E is an escaped literal, and "
+        "[a-z&&[^x]] is [a-wyz]"
+    )
+    java = JAVA_ONLY_REGEX.search(pattern)
+    if java is not None:
+        raise SparkOptionError(
+            f"option 'subscribePattern'={raw!r} uses Java-only regex syntax "
+            f"{java.group(0)!r}; {dialect}"
+        )
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise SparkOptionError(
+            f"option 'subscribePattern'={raw!r} is not a valid regular expression ({exc}); "
+            f"{dialect}"
+        ) from exc
+    if not pattern:
+        raise SparkOptionError(
+            "option 'subscribePattern' is empty; accepted: a Python regular expression"
+        )
+    return pattern
 
 
 def _offset_spec(opts: Mapping[str, str], which: str, batch: bool) -> OffsetSpec | None:
@@ -399,7 +444,11 @@ def _offset_spec(opts: Mapping[str, str], which: str, batch: bool) -> OffsetSpec
 
 
 def _group(opts: Mapping[str, str]) -> str | None:
-    """Option ``group``, or Kafka's ``kafka.group.id`` (the same thing under Kafka's name)."""
+    """The group whose offsets record the query's progress: ``group`` or ``kafka.group.id``.
+
+    Both name the group; only sparklog's ``group`` also makes a new query start
+    at the group's offsets (``SourceOptions.group_resumes``).
+    """
     group = opts.get("group")
     kafka_group = opts.get("kafka.group.id")
     if group is not None and kafka_group is not None and group != kafka_group:
@@ -487,7 +536,23 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_partitions=_int(opts, "minPartitions"),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
         group=_group(opts),
+        group_resumes="group" in opts,
     )
+
+
+def _kafka_compression(raw: str) -> str:
+    """Kafka's ``compression.type`` as a stored codec (see KAFKA_COMPRESSIONS); unknown refused."""
+    codec = raw.strip().lower()
+    if codec not in KAFKA_COMPRESSIONS:
+        raise SparkOptionError(
+            f"option 'kafka.compression.type'={raw!r} is not accepted; accepted: "
+            f"{', '.join(KAFKA_COMPRESSIONS)} (gzip is stored as zstd and snappy as lz4: Arrow "
+            "IPC's codecs)"
+        )
+    stored = KAFKA_COMPRESSIONS[codec]
+    if stored != codec and codec != "uncompressed":
+        log.info("kafka.compression.type=%s: objects are written with %s", codec, stored)
+    return stored
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -496,8 +561,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     _check_known(opts, SINK_KEYS, "sink")
     compression = opts.get("compression")
     if compression is None and "kafka.compression.type" in opts:
-        kafka_codec = opts["kafka.compression.type"].strip().lower()
-        compression = KAFKA_COMPRESSIONS.get(kafka_codec, "none")
+        compression = _kafka_compression(opts["kafka.compression.type"])
     compression = (compression or "none").strip().lower()
     if compression not in COMPRESSIONS:
         raise SparkOptionError(

@@ -11,32 +11,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.spark.offsets import check_start
 from sparklog.spark.plan import ReadTask
+from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import timestamp_type_of, to_spark_batch
-from sparklog.storage import LogRoot, Topic, open_root
+from sparklog.storage import LogRoot, Topic
 from sparklog.topic_partition import TopicPartition
 
 #: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
 TARGET_BATCH_ROWS = 65_536
 TARGET_BATCH_BYTES = 16 << 20
 
-_roots: dict[str, LogRoot] = {}
 _topics: dict[tuple[str, str], Topic] = {}
-
-
-def cached_root(url: str, storage_options: dict[str, Any]) -> LogRoot:
-    """One LogRoot per (url, storage options) per worker process."""
-    key = json.dumps([url, storage_options], sort_keys=True, default=str)
-    root = _roots.get(key)
-    if root is None:
-        root = _roots[key] = open_root(url, storage_options or None)
-    return root
 
 
 def _topic(root_key: str, root: LogRoot, task: ReadTask, name: str) -> Topic:

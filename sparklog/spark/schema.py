@@ -9,6 +9,8 @@ UTC), so conversion happens here, column by column, without Python per row.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
@@ -35,7 +37,12 @@ HEADERS_SPARK_TYPE = ArrayType(
 
 def source_schema(value_type: pa.DataType | None, include_headers: bool) -> StructType:
     """The Spark schema of records read from topics whose value is ``value_type``."""
-    value: DataType = BinaryType() if value_type is None else from_arrow_type(value_type)
+    # explicit: the default changed (False in pyspark 4.0, True from 4.1)
+    value: DataType = (
+        BinaryType()
+        if value_type is None
+        else from_arrow_type(value_type, prefer_timestamp_ntz=True)
+    )
     fields = [
         StructField("key", BinaryType()),
         StructField("value", value),
@@ -50,9 +57,15 @@ def source_schema(value_type: pa.DataType | None, include_headers: bool) -> Stru
     return StructType(fields)
 
 
+#: pyspark 4.0 names the UTC switch ``timestamp_utc`` (default on); later ones take ``timezone``
+_TIMEZONE_ARG = "timezone" in inspect.signature(to_arrow_schema).parameters
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark demands of the batches a reader yields for ``schema``."""
-    return to_arrow_schema(schema, timezone="UTC")
+    if _TIMEZONE_ARG:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]
 
 
 def timestamp_type_of(config: dict) -> int:

@@ -23,11 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -43,8 +39,9 @@ from pyspark.sql.types import (
 
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.errors import InvalidRecordError, SinkColumnError, SparkSourceError, UnknownTopicError
+from sparklog.spark.compat import DataSourceStreamArrowWriter
 from sparklog.spark.options import SinkOptions
-from sparklog.spark.read import cached_root
+from sparklog.spark.roots import cached_root
 from sparklog.storage import Segment, Topic
 from sparklog.topic_partition import TopicPartition
 

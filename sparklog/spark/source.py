@@ -4,6 +4,12 @@ Spark instantiates :class:`SparklogDataSource` with the query's options in
 short-lived Python workers (schema, planning, writing) and pickles it to
 executors, so it holds only the raw options; each method parses and validates
 what it needs, raising errors whose messages reach the user unchanged.
+
+Each Spark call runs in a fresh Python worker that must import this module
+and connect back to the JVM within Spark's fixed time (docs/spark.md, "Python
+worker start-up"), so each method imports only its own part: the data-source
+lookup loads this module and the options, not the storage engine; the
+streaming planner loads the stream reader, a write task the sink.
 """
 
 from __future__ import annotations
@@ -18,17 +24,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.errors import SparkOptionError
-from sparklog.spark.batch import batch_reader
-from sparklog.spark.offsets import RootView
 from sparklog.spark.options import (
     parse_sink_options,
     parse_source_options,
     parse_subscription_options,
 )
-from sparklog.spark.read import cached_root
-from sparklog.spark.schema import source_schema
-from sparklog.spark.sink import SparklogBatchWriter, SparklogStreamWriter, validate_sink_schema
-from sparklog.spark.stream import SparklogStreamReader
 
 
 class SparklogDataSource(DataSource):
@@ -40,6 +40,10 @@ class SparklogDataSource(DataSource):
 
     def schema(self) -> StructType:
         """Kafka's source schema; ``value`` is the topics' struct when they are typed."""
+        from sparklog.spark.offsets import RootView
+        from sparklog.spark.roots import cached_root
+        from sparklog.spark.schema import source_schema
+
         root_url, storage_options, subscription, include_headers = parse_subscription_options(
             self.options
         )
@@ -57,10 +61,30 @@ class SparklogDataSource(DataSource):
         return source_schema(value_type, include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from sparklog.spark.batch import batch_reader
+
         return batch_reader(parse_source_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SparklogStreamReader(parse_source_options(self.options, streaming=True), schema)
+        """The streaming reader; on pyspark < 4.2 the rate-limit options are refused.
+
+        Without admission control Spark asks for the latest offsets without the
+        batch's start, so a limit could not be applied exactly across restarts.
+        """
+        from sparklog.spark.compat import (
+            HAS_ADMISSION_CONTROL,
+            RATE_LIMIT_OPTIONS,
+            needs_admission_control,
+        )
+        from sparklog.spark.stream import SparklogStreamReader
+
+        options = parse_source_options(self.options, streaming=True)
+        if not HAS_ADMISSION_CONTROL:
+            given = {str(k).lower() for k in self.options}
+            for key in RATE_LIMIT_OPTIONS:
+                if key.lower() in given:
+                    raise SparkOptionError(needs_admission_control(f"option {key!r}"))
+        return SparklogStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The batch writer; exactly-once per (txnAppId, txnVersion) when both are set.
@@ -69,6 +93,8 @@ class SparklogDataSource(DataSource):
         data source before calling this, naming Append; ``overwrite`` reaches
         here and is refused with the same fix.
         """
+        from sparklog.spark.sink import SparklogBatchWriter, validate_sink_schema
+
         options = parse_sink_options(self.options)
         if overwrite:
             raise SparkOptionError(
@@ -90,6 +116,8 @@ class SparklogDataSource(DataSource):
         Update mode never reaches here: Spark refuses it for Python sinks (the
         recipe is foreachBatch with txnAppId/txnVersion, see docs/spark.md).
         """
+        from sparklog.spark.sink import SparklogStreamWriter, validate_sink_schema
+
         options = parse_sink_options(self.options)
         if options.txn_version is not None:
             raise SparkOptionError(

@@ -11,6 +11,12 @@ trigger); executors only ever see :class:`~sparklog.spark.plan.ReadTask`.
 must happen relies on them: the consumer group's offsets are recorded when the
 next trigger starts from a position (which Spark only does once the batch that
 ended there is committed) and again in ``commit``.
+
+On pyspark < 4.2 Spark calls ``latestOffset()`` without the batch's start or a
+read limit (no admission control; the rate-limit options are refused before a
+reader is made, see :mod:`sparklog.spark.compat`): the end is then every
+partition's high watermark, and the checks that need the start (vanished
+partitions, the group's position) run in ``partitions(start, end)``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ import time
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+from pyspark.sql.types import StructType
+
+from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
+from sparklog.spark.compat import (
+    HAS_ADMISSION_CONTROL,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
@@ -28,9 +38,6 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
-
-from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
 from sparklog.spark.offsets import (
     RootView,
     TopicPartition,
@@ -50,8 +57,10 @@ from sparklog.spark.plan import (
     limit_by_offsets,
     plan_tasks,
 )
-from sparklog.spark.read import cached_root, read_task
+from sparklog.spark.read import read_task
+from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import arrow_schema
+from sparklog.storage import Topic
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +92,10 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- positions ---------------------------------------------------------
     def initialOffset(self) -> dict:
-        """Where a query without checkpoint starts: the group's offsets, else startingOffsets.
+        """Where a query without checkpoint starts: option group's offsets, else startingOffsets.
+
+        ``kafka.group.id`` never moves the start (Spark's Kafka source starts at
+        startingOffsets whatever the group id); it only records progress.
 
         Spark may call this twice; it is resolved once and cached.
         """
@@ -107,7 +119,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             f"{tp[0]!r} partition {tp[1]}, beyond the end of its log (high "
                             f"watermark {hwm}); accepted: -2, -1 or an offset up to {hwm}"
                         )
-            if self.options.group:
+            if self.options.group and self.options.group_resumes:  # not kafka.group.id
                 committed = view.root.groups.fetch(self.options.group)
                 for tp in partitions:
                     entry = committed.get(tp)
@@ -136,8 +148,14 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = view.partitions(view.refresh_topics())
         self._target = {tp: hwm for tp, (_, hwm) in view.bounds(partitions).items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end of the next batch: the latest offsets, cut by the rate limits."""
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The end of the next batch: the latest offsets, cut by the rate limits.
+
+        pyspark < 4.2 passes neither ``start`` nor ``limit``: the end is then
+        the latest offsets of every subscribed partition.
+        """
+        if start is None:
+            return self._latest_without_start()
         opts = self.options
         begin = decode_offsets(start)
         self._commit_group(begin)
@@ -151,13 +169,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = view.partitions(infos)
         bounds = view.bounds(partitions)
         self._latest = {tp: hwm for tp, (_, hwm) in bounds.items()}
-        gone = sorted(tp for tp in begin if tp not in bounds)
-        if gone and opts.fail_on_data_loss:
-            raise DataLossError(
-                f"{gone[0][0]}-{gone[0][1]} no longer exists (topic deleted) while records from "
-                f"offset {begin[gone[0]]} were still to be read. Set failOnDataLoss=false to "
-                "continue without it"
-            )
+        dropped = self._check_vanished(begin, bounds)
+        ids = {t: i for t, i in ids.items() if t in infos or t not in {tp[0] for tp in dropped}}
         effective: dict[TopicPartition, int] = {}
         latest: dict[TopicPartition, int] = {}
         for tp, (log_start, hwm) in bounds.items():
@@ -193,12 +206,84 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges = {tp: self._range(tp, effective[tp], ends[tp]) for tp in ends}
                 ends = limit_by_bytes(ranges, max_bytes)
         for tp, offset in begin.items():
-            ends.setdefault(tp, offset)  # vanished partitions keep their position
+            if tp not in dropped:
+                ends.setdefault(tp, offset)  # deleted partitions keep their position
         end = encode_offsets(ends, ids)
         if end != encode_offsets(begin, ids):
             self._last_trigger_ms = int(time.time() * 1000)
             return end
         return start
+
+    def _latest_without_start(self) -> dict:
+        """pyspark < 4.2: every subscribed partition's high watermark, with the topic ids."""
+        view = self.view
+        infos = view.refresh_topics()
+        bounds = view.bounds(view.partitions(infos))
+        self._latest = {tp: hwm for tp, (_, hwm) in bounds.items()}
+        ids = {name: info.topic_id for name, info in infos.items()}
+        return encode_offsets(self._latest, ids)
+
+    def _check_vanished(
+        self, begin: dict[TopicPartition, int], bounds: dict[TopicPartition, tuple[int, int]]
+    ) -> set[TopicPartition]:
+        """Positions of partitions no longer read: a data-loss error, or the ones to forget.
+
+        A partition leaves the query because its topic was deleted, or because
+        the query no longer subscribes to it (a restart with another
+        ``subscribe``/``subscribePattern``/``assign``).  A deleted topic's
+        unread records are lost (failOnDataLoss decides); its position is kept,
+        so a re-creation is recognised.  An unsubscribed partition still exists:
+        if records remain unread after the position that is reported as data
+        loss (they will never be read by this query), otherwise it is forgotten.
+        """
+        dropped: set[TopicPartition] = set()
+        gone = sorted(tp for tp in begin if tp not in bounds)
+        for tp in gone:
+            position = begin[tp]
+            if self.options.subscription.covers(*tp):
+                message = (
+                    f"{tp[0]}-{tp[1]} no longer exists (topic deleted) while records from offset "
+                    f"{position} were still to be read"
+                )
+            else:
+                hwm = self._unsubscribed_end(tp)
+                if hwm is None:
+                    dropped.add(tp)  # deleted as well as unsubscribed: nothing to report
+                    continue
+                dropped.add(tp)
+                if hwm <= position:
+                    log.info(
+                        "%s-%s is no longer subscribed (option %r); every record of it up to "
+                        "offset %d was read",
+                        tp[0],
+                        tp[1],
+                        self.options.subscription.kind,
+                        position,
+                    )
+                    continue
+                message = (
+                    f"{tp[0]}-{tp[1]} is no longer subscribed (option "
+                    f"{self.options.subscription.kind!r} changed since the checkpoint; the topic "
+                    f"still exists) while its records at offsets {position}-{hwm - 1} were not "
+                    "read yet; this query will never read them"
+                )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(f"{message}. Set failOnDataLoss=false to continue without it")
+            if tp in dropped:  # once: it leaves the offsets (a deleted topic's position stays)
+                log.warning("data loss: %s; continuing without it (failOnDataLoss=false)", message)
+        return dropped
+
+    def _unsubscribed_end(self, tp: TopicPartition) -> int | None:
+        """The high watermark of a partition outside the subscription; None if it is gone."""
+        try:
+            info = self.view.root.describe_topic(tp[0])
+        except UnknownTopicError:
+            return None
+        if tp[1] >= info.partitions:
+            return None
+        plog = Topic(self.view.root, info).partition(tp[1])
+        plog.refresh()
+        return int(plog.high_watermark)
 
     def _check_incarnations(
         self,
@@ -251,6 +336,9 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         begin, finish = decode_offsets(start), decode_offsets(end)
         view = self.view
+        if not HAS_ADMISSION_CONTROL:  # latestOffset() saw no start: its checks happen here
+            self._commit_group(begin)
+            self._check_vanished(begin, {tp: (0, 0) for tp in finish})
         end_ids = topic_ids_of(end)
         replaced = self._replaced_since(end_ids)
         start_ids = topic_ids_of(start)
@@ -259,6 +347,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin[tp] = 0  # a new incarnation (failOnDataLoss=false): from its log start
         ranges: list[ReadRange] = []
         for tp, stop in sorted(finish.items()):
+            if stop <= begin.get(tp, 0):
+                continue  # nothing of it in this batch (a topic that left the query, too)
             if tp[0] in replaced:
                 message = (
                     f"topic {tp[0]!r} was deleted and created again before offsets "

@@ -21,6 +21,7 @@ def problems(wheel: str) -> list[str]:
         "sparklog/broker_lite/service.py",
         "sparklog/spark/source.py",
         "sparklog/client/producer.py",
+        "sparklog_workers_python.pth",
     ):
         if required not in names:
             found.append(f"missing {required}")
@@ -29,8 +30,11 @@ def problems(wheel: str) -> list[str]:
         for name in names
         if not name.split("/", 1)[0].endswith((".dist-info", ".data"))
     }
-    if tops != {"sparklog", "pyspark_sparklog.py"}:
-        found.append(f"top-level names {sorted(tops)}; expected only sparklog, pyspark_sparklog")
+    if tops != {"sparklog", "pyspark_sparklog.py", "sparklog_workers_python.pth"}:
+        found.append(
+            f"top-level names {sorted(tops)}; expected only sparklog, pyspark_sparklog and "
+            "sparklog_workers_python.pth"
+        )
     return found
 
 

@@ -138,9 +138,37 @@ def test_kafka_client_options_are_accepted_and_bootstrap_is_the_broker() -> None
     assert opts.broker == "h:9092"
 
 
-def test_kafka_group_id_is_the_group() -> None:
-    assert parse(**{"kafka.group.id": "g1"}).group == "g1"
-    assert parse(**{"kafka.group.id": "g1", "group": "g1"}).group == "g1"
+def test_kafka_group_id_names_the_group_but_only_group_resumes() -> None:
+    kafka = parse(**{"kafka.group.id": "g1"})
+    assert kafka.group == "g1" and not kafka.group_resumes  # Kafka's meaning: progress only
+    assert parse(group="g1").group_resumes
+    both = parse(**{"kafka.group.id": "g1", "group": "g1"})
+    assert both.group == "g1" and both.group_resumes
+
+
+@pytest.mark.parametrize(
+    ("kafka_codec", "stored"),
+    [("gzip", "zstd"), ("snappy", "lz4"), ("LZ4", "lz4"), ("zstd", "zstd"), ("none", "none")],
+)
+def test_kafka_compression_type_compresses_with_the_nearest_arrow_codec(kafka_codec, stored):
+    opts = parse_sink_options({"root": "/r", "kafka.compression.type": kafka_codec})
+    assert opts.compression == stored
+
+
+def test_unknown_kafka_compression_type_is_refused() -> None:
+    with pytest.raises(SparkOptionError, match=r"'kafka.compression.type'='brotli'.*accepted: "):
+        parse_sink_options({"root": "/r", "kafka.compression.type": "brotli"})
+
+
+def test_subscribe_pattern_is_trimmed_like_spark() -> None:
+    sub = parse_source_options({"root": "/r", "subscribePattern": " ^t1$ "}, streaming=True)
+    assert sub.subscription.pattern == "^t1$" and sub.subscription.matches("t1")
+
+
+@pytest.mark.parametrize("pattern", [r"\p{Alpha}+", r"\Qa.b\E", "[a-z&&[^x]]", r"t\z"])
+def test_java_only_regex_syntax_is_refused_naming_pythons_dialect(pattern) -> None:
+    with pytest.raises(SparkOptionError, match=r"Python regular expression \(the re module\)"):
+        parse_source_options({"root": "/r", "subscribePattern": pattern}, streaming=True)
 
 
 def test_batch_reads_ignore_streaming_rate_options_with_a_warning(caplog) -> None:

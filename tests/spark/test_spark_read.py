@@ -12,9 +12,15 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
 from sparklog.spark.batch import SparklogPushdownReader
+from sparklog.spark.compat import (
+    HAS_FILTER_PUSHDOWN,
+    EqualTo,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+)
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.schema import source_schema
 from sparklog.spark.source import SparklogDataSource
@@ -53,7 +59,10 @@ def test_registered_automatically_and_reads_every_record_exactly(spark, spark_ro
 def test_explicit_registration_works_too(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     fill(open_root(url), "t", partitions=1, batches=1, per_batch=3)
-    spark.dataSource.register(SparklogDataSource)
+    try:
+        spark.dataSource.register(SparklogDataSource)
+    except PySparkException as exc:  # Spark 4.0 will not replace the installed registration
+        assert "DATA_SOURCE_ALREADY_EXISTS" in str(exc) and not HAS_FILTER_PUSHDOWN, exc
     assert reader(spark, url, subscribe="t").load().count() == 3
 
 
@@ -158,15 +167,18 @@ def test_filters_on_topic_partition_offset_are_exact(spark, tmp_path) -> None:
     ).select("partition", "offset")
     got = sorted((r.partition, r.offset) for r in filtered.collect())
     assert got == [(p, o) for p in (0, 2) for o in range(5, 12)]
-    # Spark left no Filter on these columns: the source applied them (pushdown happened).
-    plan = filtered._jdf.queryExecution().executedPlan().toString()
-    filters = [line for line in plan.splitlines() if "Filter (" in line]
-    assert not any(c in line for line in filters for c in ("offset#", "partition#", "topic#")), plan
+    if HAS_FILTER_PUSHDOWN:  # pyspark >= 4.1; 4.0 applies every filter itself
+        # Spark left no Filter on these columns: the source applied them (pushdown happened).
+        plan = filtered._jdf.queryExecution().executedPlan().toString()
+        filters = [line for line in plan.splitlines() if "Filter (" in line]
+        columns = ("offset#", "partition#", "topic#")
+        assert not any(c in line for line in filters for c in columns), plan
     ts = dt.datetime.fromtimestamp((BASE_TS_MS + 15_000) / 1000, tz=dt.timezone.utc)
     late = df.filter(df.timestamp >= ts).filter("topic = 'a'").count()
     assert late == 3 * 5
 
 
+@pytest.mark.skipif(not HAS_FILTER_PUSHDOWN, reason="filter pushdown arrives in pyspark 4.1")
 def test_pushdown_prunes_ranges_and_segments(tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     root = open_root(url)

@@ -14,8 +14,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 
+from sparklog.errors import SparkOptionError
+from sparklog.spark.compat import HAS_ADMISSION_CONTROL
 from sparklog.spark.offsets import TOPIC_IDS_KEY
 from sparklog.spark.schema import source_schema
+from sparklog.spark.source import SparklogDataSource
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.maintenance import apply_retention
 from tests.spark.spark_data import BASE_TS_MS, fill, stored_rows
@@ -24,6 +27,11 @@ from tests.spark.spark_support import (  # noqa: F401
     spark,
     spark_root,
     wait_for,
+)
+
+#: rate limits need the admission control of pyspark >= 4.2; older ones refuse them (see below)
+with_admission_control = pytest.mark.skipif(
+    not HAS_ADMISSION_CONTROL, reason="pyspark < 4.2 has no admission control: limits are refused"
 )
 
 
@@ -80,6 +88,7 @@ def test_available_now_reads_everything_once(spark, spark_root, tmp_path) -> Non
     assert_df_equality(got, expected.orderBy("partition", "offset"))
 
 
+@with_admission_control
 def test_max_offsets_per_trigger_is_split_by_backlog(spark, spark_root, tmp_path) -> None:
     url, storage = spark_root
     root = open_root(url, storage)
@@ -94,6 +103,7 @@ def test_max_offsets_per_trigger_is_split_by_backlog(spark, spark_root, tmp_path
     assert len(positions(spark, table)) == 240 == len(set(positions(spark, table)))
 
 
+@with_admission_control
 def test_max_bytes_per_trigger_bounds_each_batch(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     root = open_root(url)
@@ -111,6 +121,7 @@ def test_max_bytes_per_trigger_bounds_each_batch(spark, tmp_path) -> None:
     assert positions(spark, table) == [(0, o) for o in range(400)]
 
 
+@with_admission_control
 def test_trigger_once_ignores_rate_limits(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     fill(open_root(url), "t", partitions=2, batches=2, per_batch=10)
@@ -139,6 +150,7 @@ def test_processing_time_follows_new_records_and_new_partitions(spark, tmp_path)
     assert got == sorted([(p, o) for p in (0, 1) for o in range(5, 13)] + [(2, 0), (2, 1), (2, 2)])
 
 
+@with_admission_control
 def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     root = open_root(url)
@@ -193,6 +205,10 @@ def test_checkpoint_resumes_where_it_stopped(spark, tmp_path) -> None:
     assert run() == [(p, o) for p in (0, 1) for o in range(17)]  # each record once
 
 
+@pytest.mark.skipif(
+    not HAS_ADMISSION_CONTROL,
+    reason="pyspark < 4.2: the group's offsets are recorded when the next batch is planned",
+)
 def test_groups_commit_offsets_and_new_queries_start_there(spark, spark_root, tmp_path) -> None:
     url, storage = spark_root
     root = open_root(url, storage)
@@ -210,6 +226,93 @@ def test_groups_commit_offsets_and_new_queries_start_there(spark, spark_root, tm
     assert positions(spark, table) == [(p, o) for p in (0, 1) for o in range(10, 14)]
     assert {c.offset for c in root.groups.fetch("g1").values()} == {14}
     assert {c.offset for c in root.groups.fetch("g2").values()} == {10}
+
+
+def test_kafka_group_id_records_progress_but_new_queries_start_at_starting_offsets(
+    spark, tmp_path
+) -> None:
+    """kafka.group.id keeps Kafka's meaning (DESIGN.md 6): it never moves a new query's start."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    fill(root, "t", partitions=2, batches=1, per_batch=10)
+    group = {"kafka.group.id": "kg"}
+    df = stream(spark, url, subscribe="t", startingOffsets="earliest", **group)
+    _, table = run_available_now(spark, df, tmp_path / "ck-1")
+    assert len(positions(spark, table)) == 20
+    if HAS_ADMISSION_CONTROL:  # older Spark records it when the next batch is planned
+        assert {c.offset for c in root.groups.fetch("kg").values()} == {10}
+    fill(root, "t", batches=1, per_batch=4, create=False)
+    # A fresh checkpoint to reprocess: startingOffsets decides, as with Spark's Kafka source.
+    df = stream(spark, url, subscribe="t", startingOffsets="earliest", **group)
+    _, table = run_available_now(spark, df, tmp_path / "ck-2")
+    assert positions(spark, table) == [(p, o) for p in (0, 1) for o in range(14)]
+    if HAS_ADMISSION_CONTROL:
+        assert {c.offset for c in root.groups.fetch("kg").values()} == {14}
+
+
+def test_a_topic_dropped_from_subscribe_is_not_reported_deleted(spark, tmp_path) -> None:
+    """Restarting with fewer topics: fine when all was read; else the loss is named right."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for topic in ("a", "b", "c"):
+        fill(root, topic, partitions=1, batches=1, per_batch=5)
+    out = str(tmp_path / "out")
+
+    def run(subscribe: str, **options: str) -> Any:
+        query = (
+            stream(spark, url, subscribe=subscribe, startingOffsets="earliest", **options)
+            .select("topic", "offset")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+        except PySparkException as exc:
+            return exc
+        return None
+
+    def read() -> list[tuple[str, int]]:
+        return sorted((r.topic, r.offset) for r in spark.read.parquet(out).collect())
+
+    assert run("a,b,c") is None and len(read()) == 15
+    fill(root, "a", batches=1, per_batch=3, create=False)
+    failed = run("a,c")
+    assert failed is None, str(failed)  # b was read to its end: dropping it loses nothing
+    assert [x for x in read() if x[0] == "a"] == [("a", o) for o in range(8)]
+    fill(root, "c", batches=1, per_batch=2, create=False)  # unread when c is dropped
+    failure = run("a")
+    message = str(failure)
+    assert "c-0 is no longer subscribed" in message and "offsets 5-6" in message, message
+    assert "topic deleted" not in message
+    fill(root, "a", batches=1, per_batch=1, create=False)
+    assert run("a", failOnDataLoss="false") is None
+    if not HAS_ADMISSION_CONTROL:  # Spark 4.0/4.1's AvailableNow: a run after a failed batch
+        assert run("a", failOnDataLoss="false") is None  # completes only that batch
+    assert [x for x in read() if x[0] == "a"] == [("a", o) for o in range(9)]
+    assert len(read()) == 19  # c's records 5-6 were never read
+
+
+@pytest.mark.skipif(HAS_ADMISSION_CONTROL, reason="pyspark >= 4.2 honours the rate limits")
+def test_rate_limits_are_refused_where_spark_has_no_admission_control(spark, tmp_path) -> None:
+    """pyspark 4.0/4.1: each rate limit is refused naming Spark 4.2, never ignored."""
+    url = f"file://{tmp_path}/root"
+    fill(open_root(url), "t", partitions=1, batches=1, per_batch=3)
+    df = stream(spark, url, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="1")
+    query, _ = to_memory(df, tmp_path / "ck", {"availableNow": True})
+    with pytest.raises(PySparkException, match=r"'maxOffsetsPerTrigger' needs Spark 4\.2"):
+        query.awaitTermination(120)
+    schema = source_schema(None, False)
+    for key, value in (
+        ("minOffsetsPerTrigger", "5"),
+        ("maxTriggerDelay", "5s"),
+        ("maxBytesPerTrigger", "4096"),
+    ):
+        source = SparklogDataSource({"root": url, "subscribe": "t", key: value})
+        with pytest.raises(SparkOptionError, match=rf"option '{key}' needs Spark 4\.2 or newer"):
+            source.streamReader(schema)
 
 
 def test_fail_on_data_loss_in_a_stream(spark, tmp_path) -> None:
