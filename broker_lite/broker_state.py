@@ -134,9 +134,6 @@ class BrokerState:
     _shards: dict[tuple[str, str, int], ShardState]
     _batchers: dict[str, TopicBatcher]
     _led: set[TopicPartition]
-    #: led partitions whose logs the opener thread has yet to open, and its wake-up
-    _to_open: set[TopicPartition]
-    _opening: threading.Event
     damaged_topics: dict[str, str]
     _pool: ThreadPoolExecutor
     commits: int

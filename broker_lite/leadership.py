@@ -1,8 +1,9 @@
 """The broker's leadership role: its lease, the shards it leads, the groups it coordinates.
 
 Leadership per shard comes from the live set (:mod:`sparklog.broker_lite.cluster`);
-this role renews the lease, follows changes of the live set and of the topics,
-opens the logs of newly led partitions and keeps followers warm.
+this role renews the lease, follows changes of the live set and of the topics
+and keeps followers warm.  A led partition's log is opened by its first
+produce, fetch or explicit describe, never all at once at start-up.
 """
 
 from __future__ import annotations
@@ -73,37 +74,7 @@ class LeadershipRole(BrokerState):
                     st.epoch = None
                     self.cache.drop(key)
         self._led = led
-        self._load_led(gained)
         self.metrics.led_partitions.set(len(led))
-
-    def _load_led(self, gained: set[TopicPartition]) -> None:
-        """Queue the partitions we now lead for :meth:`_open_loop`, which opens their logs
-        off the request path and off start-up, so Metadata answers their watermarks from
-        memory while a broker with thousands of partitions starts serving at once."""
-        with self._lock:
-            self._to_open.update(gained)
-        self._opening.set()
-
-    def _open_loop(self) -> None:
-        """Open the logs of queued led partitions, one at a time, until stopping."""
-        while not self._stopping.is_set():
-            self._opening.wait(0.5)
-            with self._lock:
-                queued = sorted(self._to_open & self._led)
-                self._to_open.clear()
-                self._opening.clear()
-            for name, p in queued:
-                if self._stopping.is_set():
-                    return
-                try:
-                    st = self.partition_state(self.topic(name), p)
-                    with st.lock:
-                        st.log.high_watermark  # noqa: B018  (opens the shard log once)
-                except SparklogError as exc:
-                    log.warning(
-                        "could not open a led partition",
-                        extra=fields(topic=name, partition=p, error=str(exc)[:300]),
-                    )
 
     def _warm_followers(self, topic: Topic) -> None:
         """Keep the logs of partitions we follow loaded, so a takeover starts at once."""

@@ -75,8 +75,6 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._shards: dict[tuple[str, str, int], ShardState] = {}
         self._batchers: dict[str, TopicBatcher] = {}
         self._led: set[TopicPartition] = set()
-        self._to_open: set[TopicPartition] = set()
-        self._opening = threading.Event()
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
         self._pool = commit_pool(8)
@@ -111,7 +109,6 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._update_leadership()
         self._spawn("lease", self._lease_loop)
         self._spawn("tick", self._tick_loop)
-        self._spawn("open-led", self._open_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 

@@ -23,7 +23,7 @@ from sparklog.client.transports.base import (
     TopicLayout,
     TopicPartition,
 )
-from sparklog.client.transports.flight_client import BrokerClient, PartitionMetadata, TopicMetadata
+from sparklog.client.transports.flight_client import BrokerClient, TopicMetadata
 from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
 from sparklog.storage.config import effective_config
 from sparklog.storage.records import normalize, record_schema
@@ -59,25 +59,19 @@ class BrokerBackend(TopicCalls, GroupCalls):
             self._meta[name] = cached
         return cached[0]
 
-    def _watermarks(self, topic: str, meta: PartitionMetadata) -> tuple[int, int]:
-        """(log start, high watermark): from Metadata where the answering broker holds the
-        partition, else asked of the store through ListOffsets."""
-        if meta.high_watermark >= 0:
-            return meta.log_start_offset, meta.high_watermark
-        start = self.client.list_offsets(topic, meta.partition, "earliest")
-        return start, self.client.list_offsets(topic, meta.partition, "latest")
-
     # -- topics ------------------------------------------------------------------
     def list_topics(self) -> list[str]:
         return self.client.list_topics()
 
     def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription:
-        meta = self._metadata(name, fresh=True, sizes=sizes)
+        # an explicit describe: the broker reads every partition's watermarks from the root
+        meta = self._metadata(name, fresh=True, sizes=True)
         parts = [
             PartitionDescription(
                 p.partition,
                 f"{p.leader_id}@{p.leader_location}" if p.leader_location else None,
-                *self._watermarks(name, p),
+                p.log_start_offset,
+                p.high_watermark,
                 p.size_bytes if sizes else None,
             )
             for p in meta.partitions
