@@ -3,8 +3,8 @@
 Run:  .venv/bin/python bench/economy_bench.py [--partitions 1,16,64,256] [--flushes 10]
                                                [--idle-s 3] [--commits 10000]
 
-Everything runs against moto's S3 server behind a request-counting HTTP proxy
-that lives in this file (every request the storage layer makes passes through
+Everything runs against moto's S3 server behind the tests' request-counting
+HTTP proxy (``tests/support/counting_s3.py``; every request the storage layer makes passes through
 it and is counted by kind), except the offset-commit latency, which is timed
 on a local root (as the issue's 0.62 ms -> 13.9 ms figure was). Reports, for
 each partition count:
@@ -26,20 +26,15 @@ each partition count:
 from __future__ import annotations
 
 import argparse
-import http.client
 import logging
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,76 +45,13 @@ from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.service import Broker
 from sparklog.client.consumer import Consumer
 from sparklog.storage import make_batch, open_root
+from tests.support.counting_s3 import CountingProxy
 
 PUT_PRICE_PER_1000 = 0.005  # PUT, COPY, POST, LIST
 GET_PRICE_PER_1000 = 0.0004  # GET, HEAD and the rest
 SECONDS_PER_MONTH = 30 * 24 * 3600
 FLUSHES_PER_S = 4
 COMMITS_PER_S = 1
-
-
-class CountingProxy:
-    """An HTTP proxy in front of one S3 endpoint that counts requests by kind."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
-        self.counts: Counter[str] = Counter()
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                proxy.count(self.command, self.path)
-                conn = http.client.HTTPConnection(
-                    proxy.upstream.hostname, proxy.upstream.port, timeout=60
-                )
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
-                conn.request(self.command, self.path, body=body, headers=headers)
-                response = conn.getresponse()
-                data = response.read()
-                self.send_response(response.status, response.reason)
-                for key, value in response.getheaders():
-                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                conn.close()
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def count(self, method: str, path: str) -> None:
-        query = urlsplit(path).query
-        kind = method
-        if method == "GET" and ("list-type" in query or "prefix=" in query or path.endswith("/")):
-            kind = "LIST"
-        with self.lock:
-            self.counts[kind] += 1
-
-    def snapshot(self) -> Counter[str]:
-        with self.lock:
-            return Counter(self.counts)
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 def writes(c: Counter[str]) -> int:

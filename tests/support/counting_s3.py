@@ -5,7 +5,7 @@ between a client and :class:`tests.support.s3.MotoS3` (storage options from
 :meth:`CountingProxy.storage_options`) and compare :meth:`CountingProxy.snapshot`
 before and after.  Kinds: GET, HEAD, PUT, POST, DELETE and LIST (a GET with a
 listing query).  Listens on 127.0.0.1, port 0; :meth:`close` stops it.
-(The same counting as ``bench/economy_bench.py``'s, for tests.)
+(bench/economy_bench.py and bench/scale_bench.py use it too.)
 """
 
 from __future__ import annotations
