@@ -158,6 +158,7 @@ class Cluster:
         self._shards: dict[str, int] = {}  # topic -> commit.shards
         self._seen: dict[int, _Seen] = {}
         self._gone: dict[tuple[str, int], bool] = {}  # lease token -> its holder is dead
+        self._fencing: set[str] = set()  # incarnations whose fence record is being written
         self._first_look = True
         self._renewals = 0
         self._last_renewal = -1e12  # monotonic time of our last successful lease write
@@ -248,7 +249,15 @@ class Cluster:
             self._gone = {t: gone for t, gone in self._gone.items() if t in tokens}
             self._first_look = False
         for entry in dead:
-            self._fence(entry)
+            # off the lease loop's path: a slow metadata-log write must never delay our own
+            # lease (the dead broker is out of our live set at once either way)
+            with self._lock:
+                starting = entry["incarnation"] not in self._fencing
+                self._fencing.add(entry["incarnation"])
+            if starting:
+                threading.Thread(
+                    target=self._fence, args=(entry,), name="fence", daemon=True
+                ).start()
         fenced = {int(e["id"]) for e in dead}
         live = {
             b: _info(e) for b, e in registered.items() if b != self.broker_id and b not in fenced
@@ -281,6 +290,9 @@ class Cluster:
         except SparklogError as exc:
             log.warning("could not fence a dead broker", extra=fields(error=str(exc)[:300]))
             return
+        finally:
+            with self._lock:
+                self._fencing.discard(entry["incarnation"])
         log.info(
             "broker fenced: its lease expired",
             extra=fields(broker=entry["id"], location=entry["location"], by=self.broker_id),
