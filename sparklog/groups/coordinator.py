@@ -647,6 +647,8 @@ class GroupCoordinator:
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
         last_touch = time.monotonic()
         while True:
+            if self.in_memory:
+                self._touch(group, member)  # waiting here is being alive (see below)
             doc = self._current(group, member)
             if member not in doc["members"]:
                 raise UnknownMemberError(
@@ -658,6 +660,9 @@ class GroupCoordinator:
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
                 # a newer rebalance began after ours completed unseen: join it too
                 self._storage(lambda: state.update(join))
+            # a member waiting here is alive: in memory that costs nothing and is said at
+            # every look (a slow state write must not expire it); over storage, a PUT
+            # every third of its session
             if time.monotonic() - last_touch > session_timeout_ms / 3000:
                 self._touch(group, member)
                 last_touch = time.monotonic()

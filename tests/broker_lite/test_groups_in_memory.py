@@ -79,7 +79,7 @@ def test_a_new_coordinator_restores_the_group_and_its_members_carry_on(root):
 
 def test_restored_members_that_never_come_back_expire_after_their_session(root):
     first = _coordinator(root)
-    joined, _ = _stable_member(first, session_timeout_ms=300)
+    joined, _ = _stable_member(first, session_timeout_ms=1_000)
     second = _coordinator(_reopened(root))
     assert joined.member_id in second.group_state("g")["members"]  # one session to return
     wait_for(lambda: not second.group_state("g")["members"], 30, "the silent member to expire")
