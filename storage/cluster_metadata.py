@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -186,7 +185,6 @@ class ClusterMetadata:
             name="cluster metadata",
             snapshot_interval=snapshot_interval,
         )
-        self._lock = threading.Lock()
 
     # -- reading ------------------------------------------------------------
     def image(self) -> MetadataImage:
