@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sparklog.cli.output import print_json, print_table, quiet_exit, say, stdout
-from sparklog.cli.parse import parse_offset_spec, parse_pairs
+from sparklog.cli.output import plural, print_json, print_table, quiet_exit, say, stdout
+from sparklog.cli.parse import one_group, parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
 from sparklog.errors import ConfigError, SparklogError
@@ -161,7 +161,7 @@ def topics_create(
     if st.json:
         print_json(topic_doc(desc))
     else:
-        say(f"created topic {name} with {partitions} partitions")
+        say(f"created topic {name} with {plural(partitions, 'partition')}")
 
 
 def _print_names(names: list[str], as_json: bool) -> None:
@@ -200,8 +200,14 @@ def topics_alter(
         list[str] | None,
         typer.Option("--delete-config", metavar="KEY", help="Config to remove (back to default)"),
     ] = None,
+    partitions: int | None = typer.Option(None, "--partitions", "-p", hidden=True),
 ) -> None:
     """Change topic config. Set keys with --config, remove them with --delete-config."""
+    if partitions is not None:  # kafka-topics --alter --partitions N: a reflex worth a hint
+        raise ConfigError(
+            f"topics alter changes configs, not the partition count; accepted: sparklog topics "
+            f"add-partitions {name} --partitions {partitions}"
+        )
     st = state(ctx)
     updates = parse_pairs(config or [], "--config")
     removed = list(delete_config or [])
@@ -233,7 +239,7 @@ def topics_add_partitions(
     if st.json:
         print_json(topic_doc(desc))
     else:
-        say(f"{name} now has {len(desc.partitions)} partitions")
+        say(f"{name} now has {plural(len(desc.partitions), 'partition')}")
 
 
 @topics_app.command("delete")
@@ -250,11 +256,23 @@ def topics_delete(ctx: typer.Context, name: str = TOPIC) -> None:
 
 # -- groups -----------------------------------------------------------------------------
 @groups_app.command("list")
-def groups_list(ctx: typer.Context) -> None:
-    """List consumer groups."""
+def groups_list(
+    ctx: typer.Context,
+    states: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", metavar="STATE", help="Only groups in this state (Stable, Empty, ...)"
+        ),
+    ] = None,
+) -> None:
+    """List consumer groups (--state: only those in a state)."""
     st = state(ctx)
     with st.admin() as admin:
-        _print_names(admin.list_groups(), st.json)
+        names = admin.list_groups()
+        if states:
+            wanted = {s.lower() for s in states}
+            names = [g for g in names if admin.describe_group(g).state.lower() in wanted]
+        _print_names(names, st.json)
 
 
 def group_doc(desc: GroupDescription) -> dict[str, Any]:
@@ -289,18 +307,40 @@ def group_doc(desc: GroupDescription) -> dict[str, Any]:
 
 
 @groups_app.command("describe")
-def groups_describe(ctx: typer.Context, group: str = GROUP) -> None:
+def groups_describe(
+    ctx: typer.Context,
+    group: str | None = typer.Argument(None, metavar="GROUP", help="Consumer group id"),
+    group_option: str | None = typer.Option(
+        None, "--group", metavar="GROUP", help="The group (kafka-consumer-groups' spelling)"
+    ),
+    members: bool = typer.Option(False, "--members", help="Show members and their partitions"),
+) -> None:
     """Show a group. Per partition: committed offset, high watermark, lag, member."""
+    name = one_group(group, group_option)
     st = state(ctx)
     with st.admin() as admin:
-        desc = admin.describe_group(group)
+        desc = admin.describe_group(name)
     if st.json:
         print_json(group_doc(desc))
         return
     stdout.print(
         f"[bold]{desc.group}[/]  state {desc.state}  generation {desc.generation}  "
-        f"members {len(desc.members)}  total lag {desc.total_lag}"
+        f"{plural(len(desc.members), 'member')}  total lag {desc.total_lag}"
     )
+    if members:
+        print_table(
+            None,
+            ["member", "topics", "partitions"],
+            [
+                (
+                    m.member_id,
+                    ",".join(m.topics),
+                    " ".join(f"{t}-{p}" for t, p in m.assignment),
+                )
+                for m in desc.members
+            ],
+        )
+        return
     print_table(
         None,
         ["topic", "partition", "committed", "high watermark", "lag", "member"],

@@ -53,6 +53,11 @@ stdout = LazyConsole(use_stderr=False)
 stderr = LazyConsole(use_stderr=True)
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 partition``, ``3 partitions``: counts in messages read as English."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def say(line: str) -> None:
     """One plain line on stdout (no markup, no rich import)."""
     sys.stdout.write(line + "\n")

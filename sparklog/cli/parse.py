@@ -47,3 +47,16 @@ def parse_offset_spec(text: str) -> Any:
         raise ConfigError(
             f"malformed time {text!r}; accepted: earliest, latest, or {TIME_ACCEPTED}"
         ) from None
+
+
+def one_group(positional: str | None, option: str | None) -> str:
+    """The group named as an argument or with ``--group`` (kafka-consumer-groups' spelling),
+    exactly once."""
+    if positional and option and positional != option:
+        raise ConfigError(
+            f"two groups named ({positional!r} and --group {option!r}); accepted: one of them"
+        )
+    name = positional or option
+    if not name:
+        raise ConfigError("no group named; accepted: GROUP or --group GROUP")
+    return name

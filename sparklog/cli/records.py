@@ -22,7 +22,7 @@ from sparklog.cli.lines import (
     line_format_from,
     record_doc,
 )
-from sparklog.cli.output import print_json, quiet_exit, say, stderr
+from sparklog.cli.output import plural, print_json, quiet_exit, say, stderr
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
 from sparklog.errors import ConfigError
@@ -374,7 +374,7 @@ def consume(
     if reader_left:
         quiet_exit()
     if not st.json:
-        stderr.print(f"consumed {seen} records", style="dim")
+        stderr.print(f"consumed {plural(seen, 'record')}", style="dim")
 
 
 def reader_gone(stream: Any) -> bool:

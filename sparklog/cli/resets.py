@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from sparklog.cli.output import print_json, print_table, stderr
-from sparklog.cli.parse import parse_time_ms
+from sparklog.cli.parse import one_group, parse_time_ms
 from sparklog.cli.state import state
 from sparklog.errors import ConfigError
 from sparklog.topic_partition import TopicPartition
@@ -157,7 +157,10 @@ TopicScopes = Annotated[
 
 def reset_offsets(
     ctx: typer.Context,
-    group: str = GROUP_ARGUMENT,
+    group_argument: str | None = typer.Argument(None, metavar="GROUP", help="Consumer group id"),
+    group_option: str | None = typer.Option(
+        None, "--group", metavar="GROUP", help="The group (kafka-consumer-groups' spelling)"
+    ),
     topic: TopicScopes = None,
     all_topics: bool = typer.Option(
         False, "--all-topics", help="Every topic the group has committed offsets in"
@@ -182,12 +185,18 @@ def reset_offsets(
         False, "--export", help="Print the plan as topic,partition,offset CSV (for --from-file)"
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply (default: only print the plan)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only print the plan (the default; Kafka's flag)"
+    ),
 ) -> None:
     """Plan new committed offsets. They change only with --execute.
 
     Out-of-range targets are clamped to [log start, high watermark], with a
     warning naming each clamped partition.
     """
+    group = one_group(group_argument, group_option)
+    if dry_run and execute:
+        raise ConfigError("--dry-run and --execute both given; accepted: one of them")
     st = state(ctx)
     chosen = [
         (name, value)

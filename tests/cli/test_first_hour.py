@@ -448,3 +448,30 @@ def test_broker_start_serves_the_exported_address(local, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+# -- Kafka reflexes and plain English (issue 29, the first hour) -----------------------------
+def test_kafka_group_and_topic_reflexes(local):
+    assert "with 1 partition" in local("topics", "create", "one", "-p", "1").out
+    _one_error_line(
+        local("topics", "alter", "one", "--partitions", "6", ok=False),
+        "sparklog topics add-partitions one --partitions 6",
+    )
+    local("produce", "one", input="a\nb\n")
+    local("consume", "one", "--group", "g", "--from-beginning", "--exit-at-end")
+    by_argument = json.loads(local("-o", "json", "groups", "describe", "g").out)
+    by_option = json.loads(local("-o", "json", "groups", "describe", "--group", "g").out)
+    assert by_option == by_argument and by_option["group"] == "g"
+    plan = local("groups", "reset-offsets", "--group", "g", "-t", "one", "--to-earliest",
+                 "--dry-run")  # fmt: skip
+    assert "dry run: nothing changed" in plan.err
+    assert json.loads(local("-o", "json", "groups", "describe", "g").out) == by_argument
+    _one_error_line(
+        local("groups", "reset-offsets", "g", "-t", "one", "--to-earliest", "--dry-run",
+              "--execute", ok=False),
+        "--dry-run and --execute",
+    )  # fmt: skip
+    _one_error_line(local("groups", "describe", ok=False), "--group GROUP")
+    assert "members" in local("groups", "describe", "g", "--members").out.splitlines()[0]
+    assert json.loads(local("-o", "json", "groups", "list", "--state", "Empty").out) == ["g"]
+    assert json.loads(local("-o", "json", "groups", "list", "--state", "Stable").out) == []
