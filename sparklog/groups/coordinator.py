@@ -48,7 +48,7 @@ from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
-from sparklog.storage.groups import validate_group_name
+from sparklog.storage.groups import group_key, validate_group_name
 from sparklog.topic_partition import TopicPartition
 
 EMPTY = "Empty"
@@ -110,7 +110,7 @@ class _StateDoc:
     """One group's state document with a cached latest version."""
 
     def __init__(self, root: LogRoot, group: str) -> None:
-        self.versions = VersionedDocument(root.store, f"groups/{group}/state")
+        self.versions = VersionedDocument(root.store, f"{group_key(group)}/state")
         self.group = group
         self.offsets = root.groups  # the group's log: offset commits check generations there
         self._cache: tuple[int, dict[str, Any], float] | None = None
@@ -286,7 +286,7 @@ class GroupCoordinator:
             self._beats.pop(key, None)
 
     def _heartbeat_key(self, group: str, member_id: str) -> str:
-        return f"groups/{group}/members/{member_id}.json"
+        return f"{group_key(group)}/members/{member_id}.json"
 
     def _touch(self, group: str, member_id: str) -> None:
         if self.in_memory:
