@@ -700,8 +700,8 @@ class GroupCoordinator:
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: {(topic, partition): offset}"
             ) from None
-        if any(o < 0 for o in clean.values()):
-            raise InvalidRequestError(f"negative offsets in {clean}; accepted: offsets >= 0")
+        # negative offsets are stored as given, as Kafka does (kafkajs' resetOffsets
+        # commits -2 = earliest); readers treat them as no commit or a logical offset
         doc = self._current(group)
         if generation < 0 and not member_id:
             if doc["members"]:
