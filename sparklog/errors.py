@@ -300,6 +300,12 @@ class FencedLeaderEpochError(FencedError, errno=74, code="FENCED_LEADER_EPOCH", 
     """A leader epoch that a newer leader has replaced."""
 
 
+class UnknownLeaderEpochError(
+    FencedError, errno=76, code="UNKNOWN_LEADER_EPOCH", retriable=True, canonical=True
+):
+    """A client's leader epoch is newer than the broker's (its metadata is ahead): retry."""
+
+
 class ProducerFencedError(FencedError, errno=90, code="PRODUCER_FENCED", canonical=True):
     """A producer epoch that a newer instance of the producer has replaced."""
 

@@ -23,7 +23,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.storage.catalog import FIXED_AT_CREATION
+from sparklog.storage.catalog import FIXED_AT_CREATION, validate_topic_name
 
 TOPIC = 2
 BROKER = 4
@@ -57,9 +57,10 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
                     "1 or -1 (the data is stored once in the root, served by any broker)"
                 )
             count = int(topic.num_partitions)
-            if count == -1:
-                count = 1
+            if count == -1:  # the broker's default, as Kafka's num.partitions
+                count = int(ctx.broker.config.num_partitions)
             config = {c.name: c.value for c in topic.configs if c.value is not None}
+            validate_topic_name(topic.name)
             if not request.validate_only:
                 made = ctx.broker.create_topic(topic.name, count, config)
                 topic_id = topic_uuid(made.get("topic_id", ""))

@@ -13,19 +13,37 @@ from typing import Any
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
-from sparklog.errors import SparklogError
+from sparklog.errors import InvalidRequestError, SparklogError
 
 LATEST = -1
 EARLIEST = -2
+#: KIP-734 (v7+): the offset of the record with the largest timestamp
+MAX_TIMESTAMP = -3
+#: KIP-405 (v8+): the earliest offset on local storage; all of a log is "local" here
+EARLIEST_LOCAL = -4
+#: KIP-1005 (v9+): the latest offset in tiered storage; none without tiered storage
+LATEST_TIERED = -5
 
 
 def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(offset, timestamp) Kafka answers for one ListOffsets partition."""
     if timestamp == LATEST:
         return broker.list_offsets(topic, partition, "latest"), -1
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return broker.list_offsets(topic, partition, "earliest"), -1
-    offset = broker.list_offsets(topic, partition, int(timestamp))
+    if timestamp == LATEST_TIERED:
+        broker.list_offsets(topic, partition, "earliest")  # the partition's errors
+        return -1, -1  # as Kafka without tiered storage
+    if timestamp == MAX_TIMESTAMP:
+        offset = broker.list_offsets(topic, partition, "max_timestamp")
+    elif timestamp < 0:
+        raise InvalidRequestError(
+            f"ListOffsets timestamp {timestamp} is not accepted; accepted: -1 (latest), "
+            "-2 (earliest), -3 (max timestamp), -4 (earliest local), -5 (latest tiered) or "
+            "a timestamp in ms"
+        )
+    else:
+        offset = broker.list_offsets(topic, partition, int(timestamp))
     batches, hwm, _lso, _schema = (
         broker.fetch(topic, partition, offset, 1, 0)
         if offset >= 0

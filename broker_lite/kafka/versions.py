@@ -14,7 +14,15 @@ from typing import Any
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
-from sparklog.broker_lite.kafka import admin, fetch, groups, metadata, offsets, produce
+from sparklog.broker_lite.kafka import (
+    admin,
+    fetch,
+    groups,
+    leader_epochs,
+    metadata,
+    offsets,
+    produce,
+)
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.errors import UnsupportedVersionError
 
@@ -59,7 +67,7 @@ def _response_cls(version: int) -> type:
 _APIS = [
     Api(0, "Produce", 3, 9, produce.handle_produce),
     Api(1, "Fetch", 4, 12, fetch.handle_fetch),
-    Api(2, "ListOffsets", 1, 6, offsets.handle_list_offsets),
+    Api(2, "ListOffsets", 1, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
     Api(8, "OffsetCommit", 2, 8, offsets.handle_offset_commit),
     Api(9, "OffsetFetch", 1, 7, offsets.handle_offset_fetch),
@@ -75,6 +83,7 @@ _APIS = [
     Api(20, "DeleteTopics", 1, 5, admin.handle_delete_topics),
     Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
     Api(22, "InitProducerId", 0, 4, produce.handle_init_producer_id),
+    Api(23, "OffsetForLeaderEpoch", 2, 4, leader_epochs.handle_offset_for_leader_epoch),
     Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
     Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
