@@ -186,6 +186,10 @@ class UnsupportedVersionError(SparklogError, errno=35, code="UNSUPPORTED_VERSION
     pass
 
 
+class SecurityDisabledError(SparklogError, errno=54, code="SECURITY_DISABLED", canonical=True):
+    """ACL requests: no authorizer is configured (sparklog has no ACLs)."""
+
+
 class PolicyViolationError(SparklogError, errno=44, code="POLICY_VIOLATION", canonical=True):
     pass
 

@@ -20,6 +20,7 @@ from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
+    SecurityDisabledError,
     SparklogError,
     UnknownTopicOrPartitionError,
 )
@@ -281,3 +282,19 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
         for t in request.topics
     ]
     return make(cls, error_code=0, throttle_time=0, topics=tuple(topics))
+
+
+def handle_describe_acls(ctx: Any, request: Any) -> Any:
+    """DescribeAcls: SECURITY_DISABLED, Kafka's answer when no authorizer is configured.
+
+    sparklog has no ACLs (access is the storage root's and the network's business),
+    so tools listing ACLs get the clean error Kafka gives them without an authorizer.
+    """
+    cls = load_response_schema(29, ctx.api_version)
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=SecurityDisabledError.errno,
+        error_message="no authorizer is configured: sparklog has no ACLs",
+        resources=(),
+    )

@@ -1,0 +1,157 @@
+"""Old API versions older clients send (issue 24 item 6), encoded by kafka-python.
+
+kafka-python's ``kafka.protocol.old`` classes encode the versions Kafka 3.9 still
+served and kio (Kafka 4's schemas) does not generate: OffsetCommit v0-v1 (sarama
+1.22's default), OffsetFetch v0, ListOffsets v0 (Burrow), DescribeConfigs v0 and
+DescribeAcls v0 (sarama's ClusterAdmin), CreateTopics v0-v1, DeleteTopics v0.
+An independent encoder, so the listener's legacy schemas are checked against
+someone else's reading of Kafka's formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.old.admin import (
+    CreateTopicsRequest_v0,
+    CreateTopicsRequest_v1,
+    CreateTopicsResponse_v0,
+    CreateTopicsResponse_v1,
+    DeleteTopicsRequest_v0,
+    DeleteTopicsResponse_v0,
+    DescribeAclsRequest_v0,
+    DescribeAclsResponse_v0,
+    DescribeConfigsRequest_v0,
+    DescribeConfigsResponse_v0,
+)
+from kafka.protocol.old.commit import (
+    OffsetCommitRequest_v0,
+    OffsetCommitRequest_v1,
+    OffsetCommitResponse_v0,
+    OffsetCommitResponse_v1,
+    OffsetFetchRequest_v0,
+    OffsetFetchResponse_v0,
+)
+from kafka.protocol.old.list_offsets import ListOffsetsRequest_v0, ListOffsetsResponse_v0
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
+from kio.schema.produce.v3.request import ProduceRequest
+
+from sparklog.broker_lite.kafka.versions import API_TABLE
+from tests.kafka.wire import Connection
+from tests.support.brokers import Cluster
+
+TOPIC = "legacy"
+
+
+@pytest.fixture
+def conn(one_broker: Cluster) -> Iterator[Connection]:
+    bootstrap = one_broker.kafka_bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(5):
+        producer.produce(TOPIC, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    connection = Connection(bootstrap)
+    yield connection
+    connection.close()
+
+
+def old_call(conn: Connection, request: Any, response_cls: Any) -> dict[str, Any]:
+    """Send a kafka-python old-version request; its response as a dict."""
+    conn.correlation += 1
+    request.with_header(correlation_id=conn.correlation, client_id="sarama")
+    conn.sock.sendall(request.encode(header=True, framed=True))
+    frame = conn.read_frame()
+    assert frame is not None, "the broker closed the connection"
+    assert int.from_bytes(frame[:4], "big", signed=True) == conn.correlation
+    return response_cls.decode(frame[4:]).to_object()
+
+
+def test_sarama_offset_commit_v0_v1_and_fetch_v0(conn: Connection) -> None:
+    commit_v1 = OffsetCommitRequest_v1(
+        group_id="sarama-group",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[(TOPIC, [(0, 3, -1, "meta")])],
+    )
+    answer = old_call(conn, commit_v1, OffsetCommitResponse_v1)
+    assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+    fetch = OffsetFetchRequest_v0(group_id="sarama-group", topics=[(TOPIC, [0])])
+    found = old_call(conn, fetch, OffsetFetchResponse_v0)["topics"][0]["partitions"][0]
+    assert (found["committed_offset"], found["error_code"]) == (3, 0)
+
+    commit_v0 = OffsetCommitRequest_v0(group_id="sarama-group", topics=[(TOPIC, [(0, 4, "")])])
+    answer = old_call(conn, commit_v0, OffsetCommitResponse_v0)
+    assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+    found = old_call(conn, fetch, OffsetFetchResponse_v0)["topics"][0]["partitions"][0]
+    assert found["committed_offset"] == 4
+
+
+def test_burrow_list_offsets_v0(conn: Connection) -> None:
+    def offsets(timestamp: int) -> list[int]:
+        request = ListOffsetsRequest_v0(replica_id=-1, topics=[(TOPIC, [(0, timestamp, 1)])])
+        part = old_call(conn, request, ListOffsetsResponse_v0)["topics"][0]["partitions"][0]
+        assert part["error_code"] == 0
+        return list(part["old_style_offsets"])
+
+    assert offsets(-1) == [5]
+    assert offsets(-2) == [0]
+
+
+def test_sarama_admin_describe_configs_v0_and_acls_v0(conn: Connection) -> None:
+    request = DescribeConfigsRequest_v0(resources=[(2, TOPIC, ["retention.ms"])])
+    (result,) = old_call(conn, request, DescribeConfigsResponse_v0)["results"]
+    assert result["error_code"] == 0 and result["resource_name"] == TOPIC
+    (config,) = result["configs"]
+    assert config["name"] == "retention.ms" and config["is_default"] is True
+
+    acls = DescribeAclsRequest_v0(
+        resource_type_filter=1,
+        resource_name_filter=None,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    answer = old_call(conn, acls, DescribeAclsResponse_v0)
+    assert answer["error_code"] == 54  # SECURITY_DISABLED: no authorizer, as Kafka says
+    assert answer["resources"] == []
+
+
+def test_create_topics_v0_v1_and_delete_topics_v0(conn: Connection) -> None:
+    v0 = CreateTopicsRequest_v0(topics=[("old-made", 2, 1, [], [])], timeout_ms=10_000)
+    assert old_call(conn, v0, CreateTopicsResponse_v0)["topics"] == [
+        {"name": "old-made", "error_code": 0}
+    ]
+    v1 = CreateTopicsRequest_v1(
+        topics=[("old-made", 2, 1, [], [])], timeout_ms=10_000, validate_only=False
+    )
+    (again,) = old_call(conn, v1, CreateTopicsResponse_v1)["topics"]
+    assert again["error_code"] == 36 and "old-made" in again["error_message"]
+    delete = DeleteTopicsRequest_v0(topic_names=["old-made"], timeout_ms=10_000)
+    assert old_call(conn, delete, DeleteTopicsResponse_v0)["responses"] == [
+        {"name": "old-made", "error_code": 0}
+    ]
+
+
+def test_api_versions_advertise_the_floors_served(conn: Connection) -> None:
+    answer = conn.call(ApiVersionsV0())
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    assert ranges == {a.key: (a.min_version, a.max_version) for a in API_TABLE.values()}
+    for key, floor in {2: 0, 8: 0, 9: 0, 19: 0, 20: 0, 23: 0, 29: 0, 32: 0}.items():
+        assert ranges[key][0] == floor
+
+
+def test_an_unsupported_version_closes_the_connection_as_kafka_does(conn: Connection) -> None:
+    produce_v3 = conn.encode(
+        ProduceRequest(transactional_id=None, acks=1, timeout=timedelta(seconds=1), topic_data=())
+    )
+    # the same body claiming Produce v2 (message format v0/v1, not served)
+    conn.send_frame(produce_v3[:2] + (2).to_bytes(2, "big") + produce_v3[4:])
+    assert conn.read_frame() is None
