@@ -28,8 +28,9 @@ from sparklog.storage.catalog import FIXED_AT_CREATION, validate_topic_name
 
 TOPIC = 2
 BROKER = 4
-#: Kafka's config sources: DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG.
+#: Kafka's config sources: DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG and DEFAULT_CONFIG.
 SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -134,6 +135,30 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(topics))
 
 
+def broker_configs(broker: Any, name: str) -> list[tuple[str, str]]:
+    """A broker resource's read-only entries: its listeners, so a tool that reached the
+    Kafka port learns the Flight address (``sparklog.flight.address``) too."""
+    if name in ("", str(broker.config.broker_id)):
+        broker_id = int(broker.config.broker_id)
+    else:
+        try:
+            broker_id = int(name)
+        except ValueError:
+            raise InvalidRequestError(
+                f"broker resource {name!r} is not accepted; accepted: a broker id or ''"
+            ) from None
+    info = broker.cluster.live().get(broker_id) if broker.cluster is not None else None
+    if info is None:
+        raise InvalidRequestError(f"broker {broker_id} is not live; accepted: a live broker's id")
+    return [
+        ("broker.id", str(broker_id)),
+        ("advertised.listeners", f"PLAINTEXT://{info.kafka_address}" if info.kafka_address else ""),
+        ("sparklog.flight.address", str(info.location)),
+        ("auto.create.topics.enable", str(bool(broker.config.auto_create_topics_enable)).lower()),
+        ("num.partitions", str(broker.config.num_partitions)),
+    ]
+
+
 def handle_describe_configs(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(32, ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
@@ -165,7 +190,24 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
                             documentation=None,
                         )
                     )
-            elif resource.resource_type != BROKER:
+            elif resource.resource_type == BROKER:
+                entries = [
+                    make(
+                        entry_cls,
+                        name=name,
+                        value=value,
+                        read_only=True,
+                        is_default=False,
+                        config_source=SOURCE_STATIC_BROKER,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for name, value in broker_configs(ctx.broker, resource.resource_name)
+                    if resource.configuration_keys is None or name in resource.configuration_keys
+                ]
+            else:
                 raise InvalidRequestError(
                     f"resource type {resource.resource_type} is not accepted; accepted: 2 "
                     "(topic), 4 (broker)"
