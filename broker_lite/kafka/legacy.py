@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from sparklog.broker_lite.kafka.message_format import to_message_set, to_record_batch
+from sparklog.errors import SparklogError
+
 #: a field: (name, type); type is a primitive name or ("array", item) with item a
 #: primitive name or a list of fields
 Field = tuple[str, Any]
@@ -246,6 +249,122 @@ _CREATE_TOPICS_REQUEST: list[Field] = [
     ("timeout_ms", "int32"),
 ]  # fmt: skip
 
+
+# -- Produce v0-v2 (served as v3) and Fetch v0-v3 (served as v4): old message formats ---
+
+
+#: bytes the produce path refuses as CORRUPT_MESSAGE ("records end inside a batch header")
+_UNREADABLE = b"\x00"
+
+
+def _produce_upgrade(request: SimpleNamespace) -> None:
+    request.transactional_id = None
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            try:
+                part.records = to_record_batch(part.records or b"")
+            except SparklogError:
+                # too short for a batch header: the produce path answers CORRUPT_MESSAGE
+                # for this partition alone, as Kafka does for a message set that fails
+                part.records = _UNREADABLE
+
+
+def _stamp_ms(value: Any) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def _produce_downgrade(response: Any) -> Any:
+    return {
+        "throttle_time": response.throttle_time,
+        "responses": [
+            {
+                "name": t.name,
+                "partition_responses": [
+                    {
+                        "index": p.index,
+                        "error_code": p.error_code,
+                        "base_offset": p.base_offset,
+                        "log_append_time": _stamp_ms(p.log_append_time),
+                    }
+                    for p in t.partition_responses
+                ],
+            }
+            for t in response.responses
+        ],
+    }
+
+
+def _fetch_downgrade(magic: int) -> Callable[[Any], Any]:
+    def downgrade(response: Any) -> Any:
+        return {
+            "throttle_time": response.throttle_time,
+            "responses": [
+                {
+                    "topic": t.topic,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": p.error_code,
+                            "high_watermark": p.high_watermark,
+                            "records": to_message_set(p.records, magic),
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in response.responses
+            ],
+        }
+
+    return downgrade
+
+
+def _produce_legacy(version: int) -> Legacy:
+    partition: list[Field] = [("index", "int32"), ("error_code", "int16"), ("base_offset", "int64")]
+    if version >= 2:
+        partition.append(("log_append_time", "int64"))
+    response: list[Field] = [
+        (
+            "responses",
+            ("array", [("name", "string"), ("partition_responses", ("array", partition))]),
+        )
+    ]
+    if version >= 1:
+        response.append(("throttle_time", "int32"))
+    request: list[Field] = [
+        ("acks", "int16"),
+        ("timeout", "int32"),
+        ("topic_data", ("array", [("name", "string"), ("partition_data", ("array", [
+            ("index", "int32"), ("records", "nullable_bytes")]))])),
+    ]  # fmt: skip
+    return Legacy(0, version, 3, request, response, _produce_upgrade, _produce_downgrade)
+
+
+def _fetch_legacy(version: int) -> Legacy:
+    request: list[Field] = [("replica_id", "int32"), ("max_wait", "int32"), ("min_bytes", "int32")]
+    if version >= 3:
+        request.append(("max_bytes", "int32"))
+    request.append(_topics(("partition", "int32"), ("fetch_offset", "int64"),
+                           ("partition_max_bytes", "int32"), name="topic"))  # fmt: skip
+    partitions: list[Field] = [
+        ("partition_index", "int32"), ("error_code", "int16"), ("high_watermark", "int64"),
+        ("records", "bytes"),
+    ]  # fmt: skip
+    response: list[Field] = [
+        ("responses", ("array", [("topic", "string"), ("partitions", ("array", partitions))]))
+    ]
+    if version >= 1:
+        response.insert(0, ("throttle_time", "int32"))
+    return Legacy(
+        1, version, 4, request, response,
+        lambda r: setattr(r, "isolation_level", 0),
+        _fetch_downgrade(1 if version >= 2 else 0),
+    )  # fmt: skip
+
+
 LEGACY: dict[tuple[int, int], Legacy] = {
     (old.api_key, old.version): old
     for old in [
@@ -334,6 +453,8 @@ LEGACY: dict[tuple[int, int], Legacy] = {
                      ("principal", "string"), ("host", "string"), ("operation", "int8"),
                      ("permission_type", "int8")]))]))],
         ),
+        *(_produce_legacy(v) for v in range(3)),
+        *(_fetch_legacy(v) for v in range(4)),
     ]
 }  # fmt: skip
 

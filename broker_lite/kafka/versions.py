@@ -66,8 +66,8 @@ def _response_cls(version: int) -> type:
 
 
 _APIS = [
-    Api(0, "Produce", 3, 9, produce.handle_produce),
-    Api(1, "Fetch", 4, 12, fetch.handle_fetch),
+    Api(0, "Produce", 0, 9, produce.handle_produce),
+    Api(1, "Fetch", 0, 12, fetch.handle_fetch),
     Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
     Api(8, "OffsetCommit", 0, 8, offsets.handle_offset_commit),

@@ -37,9 +37,25 @@ from kafka.protocol.old.commit import (
     OffsetFetchRequest_v0,
     OffsetFetchResponse_v0,
 )
+from kafka.protocol.old.fetch import (
+    FetchRequest_v0,
+    FetchRequest_v2,
+    FetchRequest_v3,
+    FetchResponse_v0,
+    FetchResponse_v2,
+    FetchResponse_v3,
+)
 from kafka.protocol.old.list_offsets import ListOffsetsRequest_v0, ListOffsetsResponse_v0
+from kafka.protocol.old.produce import (
+    ProduceRequest_v0,
+    ProduceRequest_v2,
+    ProduceResponse_v0,
+    ProduceResponse_v2,
+)
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords as KafkaMemoryRecords
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
-from kio.schema.produce.v3.request import ProduceRequest
+from kio.schema.produce.v9.request import ProduceRequest
 
 from sparklog.broker_lite.kafka.versions import API_TABLE
 from tests.kafka.wire import Connection
@@ -149,9 +165,62 @@ def test_api_versions_advertise_the_floors_served(conn: Connection) -> None:
 
 
 def test_an_unsupported_version_closes_the_connection_as_kafka_does(conn: Connection) -> None:
-    produce_v3 = conn.encode(
+    produce_v9 = conn.encode(
         ProduceRequest(transactional_id=None, acks=1, timeout=timedelta(seconds=1), topic_data=())
     )
-    # the same body claiming Produce v2 (message format v0/v1, not served)
-    conn.send_frame(produce_v3[:2] + (2).to_bytes(2, "big") + produce_v3[4:])
+    # the same body claiming Produce v10, which the table does not list
+    conn.send_frame(produce_v9[:2] + (10).to_bytes(2, "big") + produce_v9[4:])
     assert conn.read_frame() is None
+
+
+def message_set(magic: int, values: list[bytes], compression: int = 0) -> bytes:
+    """A message set of the old format ``magic``, built by kafka-python."""
+    builder = LegacyRecordBatchBuilder(magic, compression, 1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000 + i if magic else None, key=None, value=value)
+    return bytes(builder.build())
+
+
+def fetched(conn: Connection, request: Any, response_cls: Any) -> list[tuple[int, int, bytes]]:
+    """(magic, offset, value) of each message a Fetch v0-3 answer carries."""
+    answer = old_call(conn, request, response_cls)
+    (part,) = answer["responses"][0]["partitions"]
+    assert part["error_code"] == 0
+    records = KafkaMemoryRecords(part["records"])
+    out = []
+    while records.has_next():
+        batch = records.next_batch()
+        out.extend((batch.magic, r.offset, r.value) for r in batch)
+    return out
+
+
+def test_kafka_go_0_2_produce_v0_v2_and_fetch_v0_v3_old_message_formats(
+    conn: Connection,
+) -> None:
+    def produce(request: Any, response_cls: Any) -> tuple[int, int]:
+        part = old_call(conn, request, response_cls)["responses"][0]["partition_responses"][0]
+        return part["error_code"], part["base_offset"]
+
+    # the fixture's topic holds v0..v4 at offsets 0-4
+    v2 = ProduceRequest_v2(-1, 10_000, [(TOPIC, [(0, message_set(1, [b"m1a", b"m1b"]))])])
+    assert produce(v2, ProduceResponse_v2) == (0, 5)
+    gzip_set = message_set(1, [b"gz1", b"gz2"], compression=1)
+    assert produce(
+        ProduceRequest_v2(-1, 10_000, [(TOPIC, [(0, gzip_set)])]), ProduceResponse_v2
+    ) == (0, 7)
+    v0 = ProduceRequest_v0(-1, 10_000, [(TOPIC, [(0, message_set(0, [b"m0"]))])])
+    assert produce(v0, ProduceResponse_v0) == (0, 9)
+    corrupt = bytearray(message_set(1, [b"bad"]))
+    corrupt[-1] ^= 0xFF
+    bad = ProduceRequest_v2(-1, 10_000, [(TOPIC, [(0, bytes(corrupt))])])
+    assert produce(bad, ProduceResponse_v2)[0] == 2  # CORRUPT_MESSAGE
+
+    values = [b"v0", b"v1", b"v2", b"v3", b"v4", b"m1a", b"m1b", b"gz1", b"gz2", b"m0"]
+    v2_fetch = FetchRequest_v2(-1, 100, 1, [(TOPIC, [(0, 0, 1 << 20)])])
+    assert fetched(conn, v2_fetch, FetchResponse_v2) == [(1, i, v) for i, v in enumerate(values)]
+    v3_fetch = FetchRequest_v3(-1, 100, 1, 1 << 20, [(TOPIC, [(0, 5, 1 << 20)])])
+    assert fetched(conn, v3_fetch, FetchResponse_v3) == [
+        (1, i + 5, v) for i, v in enumerate(values[5:])
+    ]
+    v0_fetch = FetchRequest_v0(-1, 100, 1, [(TOPIC, [(0, 8, 1 << 20)])])
+    assert fetched(conn, v0_fetch, FetchResponse_v0) == [(0, 8, b"gz2"), (0, 9, b"m0")]
