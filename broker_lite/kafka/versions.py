@@ -66,16 +66,16 @@ def _response_cls(version: int) -> type:
 
 
 _APIS = [
-    Api(0, "Produce", 0, 9, produce.handle_produce),
+    Api(0, "Produce", 0, 11, produce.handle_produce),
     Api(1, "Fetch", 0, 12, fetch.handle_fetch),
     Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
-    Api(8, "OffsetCommit", 0, 8, offsets.handle_offset_commit),
+    Api(8, "OffsetCommit", 0, 9, offsets.handle_offset_commit),
     Api(9, "OffsetFetch", 0, 7, offsets.handle_offset_fetch),
     Api(10, "FindCoordinator", 0, 3, groups.handle_find_coordinator),
     Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
     Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
-    Api(13, "LeaveGroup", 0, 4, groups.handle_leave_group),
+    Api(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
@@ -83,7 +83,7 @@ _APIS = [
     Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 0, 5, admin.handle_delete_topics),
     Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
-    Api(22, "InitProducerId", 0, 4, produce.handle_init_producer_id),
+    Api(22, "InitProducerId", 0, 5, produce.handle_init_producer_id),
     Api(23, "OffsetForLeaderEpoch", 0, 4, leader_epochs.handle_offset_for_leader_epoch),
     Api(29, "DescribeAcls", 0, 3, admin.handle_describe_acls),
     Api(32, "DescribeConfigs", 0, 4, admin.handle_describe_configs),

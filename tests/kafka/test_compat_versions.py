@@ -58,7 +58,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersions
 from kio.schema.produce.v9.request import ProduceRequest
 
 from sparklog.broker_lite.kafka.versions import API_TABLE
-from tests.kafka.wire import Connection
+from tests.kafka.wire import Connection, record_batch_bytes
 from tests.support.brokers import Cluster
 
 TOPIC = "legacy"
@@ -224,3 +224,58 @@ def test_kafka_go_0_2_produce_v0_v2_and_fetch_v0_v3_old_message_formats(
     ]
     v0_fetch = FetchRequest_v0(-1, 100, 1, [(TOPIC, [(0, 8, 1 << 20)])])
     assert fetched(conn, v0_fetch, FetchResponse_v0) == [(0, 8, b"gz2"), (0, 9, b"m0")]
+
+
+def test_newer_versions_kafka_3_9_served(conn: Connection) -> None:
+    """Produce v11 (KIP-951's v10 fields left empty) and OffsetCommit v9 (KIP-848's
+    first version, the same body as v8)."""
+    from kio.schema.offset_commit.v9.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.produce.v11.request import (
+        PartitionProduceData,
+        TopicProduceData,
+    )
+    from kio.schema.produce.v11.request import ProduceRequest as ProduceV11
+
+    answer = conn.call(
+        ProduceV11(
+            transactional_id=None,
+            acks=-1,
+            timeout=timedelta(seconds=10),
+            topic_data=(
+                TopicProduceData(
+                    name=TOPIC,
+                    partition_data=(
+                        PartitionProduceData(index=0, records=record_batch_bytes([b"new"])),
+                    ),
+                ),
+            ),
+        )
+    )
+    part = answer.responses[0].partition_responses[0]
+    assert (part.error_code.value, part.base_offset) == (0, 5)
+    commit = conn.call(
+        OffsetCommitRequest(
+            group_id="v9-group",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                OffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=0,
+                            committed_offset=6,
+                            committed_leader_epoch=-1,
+                            committed_metadata=None,
+                        ),
+                    ),
+                ),
+            ),
+        )
+    )
+    assert commit.topics[0].partitions[0].error_code.value == 0
