@@ -17,6 +17,10 @@ from typing import Any
 from sparklog.errors import SparklogError, TopicAlreadyExistsError
 from sparklog.storage.catalog import validate_topic_name
 
+#: Kafka's internal topics: never auto-created as ordinary topics (a monitor asking for
+#: ``__consumer_offsets`` would get an empty user topic instead of "unknown")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 
 def enabled(broker: Any) -> bool:
     return bool(getattr(broker.config, "auto_create_topics_enable", False))
@@ -29,7 +33,7 @@ def create_missing(broker: Any, names: list[str], known: set[str]) -> set[str]:
         return known
     now_known = set(known)
     for name in names:
-        if name in now_known:
+        if name in now_known or name in INTERNAL_TOPICS:
             continue
         try:
             validate_topic_name(name)
