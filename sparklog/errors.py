@@ -205,6 +205,12 @@ class UnknownTopicOrPartitionError(SparklogError, KeyError):
         return self.message or "unknown topic or partition"
 
 
+class UnknownTopicIdError(
+    UnknownTopicOrPartitionError, errno=100, code="UNKNOWN_TOPIC_ID", canonical=True
+):
+    """No topic has the id a Kafka request names (requests that address topics by id)."""
+
+
 class TopicAlreadyExistsError(SparklogError, errno=36, code="TOPIC_ALREADY_EXISTS", canonical=True):
     pass
 

@@ -22,6 +22,7 @@ from sparklog.errors import (
     InvalidRequestError,
     SecurityDisabledError,
     SparklogError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.catalog import FIXED_AT_CREATION, validate_topic_name
@@ -89,10 +90,34 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(20, ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
     results = []
-    for name in request.topic_names:
-        error, message, _ = outcome(partial(ctx.broker.delete_topic, name))
-        results.append(make(result_cls, name=name, error_code=error, error_message=message))
+    if ctx.api_version >= 6:  # topics by name or by id
+        named = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        named = [(name, uuid.UUID(int=0)) for name in request.topic_names]
+    for name, topic_id in named:
+        error, message, found = outcome(partial(_topic_name, ctx.broker, name, topic_id))
+        if not error:
+            error, message, _ = outcome(partial(ctx.broker.delete_topic, found))
+        results.append(
+            make(
+                result_cls,
+                name=found if not error else name,
+                topic_id=topic_id,
+                error_code=error,
+                error_message=message,
+            )
+        )
     return make(cls, throttle_time=0, responses=tuple(results))
+
+
+def _topic_name(broker: Any, name: str | None, topic_id: uuid.UUID) -> str:
+    """The topic a DeleteTopics v6 entry names, by name or by id."""
+    if name:
+        return name
+    for candidate in broker.root.list_topics():
+        if topic_uuid(broker.topic(candidate).info.topic_id) == topic_id:
+            return str(candidate)
+    raise UnknownTopicIdError(f"no topic has id {topic_id}")
 
 
 def handle_create_partitions(ctx: Any, request: Any) -> Any:

@@ -135,20 +135,33 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_offset_fetch(ctx: Any, request: Any) -> Any:
-    cls = load_response_schema(9, ctx.api_version)
-    topic_cls = nested(cls, "OffsetFetchResponseTopic")
-    part_cls = nested(cls, "OffsetFetchResponsePartition")
+def _committed(ctx: Any, group: str, topics: Any) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """(error code, topic -> [(partition, committed offset or -1)]) of one group's
+    OffsetFetch; ``topics`` None = every partition the group has committed."""
     try:
-        committed = ctx.broker.groups.fetch_offsets(request.group_id)
+        committed = ctx.broker.groups.fetch_offsets(group)
     except SparklogError as exc:
-        return make(cls, throttle_time=0, topics=(), error_code=errno_of(exc))
-    if request.topics is None:
+        return errno_of(exc), {}
+    if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
-        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+    return 0, {
+        name: [(p, committed.get((name, p), -1)) for p in parts] for name, parts in wanted.items()
+    }
+
+
+def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    if ctx.api_version >= 8:
+        return _offset_fetch_groups(ctx, request)
+    cls = load_response_schema(9, ctx.api_version)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    error, found = _committed(ctx, request.group_id, request.topics)
+    if error:
+        return make(cls, throttle_time=0, topics=(), error_code=error)
     return make(
         cls,
         throttle_time=0,
@@ -161,14 +174,51 @@ def handle_offset_fetch(ctx: Any, request: Any) -> Any:
                     make(
                         part_cls,
                         partition_index=p,
-                        committed_offset=committed.get((name, p), -1),
+                        committed_offset=offset,
                         committed_leader_epoch=-1,
                         metadata="",
                         error_code=0,
                     )
-                    for p in parts
+                    for p, offset in parts
                 ),
             )
-            for name, parts in wanted.items()
+            for name, parts in found.items()
         ),
     )
+
+
+def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
+    """OffsetFetch v8+ (KIP-709): several groups in one request, each answered alone."""
+    cls = load_response_schema(9, ctx.api_version)
+    group_cls = nested(cls, "OffsetFetchResponseGroup")
+    topic_cls = nested(cls, "OffsetFetchResponseTopics")
+    part_cls = nested(cls, "OffsetFetchResponsePartitions")
+    groups = []
+    for g in request.groups:
+        error, found = _committed(ctx, g.group_id, g.topics)
+        groups.append(
+            make(
+                group_cls,
+                group_id=g.group_id,
+                error_code=error,
+                topics=tuple(
+                    make(
+                        topic_cls,
+                        name=name,
+                        partitions=tuple(
+                            make(
+                                part_cls,
+                                partition_index=p,
+                                committed_offset=offset,
+                                committed_leader_epoch=-1,
+                                metadata="",
+                                error_code=0,
+                            )
+                            for p, offset in parts
+                        ),
+                    )
+                    for name, parts in found.items()
+                ),
+            )
+        )
+    return make(cls, throttle_time=0, groups=tuple(groups))

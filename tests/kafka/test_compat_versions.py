@@ -10,6 +10,7 @@ someone else's reading of Kafka's formats.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -168,8 +169,8 @@ def test_an_unsupported_version_closes_the_connection_as_kafka_does(conn: Connec
     produce_v9 = conn.encode(
         ProduceRequest(transactional_id=None, acks=1, timeout=timedelta(seconds=1), topic_data=())
     )
-    # the same body claiming Produce v10, which the table does not list
-    conn.send_frame(produce_v9[:2] + (10).to_bytes(2, "big") + produce_v9[4:])
+    # the same body claiming Produce v12, which the table does not list
+    conn.send_frame(produce_v9[:2] + (12).to_bytes(2, "big") + produce_v9[4:])
     assert conn.read_frame() is None
 
 
@@ -279,3 +280,63 @@ def test_newer_versions_kafka_3_9_served(conn: Connection) -> None:
         )
     )
     assert commit.topics[0].partitions[0].error_code.value == 0
+
+
+def test_offset_fetch_v9_batches_groups_and_delete_topics_v6_by_id(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.offset_fetch.v9.request import (
+        OffsetFetchRequest,
+        OffsetFetchRequestGroup,
+        OffsetFetchRequestTopics,
+    )
+
+    commit = OffsetCommitRequest_v1(
+        group_id="g-one", generation_id_or_member_epoch=-1, member_id="",
+        topics=[(TOPIC, [(0, 2, -1, "")])],
+    )  # fmt: skip
+    assert (
+        old_call(conn, commit, OffsetCommitResponse_v1)["topics"][0]["partitions"][0]["error_code"]
+        == 0
+    )
+
+    def group(name: str) -> OffsetFetchRequestGroup:
+        topics = (OffsetFetchRequestTopics(name=TOPIC, partition_indexes=(0,)),)
+        return OffsetFetchRequestGroup(
+            group_id=name, member_id=None, member_epoch=-1, topics=topics
+        )
+
+    answer = conn.call(
+        OffsetFetchRequest(groups=(group("g-one"), group("g-none")), require_stable=False)
+    )
+    found = {g.group_id: g.topics[0].partitions[0].committed_offset for g in answer.groups}
+    assert found == {"g-one": 2, "g-none": -1}
+
+    admin = AdminClient({"bootstrap.servers": one_broker.kafka_bootstrap})
+    admin.create_topics([NewTopic("by-id", 1, 1)])["by-id"].result(timeout=30)
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    meta = conn.call(
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="by-id"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    topic_id = meta.topics[0].topic_id
+    assert topic_id != uuid.UUID(int=0)
+    deleted = conn.call(
+        DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=None, topic_id=topic_id),), timeout=timedelta(seconds=10)
+        )
+    )
+    (result,) = deleted.responses
+    assert (result.error_code.value, result.name) == (0, "by-id")
+    unknown = conn.call(
+        DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=None, topic_id=uuid.uuid4()),),
+            timeout=timedelta(seconds=10),
+        )
+    )
+    assert unknown.responses[0].error_code.value == 100  # UNKNOWN_TOPIC_ID

@@ -58,7 +58,7 @@ def test_unknown_api_and_unsupported_version_close_the_connection_as_kafka(
     # Kafka cannot parse such a request and closes the connection (a body in some
     # other version's layout would be misread); the broker keeps serving others
     address = one_broker.brokers[0].kafka_address
-    for api_key, version in ((9999, 0), (0, 10), (1, 99)):
+    for api_key, version in ((9999, 0), (0, 12), (1, 99)):
         conn = Connection(address)
         try:
             conn.send_frame(struct.pack(">hhih", api_key, version, 5, -1))
