@@ -17,6 +17,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 
 from sparklog.broker_lite.kafka import (
     admin,
+    coordinators,
     fetch,
     groups,
     leader_epochs,
@@ -72,7 +73,7 @@ _APIS = [
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
     Api(8, "OffsetCommit", 0, 9, offsets.handle_offset_commit),
     Api(9, "OffsetFetch", 0, 9, offsets.handle_offset_fetch),
-    Api(10, "FindCoordinator", 0, 3, groups.handle_find_coordinator),
+    Api(10, "FindCoordinator", 0, 5, coordinators.handle_find_coordinator),
     Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
     Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
     Api(13, "LeaveGroup", 0, 5, groups.handle_leave_group),

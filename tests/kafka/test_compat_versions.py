@@ -340,3 +340,16 @@ def test_offset_fetch_v9_batches_groups_and_delete_topics_v6_by_id(
         )
     )
     assert unknown.responses[0].error_code.value == 100  # UNKNOWN_TOPIC_ID
+
+
+def test_find_coordinator_v5_batches_keys(one_broker: Cluster, conn: Connection) -> None:
+    from kio.schema.find_coordinator.v5.request import FindCoordinatorRequest
+
+    answer = conn.call(FindCoordinatorRequest(key_type=0, coordinator_keys=("g-a", "g-b")))
+    host, port = one_broker.kafka_bootstrap.rsplit(":", 1)
+    assert [(c.key, c.error_code.value, c.host, c.port) for c in answer.coordinators] == [
+        ("g-a", 0, host, int(port)),
+        ("g-b", 0, host, int(port)),
+    ]
+    txn = conn.call(FindCoordinatorRequest(key_type=1, coordinator_keys=("tx",)))
+    assert txn.coordinators[0].error_code.value == 15  # COORDINATOR_NOT_AVAILABLE: no txns
