@@ -3,7 +3,7 @@
 ApiVersions advertises this table as is.  Ranges are those the handlers were
 written for: kio's versions, and below them the old versions of
 :mod:`~sparklog.broker_lite.kafka.legacy` (Kafka 3.9's floors, which kio's Kafka 4
-schemas dropped).  Fetch stops at v12 because v13 addresses topics by id.
+schemas dropped), up to Kafka 3.9's ceilings where the handlers serve them.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _response_cls(version: int) -> type:
 
 _APIS = [
     Api(0, "Produce", 0, 11, produce.handle_produce),
-    Api(1, "Fetch", 0, 12, fetch.handle_fetch),
+    Api(1, "Fetch", 0, 17, fetch.handle_fetch),
     Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
     Api(8, "OffsetCommit", 0, 9, offsets.handle_offset_commit),

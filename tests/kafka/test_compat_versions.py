@@ -353,3 +353,52 @@ def test_find_coordinator_v5_batches_keys(one_broker: Cluster, conn: Connection)
     ]
     txn = conn.call(FindCoordinatorRequest(key_type=1, coordinator_keys=("tx",)))
     assert txn.coordinators[0].error_code.value == 15  # COORDINATOR_NOT_AVAILABLE: no txns
+
+
+def test_fetch_v17_names_topics_by_id(conn: Connection) -> None:
+    from kio.schema.fetch.v17.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    meta = conn.call(
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TOPIC),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    topic_id = meta.topics[0].topic_id
+
+    def fetch(tid: uuid.UUID) -> Any:
+        part = FetchPartition(
+            partition=0,
+            current_leader_epoch=-1,
+            fetch_offset=3,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+            replica_directory_id=uuid.UUID(int=0),
+        )
+        return conn.call(
+            FetchRequest(
+                cluster_id=None,
+                replica_state=ReplicaState(replica_id=-1, replica_epoch=-1),
+                max_wait=timedelta(milliseconds=100),
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=(FetchTopic(topic_id=tid, partitions=(part,)),),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+        )
+
+    (topic,) = fetch(topic_id).responses
+    (part,) = topic.partitions
+    assert topic.topic_id == topic_id and part.error_code.value == 0
+    records = KafkaMemoryRecords(bytes(part.records))
+    values = [r.value for batch in iter(records.next_batch, None) for r in batch]
+    assert values == [b"v3", b"v4"]
+    (missing,) = fetch(uuid.uuid4()).responses
+    assert missing.partitions[0].error_code.value == 100  # UNKNOWN_TOPIC_ID
