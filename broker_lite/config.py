@@ -91,6 +91,22 @@ class BrokerConfig:
             "Largest Kafka request frame; a bigger one closes that connection", integer(1024)
         ),
     )
+    auto_create_topics_enable: bool = field(
+        default=True,
+        metadata=about(
+            "Kafka's auto.create.topics.enable: create a missing topic a Kafka Produce or "
+            "Metadata request names",
+            BOOLEAN,
+        ),
+    )
+    num_partitions: int = field(
+        default=1,
+        metadata=about(
+            "Kafka's num.partitions: partitions of an auto-created topic (and CreateTopics "
+            "with -1)",
+            integer(1),
+        ),
+    )
     broker_id: int = field(
         default=0, metadata=about("This broker's id, unique in the cluster", integer(0))
     )

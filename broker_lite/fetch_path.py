@@ -89,6 +89,15 @@ class FetchPath(BrokerState):
                     raise exc from None
         return []
 
+    def leader_epoch_end(self, topic_name: str, partition: int) -> tuple[int, int]:
+        """(the partition's shard's leader epoch, its high watermark) from the root:
+        Kafka's OffsetForLeaderEpoch answer for the current epoch."""
+        topic = self.topic(topic_name)
+        st = self.partition_state(topic, partition)
+        with st.lock:
+            storage_call(st.refresh)
+            return int(st.log.leader_epoch), int(st.log.high_watermark)
+
     def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
         topic = self.topic(topic_name)
         st = self.partition_state(topic, partition)
@@ -100,11 +109,16 @@ class FetchPath(BrokerState):
                 return int(st.log.log_start_offset)
             if spec == "latest":
                 return int(st.log.high_watermark)
+        if spec == "max_timestamp":
+            with st.reader_lock:
+                storage_call(st.reader.refresh)
+                return int(storage_call(st.reader.offset_of_max_timestamp))
         if isinstance(spec, int) and not isinstance(spec, bool):
             with st.reader_lock:
                 storage_call(st.reader.refresh)
                 return int(storage_call(lambda: st.reader.offset_for_timestamp(spec)))
         raise InvalidRequestError(
-            f"offset spec {spec!r} is not accepted; accepted: 'earliest', 'latest' or a "
+            f"offset spec {spec!r} is not accepted; accepted: 'earliest', 'latest', "
+            "'max_timestamp' or a "
             "timestamp in ms"
         )

@@ -186,6 +186,10 @@ class UnsupportedVersionError(SparklogError, errno=35, code="UNSUPPORTED_VERSION
     pass
 
 
+class SecurityDisabledError(SparklogError, errno=54, code="SECURITY_DISABLED", canonical=True):
+    """ACL requests: no authorizer is configured (sparklog has no ACLs)."""
+
+
 class PolicyViolationError(SparklogError, errno=44, code="POLICY_VIOLATION", canonical=True):
     pass
 
@@ -199,6 +203,12 @@ class UnknownTopicOrPartitionError(SparklogError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.message or "unknown topic or partition"
+
+
+class UnknownTopicIdError(
+    UnknownTopicOrPartitionError, errno=100, code="UNKNOWN_TOPIC_ID", canonical=True
+):
+    """No topic has the id a Kafka request names (requests that address topics by id)."""
 
 
 class TopicAlreadyExistsError(SparklogError, errno=36, code="TOPIC_ALREADY_EXISTS", canonical=True):
@@ -298,6 +308,12 @@ class FencedError(SparklogError, code="FENCED"):
 
 class FencedLeaderEpochError(FencedError, errno=74, code="FENCED_LEADER_EPOCH", canonical=True):
     """A leader epoch that a newer leader has replaced."""
+
+
+class UnknownLeaderEpochError(
+    FencedError, errno=76, code="UNKNOWN_LEADER_EPOCH", retriable=True, canonical=True
+):
+    """A client's leader epoch is newer than the broker's (its metadata is ahead): retry."""
 
 
 class ProducerFencedError(FencedError, errno=90, code="PRODUCER_FENCED", canonical=True):

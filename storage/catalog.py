@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from sparklog.errors import (
     CorruptRecordError,
     InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -65,7 +67,7 @@ FIXED_AT_CREATION = ("commit.shards",)
 def validate_topic_name(name: str) -> str:
     """Kafka's rule: ``[a-zA-Z0-9._-]``, 1-249 characters, not ``.`` or ``..``."""
     if not isinstance(name, str) or not TOPIC_NAME_RE.match(name) or name in (".", ".."):
-        raise InvalidConfigurationError(
+        raise InvalidTopicError(
             f"invalid topic name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-], "
             "not '.' or '..'"
         )
@@ -265,7 +267,7 @@ class LogRoot:
         """Create a topic; TopicExistsError if a live topic has the name."""
         validate_topic_name(name)
         if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidConfigurationError(
+            raise InvalidPartitionsError(
                 f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
             )
         parsed = validate_config(config)
@@ -367,7 +369,7 @@ class LogRoot:
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
-                raise InvalidConfigurationError(
+                raise InvalidPartitionsError(
                     f"partitions={total!r} is not accepted for topic {name!r}; accepted: more "
                     f"than the current {doc['partitions']} and at most {MAX_PARTITIONS}"
                 )

@@ -15,6 +15,7 @@ Membership itself is the coordinator's business (sparklog.groups).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -22,21 +23,78 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidConfigurationError
+from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
 from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.topic_partition import TopicPartition
 
-GROUP_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+#: characters a group id keeps unchanged in its storage key (the ids accepted before
+#: any id was: such an id's key is the id itself, so existing groups stay readable)
+_PLAIN_KEY_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+_SAFE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+#: the longest key folder name: the old id limit, inside a file name's 255 bytes
+MAX_KEY_NAME = 249
+#: the object beside a hashed group's logs that holds its id (see :func:`group_key_name`)
+GROUP_ID_OBJECT = "group-id"
+_HASHED_PREFIX = "!H"
 
 
 def validate_group_name(name: str) -> str:
-    if not isinstance(name, str) or not GROUP_NAME_RE.match(name) or name in (".", ".."):
-        raise InvalidConfigurationError(
-            f"invalid group name {name!r}; accepted: 1-249 characters from [a-zA-Z0-9._-]"
-        )
+    """``name`` if it is a group id: any non-empty string, as Kafka accepts."""
+    if not isinstance(name, str) or not name:
+        raise InvalidGroupIdError(f"invalid group id {name!r}; accepted: any non-empty string")
     return name
+
+
+def group_key_name(group: str) -> str:
+    """The folder name under ``groups/`` that stores ``group`` (reversible, S3- and file-safe).
+
+    Kafka accepts any non-empty group id; keys must stay file names on a local root
+    and plain keys on S3.  Ids of ``[a-zA-Z0-9._-]`` (the ids accepted before) are
+    their own name, so existing groups keep their keys.  Any other character, and
+    ``.``/``..`` as a whole, is written ``!XX`` per UTF-8 byte (``!`` is never in a
+    plain name, so the escaping is reversible).  A name longer than
+    :data:`MAX_KEY_NAME` is ``!H`` + the id's SHA-256, and the id itself is stored
+    beside the logs (:data:`GROUP_ID_OBJECT`) for listings.
+    """
+    validate_group_name(group)
+    if _PLAIN_KEY_RE.match(group) and group not in (".", ".."):
+        name = group
+    else:
+        name = "".join(
+            ch if ch in _SAFE_CHARS and group not in (".", "..") else _escape(ch) for ch in group
+        )
+    if len(name) > MAX_KEY_NAME:
+        name = _HASHED_PREFIX + hashlib.sha256(group.encode("utf-8")).hexdigest()
+    return name
+
+
+def _escape(ch: str) -> str:
+    return "".join(f"!{byte:02X}" for byte in ch.encode("utf-8"))
+
+
+def group_key(group: str) -> str:
+    """The storage prefix of ``group``'s objects: ``groups/<group_key_name(group)>``."""
+    return f"groups/{group_key_name(group)}"
+
+
+def decode_group_key_name(name: str) -> str | None:
+    """The group id a folder name stores, or None for a hashed name (read its id object)."""
+    if name.startswith(_HASHED_PREFIX):
+        return None
+    if "!" not in name:
+        return name
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        if name[i] == "!":
+            raw.append(int(name[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.extend(name[i].encode("ascii"))
+            i += 1
+    return raw.decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -101,7 +159,7 @@ class GroupLog(MetaLog[GroupLogState]):
     ) -> None:
         super().__init__(
             store,
-            f"groups/{validate_group_name(group)}/log",
+            f"{group_key(group)}/log",
             GroupCodec(),
             name=f"group {group}",
             snapshot_interval=snapshot_interval,
@@ -126,6 +184,10 @@ class GroupStore:
         with self._lock:
             found = self._logs.get(group)
             if found is None:
+                key_name = group_key_name(group)
+                if key_name.startswith(_HASHED_PREFIX):
+                    # a hashed name cannot be decoded: listings read the id from here
+                    self.store.create(f"groups/{key_name}/{GROUP_ID_OBJECT}", group.encode())
                 found = (GroupLog(self.store, group, self.snapshot_interval), threading.Lock())
                 self._logs[group] = found
             return found
@@ -256,10 +318,20 @@ class GroupStore:
         return out
 
     def list_groups(self) -> list[str]:
-        return self.store.list_names("groups")
+        """Every group id with objects under ``groups/`` (decoded from the key names)."""
+        out = []
+        for name in self.store.list_names("groups"):
+            group = decode_group_key_name(name)
+            if group is None:
+                data = self.store.get_or_none(f"groups/{name}/{GROUP_ID_OBJECT}")
+                if data is None:
+                    continue  # a hashed group whose id object is not written yet
+                group = bytes(data).decode("utf-8")
+            out.append(group)
+        return sorted(out)
 
     def delete(self, group: str) -> None:
         validate_group_name(group)
         with self._lock:
             self._logs.pop(group, None)
-        self.store.delete_prefix(f"groups/{group}")
+        self.store.delete_prefix(group_key(group))

@@ -828,6 +828,25 @@ class PartitionLog:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""
         return self._planned(lambda state: self._offset_for_timestamp(state, timestamp_ms))
 
+    def offset_of_max_timestamp(self) -> int:
+        """The first offset holding the log's largest timestamp (Kafka's MAX_TIMESTAMP,
+        KIP-734); -1 for an empty log."""
+        return self._planned(self._offset_of_max_timestamp)
+
+    def _offset_of_max_timestamp(self, state: LogState) -> int:
+        import pyarrow.compute as pc
+
+        table = state.segments.to_table()
+        if state.high_watermark <= state.log_start_offset or not table.num_rows:
+            return -1
+        ends = pc.add(table.column("base_offset"), table.column("offset_span"))
+        table = table.filter(pc.greater(ends, state.log_start_offset))
+        if not table.num_rows:
+            return -1
+        top = int(pc.max(table.column("max_timestamp_ms")).as_py())
+        found = self._offset_for_timestamp(state, top)
+        return -1 if found >= state.high_watermark else found
+
     def _offset_for_timestamp(self, state: LogState, timestamp_ms: int) -> int:
         seg = state.segments.first_with_max_timestamp_at_least(timestamp_ms)
         while seg is not None:

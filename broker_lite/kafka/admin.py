@@ -20,15 +20,18 @@ from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
+    SecurityDisabledError,
     SparklogError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.storage.catalog import FIXED_AT_CREATION
+from sparklog.storage.catalog import FIXED_AT_CREATION, validate_topic_name
 
 TOPIC = 2
 BROKER = 4
-#: Kafka's config sources: DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG.
+#: Kafka's config sources: DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG and DEFAULT_CONFIG.
 SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -57,9 +60,10 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
                     "1 or -1 (the data is stored once in the root, served by any broker)"
                 )
             count = int(topic.num_partitions)
-            if count == -1:
-                count = 1
+            if count == -1:  # the broker's default, as Kafka's num.partitions
+                count = int(ctx.broker.config.num_partitions)
             config = {c.name: c.value for c in topic.configs if c.value is not None}
+            validate_topic_name(topic.name)
             if not request.validate_only:
                 made = ctx.broker.create_topic(topic.name, count, config)
                 topic_id = topic_uuid(made.get("topic_id", ""))
@@ -86,10 +90,34 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(20, ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
     results = []
-    for name in request.topic_names:
-        error, message, _ = outcome(partial(ctx.broker.delete_topic, name))
-        results.append(make(result_cls, name=name, error_code=error, error_message=message))
+    if ctx.api_version >= 6:  # topics by name or by id
+        named = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        named = [(name, uuid.UUID(int=0)) for name in request.topic_names]
+    for name, topic_id in named:
+        error, message, found = outcome(partial(_topic_name, ctx.broker, name, topic_id))
+        if not error:
+            error, message, _ = outcome(partial(ctx.broker.delete_topic, found))
+        results.append(
+            make(
+                result_cls,
+                name=found if not error else name,
+                topic_id=topic_id,
+                error_code=error,
+                error_message=message,
+            )
+        )
     return make(cls, throttle_time=0, responses=tuple(results))
+
+
+def _topic_name(broker: Any, name: str | None, topic_id: uuid.UUID) -> str:
+    """The topic a DeleteTopics v6 entry names, by name or by id."""
+    if name:
+        return name
+    for candidate in broker.root.list_topics():
+        if topic_uuid(broker.topic(candidate).info.topic_id) == topic_id:
+            return str(candidate)
+    raise UnknownTopicIdError(f"no topic has id {topic_id}")
 
 
 def handle_create_partitions(ctx: Any, request: Any) -> Any:
@@ -132,6 +160,30 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(topics))
 
 
+def broker_configs(broker: Any, name: str) -> list[tuple[str, str]]:
+    """A broker resource's read-only entries: its listeners, so a tool that reached the
+    Kafka port learns the Flight address (``sparklog.flight.address``) too."""
+    if name in ("", str(broker.config.broker_id)):
+        broker_id = int(broker.config.broker_id)
+    else:
+        try:
+            broker_id = int(name)
+        except ValueError:
+            raise InvalidRequestError(
+                f"broker resource {name!r} is not accepted; accepted: a broker id or ''"
+            ) from None
+    info = broker.cluster.live().get(broker_id) if broker.cluster is not None else None
+    if info is None:
+        raise InvalidRequestError(f"broker {broker_id} is not live; accepted: a live broker's id")
+    return [
+        ("broker.id", str(broker_id)),
+        ("advertised.listeners", f"PLAINTEXT://{info.kafka_address}" if info.kafka_address else ""),
+        ("sparklog.flight.address", str(info.location)),
+        ("auto.create.topics.enable", str(bool(broker.config.auto_create_topics_enable)).lower()),
+        ("num.partitions", str(broker.config.num_partitions)),
+    ]
+
+
 def handle_describe_configs(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(32, ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
@@ -163,7 +215,24 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
                             documentation=None,
                         )
                     )
-            elif resource.resource_type != BROKER:
+            elif resource.resource_type == BROKER:
+                entries = [
+                    make(
+                        entry_cls,
+                        name=name,
+                        value=value,
+                        read_only=True,
+                        is_default=False,
+                        config_source=SOURCE_STATIC_BROKER,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for name, value in broker_configs(ctx.broker, resource.resource_name)
+                    if resource.configuration_keys is None or name in resource.configuration_keys
+                ]
+            else:
                 raise InvalidRequestError(
                     f"resource type {resource.resource_type} is not accepted; accepted: 2 "
                     "(topic), 4 (broker)"
@@ -280,3 +349,19 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
         for t in request.topics
     ]
     return make(cls, error_code=0, throttle_time=0, topics=tuple(topics))
+
+
+def handle_describe_acls(ctx: Any, request: Any) -> Any:
+    """DescribeAcls: SECURITY_DISABLED, Kafka's answer when no authorizer is configured.
+
+    sparklog has no ACLs (access is the storage root's and the network's business),
+    so tools listing ACLs get the clean error Kafka gives them without an authorizer.
+    """
+    cls = load_response_schema(29, ctx.api_version)
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=SecurityDisabledError.errno,
+        error_message="no authorizer is configured: sparklog has no ACLs",
+        resources=(),
+    )

@@ -15,14 +15,16 @@ from __future__ import annotations
 import struct
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from typing import Any
 
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka import topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.records import encode_batch
-from sparklog.errors import SparklogError
+from sparklog.errors import SparklogError, UnknownTopicIdError
 
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
@@ -121,16 +123,32 @@ def _read(
     return 0, hwm, lso, out[0] if len(out) == 1 else b"".join(out)
 
 
+#: Fetch names topics by id from this version on (KIP-516)
+FIRST_TOPIC_ID_VERSION = 13
+ZERO_ID = uuid.UUID(int=0)
+
+
 def handle_fetch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = load_response_schema(1, ctx.api_version)
     topic_cls = nested(cls, "FetchableTopicResponse")
     part_cls = nested(cls, "PartitionData")
-    wanted = [
-        (t.topic, p.partition, int(p.fetch_offset), int(p.partition_max_bytes))
-        for t in request.topics
-        for p in t.partitions
-    ]
+    # v13+ name topics by id: resolved here; an unknown id is UNKNOWN_TOPIC_ID
+    by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
+    ids: dict[str, uuid.UUID] = {}
+    unknown: list[tuple[uuid.UUID, list[int]]] = []
+    wanted: list[tuple[str, int, int, int]] = []
+    for t in request.topics:
+        name = topic_ids.name_of(broker, t.topic_id) if by_id else t.topic
+        if name is None:
+            unknown.append((t.topic_id, [int(p.partition) for p in t.partitions]))
+            continue
+        if by_id:
+            ids[name] = t.topic_id
+        wanted.extend(
+            (name, p.partition, int(p.fetch_offset), int(p.partition_max_bytes))
+            for p in t.partitions
+        )
     max_wait_ms = max(ms(request.max_wait), 0)
     min_bytes = int(request.min_bytes)
     max_total = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
@@ -184,6 +202,29 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
         error_code=0,
         session_id=0,
         responses=tuple(
-            make(topic_cls, topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+            make(topic_cls, topic=name, topic_id=ids.get(name, ZERO_ID), partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        )
+        + tuple(
+            make(
+                topic_cls,
+                topic="",
+                topic_id=topic_id,
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p,
+                        error_code=UnknownTopicIdError.errno,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=None,
+                    )
+                    for p in parts
+                ),
+            )
+            for topic_id, parts in unknown
         ),
     )

@@ -13,8 +13,10 @@ from typing import Any
 
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka import auto_create
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.errors import LeaderNotAvailableError, SparklogError
+from sparklog.storage.catalog import validate_topic_name
 
 CLUSTER_ID = "sparklog"
 
@@ -54,6 +56,8 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     else:
         wanted = [t.name for t in request.topics if t.name is not None]
     known = set(broker.root.list_topics())
+    if request.topics and getattr(request, "allow_auto_topic_creation", True):
+        known = auto_create.create_missing(broker, wanted, known)  # Kafka's auto-creation
     try:
         found = broker.metadata([n for n in wanted if n in known])["topics"]
     except SparklogError:
@@ -61,6 +65,8 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     topics = []
     for name in wanted:
         try:
+            if name not in known:
+                validate_topic_name(name)  # Kafka: INVALID_TOPIC_EXCEPTION for such a name
             meta = found.get(name) or broker.metadata([name])["topics"][name]
         except SparklogError as exc:
             topics.append(

@@ -13,19 +13,37 @@ from typing import Any
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
-from sparklog.errors import SparklogError
+from sparklog.errors import InvalidRequestError, SparklogError
 
 LATEST = -1
 EARLIEST = -2
+#: KIP-734 (v7+): the offset of the record with the largest timestamp
+MAX_TIMESTAMP = -3
+#: KIP-405 (v8+): the earliest offset on local storage; all of a log is "local" here
+EARLIEST_LOCAL = -4
+#: KIP-1005 (v9+): the latest offset in tiered storage; none without tiered storage
+LATEST_TIERED = -5
 
 
 def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(offset, timestamp) Kafka answers for one ListOffsets partition."""
     if timestamp == LATEST:
         return broker.list_offsets(topic, partition, "latest"), -1
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return broker.list_offsets(topic, partition, "earliest"), -1
-    offset = broker.list_offsets(topic, partition, int(timestamp))
+    if timestamp == LATEST_TIERED:
+        broker.list_offsets(topic, partition, "earliest")  # the partition's errors
+        return -1, -1  # as Kafka without tiered storage
+    if timestamp == MAX_TIMESTAMP:
+        offset = broker.list_offsets(topic, partition, "max_timestamp")
+    elif timestamp < 0:
+        raise InvalidRequestError(
+            f"ListOffsets timestamp {timestamp} is not accepted; accepted: -1 (latest), "
+            "-2 (earliest), -3 (max timestamp), -4 (earliest local), -5 (latest tiered) or "
+            "a timestamp in ms"
+        )
+    else:
+        offset = broker.list_offsets(topic, partition, int(timestamp))
     batches, hwm, _lso, _schema = (
         broker.fetch(topic, partition, offset, 1, 0)
         if offset >= 0
@@ -117,20 +135,33 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_offset_fetch(ctx: Any, request: Any) -> Any:
-    cls = load_response_schema(9, ctx.api_version)
-    topic_cls = nested(cls, "OffsetFetchResponseTopic")
-    part_cls = nested(cls, "OffsetFetchResponsePartition")
+def _committed(ctx: Any, group: str, topics: Any) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """(error code, topic -> [(partition, committed offset or -1)]) of one group's
+    OffsetFetch; ``topics`` None = every partition the group has committed."""
     try:
-        committed = ctx.broker.groups.fetch_offsets(request.group_id)
+        committed = ctx.broker.groups.fetch_offsets(group)
     except SparklogError as exc:
-        return make(cls, throttle_time=0, topics=(), error_code=errno_of(exc))
-    if request.topics is None:
+        return errno_of(exc), {}
+    if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
-        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+    return 0, {
+        name: [(p, committed.get((name, p), -1)) for p in parts] for name, parts in wanted.items()
+    }
+
+
+def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    if ctx.api_version >= 8:
+        return _offset_fetch_groups(ctx, request)
+    cls = load_response_schema(9, ctx.api_version)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    error, found = _committed(ctx, request.group_id, request.topics)
+    if error:
+        return make(cls, throttle_time=0, topics=(), error_code=error)
     return make(
         cls,
         throttle_time=0,
@@ -143,14 +174,51 @@ def handle_offset_fetch(ctx: Any, request: Any) -> Any:
                     make(
                         part_cls,
                         partition_index=p,
-                        committed_offset=committed.get((name, p), -1),
+                        committed_offset=offset,
                         committed_leader_epoch=-1,
                         metadata="",
                         error_code=0,
                     )
-                    for p in parts
+                    for p, offset in parts
                 ),
             )
-            for name, parts in wanted.items()
+            for name, parts in found.items()
         ),
     )
+
+
+def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
+    """OffsetFetch v8+ (KIP-709): several groups in one request, each answered alone."""
+    cls = load_response_schema(9, ctx.api_version)
+    group_cls = nested(cls, "OffsetFetchResponseGroup")
+    topic_cls = nested(cls, "OffsetFetchResponseTopics")
+    part_cls = nested(cls, "OffsetFetchResponsePartitions")
+    groups = []
+    for g in request.groups:
+        error, found = _committed(ctx, g.group_id, g.topics)
+        groups.append(
+            make(
+                group_cls,
+                group_id=g.group_id,
+                error_code=error,
+                topics=tuple(
+                    make(
+                        topic_cls,
+                        name=name,
+                        partitions=tuple(
+                            make(
+                                part_cls,
+                                partition_index=p,
+                                committed_offset=offset,
+                                committed_leader_epoch=-1,
+                                metadata="",
+                                error_code=0,
+                            )
+                            for p, offset in parts
+                        ),
+                    )
+                    for name, parts in found.items()
+                ),
+            )
+        )
+    return make(cls, throttle_time=0, groups=tuple(groups))

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka import auto_create
 from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.records import (
@@ -36,6 +37,7 @@ from sparklog.errors import (
     InvalidRequiredAcksError,
     MessageSizeTooLargeError,
     SparklogError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 
@@ -113,6 +115,14 @@ def _produce_topic(
     """
     try:
         topic_obj = broker.topic(topic)
+    except UnknownTopicOrPartitionError as exc:
+        if not auto_create.enabled(broker):
+            return [exc for _ in partitions]
+        try:  # Kafka's auto.create.topics.enable: create it, then produce
+            auto_create.create_missing(broker, [topic], set())
+            topic_obj = broker.topic(topic)
+        except SparklogError as again:
+            return [again for _ in partitions]
     except SparklogError as exc:
         return [exc for _ in partitions]
     out: list[tuple[int, int] | BaseException] = []

@@ -7,8 +7,10 @@ sends the answers in request order, as Kafka requires.  An idempotent
 producer's Produce requests are handled one after another so its sequence
 numbers reach the broker in order.  Frames larger than ``kafka_max_request_bytes``, negative
 sizes and headers that do not parse close that connection only; a request for
-an unknown API or an unsupported version is answered with UNSUPPORTED_VERSION
-(ApiVersions follows KIP-511: a v0 answer listing the supported ranges).
+an unknown API or an unsupported version closes the connection too, as Kafka
+does, except ApiVersions, which follows KIP-511 (a v0 answer with
+UNSUPPORTED_VERSION listing the supported ranges).  Old versions kio does not
+generate go through :mod:`~sparklog.broker_lite.kafka.legacy`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
+from sparklog.broker_lite.kafka.legacy import (
+    LEGACY,
+    Legacy,
+    LegacyDecodeError,
+    decode,
+    decode_header,
+    encode,
+)
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
-from sparklog.errors import UnsupportedVersionError
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
 SIZE = struct.Struct(">i")
+CORRELATION = struct.Struct(">i")
 #: Connections served at once; more are accepted and closed at once.
 MAX_CONNECTIONS = 1024
 #: Requests of one connection handled at once (answers still leave in order).
@@ -273,12 +283,15 @@ class KafkaListener:
                 from sparklog.broker_lite.kafka.versions import api_versions_fallback
 
                 return self._encode(api_versions_fallback(self), correlation_id)
-            log.info(
-                "kafka request refused: unsupported API or version",
-                extra=fields(api_key=api_key, api_version=api_version),
+            # Kafka cannot parse such a request either and closes the connection (its
+            # RequestContext.parseRequest fails): a body the client would misread is worse
+            raise MalformedRequest(
+                f"unsupported API {api_key} version {api_version} (ApiVersions lists the "
+                "supported ranges)"
             )
-            # Every response starts with the correlation id; an error code follows.
-            return _frame(struct.pack(">ih", correlation_id, UnsupportedVersionError.errno))
+        old = LEGACY.get((api_key, api_version))
+        if old is not None:
+            return self._handle_legacy(old, entry, frame, previous_produce)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -295,8 +308,36 @@ class KafkaListener:
             getattr(header, "client_id", None),
             previous_produce,
         )
+        response = self._run(entry, ctx, request)
+        if response is None:
+            return None
+        return self._encode(response, correlation_id)
+
+    def _handle_legacy(
+        self, old: Legacy, entry: Any, frame: bytes, previous_produce: threading.Event | None
+    ) -> bytes | None:
+        """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
         try:
-            response = entry.handler(ctx, request)
+            api_key, _version, correlation_id, client_id, offset = decode_header(frame)
+            request, _ = decode(old.request, frame, offset)
+        except LegacyDecodeError as exc:
+            raise MalformedRequest(
+                f"api {old.api_key} v{old.version} request does not parse ({exc})"
+            ) from None
+        old.upgrade(request)
+        ctx = RequestContext(
+            self, api_key, old.served_as, correlation_id, client_id, previous_produce
+        )
+        response = self._run(entry, ctx, request)
+        if response is None:
+            return None
+        body = encode(old.response, old.downgrade(response))
+        return _frame(CORRELATION.pack(correlation_id) + body)
+
+    def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
+        api_key, api_version = ctx.api_key, ctx.api_version
+        try:
+            return entry.handler(ctx, request)
         except MalformedRequest:
             raise
         except Exception:
@@ -304,9 +345,6 @@ class KafkaListener:
                 "kafka request failed", extra=fields(api_key=api_key, api_version=api_version)
             )
             raise MalformedRequest(f"api {api_key} v{api_version}: internal error") from None
-        if response is None:
-            return None
-        return self._encode(response, correlation_id)
 
     def _encode(self, response: Any, correlation_id: int) -> bytes:
         header_cls = response.__header_schema__

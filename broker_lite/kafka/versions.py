@@ -1,8 +1,9 @@
 """The APIs the Kafka listener implements, with exactly the versions it implements.
 
-ApiVersions advertises this table as is.  Ranges are those kio generates and
-the handlers were written for (e.g. Fetch stops at v12 because v13 addresses
-topics by id, Produce at v9 for the same reason in v10+).
+ApiVersions advertises this table as is.  Ranges are those the handlers were
+written for: kio's versions, and below them the old versions of
+:mod:`~sparklog.broker_lite.kafka.legacy` (Kafka 3.9's floors, which kio's Kafka 4
+schemas dropped), up to Kafka 3.9's ceilings where the handlers serve them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
-from sparklog.broker_lite.kafka import admin, fetch, groups, metadata, offsets, produce
+from sparklog.broker_lite.kafka import (
+    admin,
+    coordinators,
+    fetch,
+    groups,
+    leader_epochs,
+    metadata,
+    offsets,
+    produce,
+)
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.errors import UnsupportedVersionError
 
@@ -57,25 +67,27 @@ def _response_cls(version: int) -> type:
 
 
 _APIS = [
-    Api(0, "Produce", 3, 9, produce.handle_produce),
-    Api(1, "Fetch", 4, 12, fetch.handle_fetch),
-    Api(2, "ListOffsets", 1, 6, offsets.handle_list_offsets),
+    Api(0, "Produce", 0, 11, produce.handle_produce),
+    Api(1, "Fetch", 0, 17, fetch.handle_fetch),
+    Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
-    Api(8, "OffsetCommit", 2, 8, offsets.handle_offset_commit),
-    Api(9, "OffsetFetch", 1, 7, offsets.handle_offset_fetch),
-    Api(10, "FindCoordinator", 0, 3, groups.handle_find_coordinator),
+    Api(8, "OffsetCommit", 0, 9, offsets.handle_offset_commit),
+    Api(9, "OffsetFetch", 0, 9, offsets.handle_offset_fetch),
+    Api(10, "FindCoordinator", 0, 5, coordinators.handle_find_coordinator),
     Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
     Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
-    Api(13, "LeaveGroup", 0, 4, groups.handle_leave_group),
+    Api(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
     Api(18, "ApiVersions", 0, 3, api_versions),
-    Api(19, "CreateTopics", 2, 7, admin.handle_create_topics),
-    Api(20, "DeleteTopics", 1, 5, admin.handle_delete_topics),
+    Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
+    Api(20, "DeleteTopics", 0, 6, admin.handle_delete_topics),
     Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
-    Api(22, "InitProducerId", 0, 4, produce.handle_init_producer_id),
-    Api(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    Api(22, "InitProducerId", 0, 5, produce.handle_init_producer_id),
+    Api(23, "OffsetForLeaderEpoch", 0, 4, leader_epochs.handle_offset_for_leader_epoch),
+    Api(29, "DescribeAcls", 0, 3, admin.handle_describe_acls),
+    Api(32, "DescribeConfigs", 0, 4, admin.handle_describe_configs),
     Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),

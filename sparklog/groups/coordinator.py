@@ -49,7 +49,7 @@ from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import VersionedDocument, version_key
-from sparklog.storage.groups import validate_group_name
+from sparklog.storage.groups import group_key, validate_group_name
 from sparklog.topic_partition import TopicPartition
 
 EMPTY = "Empty"
@@ -115,7 +115,7 @@ class _StateDoc:
     """One group's state document with a cached latest version."""
 
     def __init__(self, root: LogRoot, group: str) -> None:
-        self.versions = VersionedDocument(root.store, f"groups/{group}/state")
+        self.versions = VersionedDocument(root.store, f"{group_key(group)}/state")
         self.group = group
         self.offsets = root.groups  # the group's log: offset commits check generations there
         self._cache: tuple[int, dict[str, Any], float] | None = None
@@ -291,7 +291,7 @@ class GroupCoordinator:
             self._beats.pop(key, None)
 
     def _heartbeat_key(self, group: str, member_id: str) -> str:
-        return f"groups/{group}/members/{member_id}.json"
+        return f"{group_key(group)}/members/{member_id}.json"
 
     def _touch(self, group: str, member_id: str) -> None:
         if self.in_memory:
@@ -809,8 +809,8 @@ class GroupCoordinator:
             raise InvalidRequestError(
                 "offsets are not accepted; accepted: {(topic, partition): offset}"
             ) from None
-        if any(o < 0 for o in clean.values()):
-            raise InvalidRequestError(f"negative offsets in {clean}; accepted: offsets >= 0")
+        # negative offsets are stored as given, as Kafka does (kafkajs' resetOffsets
+        # commits -2 = earliest); readers treat them as no commit or a logical offset
         doc = self._current(group)
         if generation < 0 and not member_id:
             if doc["members"]:

@@ -457,11 +457,11 @@ def _group(opts: Mapping[str, str]) -> str | None:
             "accepted: one of them (kafka.group.id is taken as group)"
         )
     group = group if group is not None else kafka_group
-    if group is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", group):
+    if group is not None and not group:
         name = "group" if "group" in opts else "kafka.group.id"
         raise SparkOptionError(
-            f"option {name!r}={group!r} is not accepted; accepted: 1-249 characters from "
-            "[a-zA-Z0-9._-]"
+            f"option {name!r}={group!r} is not accepted; accepted: any non-empty string "
+            "(Kafka's group ids)"
         )
     return group
 

@@ -123,8 +123,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 committed = view.root.groups.fetch(self.options.group)
                 for tp in partitions:
                     entry = committed.get(tp)
-                    if entry is None:
-                        continue
+                    if entry is None or entry.offset < 0:
+                        continue  # none, or a sentinel a Kafka tool committed (-2, -1)
                     if entry.topic_id and entry.topic_id != infos[tp[0]].topic_id:
                         continue  # offsets of an earlier topic of the same name
                     positions[tp] = entry.offset

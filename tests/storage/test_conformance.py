@@ -423,8 +423,8 @@ def test_group_offsets_are_durable_and_merge(root):
     assert fresh.list_groups() == ["g1"]
     fresh.delete("g1")
     assert fresh.fetch("g1") == {} and fresh.list_groups() == []
-    with pytest.raises(InvalidConfigError, match="invalid group name"):
-        fresh.commit("bad name", {("t", 0): 1})
+    with pytest.raises(InvalidConfigError, match="invalid group id"):
+        fresh.commit("", {("t", 0): 1})
 
 
 # -- unreachable storage --

@@ -23,6 +23,7 @@ import pyarrow.flight as flight
 from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.flight_protocol import decode
 from sparklog.client.transports.base import FetchResult, ProduceResult
+from sparklog.client.transports.kafka_probe import KafkaListener
 from sparklog.errors import (
     BrokerNotAvailableError,
     CommitStateUnknownError,
@@ -126,6 +127,8 @@ class BrokerClient:
         self.discover = discover
         self._lock = threading.Lock()
         self._conns: dict[str, flight.FlightClient] = {}
+        #: location -> what probing it as a Kafka listener found (see kafka_probe)
+        self._probed: dict[str, KafkaListener | None] = {}
         self._brokers: list[str] = list(self.bootstrap)
         self._meta: dict[str, TopicMetadata] = {}
         #: group -> its coordinator's location, as NOT_COORDINATOR answers named it
@@ -173,6 +176,9 @@ class BrokerClient:
                 return err
         if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | OSError):
             self._drop(location)
+            wrong = self._kafka_listener(location)
+            if wrong is not None:
+                return wrong
             return BrokerNotAvailableError(f"broker {location} is unreachable: {exc}")
         if isinstance(exc, flight.FlightCancelledError):
             self._drop(location)
@@ -181,6 +187,27 @@ class BrokerClient:
             self._drop(location)
             return BrokerNotAvailableError(f"broker {location} failed: {exc}")
         raise exc
+
+    def _kafka_listener(self, location: str) -> SparklogError | None:
+        """A clear error if ``location`` is a sparklog broker's Kafka port (probed once)."""
+        from sparklog.client.transports.kafka_probe import probe
+
+        if location not in self._probed:
+            self._probed[location] = probe(location)
+        found = self._probed[location]
+        if found is None:
+            return None
+        flight_address = found.flight_address.removeprefix("grpc://")
+        use = (
+            f"use its Flight address: sparklog://{flight_address}"
+            if flight_address
+            else "use the broker's Flight address (its 'listen' key; `sparklog broker start` "
+            "logs it as 'location')"
+        )
+        return InvalidConfigError(
+            f"{location} is a Kafka protocol listener (for Kafka clients), not sparklog's "
+            f"Flight listener; {use}"
+        )
 
     def _on(self, location: str, call: Callable[[flight.FlightClient], T]) -> T:
         try:

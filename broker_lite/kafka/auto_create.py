@@ -1,0 +1,45 @@
+"""Kafka's ``auto.create.topics.enable``: a topic named by a Produce or Metadata request.
+
+Kafka (default on) creates a missing topic with the broker's ``num.partitions``
+when a Metadata request that allows auto-creation names it, and clients that
+produce first ask for metadata; without it librdkafka waits its whole delivery
+timeout for a topic nobody creates.  The broker keys
+``auto_create_topics_enable`` and ``num_partitions`` (broker_lite/config.py)
+play Kafka's part; the creation is an ordinary ``create_topic`` (an append to
+the cluster metadata log), so two brokers racing create it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from sparklog.errors import SparklogError, TopicAlreadyExistsError
+from sparklog.storage.catalog import validate_topic_name
+
+#: Kafka's internal topics: never auto-created as ordinary topics (a monitor asking for
+#: ``__consumer_offsets`` would get an empty user topic instead of "unknown")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def enabled(broker: Any) -> bool:
+    return bool(getattr(broker.config, "auto_create_topics_enable", False))
+
+
+def create_missing(broker: Any, names: list[str], known: set[str]) -> set[str]:
+    """Create those of ``names`` not in ``known`` (invalid names are left for the
+    caller to answer with their error); the names now known."""
+    if not enabled(broker):
+        return known
+    now_known = set(known)
+    for name in names:
+        if name in now_known or name in INTERNAL_TOPICS:
+            continue
+        try:
+            validate_topic_name(name)
+        except SparklogError:
+            continue
+        with contextlib.suppress(TopicAlreadyExistsError):  # another broker created it first
+            broker.create_topic(name, int(broker.config.num_partitions), {})
+        now_known.add(name)
+    return now_known
