@@ -112,9 +112,15 @@ def test_a_new_topic_spreads_its_leaders_over_every_live_broker(tmp_path) -> Non
         cluster.wait_live(3)
         with BrokerClient(cluster.bootstrap) as admin:
             admin.create_topic("spread", 12)
-            meta = admin.metadata(["spread"])["spread"]
-        assert meta.config["commit.shards"] == 3
-        leaders = [p.leader_id for p in meta.partitions]
-        assert sorted(leaders.count(b) for b in (1, 2, 3)) == [4, 4, 4]
+        for broker in cluster.brokers.values():  # every broker's view converges to the same map
+            with BrokerClient(broker.location, discover=False) as client:
+
+                def spread(client: BrokerClient = client) -> bool:
+                    meta = client.metadata(["spread"])["spread"]
+                    leaders = [p.leader_id for p in meta.partitions]
+                    assert meta.config["commit.shards"] == 3
+                    return sorted(leaders.count(b) for b in (1, 2, 3)) == [4, 4, 4]
+
+                wait_for(spread, 30, f"broker {broker.broker_id} to see the leaders spread")
     finally:
         cluster.stop()

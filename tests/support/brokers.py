@@ -25,6 +25,7 @@ TEST_CONFIG: dict[str, Any] = {
     "linger_ms": 2,
     "lease_interval_ms": 100,
     "lease_timeout_ms": 800,
+    "metadata_refresh_ms": 100,
     "fetch_refresh_ms": 50,
     "group_min_session_timeout_ms": 100,
     "group_poll_ms": 20,
