@@ -166,24 +166,29 @@ def handle_offset_fetch(ctx: Any, request: Any) -> Any:
         cls,
         throttle_time=0,
         error_code=0,
-        topics=tuple(
-            make(
-                topic_cls,
-                name=name,
-                partitions=tuple(
-                    make(
-                        part_cls,
-                        partition_index=p,
-                        committed_offset=offset,
-                        committed_leader_epoch=-1,
-                        metadata="",
-                        error_code=0,
-                    )
-                    for p, offset in parts
-                ),
-            )
-            for name, parts in found.items()
-        ),
+        topics=_committed_topics(topic_cls, part_cls, found),
+    )
+
+
+def _committed_topics(topic_cls: type, part_cls: type, found: Any) -> tuple[Any, ...]:
+    """OffsetFetch's topics of one group: each partition's committed offset."""
+    return tuple(
+        make(
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                make(
+                    part_cls,
+                    partition_index=p,
+                    committed_offset=offset,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=0,
+                )
+                for p, offset in parts
+            ),
+        )
+        for name, parts in found.items()
     )
 
 
@@ -201,24 +206,7 @@ def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
                 group_cls,
                 group_id=g.group_id,
                 error_code=error,
-                topics=tuple(
-                    make(
-                        topic_cls,
-                        name=name,
-                        partitions=tuple(
-                            make(
-                                part_cls,
-                                partition_index=p,
-                                committed_offset=offset,
-                                committed_leader_epoch=-1,
-                                metadata="",
-                                error_code=0,
-                            )
-                            for p, offset in parts
-                        ),
-                    )
-                    for name, parts in found.items()
-                ),
+                topics=_committed_topics(topic_cls, part_cls, found),
             )
         )
     return make(cls, throttle_time=0, groups=tuple(groups))
