@@ -21,6 +21,7 @@ from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
+    SparklogError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -108,6 +109,52 @@ def test_produce_fetch_round_trip(any_root, cluster_on):
         text = metrics.decode()
         assert 'sparklog_produce_records_total{topic="events"} 61.0' in text  # acks=0 not counted
         assert "sparklog_commit_seconds_bucket" in text
+
+
+class _SignallingClient(BrokerClient):
+    """A BrokerClient that says when a call has taken its connection."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(bootstrap)
+        self.connected = threading.Event()
+
+    def _conn(self, location: str) -> flight.FlightClient:
+        conn = super()._conn(location)
+        self.connected.set()
+        return conn
+
+
+def test_close_under_a_call_in_flight_lets_the_call_finish(file_root, cluster_on):
+    """Closing a client while another thread is in a call on its connection.
+
+    Closing the FlightClient under the call crashed the process (a segfault in
+    CI) or failed the call; the call must finish and later calls must refuse.
+    """
+    cluster = cluster_on(file_root)
+    cluster.start(0)
+    with BrokerClient(cluster.bootstrap) as other:
+        other.create_topic("events", 1)
+        client = _SignallingClient(cluster.bootstrap)
+        client.metadata(["events"])  # leaders known: the fetch's only call is the fetch
+        client.connected.clear()
+        got: dict = {}
+
+        def long_poll() -> None:
+            try:
+                got["result"] = client.fetch("events", 0, 0, max_wait_ms=20_000)
+            except Exception as exc:  # the assertion below names it
+                got["error"] = exc
+
+        waiter = threading.Thread(target=long_poll)
+        waiter.start()
+        assert client.connected.wait(30)
+        client.close()
+        other.produce("events", 0, make_batch([b"after close"]))
+        waiter.join(timeout=60)
+        assert "error" not in got, got
+        assert values_of(got["result"].batches) == [b"after close"]
+        with pytest.raises(SparklogError, match="broker client is closed"):
+            client.fetch("events", 0, 0, max_wait_ms=0)
 
 
 def test_many_small_producers_share_objects(file_root, cluster_on):

@@ -9,7 +9,6 @@ ILLEGAL_GENERATION, UNKNOWN_MEMBER) are raised to the caller, who must re-join.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -134,14 +133,18 @@ class BrokerClient:
         #: group -> its coordinator's location, as NOT_COORDINATOR answers named it
         self._coordinators: dict[str, str] = {}
         self._next = 0
+        self._closed = False
 
     # -- connections -------------------------------------------------------
+    # A connection is never closed explicitly: another thread may be inside a
+    # call on it, and closing a FlightClient under a call in flight crashes the
+    # process. Dropping it from the table releases it; pyarrow closes it when
+    # the last call holding it returns.
     def close(self) -> None:
+        """Release every connection; later calls fail instead of reconnecting."""
         with self._lock:
-            conns, self._conns = self._conns, {}
-        for conn in conns.values():
-            with contextlib.suppress(Exception):
-                conn.close()
+            self._closed = True
+            self._conns = {}
 
     def __enter__(self) -> BrokerClient:
         return self
@@ -151,6 +154,8 @@ class BrokerClient:
 
     def _conn(self, location: str) -> flight.FlightClient:
         with self._lock:
+            if self._closed:
+                raise SparklogError("broker client is closed")
             conn = self._conns.get(location)
             if conn is None:
                 conn = flight.connect(f"grpc://{location}")
@@ -159,10 +164,7 @@ class BrokerClient:
 
     def _drop(self, location: str) -> None:
         with self._lock:
-            conn = self._conns.pop(location, None)
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+            self._conns.pop(location, None)
 
     def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=timeout_s or self.request_timeout_s)
