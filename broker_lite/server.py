@@ -42,6 +42,7 @@ from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
 from sparklog.errors import (
     BrokerNotAvailableError,
+    CorruptRecordError,
     InvalidConfigError,
     InvalidRequestError,
     MessageSizeTooLargeError,
@@ -238,9 +239,12 @@ class FlightBroker(flight.FlightServerBase):
             raise
         except SparklogError as exc:
             err = exc
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, KeyError) as exc:
-            err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")
+            if isinstance(exc, CorruptRecordError):
+                # stored data is damaged: the operator must hear of it, the client is not at fault
+                log.error("damaged storage: %s", exc, extra=fields(method=method))
         except Exception as exc:
+            # only the request decoders' own errors are the client's fault (they raise
+            # InvalidRequestError); anything else is the broker's, with its traceback
             log.exception("unexpected error", extra=fields(method=method))
             err = UnknownServerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
         self.broker.metrics.requests.labels(method, err.code).inc()
@@ -353,6 +357,10 @@ class FlightBroker(flight.FlightServerBase):
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    raise InvalidRequestError(
+                        f"produce stream does not parse as Arrow IPC: {exc}"
+                    ) from exc
                 if chunk.data is None:
                     continue
                 partition = default_partition

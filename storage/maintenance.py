@@ -11,7 +11,6 @@ has a dry run that reports what it would change and writes nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +19,7 @@ import pyarrow as pa
 from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.catalog import LogRoot
 from sparklog.storage.clock import now_ms
+from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD
@@ -442,7 +442,11 @@ def collect_garbage(
     topic.reload()
     referenced = _referenced_objects(topic)
     raw = topic.store.get_or_none(MARKS_KEY)
-    marks: dict[str, int] = json.loads(raw) if raw else {}
+    marks = (
+        {k: int(v) for k, v in parse_document(raw, f"{topic.store.url}/{MARKS_KEY}").items()}
+        if raw
+        else {}
+    )
     report = GcReport(dry_run=dry_run)
     new_marks: dict[str, int] = {}
     for obj in topic.store.list_objects("objects"):
@@ -464,7 +468,7 @@ def collect_garbage(
     report.deleted = [k for k in report.deleted if k not in referenced]
     for key in report.deleted:
         topic.store.delete(key)
-    topic.store.put(MARKS_KEY, json.dumps(new_marks, sort_keys=True).encode())
+    topic.store.put(MARKS_KEY, encode_document(dict(new_marks)))
     return report
 
 

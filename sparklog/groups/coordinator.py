@@ -48,7 +48,12 @@ from sparklog.errors import (
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
-from sparklog.storage.documents import VersionedDocument, version_key
+from sparklog.storage.documents import (
+    VersionedDocument,
+    encode_document,
+    parse_document,
+    version_key,
+)
 from sparklog.storage.groups import group_key, validate_group_name
 from sparklog.topic_partition import TopicPartition
 
@@ -125,12 +130,11 @@ class _StateDoc:
         if cache is not None and time.monotonic() - cache[2] < CACHE_TRUST_S:
             version, doc, stamp = cache
             while True:
-                raw = self.versions.store.get_or_none(
-                    version_key(self.versions.prefix, version + 1)
-                )
+                key = version_key(self.versions.prefix, version + 1)
+                raw = self.versions.store.get_or_none(key)
                 if raw is None:
                     break
-                version, doc = version + 1, json.loads(raw)
+                version, doc = version + 1, parse_document(raw, f"{self.versions.store.url}/{key}")
             self._cache = (version, doc, stamp)
             return version, _copy(doc)
         version, found = self.versions.latest()
@@ -297,7 +301,7 @@ class GroupCoordinator:
         if self.in_memory:
             self._beats[(group, member_id)] = _now_ms()
             return
-        data = json.dumps({"ms": _now_ms()}).encode()
+        data = encode_document({"ms": _now_ms()})
         self._storage(lambda: self.root.store.put(self._heartbeat_key(group, member_id), data))
 
     def _storage(self, call: Callable[[], Any]) -> Any:
@@ -316,7 +320,7 @@ class GroupCoordinator:
         out = {}
         for key, member in keys.items():
             raw = found.get(key)
-            out[member] = json.loads(raw)["ms"] if raw else 0
+            out[member] = int(parse_document(raw, f"heartbeat {key}").get("ms", 0)) if raw else 0
         return out
 
     def _partition_counts(self, topics: set[str]) -> dict[str, int]:

@@ -1,0 +1,79 @@
+"""Damaged stored documents (group state, heartbeats): reported as CorruptRecordError
+naming the file, never as a raw parser error and never as the client's fault.
+
+Group-state documents are written in the checksummed envelope every stored
+document shares (``storage/documents.py``), so damage that still parses as
+JSON is caught too.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+
+import pytest
+
+from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.errors import CorruptRecordError
+from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.storage import open_root
+from sparklog.storage.documents import encode_document, parse_document
+from sparklog.storage.groups import group_key
+from tests.chaos.inproc import inproc_broker
+
+
+def _state_files(root_dir: pathlib.Path, group: str) -> list[pathlib.Path]:
+    return sorted((root_dir / group_key(group) / "state").glob("*.json"))
+
+
+def _joined_group(tmp_path: pathlib.Path) -> tuple[str, GroupCoordinator]:
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    root.create_topic("events", 2)
+    groups = GroupCoordinator(root)
+    groups.join_group("team", "", ["events"])
+    return url, groups
+
+
+def test_envelope_catches_damage_that_still_parses() -> None:
+    raw = encode_document({"generation": 12, "members": {}})
+    assert parse_document(raw, "f") == {"generation": 12, "members": {}}
+    flipped = raw.replace(b"12", b"13")  # still valid JSON, wrong content
+    with pytest.raises(CorruptRecordError, match="f is damaged: it fails its checksum"):
+        parse_document(flipped, "f")
+    with pytest.raises(CorruptRecordError, match="torn"):
+        parse_document(raw[: len(raw) // 2], "f")
+    # documents written before the envelope are still read
+    assert parse_document(b'{"generation": 3}', "old") == {"generation": 3}
+
+
+def test_a_torn_next_version_on_a_cached_read_names_the_file(tmp_path) -> None:
+    _, groups = _joined_group(tmp_path)
+    groups.describe_group("team")  # the state document is cached
+    newest = _state_files(tmp_path / "root", "team")[-1]
+    torn = newest.with_name(f"{int(newest.stem) + 1:020d}.json")
+    torn.write_bytes(newest.read_bytes()[:20])  # what an unclean stop can leave
+    with pytest.raises(CorruptRecordError) as info:
+        groups.describe_group("team")
+    assert torn.name in str(info.value) and not info.value.retriable
+
+
+def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(
+    tmp_path, caplog
+) -> None:
+    url, _ = _joined_group(tmp_path)
+    newest = _state_files(tmp_path / "root", "team")[-1]
+    raw = newest.read_bytes()
+    newest.write_bytes(raw.replace(b'"generation":1', b'"generation":7'))  # parses; wrong
+    assert newest.read_bytes() != raw
+    with (
+        caplog.at_level(logging.ERROR, logger="sparklog.broker_lite.server"),
+        inproc_broker(url) as (_, location),
+        BrokerClient(location) as client,
+    ):
+        with pytest.raises(CorruptRecordError) as info:
+            client.describe_group("team")
+        assert newest.name in str(info.value)
+        assert "malformed" not in str(info.value)
+    damaged = [r for r in caplog.records if "damaged storage" in r.getMessage()]
+    assert damaged and newest.name in damaged[0].getMessage()
