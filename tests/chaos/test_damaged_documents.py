@@ -58,9 +58,7 @@ def test_a_torn_next_version_on_a_cached_read_names_the_file(tmp_path) -> None:
     assert torn.name in str(info.value) and not info.value.retriable
 
 
-def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(
-    tmp_path, caplog
-) -> None:
+def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(tmp_path, caplog) -> None:
     url, _ = _joined_group(tmp_path)
     newest = _state_files(tmp_path / "root", "team")[-1]
     raw = newest.read_bytes()
