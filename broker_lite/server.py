@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_protocol as wire
+from sparklog.broker_lite.broker_state import report_damage
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
@@ -240,8 +241,7 @@ class FlightBroker(flight.FlightServerBase):
         except SparklogError as exc:
             err = exc
             if isinstance(exc, CorruptRecordError):
-                # stored data is damaged: the operator must hear of it, the client is not at fault
-                log.error("damaged storage: %s", exc, extra=fields(method=method))
+                report_damage(exc)  # the operator must hear of it; the client is not at fault
         except Exception as exc:
             # only the request decoders' own errors are the client's fault (they raise
             # InvalidRequestError); anything else is the broker's, with its traceback

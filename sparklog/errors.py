@@ -119,6 +119,14 @@ class StoreUnavailableError(KafkaStorageError):
     """The object store could not be reached or refused the request."""
 
 
+class StoreAccessError(SparklogError, code="STORE_ACCESS_DENIED"):
+    """The object store refused the root's credentials, or its bucket does not exist.
+
+    Not retriable: waiting does not fix a credential or a bucket name (Kafka
+    clients see UNKNOWN_SERVER_ERROR, and the broker's log names the cause).
+    """
+
+
 class CommitConflictError(KafkaStorageError):
     """An optimistic commit kept losing its race to other writers; try again."""
 

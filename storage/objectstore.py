@@ -37,6 +37,7 @@ from sparklog.errors import (
     CommitStateUnknownError,
     InvalidConfigurationError,
     SparklogError,
+    StoreAccessError,
     StoreUnavailableError,
 )
 from sparklog.storage.spare_files import SPARE_FILES, open_new_file
@@ -146,6 +147,17 @@ def is_io_failure(exc: BaseException) -> bool:
     if type(exc).__name__ in _PROGRAMMING_ERROR_NAMES:
         return False
     return isinstance(exc, _io_failure_classes(*_transports_loaded()))
+
+
+#: storage options that carry credentials (named in errors, never shown)
+_CREDENTIAL_OPTIONS = frozenset(
+    {"key", "secret", "token", "anon", "profile", "username", "password", "account_key"}
+)
+
+
+def _missing_bucket(exc: BaseException) -> bool:
+    """True when a remote store says the root's bucket does not exist (S3's NoSuchBucket)."""
+    return isinstance(exc, FileNotFoundError) and "bucket does not exist" in str(exc).lower()
 
 
 def _precondition_failed(exc: BaseException) -> bool:
@@ -336,6 +348,12 @@ class ObjectStore:
         if isinstance(exc, SparklogError) or not is_io_failure(exc):
             raise exc
         where = f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, PermissionError) or _missing_bucket(exc):
+            raise StoreAccessError(
+                f"{where}; check the root's bucket and credentials ({self._credential_source()})",
+                url=self.url,
+                key=key,
+            ) from exc
         if outcome_unknown and _outcome_open(exc):
             raise CommitStateUnknownError(
                 f"{where}; the request was sent (deadline {self.request_timeout_ms} ms), so "
@@ -344,6 +362,15 @@ class ObjectStore:
                 key=key,
             ) from exc
         raise StoreUnavailableError(where) from exc
+
+    def _credential_source(self) -> str:
+        """Where this store's credentials come from, by option name (never a value)."""
+        if self.is_local:
+            return "local files: the process's user and the folder's permissions"
+        given = sorted(k for k in self.storage_options if k in _CREDENTIAL_OPTIONS)
+        if given:
+            return f"storage options {', '.join(given)}"
+        return "no credential in the storage options: the environment's (AWS_* variables, profile)"
 
     def _created_by_this_call(self, key: str, data: bytes | memoryview | pa.Buffer) -> bool:
         """After a create-only write found ``key`` present: is it our own bytes?

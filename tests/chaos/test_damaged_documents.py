@@ -1,5 +1,6 @@
-"""Damaged stored documents (group state, heartbeats): reported as CorruptRecordError
-naming the file, never as a raw parser error and never as the client's fault.
+"""Damaged stored documents (group state, heartbeats, shard-log commits): reported as
+CorruptRecordError naming the file, never as a raw parser error, a timeout or the
+client's fault; the broker logs each damage once and serves every other shard.
 
 Group-state documents are written in the checksummed envelope every stored
 document shares (``storage/documents.py``), so damage that still parses as
@@ -16,7 +17,7 @@ import pytest
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import CorruptRecordError
 from sparklog.groups.coordinator import GroupCoordinator
-from sparklog.storage import open_root
+from sparklog.storage import make_batch, open_root
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.groups import group_key
 from tests.chaos.inproc import inproc_broker
@@ -65,7 +66,7 @@ def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(tmp_pat
     newest.write_bytes(raw.replace(b'"generation":1', b'"generation":7'))  # parses; wrong
     assert newest.read_bytes() != raw
     with (
-        caplog.at_level(logging.ERROR, logger="sparklog.broker_lite.server"),
+        caplog.at_level(logging.ERROR, logger="sparklog.broker_lite"),
         inproc_broker(url) as (_, location),
         BrokerClient(location) as client,
     ):
@@ -75,3 +76,45 @@ def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(tmp_pat
         assert "malformed" not in str(info.value)
     damaged = [r for r in caplog.records if "damaged storage" in r.getMessage()]
     assert damaged and newest.name in damaged[0].getMessage()
+
+
+def test_a_damaged_shard_commit_takes_only_its_shard(tmp_path, caplog) -> None:
+    url = f"file://{tmp_path}/root"
+    open_root(url).create_topic("t", 3, config={"commit.shards": 3})
+    with inproc_broker(url) as (_, location), BrokerClient(location) as client:
+        for p in range(3):
+            client.produce("t", p, make_batch([b"a", b"b"]))
+    shard_logs = sorted((tmp_path / "root").rglob("shards/*/log"))
+    assert len(shard_logs) == 3
+    commits = sorted(shard_logs[2].glob("*.json"))
+    commits[-1].write_bytes(commits[-1].read_bytes()[:-10])  # a torn last commit
+    with (
+        caplog.at_level(logging.ERROR, logger="sparklog.broker_lite"),
+        inproc_broker(url) as (_, location),
+        BrokerClient(location, retry_timeout_ms=60_000) as client,
+    ):
+        damaged = [
+            p
+            for p in range(3)
+            if _refused(lambda p=p: client.fetch("t", p, 0, max_wait_ms=0), commits[-1].name)
+        ]
+        assert len(damaged) == 1  # one shard of three: one partition
+        for p in set(range(3)) - set(damaged):
+            assert client.produce("t", p, make_batch([b"c"])).base_offset == 2
+            got = client.fetch("t", p, 0, max_wait_ms=0).batches
+            assert [v for b in got for v in b.column("value").to_pylist()] == [b"a", b"b", b"c"]
+        assert _refused(
+            lambda: client.produce("t", damaged[0], make_batch([b"c"])), commits[-1].name
+        )
+    reports = [r for r in caplog.records if "damaged storage" in r.getMessage()]
+    assert len(reports) == 1 and commits[-1].name in reports[0].getMessage()
+
+
+def _refused(call, file_name: str) -> bool:
+    """True if ``call`` fails at once with a non-retriable CorruptRecordError naming the file."""
+    try:
+        call()
+    except CorruptRecordError as exc:
+        assert file_name in str(exc) and not exc.retriable
+        return True
+    return False

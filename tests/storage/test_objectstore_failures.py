@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sparklog.errors import CommitStateUnknownError, StoreUnavailableError
+from sparklog.errors import CommitStateUnknownError, StoreAccessError, StoreUnavailableError
 from sparklog.retry import retrying
 from sparklog.storage.objectstore import ObjectStore
 from tests.support.s3 import MotoS3
@@ -112,3 +112,21 @@ def test_unknown_storage_option_is_named_as_a_configuration_error(moto_s3: MotoS
     options = {**moto_s3.storage_options, "client_kwargs": {"endpoint_uri": "http://x"}}
     with pytest.raises(ValueError, match=r"storage options \['client_kwargs', 'key', 'secret'\]"):
         ObjectStore(moto_s3.fresh_root(), options).get_or_none("k")
+
+
+def test_a_missing_bucket_is_not_retried_and_names_the_credential_source(moto_s3: MotoS3) -> None:
+    """Waiting never fixes a bucket name or a credential: no retry, and the error says
+    which storage options supplied the credentials (by name, never their values)."""
+    store = ObjectStore("s3://no-such-bucket-here/root", moto_s3.storage_options)
+    calls = []
+
+    def write() -> bool:
+        calls.append(1)
+        return store.create("k.json", b"{}")
+
+    with pytest.raises(StoreAccessError) as info:
+        retrying(write, deadline_ms=30_000)
+    assert len(calls) == 1 and not info.value.retriable
+    message = str(info.value)
+    assert "no-such-bucket-here" in message and "storage options key, secret" in message
+    assert moto_s3.storage_options["secret"] not in message
