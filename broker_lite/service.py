@@ -204,6 +204,16 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
 
+    def remove_stale_temp_files(self) -> int:
+        from sparklog.storage.clock import now_ms
+        from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
+
+        # leases and metadata live under cluster/; topics' folders are swept by their GC
+        removed = self.root.store.remove_stale_temp_files(
+            "cluster", STAGED_OBJECT_MAX_AGE_MS, now_ms()
+        )
+        return len(removed)
+
     def count_cleaner_run(self, outcome: str) -> None:
         self.metrics.cleaner_runs.labels(outcome).inc()
 

@@ -91,6 +91,8 @@ class GcReport:
     marked: list[str] = field(default_factory=list)
     live_objects: int = 0
     dry_run: bool = False
+    #: temp files a killed writer left (local roots), removed
+    temp_files_removed: list[str] = field(default_factory=list)
 
 
 # -- retention ----------------------------------------------------------------------------
@@ -469,6 +471,10 @@ def collect_garbage(
     for key in report.deleted:
         topic.store.delete(key)
     topic.store.put(MARKS_KEY, encode_document(dict(new_marks)))
+    # a temp file younger than a staged object's limit may be a live write's: never cut short
+    report.temp_files_removed = topic.store.remove_stale_temp_files(
+        "", max(grace_ms, STAGED_OBJECT_MAX_AGE_MS), now
+    )
     return report
 
 

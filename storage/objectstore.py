@@ -502,9 +502,14 @@ class ObjectStore:
                 path = self._path(key)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)  # a full disk must not leave litter behind
+                    raise
             else:
                 self._call("pipe_file", self._path(key), data)
         except Exception as exc:
@@ -756,6 +761,28 @@ class ObjectStore:
                 continue
             out.append(ObjectInfo(rel, stat.st_size, int(stat.st_mtime * 1000)))
         return sorted(out, key=lambda i: i.key)
+
+    def remove_stale_temp_files(self, prefix: str, older_than_ms: int, now_ms: int) -> list[str]:
+        """Remove the temp files below ``prefix`` older than ``older_than_ms``; their keys.
+
+        Writes remove their own temp file when they fail; a process killed
+        mid-write cannot, so the cleaner calls this. Only local roots have temp
+        files (object stores write whole objects).
+        """
+        if not self.is_local:
+            return []
+        cut = len(self._root) + 1 if self._root else 0
+        removed = []
+        for folder, _, files in os.walk(self._path(prefix)):
+            for name in files:
+                if ".tmp-" not in name:
+                    continue
+                path = f"{folder}/{name}"
+                with contextlib.suppress(FileNotFoundError):
+                    if now_ms - os.stat(path).st_mtime * 1000 >= older_than_ms:
+                        os.unlink(path)
+                        removed.append(path[cut:] if path.startswith(self._root) else path)
+        return sorted(removed)
 
     def list_names(self, prefix: str) -> list[str]:
         """Names of the direct children (files or folders) of ``prefix``."""

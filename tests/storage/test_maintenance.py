@@ -5,6 +5,8 @@ Runs on every backend (file, memory, s3).
 
 from __future__ import annotations
 
+import os
+import pathlib
 import random
 import threading
 from collections.abc import Callable
@@ -14,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparklog.errors import OffsetOutOfRangeError
+from sparklog.errors import OffsetOutOfRangeError, StoreUnavailableError
 from sparklog.storage import make_batch, open_root
+from sparklog.storage.clock import now_ms
+from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import (
     DEFAULT_GC_GRACE_MS,
     REBATCH_MAX_ROWS,
@@ -26,6 +30,7 @@ from sparklog.storage.maintenance import (
     rebatch,
     run_maintenance,
 )
+from sparklog.storage.objectstore import ObjectStore
 
 NOW = 10_000_000
 
@@ -309,3 +314,30 @@ def test_rebatch_keeps_rows_in_order_in_bounded_batches(rows, seed):
     bound = min(max(int(REBATCH_TARGET_BYTES / per_row), 1), REBATCH_MAX_ROWS)
     assert all(b.num_rows <= bound for b in out)
     assert len(out) == -(-table.num_rows // bound)
+
+
+def test_gc_removes_temp_files_a_killed_writer_left_and_only_old_ones(tmp_path):
+    root = open_root(f"file://{tmp_path}/root")
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    objects = pathlib.Path(topic.store.url.removeprefix("file://")) / "objects"
+    objects.mkdir(parents=True)
+    stale, fresh = objects / "a.arrow.tmp-dead", objects / "b.arrow.tmp-live"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    now = now_ms()
+    old_s = (now - STAGED_OBJECT_MAX_AGE_MS - 60_000) / 1000
+    os.utime(stale, (old_s, old_s))
+    report = collect_garbage(topic, 0, now=now)
+    assert [k.rsplit("/", 1)[-1] for k in report.temp_files_removed] == [stale.name]
+    assert not stale.exists() and fresh.exists()
+
+
+def test_a_failed_overwrite_leaves_no_temp_file(tmp_path):
+    """A write that fails (a full disk; here: the target is a folder) removes its temp file."""
+    store = ObjectStore(f"file://{tmp_path}/root")
+    (tmp_path / "root" / "hints" / "lease.json").mkdir(parents=True)
+    (tmp_path / "root" / "hints" / "lease.json" / "inside").write_bytes(b"x")
+    with pytest.raises(StoreUnavailableError):
+        store.put("hints/lease.json", b"{}")
+    assert [p.name for p in (tmp_path / "root" / "hints").iterdir()] == ["lease.json"]
