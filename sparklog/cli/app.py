@@ -575,9 +575,9 @@ def main(argv: list[str] | None = None) -> None:
     as_json = _json_errors(args)
     _setup_logging()
     try:
-        app(args=args, prog_name="sparklog", standalone_mode=False)
+        exit_code = app(args=args, prog_name="sparklog", standalone_mode=False)
     except SparklogError as exc:
-        _fail(str(exc), 1, as_json=as_json, kind=exc.code)
+        _fail(str(exc), getattr(exc, "exit_code", 1), as_json=as_json, kind=exc.code)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
@@ -597,3 +597,9 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
     except OSError as exc:
         _fail(f"{exc}", 1, as_json=as_json, kind="OS_ERROR")
+    # typer answers Ctrl-C outside a command's own handling with exit code 130, returned
+    # (not raised) when not standalone: never let it become a silent exit 0
+    if isinstance(exit_code, int) and exit_code == 130:
+        _fail("interrupted", 130, as_json=as_json, kind="INTERRUPTED")
+    if isinstance(exit_code, int) and exit_code:
+        raise SystemExit(exit_code)
