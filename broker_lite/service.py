@@ -163,6 +163,10 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
                 if time.monotonic() >= next_metadata:
                     next_metadata = time.monotonic() + self.config.metadata_refresh_ms / 1000
                     self.root.metadata.refresh()
+            except SparklogError as exc:
+                # an unreachable store must not stop the rest: leadership follows our lease
+                log.warning("metadata refresh failed", extra=fields(error=str(exc)))
+            try:
                 self._reload_topics()
                 self._update_leadership()
                 self._sweep_groups(with_lag=ticks % 5 == 0)
