@@ -822,8 +822,6 @@ class PartitionLog:
             if offset >= stop:
                 return
 
-    _segment_batches = segment_batches
-
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""
         return self._planned(lambda state: self._offset_for_timestamp(state, timestamp_ms))
