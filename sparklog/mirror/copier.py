@@ -296,8 +296,8 @@ class Mirror:
                 dest = self.dest.describe_topic(name)
             except UnknownTopicOrPartitionError:
                 continue
-            if (dest.mirror or {}).get("link") == self.link.name:
-                mirrored[info.name] = self.dest.topic(name)
+            if dest.mirrored and (dest.mirror or {}).get("link") == self.link.name:
+                mirrored[info.name] = self.dest.topic(name)  # (promoted topics: no more)
         for group in self.source.groups.list_groups():
             if not self.link.selects_group(group):
                 continue

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import ConfigError, UnknownTopicOrPartitionError
+from sparklog.errors import ConfigError, SparklogError, UnknownTopicOrPartitionError
 from sparklog.mirror.copier import PartitionLag, StepReport, write_with_offsets
 from sparklog.mirror.links import MirrorLink
 
@@ -28,6 +28,10 @@ STEP_MAX_RECORDS = 50_000
 #: The source topic configs a mirror topic follows (where sparklog knows them).
 FOLLOWED_CONFIGS = ("cleanup.policy", "retention.ms", "message.timestamp.type", "max.message.bytes")
 POLL_TIMEOUT_S = 1.0
+
+
+class KafkaSourceError(SparklogError, code="MIRROR_SOURCE"):
+    """The Kafka-protocol source refused a fetch; the position is kept, the step retried."""
 
 
 def _kafka() -> Any:
@@ -59,6 +63,9 @@ class KafkaMirror:
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
+                # below the source's log start (its retention): from its log start, and the
+                # offsets skipped are committed as a gap
+                "auto.offset.reset": "earliest",
             }
         )
 
@@ -137,7 +144,7 @@ class KafkaMirror:
 
     def _copy_shard(self, source: str, dst: Topic, shard: int, report: StepReport) -> None:
         import pyarrow as pa
-        from confluent_kafka import OFFSET_END, TopicPartition
+        from confluent_kafka import TopicPartition
 
         state = dst.shard(shard).refresh()
         ends: dict[int, int] = {}
@@ -167,9 +174,10 @@ class KafkaMirror:
                     if msg.error().code() == -191:  # _PARTITION_EOF
                         done.add(p)
                         continue
-                    if msg.error().code() == 1:  # OFFSET_OUT_OF_RANGE: retention at the source
-                        self.consumer.seek(TopicPartition(source, p, OFFSET_END))
-                    continue
+                    raise KafkaSourceError(
+                        f"mirror link {self.link.name!r}: fetching {source}-{p} from "
+                        f"{self.link.bootstrap_servers}: {msg.error()}"
+                    )
                 rows[p].append(msg)
                 fetched += 1
                 if msg.offset() + 1 >= highs[p]:
@@ -189,7 +197,11 @@ class KafkaMirror:
                         schema.field("timestamp").type
                     ),
                     "headers": pa.array(
-                        [[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
+                        # Kafka has no null header list: none is sparklog's null
+                        [
+                            [{"key": k, "value": v} for k, v in (m.headers() or [])] or None
+                            for m in msgs
+                        ],
                         schema.field("headers").type,
                     ),
                 }

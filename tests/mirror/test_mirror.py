@@ -244,3 +244,15 @@ def test_merged_and_compacted_source_segments_are_mirrored_with_their_offsets(tm
     Mirror(fresh, get_link(fresh, "dr")).step()
     copied = assert_same(source, fresh, "t")
     assert 0 < copied < 20 and fresh.topic("t").partition(0).refresh().high_watermark == 20
+
+
+def test_two_buckets_on_one_endpoint_copy_server_side(moto_s3):
+    source = open_root(moto_s3.fresh_root(), moto_s3.storage_options, create=True)
+    dest = open_root(moto_s3.fresh_root(), moto_s3.storage_options, create=True)
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=3)
+    _link(dest, source)
+    report = Mirror(dest, get_link(dest, "dr")).step()
+    assert report.objects_server_side == report.objects_copied == 3
+    assert report.bytes_copied == 0  # no bytes through the mirror process
+    assert assert_same(source, dest, "orders") == 30
