@@ -187,6 +187,9 @@ def run(
     link: str = typer.Argument(..., metavar="LINK"),
     once: bool = typer.Option(False, "--once", help="Copy until caught up, then stop"),
     interval_ms: int = typer.Option(200, "--interval-ms", min=1, help="Pause when caught up"),
+    metrics_listen: str = typer.Option(
+        "", "--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics (lag)"
+    ),
 ) -> None:
     """Run a link: copy continuously (until the link is deleted or the process stopped)."""
     from sparklog.mirror.copier import mirror_for
@@ -205,4 +208,11 @@ def run(
                 break
         say(f"mirror link {link}: copied {records} records; caught up")
         return
-    run_link(root, link, interval_ms=interval_ms)
+    metrics = None
+    if metrics_listen:
+        from sparklog.mirror.metrics import MirrorMetrics
+
+        metrics = MirrorMetrics()
+        port = metrics.serve(metrics_listen)
+        logging.getLogger("sparklog.mirror").info("metrics on port %d", port)
+    run_link(root, link, interval_ms=interval_ms, metrics=metrics)

@@ -40,6 +40,7 @@ from sparklog.errors import CorruptionError, SparklogError, UnknownTopicOrPartit
 from sparklog.mirror.links import MirrorLink, get_link
 
 if TYPE_CHECKING:
+    from sparklog.mirror.metrics import MirrorMetrics
     from sparklog.storage import LogRoot, Segment, Topic, TopicInfo
 
 log = logging.getLogger("sparklog.mirror")
@@ -406,6 +407,7 @@ def run(
     interval_ms: int = 200,
     stop: Any = None,
     on_step: Any = None,
+    metrics: MirrorMetrics | None = None,
 ) -> None:
     """Mirror until ``stop`` (a threading.Event) is set or the link is deleted.
 
@@ -429,6 +431,8 @@ def run(
                 if mirror is None or mirror.link != link:
                     mirror = mirror_for(dest, link)
                 report = mirror.step()
+                if metrics is not None:
+                    metrics.observe(link_name, report)
                 if on_step is not None:
                     on_step(report)
                 if report.records:
@@ -440,11 +444,15 @@ def run(
                     )
                 if report.records or report.groups_synced:
                     continue  # more may be waiting: no pause
-            except SparklogError as exc:
-                log.warning("mirror link %s: step failed, position kept: %s", link_name, exc)
-                mirror = None
-            except OSError as exc:
-                log.warning("mirror link %s: source unreachable, position kept: %s", link_name, exc)
+            except (SparklogError, OSError) as exc:
+                log.warning(
+                    "mirror link %s: step failed, position kept (%s: %s)",
+                    link_name,
+                    type(exc).__name__,
+                    exc,
+                )
+                if metrics is not None:
+                    metrics.failed(link_name)
                 mirror = None
         remaining = interval_ms / 1000 - (time.monotonic() - started)
         if remaining > 0:

@@ -256,3 +256,96 @@ def test_two_buckets_on_one_endpoint_copy_server_side(moto_s3):
     assert report.objects_server_side == report.objects_copied == 3
     assert report.bytes_copied == 0  # no bytes through the mirror process
     assert assert_same(source, dest, "orders") == 30
+
+
+def test_active_active_with_prefixes_never_mirrors_a_topic_back(tmp_path, moto_s3):
+    east, west = _roots(tmp_path, moto_s3)
+    for region, root in (("east", east), ("west", west)):
+        root.create_topic("orders", partitions=2)
+        produce(root, "orders", 2, rounds=2 if region == "east" else 3)
+    _link(west, east, name="from-east", prefix="east.")
+    _link(east, west, name="from-west", prefix="west.")
+    to_west = Mirror(west, get_link(west, "from-east"))
+    to_east = Mirror(east, get_link(east, "from-west"))
+    for _ in range(3):  # both directions, several rounds: a cycle would show up by now
+        to_west.step()
+        to_east.step()
+    assert east.list_topics() == ["orders", "west.orders"]
+    assert west.list_topics() == ["east.orders", "orders"]
+    assert assert_same(east, west, "orders", "east.orders") == 20
+    assert assert_same(west, east, "orders", "west.orders") == 30
+    assert west.describe_topic("east.orders").mirror["source_topic"] == "orders"
+
+
+def test_run_reports_lag_as_metrics_and_keeps_its_position_while_the_source_is_away(
+    tmp_path, moto_s3
+):
+    from sparklog.mirror.copier import run
+    from sparklog.mirror.metrics import MirrorMetrics
+
+    source, dest = _roots(tmp_path, moto_s3)
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=2)
+    _link(dest, source)
+    metrics = MirrorMetrics()
+    stop = threading.Event()
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    def start() -> threading.Thread:
+        stop.clear()
+        kwargs = {"interval_ms": 10, "stop": stop, "metrics": metrics}
+        runner = threading.Thread(target=run, args=(dest, "dr"), kwargs=kwargs)
+        runner.start()
+        return runner
+
+    runner = start()
+    try:
+        wait_for(lambda: sample("sparklog_mirror_records_total", link="dr") == 20, what="copy")
+        labels = {"link": "dr", "topic": "orders", "partition": "0"}
+        assert sample("sparklog_mirror_lag_records", **labels) == 0
+        assert sample("sparklog_mirror_up", link="dr") == 1
+        set_paused(dest, "dr", True)
+        produce(source, "orders", 2, rounds=1)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert [x.lag_records for x in lag(dest, get_link(dest, "dr"))] == [5, 5]
+    # the source region becomes unreachable: the link (re-created with its new address)
+    # fails, says so, and keeps its position
+    delete_link(dest, "dr")
+    away = {
+        **moto_s3.storage_options,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"},
+        "config_kwargs": {"retries": {"max_attempts": 1}},
+        "request_timeout_ms": 2000,
+    }
+    create_link(dest, "dr", source=source.url, source_options=away, topics=".*")
+    runner = start()
+    try:
+        wait_for(lambda: sample("sparklog_mirror_up", link="dr") == 0, what="the failure")
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert dest.topic("orders").partition(0).refresh().high_watermark == 10
+    done = subprocess.run(
+        [sys.executable, "-m", "sparklog", "-a", dest.url, "mirror", "describe", "dr"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert "source unreachable" in done.stdout, done.stdout + done.stderr
+    # back: the link resumes from its position, nothing copied twice
+    delete_link(dest, "dr")
+    _link(dest, source)
+    runner = start()
+    try:
+        wait_for(lambda: sample("sparklog_mirror_records_total", link="dr") == 30, what="resume")
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert assert_same(source, dest, "orders") == 30
+    delete_link(dest, "dr")
+    run(dest, "dr")  # a deleted link: the runner stops at once
