@@ -33,6 +33,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,8 @@ STEP_MAX_BYTES = 64 << 20
 #: Object keys this process copied (and verified) lately: not copied again for another
 #: partition of the same object.
 COPIED_KEYS_REMEMBERED = 4096
+#: Objects copied at once (each is one or two requests that mostly wait on the network).
+COPY_THREADS = 8
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Mirror:
         self.source = source or open_root(link.source, link.source_options, create=False)
         self._topics: dict[str, tuple[Topic, Topic]] = {}
         self._copied: OrderedDict[str, None] = OrderedDict()
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- topics ---------------------------------------------------------------------------
     def source_topics(self) -> list[TopicInfo]:
@@ -261,28 +265,45 @@ class Mirror:
     def _copy_objects(
         self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]], report: StepReport
     ) -> None:
-        """Copy every object the planned segments live in (once each), checksums verified."""
+        """Copy every object the planned segments live in (once each, :data:`COPY_THREADS`
+        at a time), every segment's checksum verified on the bytes that land."""
         by_key: dict[str, list[Segment]] = {}
         for segments in planned.values():
             for seg in segments:
-                by_key.setdefault(seg.object_key, []).append(seg)
-        for key, segments in by_key.items():
-            if key in self._copied:
-                continue
-            if dst.store.exists(key):  # copied by an earlier (killed) run: verify it
-                _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
-            elif dst.store.same_endpoint(src.store):
-                dst.store.copy_from(src.store, key, key)
-                _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
-                report.objects_server_side += 1
+                if seg.object_key not in self._copied:
+                    by_key.setdefault(seg.object_key, []).append(seg)
+        if not by_key:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="sparklog-mirror")
+        done = [
+            (key, self._pool.submit(self._copy_one, src, dst, key, segments))
+            for key, segments in by_key.items()
+        ]
+        for key, future in done:
+            how, size = future.result()
+            if how != "present":
                 report.objects_copied += 1
-            else:
-                data = src.store.get_buffer(key)
-                _verify(data, segments, f"{src.store.url}/{key}")
-                dst.store.put(key, data.to_pybytes())
-                report.objects_copied += 1
-                report.bytes_copied += data.size
+                report.objects_server_side += how == "server"
+                report.bytes_copied += size
             self._remember(key)
+
+    def _copy_one(
+        self, src: Topic, dst: Topic, key: str, segments: list[Segment]
+    ) -> tuple[str, int]:
+        """One object: ("present", 0) if an earlier (killed) run copied it, ("server", 0)
+        if copied server-side, ("bytes", size) if read and written by this process."""
+        if dst.store.exists(key):
+            _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
+            return "present", 0
+        if dst.store.same_endpoint(src.store):
+            dst.store.copy_from(src.store, key, key)
+            _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
+            return "server", 0
+        data = src.store.get_buffer(key)
+        _verify(data, segments, f"{src.store.url}/{key}")
+        dst.store.put(key, data.to_pybytes())
+        return "bytes", data.size
 
     # -- groups ---------------------------------------------------------------------------
     def sync_groups(self) -> int:
