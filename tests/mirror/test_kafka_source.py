@@ -78,3 +78,31 @@ def test_brokers_refuse_producers_on_mirror_topics_until_promoted(broker, tmp_pa
 
     wait_for(accepted, timeout_s=30, what="the broker to follow the promotion")
     flight.close()
+
+
+def test_a_broker_runs_the_links_its_config_names(tmp_path):
+    from tests.support.brokers import Cluster
+
+    source = open_root(f"file://{tmp_path}/src", {}, create=True)
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=2)
+    dest_url = f"file://{tmp_path}/dest"
+    dest = open_root(dest_url, {}, create=True)
+    create_link(dest, "dr", source=source.url, topics="orders")
+    cluster = Cluster(tmp_path, dest_url)
+    cluster.start(1, mirror_links="dr")
+    try:
+        cluster.wait_live(1)
+
+        def mirrored(count: int) -> bool:
+            if "orders" not in dest.list_topics():
+                return False
+            topic = dest.topic("orders")
+            return sum(topic.partition(p).refresh().high_watermark for p in range(2)) == count
+
+        wait_for(lambda: mirrored(20), timeout_s=60, what="the broker's mirror to copy")
+        produce(source, "orders", 2, rounds=1)
+        wait_for(lambda: mirrored(30), timeout_s=60, what="the broker's mirror to follow")
+    finally:
+        cluster.stop()
+    assert assert_same(source, dest, "orders") == 30
