@@ -136,11 +136,12 @@ class Mirror:
         try:
             dest = self.dest.describe_topic(name)
         except UnknownTopicOrPartitionError:
+            oldest = next(iter(source.value_types.values()), None)  # evolved below
             dest = self.dest.create_topic(
                 name,
                 partitions=source.partitions,
                 config=mirror_config(source),
-                value_type=source.value_type,
+                value_type=oldest,
                 mirror=provenance(self.link, source),
             )
             report.topics_created.append(name)
@@ -162,6 +163,13 @@ class Mirror:
             return None
         if source.partitions > dest.partitions:
             dest = self.dest.add_partitions(name, source.partitions)
+        # typed topics: every value schema the source's objects were written under, in
+        # the order the source evolved, so copied objects' schema ids all resolve
+        for sid, value_type in source.value_types.items():
+            if sid not in dest.value_types:
+                dest = self.dest.evolve_value_type(name, value_type)
+        if source.value_type is not None and dest.value_schema_id != source.value_schema_id:
+            dest = self.dest.evolve_value_type(name, source.value_type)
         wanted = {k: v for k, v in mirror_config(source).items() if k != "commit.shards"}
         have = {k: v for k, v in dest.config.items() if k != "commit.shards"}
         if wanted != have:

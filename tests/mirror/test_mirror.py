@@ -349,3 +349,24 @@ def test_run_reports_lag_as_metrics_and_keeps_its_position_while_the_source_is_a
     assert assert_same(source, dest, "orders") == 30
     delete_link(dest, "dr")
     run(dest, "dr")  # a deleted link: the runner stops at once
+
+
+def test_typed_topics_follow_their_schema_evolution(tmp_path):
+    import pyarrow as pa
+
+    from sparklog.storage import make_batch
+
+    source = open_root(f"file://{tmp_path}/src", {}, create=True)
+    dest = open_root(f"file://{tmp_path}/dst", {}, create=True)
+    v1 = pa.struct([("id", pa.int64())])
+    v2 = pa.struct([("id", pa.int64()), ("note", pa.string())])
+    source.create_topic("typed", partitions=1, value_type=v1)
+    source.topic("typed").append(0, make_batch([{"id": 1}, {"id": 2}], value_type=v1))
+    source.evolve_value_type("typed", v2)
+    _link(dest, source)
+    mirror = Mirror(dest, get_link(dest, "dr"))
+    mirror.step()
+    source.topic("typed").append(0, make_batch([{"id": 3, "note": "x"}], value_type=v2))
+    mirror.step()
+    assert assert_same(source, dest, "typed") == 3
+    assert dest.describe_topic("typed").value_type == v2
