@@ -316,45 +316,70 @@ class Mirror:
     # -- groups ---------------------------------------------------------------------------
     def sync_groups(self) -> int:
         """Copy the selected groups' committed offsets of mirrored partitions; return how
-        many groups changed.  A group that ever joined on the destination (its log has a
-        generation) is left alone: it is active there, and its own commits rule."""
+        many groups changed (see :func:`sync_group`)."""
+        mirrored = mirrored_topics(self.dest, self.link, [i.name for i in self.source_topics()])
         changed = 0
-        mirrored: dict[str, Topic] = {}
-        for info in self.source_topics():
-            name = self.link.mirror_name(info.name)
-            try:
-                dest = self.dest.describe_topic(name)
-            except UnknownTopicOrPartitionError:
-                continue
-            if dest.mirrored and (dest.mirror or {}).get("link") == self.link.name:
-                mirrored[info.name] = self.dest.topic(name)  # (promoted topics: no more)
         for group in self.source.groups.list_groups():
             if not self.link.selects_group(group):
                 continue
-            if self.dest.groups.generation(group) >= 0:
-                continue
-            offsets: dict[tuple[str, int], int] = {}
-            for tp, committed in self.source.groups.fetch(group).items():
-                topic = mirrored.get(tp.topic)
-                if topic is None or tp.partition >= topic.partitions:
-                    continue
-                end = topic.partition(tp.partition).refresh().high_watermark
-                offsets[(topic.name, tp.partition)] = min(committed.offset, end)
-            if not offsets:
-                continue
-            mine = self.dest.groups.fetch(group)
-            before = {(tp.topic, tp.partition): c.offset for tp, c in mine.items()}
-            if all(before.get(k) == v for k, v in offsets.items()):
-                continue
-            from sparklog.topic_partition import TopicPartition
-
-            self.dest.groups.commit(
-                group,
-                {TopicPartition(t, p): o for (t, p), o in offsets.items()},
-                metadata=f"mirror:{self.link.name}",
-            )
-            changed += 1
+            committed = {
+                (tp.topic, tp.partition): c.offset
+                for tp, c in self.source.groups.fetch(group).items()
+            }
+            changed += sync_group(self.dest, self.link, group, committed, mirrored)
         return changed
+
+
+def mirrored_topics(dest: LogRoot, link: MirrorLink, sources: Iterable[str]) -> dict[str, Topic]:
+    """Source topic name -> its destination mirror topic, for topics the link still fills."""
+    out: dict[str, Topic] = {}
+    for source in sources:
+        try:
+            info = dest.describe_topic(link.mirror_name(source))
+        except UnknownTopicOrPartitionError:
+            continue
+        if info.mirrored and (info.mirror or {}).get("link") == link.name:
+            out[source] = dest.topic(info.name)  # (promoted topics: no more)
+    return out
+
+
+def sync_group(
+    dest: LogRoot,
+    link: MirrorLink,
+    group: str,
+    committed: Mapping[tuple[str, int], int],
+    mirrored: Mapping[str, Topic],
+) -> bool:
+    """Write one source group's committed offsets (source topic names) to the destination.
+
+    Only for partitions of topics the link still mirrors, capped at the mirror's end
+    (a group never starts past the data it finds), and only while the group never
+    joined on the destination (its log has no generation): once it has, it is active
+    there and its own commits rule.  True if anything was written.
+    """
+    from sparklog.topic_partition import TopicPartition
+
+    if dest.groups.generation(group) >= 0:
+        return False
+    offsets: dict[tuple[str, int], int] = {}
+    for (source, partition), offset in committed.items():
+        topic = mirrored.get(source)
+        if topic is None or partition >= topic.partitions or offset < 0:
+            continue
+        end = topic.partition(partition).refresh().high_watermark
+        offsets[(topic.name, partition)] = min(offset, end)
+    if not offsets:
+        return False
+    mine = dest.groups.fetch(group)
+    before = {(tp.topic, tp.partition): c.offset for tp, c in mine.items()}
+    if all(before.get(k) == v for k, v in offsets.items()):
+        return False
+    dest.groups.commit(
+        group,
+        {TopicPartition(t, p): o for (t, p), o in offsets.items()},
+        metadata=f"mirror:{link.name}",
+    )
+    return True
 
 
 def write_with_offsets(dst: Topic, partition: int, table: Any) -> Segment:

@@ -17,7 +17,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import ConfigError, SparklogError, UnknownTopicOrPartitionError
-from sparklog.mirror.copier import PartitionLag, StepReport, write_with_offsets
+from sparklog.mirror.copier import (
+    PartitionLag,
+    StepReport,
+    mirrored_topics,
+    sync_group,
+    write_with_offsets,
+)
 from sparklog.mirror.links import MirrorLink
 
 if TYPE_CHECKING:
@@ -140,7 +146,31 @@ class KafkaMirror:
                 continue
             for shard in range(dst.shards):
                 self._copy_shard(name, dst, shard, report)
+        if groups and self.link.groups:
+            report.groups_synced = self.sync_groups()
         return report
+
+    def sync_groups(self) -> int:
+        """Copy the selected groups' committed offsets (ListGroups, OffsetFetch at the
+        source) as :func:`sparklog.mirror.copier.sync_group` does."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        listed = self.admin.list_consumer_groups().result(timeout=10)
+        groups = sorted(g.group_id for g in listed.valid if self.link.selects_group(g.group_id))
+        if not groups:
+            return 0
+        mirrored = mirrored_topics(self.dest, self.link, self.source_topics())
+        changed = 0
+        for group in groups:
+            futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+            found = futures[group].result(timeout=10)
+            committed = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in found.topic_partitions or []
+                if tp.error is None
+            }
+            changed += sync_group(self.dest, self.link, group, committed, mirrored)
+        return changed
 
     def _copy_shard(self, source: str, dst: Topic, shard: int, report: StepReport) -> None:
         import pyarrow as pa

@@ -20,7 +20,19 @@ def test_a_kafka_listener_mirrored_onto_a_root_keeps_offsets(broker, tmp_path):
     produce(source, "orders", 3, rounds=4)
     delete_records(source.topic("orders").partition(0), 7)  # retention at the source
     dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
-    create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
+    create_link(
+        dest,
+        "migrate",
+        source=f"kafka://{broker.kafka_bootstrap}",
+        topics="orders",
+        groups="app",
+    )
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    app = KafkaConsumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "app"})
+    app.commit(offsets=[TopicPartition("orders", 1, 12)], asynchronous=False)
+    app.close()
     mirror = KafkaMirror(dest, get_link(dest, "migrate"))
     try:
         copied = 0
@@ -39,6 +51,8 @@ def test_a_kafka_listener_mirrored_onto_a_root_keeps_offsets(broker, tmp_path):
     finally:
         mirror.close()
     assert assert_same(source, dest, "orders") == 75 - 7
+    synced = {(tp.topic, tp.partition): c.offset for tp, c in dest.groups.fetch("app").items()}
+    assert synced == {("orders", 1): 12}
     p0 = dest.topic("orders").partition(0).refresh()
     assert p0.log_start_offset == 7 and p0.mirror_gaps == [(0, 7)]
     assert dest.describe_topic("orders").mirror["source"].startswith("kafka://")
