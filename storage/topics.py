@@ -298,6 +298,7 @@ class Topic:
         none do.  ``txn`` is checked and recorded per shard, so a replayed Spark
         batch is skipped in the shards that have it and lands in the others.
         """
+        self.check_writable()
         by_shard: dict[int, dict[int, list[Segment]]] = {}
         for p, segs in staged.items():
             self._check_partition(p)

@@ -111,7 +111,16 @@ def describe(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")
     found = get_link(root, link)
     out = _describe(found)
     try:
-        lags = lag(root, found) if not found.kafka_source else []
+        if found.kafka_source:
+            from sparklog.mirror.kafka_source import KafkaMirror
+
+            source = KafkaMirror(root, found)
+            try:
+                lags = source.lag()
+            finally:
+                source.close()
+        else:
+            lags = lag(root, found)
         out["partitions"] = [
             {
                 "topic": x.topic,

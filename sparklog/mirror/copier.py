@@ -37,7 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import CorruptionError, SparklogError, UnknownTopicOrPartitionError
+from sparklog.errors import (
+    CorruptionError,
+    InvalidRequestError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.mirror.links import MirrorLink, get_link
 
 if TYPE_CHECKING:
@@ -446,8 +451,16 @@ def promote(dest: LogRoot, topic: str) -> TopicInfo:
     """Stop mirroring ``topic`` and make it writable at its next offset (failover)."""
     info = dest.describe_topic(topic)
     if info.mirror is None:
-        raise SparklogError(f"topic {topic!r} is not a mirror topic; nothing to promote")
-    return dest.set_mirror(topic, {**info.mirror, "state": "promoted", "promoted_ms": _now_ms()})
+        raise InvalidRequestError(f"topic {topic!r} is not a mirror topic; nothing to promote")
+    if not info.mirrored:
+        return info  # promoted before: nothing changes
+    handle = dest.topic(topic)
+    ends = {str(p): handle.partition(p).refresh().high_watermark for p in range(info.partitions)}
+    return dest.set_mirror(
+        topic,
+        # where the mirror's copy ended: what failing back must truncate the old primary to
+        {**info.mirror, "state": "promoted", "promoted_ms": _now_ms(), "promoted_ends": ends},
+    )
 
 
 def _now_ms() -> int:

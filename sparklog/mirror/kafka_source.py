@@ -150,6 +150,29 @@ class KafkaMirror:
             report.groups_synced = self.sync_groups()
         return report
 
+    def lag(self) -> list[PartitionLag]:
+        """Per partition lag (``mirror describe``): the source's end from ListOffsets, the
+        age of the first record not yet mirrored from one fetch of it."""
+        from confluent_kafka import TopicPartition
+
+        mirrored = mirrored_topics(self.dest, self.link, self.source_topics())
+        out: list[PartitionLag] = []
+        for source, dst in sorted(mirrored.items()):
+            for p in range(dst.partitions):
+                tp = TopicPartition(source, p)
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                end = dst.partition(p).refresh().high_watermark
+                lag_s = 0.0
+                if high > end:
+                    self.consumer.assign([TopicPartition(source, p, end)])
+                    for msg in self.consumer.consume(num_messages=1, timeout=5):
+                        if msg.error() is None:
+                            lag_s = max(0.0, time.time() - msg.timestamp()[1] / 1000)
+                    self.consumer.unassign()
+                gaps = dst.partition(p).state.mirror_gaps
+                out.append(PartitionLag(dst.name, p, high, end, lag_s, gaps))
+        return out
+
     def sync_groups(self) -> int:
         """Copy the selected groups' committed offsets (ListGroups, OffsetFetch at the
         source) as :func:`sparklog.mirror.copier.sync_group` does."""

@@ -48,6 +48,9 @@ def test_a_kafka_listener_mirrored_onto_a_root_keeps_offsets(broker, tmp_path):
 
         wait_for(caught_up, timeout_s=60, what="the new records at the Kafka listener")
         assert more[0] == 15 and mirror.step().records == 0
+        lags = mirror.lag()
+        assert [(x.partition, x.lag_records) for x in lags] == [(0, 0), (1, 0), (2, 0)]
+        assert lags[0].gaps == [(0, 7)]
     finally:
         mirror.close()
     assert assert_same(source, dest, "orders") == 75 - 7
