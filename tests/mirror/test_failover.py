@@ -76,3 +76,29 @@ def test_failover_drill_group_resumes_on_the_destination_processing_nothing_twic
     mirror.step()
     after = {tp.partition: c.offset for tp, c in dest.groups.fetch("app").items()}
     assert after == {0: 30, 1: 30}
+
+
+def test_failing_back_by_re_creating_the_topic_in_the_old_primary(tmp_path):
+    east = open_root(f"file://{tmp_path}/east", {}, create=True)
+    west = open_root(f"file://{tmp_path}/west", {}, create=True)
+    east.create_topic("orders", partitions=2)
+    produce(east, "orders", 2, rounds=2)
+    create_link(west, "east", source=east.url, topics="orders")
+    to_west = Mirror(west, get_link(west, "east"))
+    to_west.step()
+    ends = promote(west, "orders").mirror["promoted_ends"]
+    assert ends == {"0": 10, "1": 10}
+    produce(west, "orders", 2, rounds=1)  # written in west after the failover: 10-14
+    # east returns: its stale topic goes, west's comes back with every offset
+    east.delete_topic("orders")
+    create_link(east, "back", source=west.url, topics="orders")
+    back = Mirror(east, get_link(east, "back"))
+    assert back.step().records == 30
+    promote(east, "orders")
+    for p in range(2):
+        got = east.topic("orders").partition(p).read(0)
+        assert got.column("offset").to_pylist() == list(range(15))
+    # the old link on west neither copies the new east topic nor creates anything
+    report = to_west.step()
+    assert report.records == 0 and report.topics_created == []
+    assert west.list_topics() == ["orders"] and east.list_topics() == ["orders"]
