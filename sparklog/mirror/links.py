@@ -113,6 +113,10 @@ def create_link(
         from sparklog.storage.objectstore import normalize_url
 
         source = normalize_url(source)  # a relative path means the same from any runner
+    if source.rstrip("/") == root.url.rstrip("/"):
+        raise InvalidConfigurationError(
+            f"--source {source!r} is this root: a link copies from another cluster"
+        )
     link = MirrorLink(
         name=name,
         source=source,

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from sparklog.errors import PolicyViolationError
+from sparklog.errors import InvalidConfigurationError, PolicyViolationError
 from sparklog.mirror.copier import Mirror, lag, promote
 from sparklog.mirror.links import (
     MirrorLinkExistsError,
@@ -58,6 +58,10 @@ def test_links_live_in_the_destinations_metadata_log(tmp_path):
     create_link(dest, "dr", source=str(tmp_path / "src"), topics="orders|pay.*", groups="g.*")
     with pytest.raises(MirrorLinkExistsError):
         create_link(dest, "dr", source="/elsewhere", topics=".*")
+    with pytest.raises(InvalidConfigurationError, match="is this root"):
+        create_link(dest, "self", source=str(tmp_path / "dest"), topics=".*")
+    with pytest.raises(InvalidConfigurationError, match="regular expression"):
+        create_link(dest, "bad", source="/elsewhere", topics="(")
     link = get_link(dest, "dr")
     assert link.source == f"file://{tmp_path}/src"  # relative paths: the same from any runner
     assert link.selects_topic("orders") and link.selects_topic("payments")
