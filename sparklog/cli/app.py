@@ -375,6 +375,9 @@ _resets.register(groups_app)
 from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
 
 app.add_typer(_connect_app, name="connect")
+from sparklog.cli.mirror import mirror_app as _mirror_app  # noqa: E402
+
+app.add_typer(_mirror_app, name="mirror")
 _delete_offsets.register(groups_app)
 
 
@@ -597,8 +600,3 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
     except OSError as exc:
         _fail(f"{exc}", 1, as_json=as_json, kind="OS_ERROR")
-
-
-from sparklog.cli.mirror import mirror_app as _mirror_app  # noqa: E402
-
-app.add_typer(_mirror_app, name="mirror")
