@@ -2,8 +2,8 @@
 
 Run:  .venv/bin/python bench/mirror_bench.py [--records N] [--partitions P] [--flushes F]
 
-One moto S3 server behind the tests' request-counting proxy holds a source root
-(bucket ``src``) written with ``--flushes`` flushes of every partition (100-byte
+One moto S3 server (a process of its own) behind the tests' request-counting proxy
+holds a source root (bucket ``src``) written with ``--flushes`` flushes of every partition (100-byte
 values, keys, headers).  The same data is then mirrored three ways, in one run:
 
 * **object copy, server-side**: destination bucket on the same endpoint with the
@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -35,7 +37,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import boto3
-from moto.server import ThreadedMotoServer
 
 from sparklog.mirror.copier import Mirror
 from sparklog.mirror.kafka_source import KafkaMirror
@@ -106,10 +107,21 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000, help="records per partition flush")
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    # moto in a process of its own: its work (every request's bytes) does not compete for
+    # this process's GIL with the mirror being measured
+    moto = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    endpoint = ""
+    assert moto.stderr is not None
+    for line in moto.stderr:
+        if "Running on http://" in line:
+            endpoint = line.split("Running on ", 1)[1].strip()
+            break
+    threading.Thread(target=lambda: [None for _ in moto.stderr], daemon=True).start()
     s3 = boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -163,7 +175,8 @@ def main() -> None:
                 cluster.stop()
     finally:
         proxy.close()
-        moto.stop()
+        moto.terminate()
+        moto.wait(timeout=30)
 
     print(
         f"\n## Mirroring {total:,} records ({size / 1e6:.1f} MB of segments, "

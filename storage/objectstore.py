@@ -492,6 +492,20 @@ class ObjectStore:
             and self.storage_options == other.storage_options
         )
 
+    def etag(self, key: str) -> str | None:
+        """The object's entity tag (S3: the MD5 of a single-part object's bytes), None where
+        the store has none (local folders, memory); FileNotFoundError if absent."""
+        if not self.is_remote:
+            return None
+        try:
+            info = self._call("info", self._path(key))
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            self._raise_failure("read", key, exc)
+        found = info.get("ETag") or info.get("etag")
+        return str(found).strip('"') if found else None
+
     def copy_from(self, source: ObjectStore, key: str, dest_key: str) -> str:
         """Copy ``source``'s object ``key`` here as ``dest_key`` (overwriting: callers copy
         to keys only they write, with the same bytes each time).

@@ -11,9 +11,10 @@ source:
    watermark (the link's position: offsets are the source's, so the position
    *is* the destination's end) to the source's end are planned; their objects
    are copied under the same object keys (server-side on one S3 endpoint, else
-   one read and one write), every segment's checksum is verified on the bytes
-   that land, and the segments are committed with their source offsets by one
-   shard commit naming the link (:meth:`Topic.append_mirrored`).  A process
+   one read and one write) and verified (every segment's checksum on the bytes
+   read; a server-side copy's entity tag against the source's), and the
+   segments are committed with their source offsets by one shard commit naming
+   the link (:meth:`Topic.append_mirrored`).  A process
    killed at any point leaves either nothing committed (its objects are
    re-copied, the same bytes at the same keys, or collected as garbage) or the
    whole step: never a duplicate, a hole or a reordering.
@@ -279,7 +280,7 @@ class Mirror:
         self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]], report: StepReport
     ) -> None:
         """Copy every object the planned segments live in (once each, :data:`COPY_THREADS`
-        at a time), every segment's checksum verified on the bytes that land."""
+        at a time), each verified (see :meth:`_copy_one`)."""
         by_key: dict[str, list[Segment]] = {}
         for segments in planned.values():
             for seg in segments:
@@ -304,14 +305,25 @@ class Mirror:
     def _copy_one(
         self, src: Topic, dst: Topic, key: str, segments: list[Segment]
     ) -> tuple[str, int]:
-        """One object: ("present", 0) if an earlier (killed) run copied it, ("server", 0)
-        if copied server-side, ("bytes", size) if read and written by this process."""
+        """One object: ("present", 0) if an earlier (killed) run copied it (its segments
+        are read back and checked), ("server", 0) if copied server-side (the copy's
+        entity tag must be the source's), ("bytes", size) if read, checked segment by
+        segment and written by this process."""
         if dst.store.exists(key):
             _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
             return "present", 0
         if dst.store.same_endpoint(src.store):
             dst.store.copy_from(src.store, key, key)
-            _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
+            # the copy is the source's bytes if the entity tags (MD5s) agree: two HEADs,
+            # no bytes read back; without tags, the segments are read back and checked
+            theirs, ours = src.store.etag(key), dst.store.etag(key)
+            if theirs is None or ours is None:
+                _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
+            elif theirs != ours:
+                raise CorruptionError(
+                    f"object {dst.store.url}/{key} copied from {src.store.url}/{key} has "
+                    f"entity tag {ours}, not {theirs}; nothing committed"
+                )
             return "server", 0
         data = src.store.get_buffer(key)
         _verify(data, segments, f"{src.store.url}/{key}")
