@@ -180,8 +180,8 @@ def _sigkill_drill(tmp_path, moto_s3: MotoS3, *, topics: int, partitions: int, k
     times after it made progress; in the end both sides match record by record."""
     source, dest = _roots(tmp_path, moto_s3)
     names = [f"t{i}" for i in range(topics)]
-    for name in names:
-        source.create_topic(name, partitions=partitions)
+    for i, name in enumerate(names):  # (odd topics: two shards, two commits per step)
+        source.create_topic(name, partitions=partitions, config={"commit.shards": 1 + i % 2})
     _link(dest, source)
     stop = threading.Event()
     failures: list[BaseException] = []
