@@ -44,7 +44,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.mirror.links import MirrorLink, get_link
+from sparklog.mirror.links import MirrorLink, UnknownMirrorLinkError, get_link
 
 if TYPE_CHECKING:
     from sparklog.mirror.metrics import MirrorMetrics
@@ -120,6 +120,12 @@ class Mirror:
         self._topics: dict[str, tuple[Topic, Topic]] = {}
         self._copied: OrderedDict[str, None] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the copy threads (the runner replaces a copier when its link changes)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # -- topics ---------------------------------------------------------------------------
     def source_topics(self) -> list[TopicInfo]:
@@ -494,26 +500,33 @@ def run(
     unreachable, it keeps its position (which lives in the destination's shard
     logs) and logs why, trying again next step.
     """
-    mirror: Mirror | None = None
+    mirror: Any = None
+    said: set[str] = set()
     while stop is None or not stop.is_set():
         started = time.monotonic()
         try:
             link = get_link(dest, link_name)
+        except UnknownMirrorLinkError:
+            log.info("mirror link %s deleted: stopping", link_name)
+            _close(mirror)
+            return
         except SparklogError as exc:
-            if "no mirror link" in str(exc):
-                log.info("mirror link %s deleted: stopping", link_name)
-                return
             log.warning("mirror link %s: cannot read the link: %s", link_name, exc)
             link = None
         if link is not None and not link.paused:
             try:
                 if mirror is None or mirror.link != link:
+                    _close(mirror)
                     mirror = mirror_for(dest, link)
                 report = mirror.step()
                 if metrics is not None:
                     metrics.observe(link_name, report)
                 if on_step is not None:
                     on_step(report)
+                for reason in report.skipped.values():
+                    if reason not in said:  # once per process, not once per step
+                        said.add(reason)
+                        log.warning("mirror link %s: %s", link_name, reason)
                 if report.records:
                     log.info(
                         "mirror link %s: copied %d records in %d segments",
@@ -523,15 +536,19 @@ def run(
                     )
                 if report.records or report.groups_synced:
                     continue  # more may be waiting: no pause
-            except (SparklogError, OSError) as exc:
-                log.warning(
-                    "mirror link %s: step failed, position kept (%s: %s)",
-                    link_name,
-                    type(exc).__name__,
-                    exc,
-                )
+            except Exception as exc:  # the source or the store failed: position kept
+                if isinstance(exc, SparklogError | OSError):
+                    log.warning(
+                        "mirror link %s: step failed, position kept (%s: %s)",
+                        link_name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                else:
+                    log.exception("mirror link %s: step failed, position kept", link_name)
                 if metrics is not None:
                     metrics.failed(link_name)
+                _close(mirror)
                 mirror = None
         remaining = interval_ms / 1000 - (time.monotonic() - started)
         if remaining > 0:
@@ -539,6 +556,16 @@ def run(
                 stop.wait(remaining)
             else:
                 time.sleep(remaining)
+
+
+def _close(mirror: Any) -> None:
+    """Release a copier's connections (a Kafka-protocol source's consumer)."""
+    close = getattr(mirror, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # closing a broken consumer: nothing more to release
+            log.debug("closing the mirror failed", exc_info=True)
 
 
 def mirror_for(dest: LogRoot, link: MirrorLink) -> Any:

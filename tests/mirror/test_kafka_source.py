@@ -123,3 +123,47 @@ def test_a_broker_runs_the_links_its_config_names(tmp_path):
     finally:
         cluster.stop()
     assert assert_same(source, dest, "orders") == 30
+
+
+def test_a_kafka_source_mirror_killed_and_restarted_neither_skips_nor_repeats(broker, tmp_path):
+    import threading
+
+    from tests.mirror.support import kill, mirrored_total, start_mirror
+
+    source = open_root(broker.root, {})
+    source.create_topic("orders", partitions=3)
+    dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
+    create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        while not stop.is_set():
+            written[0] += produce(source, "orders", 3, rounds=1)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    seen = 0
+    try:
+        for _ in range(3):
+            proc = start_mirror(dest.url, "migrate", None, tmp_path / "mirror.log")
+            wait_for(
+                lambda seen=seen: mirrored_total(dest, ["orders"]) > seen,
+                timeout_s=120,
+                what="the mirror to copy more",
+            )
+            kill(proc)
+            seen = mirrored_total(dest, ["orders"])
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    mirror = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        wait_for(
+            lambda: mirror.step().records == 0 and mirrored_total(dest, ["orders"]) == written[0],
+            timeout_s=120,
+            what="the mirror to catch up",
+        )
+    finally:
+        mirror.close()
+    assert assert_same(source, dest, "orders") == written[0]
