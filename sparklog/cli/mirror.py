@@ -19,7 +19,8 @@ from sparklog.errors import ConfigError
 mirror_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Geo-replication: mirror topics from another root or Kafka cluster, with offsets.",
+    help="Mirror topics between clusters, with offsets. The source is another root or a "
+    "Kafka cluster (kafka://host:port); the global --address is the destination root.",
 )
 
 
@@ -34,7 +35,8 @@ def _root(ctx: typer.Context, *, create: bool = False) -> Any:
             "mirror links live in the destination root: give it as --address (a path, "
             "file://, s3://), not a broker's host:port"
         )
-    return open_root(url, st.storage_options, create=create or None)
+    # only `mirror create` makes a missing root; the others refuse it (a typo'd address)
+    return open_root(url, st.storage_options, create=create)
 
 
 def _describe(link: Any) -> dict[str, Any]:
@@ -103,7 +105,10 @@ def list_(ctx: typer.Context) -> None:
 
 @mirror_app.command("describe")
 def describe(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")) -> None:
-    """A link's definition and its lag per partition (reads the source)."""
+    """A link's definition and lag per partition.
+
+    Reads the source to compute the lag; an unreachable source is reported, not fatal.
+    """
     from sparklog.mirror.copier import lag
     from sparklog.mirror.links import get_link
 
@@ -182,7 +187,10 @@ def delete(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")) 
 
 @mirror_app.command("promote")
 def promote(ctx: typer.Context, topic: str = typer.Argument(..., metavar="TOPIC")) -> None:
-    """Stop mirroring TOPIC and make it writable at its next offset (failover)."""
+    """Make a mirror topic writable (failover).
+
+    Stops mirroring TOPIC; producers write at its next offset.
+    """
     from sparklog.mirror.copier import promote as promote_topic
 
     info = promote_topic(_root(ctx), topic)
@@ -200,7 +208,10 @@ def run(
         "", "--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics (lag)"
     ),
 ) -> None:
-    """Run a link: copy continuously (until the link is deleted or the process stopped)."""
+    """Run a link: copy continuously.
+
+    Until the link is deleted or the process stopped; --once stops when caught up.
+    """
     from sparklog.mirror.copier import mirror_for
     from sparklog.mirror.copier import run as run_link
     from sparklog.mirror.links import get_link
