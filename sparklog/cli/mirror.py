@@ -204,6 +204,9 @@ def run(
     link: str = typer.Argument(..., metavar="LINK"),
     once: bool = typer.Option(False, "--once", help="Copy until caught up, then stop"),
     interval_ms: int = typer.Option(200, "--interval-ms", min=1, help="Pause when caught up"),
+    group_sync_ms: int = typer.Option(
+        5000, "--group-sync-interval-ms", min=1, help="How often groups are synced"
+    ),
     metrics_listen: str = typer.Option(
         "", "--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics (lag)"
     ),
@@ -235,4 +238,10 @@ def run(
         metrics = MirrorMetrics()
         port = metrics.serve(metrics_listen)
         logging.getLogger("sparklog.mirror").info("metrics on port %d", port)
-    run_link(root, link, interval_ms=interval_ms, metrics=metrics)
+    run_link(
+        root,
+        link,
+        interval_ms=interval_ms,
+        group_sync_interval_ms=group_sync_ms,
+        metrics=metrics,
+    )

@@ -58,6 +58,8 @@ STEP_MAX_BYTES = 64 << 20
 #: Object keys this process copied (and verified) lately: not copied again for another
 #: partition of the same object.
 COPIED_KEYS_REMEMBERED = 4096
+#: How often (at most) a running link syncs group offsets (MirrorMaker 2 syncs every 60 s).
+GROUP_SYNC_INTERVAL_MS = 5_000
 #: Objects copied at once (each is one or two requests that mostly wait on the network).
 COPY_THREADS = 8
 
@@ -490,6 +492,7 @@ def run(
     link_name: str,
     *,
     interval_ms: int = 200,
+    group_sync_interval_ms: int = GROUP_SYNC_INTERVAL_MS,
     stop: Any = None,
     on_step: Any = None,
     metrics: MirrorMetrics | None = None,
@@ -498,10 +501,12 @@ def run(
 
     The link is re-read every step: paused, it copies nothing; its source
     unreachable, it keeps its position (which lives in the destination's shard
-    logs) and logs why, trying again next step.
+    logs) and logs why, trying again next step.  Groups are synced at most every
+    ``group_sync_interval_ms`` (listing a root's groups is a LIST request).
     """
     mirror: Any = None
     said: set[str] = set()
+    groups_synced_at = -float("inf")
     while stop is None or not stop.is_set():
         started = time.monotonic()
         try:
@@ -518,7 +523,10 @@ def run(
                 if mirror is None or mirror.link != link:
                     _close(mirror)
                     mirror = mirror_for(dest, link)
-                report = mirror.step()
+                due = (time.monotonic() - groups_synced_at) * 1000 >= group_sync_interval_ms
+                report = mirror.step(groups=due)
+                if due:
+                    groups_synced_at = time.monotonic()
                 if metrics is not None:
                     metrics.observe(link_name, report)
                 if on_step is not None:
