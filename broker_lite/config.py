@@ -182,6 +182,14 @@ class BrokerConfig:
         default=300_000,
         metadata=about("Period of retention, compaction and GC; 0 disables", integer(0)),
     )
+    mirror_links: str = field(
+        default="",
+        metadata=about(
+            "Mirror links this broker runs (comma-separated names of links in the root's "
+            "metadata log, as `sparklog mirror run LINK` does); empty: none",
+            TEXT,
+        ),
+    )
     gc_grace_ms: int = field(
         default=7_200_000,
         metadata=about(

@@ -13,6 +13,7 @@ Kafka's protocol; tests and the benchmarks can also drive it directly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -114,8 +115,26 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
             cleaner = Cleaner(self, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
+        for link in filter(None, (x.strip() for x in self.config.mirror_links.split(","))):
+            self._spawn(f"mirror-{link}", functools.partial(self._mirror_loop, link))
 
         self._ready.set()
+
+    def _mirror_loop(self, link: str) -> None:
+        """Run mirror link ``link`` until the broker stops (broker key ``mirror_links``).
+
+        The copier has its own handle on the root (reads that always see the newest
+        metadata, as ``sparklog mirror run`` has): its commits are optimistic, like
+        any brokerless writer's, and the broker's reads follow them.
+        """
+        from sparklog.mirror.copier import run
+
+        root = open_root(self.config.root, self.config.storage_options)
+        log.info("mirror link started", extra=fields(link=link))
+        try:
+            run(root, link, stop=self._stopping)
+        except Exception:
+            log.exception("mirror link stopped", extra=fields(link=link))
 
     @property
     def ready(self) -> bool:

@@ -515,6 +515,48 @@ class ObjectStore:
         except Exception as exc:
             self._raise_failure("write", key, exc)
 
+    def same_endpoint(self, other: ObjectStore) -> bool:
+        """Both stores are S3 buckets reached through one endpoint with the same options:
+        an object can be copied between them server-side (no bytes through this process)."""
+        return (
+            self.protocol in ("s3", "s3a")
+            and other.protocol == self.protocol
+            and self.storage_options == other.storage_options
+        )
+
+    def etag(self, key: str) -> str | None:
+        """The object's entity tag (S3: the MD5 of a single-part object's bytes), None where
+        the store has none (local folders, memory); FileNotFoundError if absent."""
+        if not self.is_remote:
+            return None
+        try:
+            info = self._call("info", self._path(key))
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            self._raise_failure("read", key, exc)
+        found = info.get("ETag") or info.get("etag")
+        return str(found).strip('"') if found else None
+
+    def copy_from(self, source: ObjectStore, key: str, dest_key: str) -> str:
+        """Copy ``source``'s object ``key`` here as ``dest_key`` (overwriting: callers copy
+        to keys only they write, with the same bytes each time).
+
+        Server-side (S3 CopyObject, no bytes through this process) where
+        :meth:`same_endpoint` allows, else a read and a write.  Returns how:
+        ``"server"`` or ``"bytes"``.  FileNotFoundError if the source is gone.
+        """
+        if self.same_endpoint(source):
+            try:
+                self._call("copy", source._path(key), self._path(dest_key))
+            except FileNotFoundError:
+                raise
+            except Exception as exc:
+                self._raise_failure("copy", dest_key, exc)
+            return "server"
+        self.put(dest_key, source.get(key))
+        return "bytes"
+
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are fine."""
         try:

@@ -375,6 +375,9 @@ _resets.register(groups_app)
 from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
 
 app.add_typer(_connect_app, name="connect")
+from sparklog.cli.mirror import mirror_app as _mirror_app  # noqa: E402
+
+app.add_typer(_mirror_app, name="mirror")
 _delete_offsets.register(groups_app)
 
 

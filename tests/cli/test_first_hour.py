@@ -45,6 +45,15 @@ COMMANDS = [
     ["connect", "postgres-source"],
     ["connect", "list"],
     ["connect", "status"],
+    ["mirror"],
+    ["mirror", "create"],
+    ["mirror", "list"],
+    ["mirror", "describe"],
+    ["mirror", "pause"],
+    ["mirror", "resume"],
+    ["mirror", "delete"],
+    ["mirror", "promote"],
+    ["mirror", "run"],
 ]
 
 
@@ -84,6 +93,8 @@ READ_ONLY = [
     ["groups", "describe", "g"],
     ["consume", "events", "--timeout-ms", "200"],
     ["offsets", "events"],
+    ["mirror", "list"],
+    ["mirror", "describe", "dr"],
 ]
 
 
