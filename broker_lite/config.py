@@ -91,6 +91,42 @@ class BrokerConfig:
             "Largest Kafka request frame; a bigger one closes that connection", integer(1024)
         ),
     )
+    connections_max_idle_ms: int = field(
+        default=600_000,
+        metadata=about(
+            "Kafka's connections.max.idle.ms: a Kafka connection with no request for this "
+            "long (and none being answered) is closed",
+            integer(1),
+        ),
+    )
+    max_connections: int = field(
+        default=1024,
+        metadata=about(
+            "Kafka connections served at once (each holds a thread); when full, a new one "
+            "replaces the oldest that has not authenticated, else it is refused",
+            integer(1),
+        ),
+    )
+    max_connections_per_ip: int = field(
+        default=1024,
+        metadata=about("Kafka's max.connections.per.ip: connections from one address", integer(1)),
+    )
+    max_unauthenticated_connections: int = field(
+        default=256,
+        metadata=about(
+            "Kafka connections that have not finished authentication (PLAINTEXT: not sent a "
+            "whole request); one more closes the oldest of them",
+            integer(1),
+        ),
+    )
+    queued_max_request_bytes: int = field(
+        default=268_435_456,
+        metadata=about(
+            "Kafka's queued.max.request.bytes: memory all Kafka requests being read or "
+            "handled may hold; a frame's buffer grows as its bytes arrive",
+            integer(1),
+        ),
+    )
     auto_create_topics_enable: bool = field(
         default=True,
         metadata=about(

@@ -21,6 +21,7 @@ from sparklog.broker_lite.kafka import (
     fetch,
     groups,
     leader_epochs,
+    limits,
     metadata,
     offsets,
     produce,
@@ -67,7 +68,7 @@ def _response_cls(version: int) -> type:
 
 
 _APIS = [
-    Api(0, "Produce", 0, 11, produce.handle_produce),
+    Api(0, "Produce", 0, 11, limits.bounded_produce(produce.handle_produce)),
     Api(1, "Fetch", 0, 17, fetch.handle_fetch),
     Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
