@@ -30,7 +30,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.broker_lite.kafka import limits
+from sparklog.broker_lite.kafka import limits, sasl
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -59,6 +59,8 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     previous_produce: threading.Event | None = None
+    #: the connection's authentication state and principal (sasl.Session)
+    session: Any = None
 
     @property
     def broker(self) -> Any:
@@ -90,6 +92,7 @@ class KafkaListener:
         #: bytes of Produce requests being handled (max_inflight_request_bytes, as Flight)
         self.produce_bytes = limits.ByteBudget(config.max_inflight_request_bytes)
         self.refusals = limits.RateLimitedLog()
+        self.security_protocol = str(config.kafka_security_protocol)
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -188,6 +191,7 @@ class KafkaListener:
         writer.start()
         last_produce: threading.Event | None = None
         last: Future[bytes | None] | None = None
+        session = sasl.Session.for_listener(self.security_protocol, str(peer[0]))
         try:
             while not self._stopping.is_set() and not closed.is_set():
                 try:
@@ -205,13 +209,21 @@ class KafkaListener:
                 if got is None:
                     break
                 frame, held = got
+                if not session.authenticated:
+                    if not self._authenticate(frame, held, session, pending):
+                        break
+                    if session.authenticated:
+                        self.connections.authenticated(conn)
+                    continue
                 self.connections.authenticated(conn)
                 previous = None
                 done = None
                 if frame[:2] == b"\x00\x00":  # Produce: idempotent batches keep their order
                     previous, done = last_produce, threading.Event()
                     last_produce = done
-                future = self.requests.submit(self._handle_in_order, frame, previous, done, held)
+                future = self.requests.submit(
+                    self._handle_in_order, frame, previous, done, held, session
+                )
                 last = future
                 while not closed.is_set():
                     try:
@@ -240,9 +252,10 @@ class KafkaListener:
         previous: threading.Event | None,
         done: threading.Event | None,
         held: int = 0,
+        session: Any = None,
     ) -> bytes | None:
         try:
-            return self.handle_frame(frame, previous)
+            return self.handle_frame(frame, previous, session)
         finally:
             self.queued_bytes.give(held)
             if done is not None:
@@ -278,9 +291,31 @@ class KafkaListener:
             except queue.Empty:
                 return
 
+    def _authenticate(
+        self, frame: bytes, held: int, session: Any, pending: queue.Queue[Any]
+    ) -> bool:
+        """Handle a request of a connection still authenticating, in the reader (one at a
+        time, so the exchange stays in order); False: close the connection after it."""
+        try:
+            api_key = struct.unpack_from(">h", frame, 0)[0]
+            if api_key not in sasl.PRE_AUTH_APIS:
+                raise MalformedRequest(
+                    f"api {api_key} before SASL authentication finished (kafka_security_protocol="
+                    f"{self.security_protocol}: a client must authenticate first)"
+                )
+            answer: Future[bytes | None] = Future()
+            answer.set_result(self.handle_frame(frame, None, session))
+        finally:
+            self.queued_bytes.give(held)
+        pending.put(answer)
+        return not session.close_after
+
     # -- one request -----------------------------------------------------------
     def handle_frame(
-        self, frame: bytes, previous_produce: threading.Event | None = None
+        self,
+        frame: bytes,
+        previous_produce: threading.Event | None = None,
+        session: Any = None,
     ) -> bytes | None:
         """The response frame for one request frame (None: no response, e.g. acks=0).
 
@@ -302,7 +337,7 @@ class KafkaListener:
             )
         old = LEGACY.get((api_key, api_version))
         if old is not None:
-            return self._handle_legacy(old, entry, frame, previous_produce)
+            return self._handle_legacy(old, entry, frame, previous_produce, session)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -318,6 +353,7 @@ class KafkaListener:
             correlation_id,
             getattr(header, "client_id", None),
             previous_produce,
+            session,
         )
         response = self._run(entry, ctx, request)
         if response is None:
@@ -325,7 +361,12 @@ class KafkaListener:
         return self._encode(response, correlation_id)
 
     def _handle_legacy(
-        self, old: Legacy, entry: Any, frame: bytes, previous_produce: threading.Event | None
+        self,
+        old: Legacy,
+        entry: Any,
+        frame: bytes,
+        previous_produce: threading.Event | None,
+        session: Any = None,
     ) -> bytes | None:
         """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
         try:
@@ -337,7 +378,7 @@ class KafkaListener:
             ) from None
         old.upgrade(request)
         ctx = RequestContext(
-            self, api_key, old.served_as, correlation_id, client_id, previous_produce
+            self, api_key, old.served_as, correlation_id, client_id, previous_produce, session
         )
         response = self._run(entry, ctx, request)
         if response is None:

@@ -25,6 +25,7 @@ from sparklog.broker_lite.kafka import (
     metadata,
     offsets,
     produce,
+    sasl,
 )
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.errors import UnsupportedVersionError
@@ -81,6 +82,7 @@ _APIS = [
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
+    Api(17, "SaslHandshake", 1, 1, sasl.handle_sasl_handshake),
     Api(18, "ApiVersions", 0, 3, api_versions),
     Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 0, 6, admin.handle_delete_topics),
@@ -90,6 +92,7 @@ _APIS = [
     Api(29, "DescribeAcls", 0, 3, admin.handle_describe_acls),
     Api(32, "DescribeConfigs", 0, 4, admin.handle_describe_configs),
     Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+    Api(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(
@@ -100,6 +103,14 @@ _APIS = [
         admin.handle_incremental_alter_configs,
     ),
     Api(47, "OffsetDelete", 0, 0, admin.handle_offset_delete),
+    Api(
+        50,
+        "DescribeUserScramCredentials",
+        0,
+        0,
+        sasl.handle_describe_user_scram_credentials,
+    ),
+    Api(51, "AlterUserScramCredentials", 0, 0, sasl.handle_alter_user_scram_credentials),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
 ]
 API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}

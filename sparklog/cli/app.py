@@ -375,6 +375,9 @@ _resets.register(groups_app)
 from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
 
 app.add_typer(_connect_app, name="connect")
+from sparklog.cli.security import users_app as _users_app  # noqa: E402
+
+app.add_typer(_users_app, name="users")
 _delete_offsets.register(groups_app)
 
 
