@@ -372,6 +372,17 @@ def _check_security(values: Mapping[str, Any]) -> None:
             'SASL_PLAINTEXT, SSL) or authorizer = "acl", or allow_insecure_listener = true '
             "(SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
         )
+    if (
+        values["authorizer"]
+        and not values["allow_insecure_listener"]
+        and not _loopback(values["listen"].rpartition(":")[0])
+    ):
+        raise InvalidConfigError(
+            f"config key 'listen' = {values['listen']!r} is not a loopback address, and the "
+            "Flight listener does not yet authenticate clients, so it would bypass the ACLs "
+            'of authorizer = "acl"; listen on 127.0.0.1 (Kafka clients use kafka_listen), '
+            "or set allow_insecure_listener = true to accept that"
+        )
     if protocol in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
         raise InvalidConfigError(
             f"config key 'kafka_security_protocol' = {protocol!r} needs ssl_certfile and "

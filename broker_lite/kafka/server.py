@@ -30,7 +30,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.broker_lite.kafka import limits, sasl
+from sparklog.broker_lite.kafka import authorize, limits, sasl
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -389,7 +389,7 @@ class KafkaListener:
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         api_key, api_version = ctx.api_key, ctx.api_version
         try:
-            return entry.handler(ctx, request)
+            return authorize.run(entry.handler, ctx, request)
         except MalformedRequest:
             raise
         except Exception:

@@ -16,6 +16,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
 from sparklog.broker_lite.kafka import (
+    acl_apis,
     admin,
     coordinators,
     fetch,
@@ -89,7 +90,9 @@ _APIS = [
     Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
     Api(22, "InitProducerId", 0, 5, produce.handle_init_producer_id),
     Api(23, "OffsetForLeaderEpoch", 0, 4, leader_epochs.handle_offset_for_leader_epoch),
-    Api(29, "DescribeAcls", 0, 3, admin.handle_describe_acls),
+    Api(29, "DescribeAcls", 0, 3, acl_apis.handle_describe_acls),
+    Api(30, "CreateAcls", 1, 3, acl_apis.handle_create_acls),
+    Api(31, "DeleteAcls", 1, 3, acl_apis.handle_delete_acls),
     Api(32, "DescribeConfigs", 0, 4, admin.handle_describe_configs),
     Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
     Api(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),

@@ -152,3 +152,200 @@ def users_list(ctx: typer.Context) -> None:
         ["USER", "MECHANISMS"],
         [[u, ", ".join(f"{m} ({i})" for m, i in creds)] for u, creds in found.items()],
     )
+
+
+# -- acls --------------------------------------------------------------------------------
+acls_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Add, remove, list ACLs (on a storage root), with kafka-acls' flags.",
+)
+
+_PRINCIPALS = typer.Option(None, "--allow-principal", metavar="PRINCIPAL", help="User:NAME allowed")
+_DENY = typer.Option(None, "--deny-principal", metavar="PRINCIPAL", help="User:NAME denied")
+_OPERATION = typer.Option(
+    None,
+    "--operation",
+    metavar="OP",
+    help="Read, Write, Create, Delete, Alter, Describe, DescribeConfigs, AlterConfigs, "
+    "IdempotentWrite, ClusterAction, All (repeatable)",
+)
+_TOPIC = typer.Option(None, "--topic", metavar="TOPIC", help="Topic resource ('*': every topic)")
+_GROUP = typer.Option(None, "--group", metavar="GROUP", help="Group resource ('*': every group)")
+_CLUSTER = typer.Option(False, "--cluster", help="The cluster resource")
+_TXN = typer.Option(None, "--transactional-id", metavar="ID", help="Transactional id resource")
+_PATTERN = typer.Option(
+    "literal", "--resource-pattern-type", metavar="TYPE", help="literal (default) or prefixed"
+)
+_HOST = typer.Option("*", "--host", metavar="HOST", help="Host the ACL applies to ('*': any)")
+
+
+def _operation_name(text: str) -> str:
+    """kafka-acls' spelling (DescribeConfigs) to the model's (DESCRIBE_CONFIGS)."""
+    import re
+
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", text.strip()).upper().replace("-", "_")
+
+
+def _resources(
+    topic: list[str] | None, group: list[str] | None, cluster: bool, txn: list[str] | None
+) -> list[tuple[str, str]]:
+    from sparklog.security.acls import CLUSTER_NAME
+
+    found = [("TOPIC", t) for t in topic or []]
+    found += [("GROUP", g) for g in group or []]
+    found += [("TRANSACTIONAL_ID", t) for t in txn or []]
+    if cluster:
+        found.append(("CLUSTER", CLUSTER_NAME))
+    return found
+
+
+def _print_bindings(st: CliState, bindings: list[dict[str, str]]) -> None:
+    if st.json:
+        print_json(bindings)
+        return
+    print_table(
+        None,
+        ["PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "NAME", "PATTERN", "HOST"],
+        [
+            [
+                b["principal"],
+                b["permission"],
+                b["operation"],
+                b["resource_type"],
+                b["name"],
+                b["pattern_type"],
+                b["host"],
+            ]
+            for b in bindings
+        ],
+    )
+
+
+@acls_app.command("add")
+def acls_add(
+    ctx: typer.Context,
+    allow_principal: list[str] | None = _PRINCIPALS,
+    deny_principal: list[str] | None = _DENY,
+    operation: list[str] | None = _OPERATION,
+    topic: list[str] | None = _TOPIC,
+    group: list[str] | None = _GROUP,
+    cluster: bool = _CLUSTER,
+    transactional_id: list[str] | None = _TXN,
+    resource_pattern_type: str = _PATTERN,
+    host: str = _HOST,
+) -> None:
+    """Add ACLs: each principal x operation x resource (as kafka-acls --add)."""
+    from sparklog.security import acls
+
+    st = state(ctx)
+    resources = _resources(topic, group, cluster, transactional_id)
+    if not resources:
+        raise ConfigError("name a resource: --topic, --group, --cluster or --transactional-id")
+    if not operation:
+        raise ConfigError("name at least one --operation (e.g. Read, Write, Describe, All)")
+    if not allow_principal and not deny_principal:
+        raise ConfigError("name a principal: --allow-principal or --deny-principal User:NAME")
+    bindings = [
+        acls.binding(
+            rtype,
+            name,
+            principal,
+            _operation_name(op),
+            permission,
+            resource_pattern_type,
+            host,
+        )
+        for permission, principals in (("ALLOW", allow_principal), ("DENY", deny_principal))
+        for principal in principals or []
+        for op in operation
+        for rtype, name in resources
+    ]
+    acls.create(_metadata(st, create=True), bindings)
+    _print_bindings(st, bindings)
+
+
+def _filters(
+    allow_principal: list[str] | None,
+    deny_principal: list[str] | None,
+    operation: list[str] | None,
+    resources: list[tuple[str, str]],
+    pattern: str | None,
+) -> list[dict[str, object]]:
+    principals: list[tuple[str | None, str | None]] = [
+        *(("ALLOW", p) for p in allow_principal or []),
+        *(("DENY", p) for p in deny_principal or []),
+    ] or [(None, None)]
+    where: list[tuple[str | None, str | None]] = list(resources) or [(None, None)]
+    ops: list[str | None] = [_operation_name(o) for o in operation or []] or [None]
+    return [
+        {
+            "resource_type": rtype,
+            "name": name,
+            "pattern_type": pattern.upper() if pattern else "ANY",
+            "principal": principal,
+            "host": None,
+            "operation": op,
+            "permission": permission,
+        }
+        for permission, principal in principals
+        for op in ops
+        for rtype, name in where
+    ]
+
+
+@acls_app.command("remove")
+def acls_remove(
+    ctx: typer.Context,
+    allow_principal: list[str] | None = _PRINCIPALS,
+    deny_principal: list[str] | None = _DENY,
+    operation: list[str] | None = _OPERATION,
+    topic: list[str] | None = _TOPIC,
+    group: list[str] | None = _GROUP,
+    cluster: bool = _CLUSTER,
+    transactional_id: list[str] | None = _TXN,
+    resource_pattern_type: str | None = typer.Option(
+        None, "--resource-pattern-type", metavar="TYPE", help="literal, prefixed (default: any)"
+    ),
+) -> None:
+    """Remove the ACLs matching the flags (as kafka-acls --remove)."""
+    from sparklog.security import acls
+
+    st = state(ctx)
+    resources = _resources(topic, group, cluster, transactional_id)
+    if not resources:
+        raise ConfigError("name a resource: --topic, --group, --cluster or --transactional-id")
+    matched = acls.delete(
+        _metadata(st, create=False),
+        _filters(allow_principal, deny_principal, operation, resources, resource_pattern_type),
+    )
+    removed = {acls.key(b): b for found in matched for b in found}
+    if not st.json:
+        say(f"{len(removed)} ACL{'s' if len(removed) != 1 else ''} removed")
+    _print_bindings(st, list(removed.values()))
+
+
+@acls_app.command("list")
+def acls_list(
+    ctx: typer.Context,
+    topic: list[str] | None = _TOPIC,
+    group: list[str] | None = _GROUP,
+    cluster: bool = _CLUSTER,
+    transactional_id: list[str] | None = _TXN,
+    principal: str | None = typer.Option(
+        None, "--principal", metavar="PRINCIPAL", help="Only this principal's ACLs"
+    ),
+) -> None:
+    """List ACLs (all, or those on the named resources)."""
+    from sparklog.security import acls
+
+    st = state(ctx)
+    image = _metadata(st, create=False).image()
+    flts = _filters(None, None, None, _resources(topic, group, cluster, transactional_id), None)
+    for flt in flts:
+        flt["principal"] = principal
+    found = sorted(
+        (dict(v) for v in image.acls.values() if any(acls.matches_filter(v, f) for f in flts)),
+        key=acls.key,
+    )
+    _print_bindings(st, found)
