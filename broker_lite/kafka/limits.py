@@ -119,10 +119,10 @@ class ConnectionTable:
         self.max_per_ip = max_per_ip
         self.max_unauthenticated = max_unauthenticated
         self._lock = threading.Lock()
-        self.open: dict[socket.socket, str] = {}
+        self.open: dict[Any, str] = {}
         self.per_ip: dict[str, int] = {}
         #: unauthenticated connections, oldest first
-        self.unauthenticated: OrderedDict[socket.socket, None] = OrderedDict()
+        self.unauthenticated: OrderedDict[Any, None] = OrderedDict()
 
     def admit(self, conn: socket.socket, ip: str) -> tuple[str | None, list[socket.socket]]:
         """(why refused or None, connections to close to make room for ``conn``)."""
@@ -142,6 +142,17 @@ class ConnectionTable:
             self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
             self.unauthenticated[conn] = None
         return None, evict
+
+    def swap(self, old: Any, new: Any) -> None:
+        """``new`` takes ``old``'s place (a TLS connection over the accepted socket)."""
+        with self._lock:
+            ip = self.open.pop(old, None)
+            if ip is None:
+                return
+            self.open[new] = ip
+            if old in self.unauthenticated:
+                self.unauthenticated[new] = None
+                self.unauthenticated.pop(old, None)
 
     def authenticated(self, conn: socket.socket) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.broker_lite.kafka import authorize, limits, sasl
+from sparklog.broker_lite.kafka import authorize, limits, sasl, tls
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -93,6 +93,7 @@ class KafkaListener:
         self.produce_bytes = limits.ByteBudget(config.max_inflight_request_bytes)
         self.refusals = limits.RateLimitedLog()
         self.security_protocol = str(config.kafka_security_protocol)
+        self.tls = tls.server_context(config)
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -181,8 +182,20 @@ class KafkaListener:
             ).start()
 
     # -- one connection ------------------------------------------------------
-    def _serve(self, conn: socket.socket, peer: Any) -> None:
+    def _serve(self, conn: Any, peer: Any) -> None:
         """Read requests, handle up to ``MAX_IN_FLIGHT`` at once, answer them in order."""
+        principal = sasl.ANONYMOUS
+        if self.tls is not None:  # SSL, SASL_SSL: the handshake first, in this thread
+            try:
+                wrapped, cert_principal = tls.accept(self.tls, conn, self.idle_s)
+            except (OSError, ValueError) as exc:
+                self.refusals.warning("kafka TLS handshake failed", peer=str(peer), error=str(exc))
+                conn.close()
+                self.connections.remove(conn)
+                return
+            self.connections.swap(conn, wrapped)
+            conn = wrapped
+            principal = cert_principal or principal
         pending: queue.Queue[Future[bytes | None] | None] = queue.Queue(MAX_IN_FLIGHT)
         closed = threading.Event()
         writer = threading.Thread(
@@ -191,7 +204,7 @@ class KafkaListener:
         writer.start()
         last_produce: threading.Event | None = None
         last: Future[bytes | None] | None = None
-        session = sasl.Session.for_listener(self.security_protocol, str(peer[0]))
+        session = sasl.Session.for_listener(self.security_protocol, str(peer[0]), principal)
         try:
             while not self._stopping.is_set() and not closed.is_set():
                 try:
