@@ -467,6 +467,8 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     42: _delete_groups,
     44: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
     47: _offset_delete,
+    48: _cluster("DESCRIBE_CONFIGS"),
+    49: _cluster("ALTER_CONFIGS"),
     60: _cluster("DESCRIBE"),
 }
 

@@ -30,7 +30,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.broker_lite.kafka import authorize, limits, sasl, tls
+from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -94,6 +94,7 @@ class KafkaListener:
         self.refusals = limits.RateLimitedLog()
         self.security_protocol = str(config.kafka_security_protocol)
         self.tls = tls.server_context(config)
+        self.quotas = quotas.QuotaManager()
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -402,7 +403,7 @@ class KafkaListener:
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         api_key, api_version = ctx.api_key, ctx.api_version
         try:
-            return authorize.run(entry.handler, ctx, request)
+            return quotas.run(ctx, request, lambda: authorize.run(entry.handler, ctx, request))
         except MalformedRequest:
             raise
         except Exception:

@@ -26,6 +26,7 @@ from sparklog.broker_lite.kafka import (
     metadata,
     offsets,
     produce,
+    quotas,
     sasl,
 )
 from sparklog.broker_lite.kafka.messages import make, nested
@@ -106,6 +107,8 @@ _APIS = [
         admin.handle_incremental_alter_configs,
     ),
     Api(47, "OffsetDelete", 0, 0, admin.handle_offset_delete),
+    Api(48, "DescribeClientQuotas", 0, 1, quotas.handle_describe_client_quotas),
+    Api(49, "AlterClientQuotas", 0, 1, quotas.handle_alter_client_quotas),
     Api(
         50,
         "DescribeUserScramCredentials",

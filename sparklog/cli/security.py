@@ -349,3 +349,104 @@ def acls_list(
         key=acls.key,
     )
     _print_bindings(st, found)
+
+
+# -- quotas ------------------------------------------------------------------------------
+quotas_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Alter and describe client quotas (on a storage root), as kafka-configs.",
+)
+_USER = typer.Option(None, "--user", metavar="NAME", help="The user entity ('' = the default)")
+_CLIENT = typer.Option(
+    None, "--client-id", metavar="ID", help="The client-id entity ('' = the default)"
+)
+
+
+def _quota_entity(user: str | None, client_id: str | None) -> list[tuple[str, str | None]]:
+    entity: list[tuple[str, str | None]] = []
+    if user is not None:
+        entity.append(("user", user or None))
+    if client_id is not None:
+        entity.append(("client-id", client_id or None))
+    if not entity:
+        raise ConfigError("name an entity: --user NAME and/or --client-id ID ('' = default)")
+    return entity
+
+
+@quotas_app.command("alter")
+def quotas_alter(
+    ctx: typer.Context,
+    user: str | None = _USER,
+    client_id: str | None = _CLIENT,
+    add_config: str | None = typer.Option(
+        None,
+        "--add-config",
+        metavar="K=V,...",
+        help="producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage",
+    ),
+    delete_config: str | None = typer.Option(
+        None, "--delete-config", metavar="K,...", help="Quotas to remove"
+    ),
+) -> None:
+    """Set or remove an entity's quotas (as kafka-configs --alter --entity-type users)."""
+    from sparklog.security import quotas
+
+    st = state(ctx)
+    entity = _quota_entity(user, client_id)
+    sets: dict[str, float] = {}
+    for pair in (add_config or "").split(","):
+        if not pair.strip():
+            continue
+        key, eq, value = pair.partition("=")
+        try:
+            sets[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--add-config {pair!r} is not accepted; accepted: KEY=NUMBER"
+            ) from None
+        if not eq:
+            raise ConfigError(f"--add-config {pair!r} is not accepted; accepted: KEY=NUMBER")
+    removes = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
+    if not sets and not removes:
+        raise ConfigError("give --add-config K=V or --delete-config K")
+    after = quotas.alter(_metadata(st, create=True), entity, sets, removes)
+    doc = quotas.describe_doc(quotas.check_entity(entity), after)
+    if st.json:
+        print_json(doc)
+    else:
+        say(f"{doc['entity']}: {doc['quotas'] or 'no quotas'}")
+
+
+@quotas_app.command("describe")
+def quotas_describe(
+    ctx: typer.Context, user: str | None = _USER, client_id: str | None = _CLIENT
+) -> None:
+    """Show quotas (all, or those of the named entity types and names)."""
+    from sparklog.security import quotas
+
+    st = state(ctx)
+    image = _metadata(st, create=False).image()
+    components: list[tuple[str, int, str | None]] = []
+    for kind, name in (("user", user), ("client-id", client_id)):
+        if name is not None:
+            components.append((kind, 0 if name else 1, name or None))
+    docs = [
+        quotas.describe_doc(entity, values)
+        for entity, values in quotas.entries(image)
+        if quotas.matches(entity, components, strict=False)
+    ]
+    if st.json:
+        print_json(docs)
+        return
+    print_table(
+        None,
+        ["ENTITY", "QUOTAS"],
+        [
+            [
+                ",".join(f"{k}={v}" for k, v in d["entity"].items()),
+                ", ".join(f"{k}={v:g}" for k, v in d["quotas"].items()),
+            ]
+            for d in docs
+        ],
+    )
