@@ -120,6 +120,14 @@ class BrokerConfig:
             choice("none", "requested", "required"),
         ),
     )
+    flight_security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata=about(
+            "Flight listener's security: TLS (SSL) and/or users by basic auth (SASL_*), with "
+            "the ssl_* keys and the same users as Kafka",
+            choice("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+        ),
+    )
     authorizer: str = field(
         default="",
         metadata=about(
@@ -375,13 +383,21 @@ def _check_security(values: Mapping[str, Any]) -> None:
     if (
         values["authorizer"]
         and not values["allow_insecure_listener"]
+        and not values["flight_security_protocol"].startswith("SASL_")
         and not _loopback(values["listen"].rpartition(":")[0])
     ):
         raise InvalidConfigError(
             f"config key 'listen' = {values['listen']!r} is not a loopback address, and the "
-            "Flight listener does not yet authenticate clients, so it would bypass the ACLs "
-            'of authorizer = "acl"; listen on 127.0.0.1 (Kafka clients use kafka_listen), '
-            "or set allow_insecure_listener = true to accept that"
+            "Flight listener does not authenticate clients (flight_security_protocol = "
+            'PLAINTEXT), so it would bypass the ACLs of authorizer = "acl"; set '
+            'flight_security_protocol = "SASL_SSL", listen on 127.0.0.1, or set '
+            "allow_insecure_listener = true to accept that"
+        )
+    flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
+    if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):
+        raise InvalidConfigError(
+            f"config key 'flight_security_protocol' = {values['flight_security_protocol']!r} "
+            "needs ssl_certfile and ssl_keyfile (PEM files)"
         )
     if protocol in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
         raise InvalidConfigError(
