@@ -175,7 +175,13 @@ class FlightBroker(flight.FlightServerBase):
     def __init__(self, broker: Broker, location: str) -> None:
         config = broker.config
         self.call_limit = _CallLimit(config.max_concurrent_calls)
-        super().__init__(location, middleware={"limit": self.call_limit})
+        from sparklog.broker_lite import flight_security
+
+        super().__init__(
+            location,
+            middleware={"limit": self.call_limit, **flight_security.middleware(broker)},
+            **flight_security.server_options(config),
+        )
         self.broker = broker
         self.kafka: Any = None  # the Kafka listener, set by start_broker
         self.request_bytes = _Budget(config.max_inflight_request_bytes)
@@ -504,7 +510,9 @@ def start_broker(
     """Start a broker in this process; return (flight server, broker, metrics port)."""
     broker = Broker(config, root)
     try:
-        server = FlightBroker(broker, f"grpc://{config.listen}")
+        from sparklog.broker_lite.flight_security import scheme
+
+        server = FlightBroker(broker, f"{scheme(config)}://{config.listen}")
     except (flight.FlightError, pa.ArrowException, OSError) as exc:
         raise InvalidConfigError(
             f"config key 'listen' = {config.listen!r}: cannot listen there ({exc}); accepted: "

@@ -378,6 +378,13 @@ app.add_typer(_connect_app, name="connect")
 from sparklog.cli.mirror import mirror_app as _mirror_app  # noqa: E402
 
 app.add_typer(_mirror_app, name="mirror")
+from sparklog.cli.security import acls_app as _acls_app  # noqa: E402
+from sparklog.cli.security import quotas_app as _quotas_app  # noqa: E402
+from sparklog.cli.security import users_app as _users_app  # noqa: E402
+
+app.add_typer(_users_app, name="users")
+app.add_typer(_acls_app, name="acls")
+app.add_typer(_quotas_app, name="quotas")
 _delete_offsets.register(groups_app)
 
 
