@@ -92,7 +92,10 @@ def users_create(
     ] = None,
     iterations: int = typer.Option(4096, "--iterations", help="SCRAM iterations (4096-16384)"),
 ) -> None:
-    """Create a user, or set its password (PLAIN logins check the same credential)."""
+    """Create a user, or set its password.
+
+    PLAIN logins check the same credential as SCRAM ones.
+    """
     from sparklog.security import users
 
     st = state(ctx)
@@ -235,7 +238,10 @@ def acls_add(
     resource_pattern_type: str = _PATTERN,
     host: str = _HOST,
 ) -> None:
-    """Add ACLs: each principal x operation x resource (as kafka-acls --add)."""
+    """Add ACLs: each principal x operation x resource.
+
+    As kafka-acls --add.
+    """
     from sparklog.security import acls
 
     st = state(ctx)
@@ -389,7 +395,10 @@ def quotas_alter(
         None, "--delete-config", metavar="K,...", help="Quotas to remove"
     ),
 ) -> None:
-    """Set or remove an entity's quotas (as kafka-configs --alter --entity-type users)."""
+    """Set or remove an entity's quotas.
+
+    As kafka-configs --alter --entity-type users/clients.
+    """
     from sparklog.security import quotas
 
     st = state(ctx)

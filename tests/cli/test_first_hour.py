@@ -54,6 +54,17 @@ COMMANDS = [
     ["mirror", "delete"],
     ["mirror", "promote"],
     ["mirror", "run"],
+    ["users"],
+    ["users", "create"],
+    ["users", "delete"],
+    ["users", "list"],
+    ["acls"],
+    ["acls", "add"],
+    ["acls", "remove"],
+    ["acls", "list"],
+    ["quotas"],
+    ["quotas", "alter"],
+    ["quotas", "describe"],
 ]
 
 
@@ -95,6 +106,9 @@ READ_ONLY = [
     ["offsets", "events"],
     ["mirror", "list"],
     ["mirror", "describe", "dr"],
+    ["users", "list"],
+    ["acls", "list"],
+    ["quotas", "describe"],
 ]
 
 
