@@ -176,12 +176,15 @@ def test_a_principal_without_acls_gets_the_authorisation_code(
         conn.close()
 
 
-@pytest.mark.parametrize("name,req,expected", CASES, ids=[c[0] for c in CASES])
+#: the cases a super user may run on the shared topic (deleting or growing it would change
+#: what the other cases see)
+HARMLESS_CASES = [c for c in CASES if c[0] not in ("DeleteTopics", "CreatePartitions")]
+
+
+@pytest.mark.parametrize("name,req,expected", HARMLESS_CASES, ids=[c[0] for c in HARMLESS_CASES])
 def test_a_super_user_is_never_refused(
     secured: Cluster, name: str, req: Any, expected: int
 ) -> None:
-    if name in ("DeleteTopics", "CreatePartitions"):
-        pytest.skip("changes the topic the other cases use")
     conn = login(secured, "admin")
     try:
         assert not errors_in(call(conn, req)) & {TOPIC, GROUP, CLUSTER, TXN}, name
