@@ -385,6 +385,9 @@ from sparklog.cli.security import users_app as _users_app  # noqa: E402
 app.add_typer(_users_app, name="users")
 app.add_typer(_acls_app, name="acls")
 app.add_typer(_quotas_app, name="quotas")
+from sparklog.cli.log_tools import log_app as _log_app  # noqa: E402
+
+app.add_typer(_log_app, name="log")
 _delete_offsets.register(groups_app)
 
 

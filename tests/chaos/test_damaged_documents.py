@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +22,7 @@ from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.groups import group_key
+from sparklog.topic_partition import TopicPartition
 from tests.chaos.inproc import inproc_broker
 
 
@@ -118,3 +121,57 @@ def _refused(call, file_name: str) -> bool:
         assert file_name in str(exc) and not exc.retriable
         return True
     return False
+
+
+def test_log_check_lists_every_damaged_and_missing_file(tmp_path) -> None:
+    """`sparklog log check`: a missing object; torn, flipped and missing commits and a
+    damaged group log, all in one report; read-only; a sound root passes."""
+    from sparklog.storage.log_check import check_root
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    root.create_topic("t", 2, {"commit.shards": 2})
+    topic = root.topic("t")
+    for i in range(8):
+        topic.append(i % 2, make_batch([b"r%d" % i]))
+    root.groups.commit("team", {TopicPartition("t", 0): 1})
+    root.groups.commit("team", {TopicPartition("t", 0): 2})
+    assert check_root(open_root(url)).findings == []
+    assert _cli_check(url).returncode == 0
+
+    objects = sorted((tmp_path / "root").rglob("objects/*/*.arrow"))
+    objects[0].unlink()
+    [missing] = check_root(open_root(url)).findings
+    assert missing.file == f"file://{objects[0]}"
+    assert missing.problem == "missing: a live segment's object"
+
+    shard0, shard1 = sorted((tmp_path / "root").rglob("shards/*/log"))
+    s0 = sorted(shard0.glob("*.json"))
+    s1 = sorted(shard1.glob("*.json"))
+    assert len(s1) >= 3  # a middle commit to lose
+    s0[-1].write_bytes(s0[-1].read_bytes()[:-7])  # torn
+    raw = s1[-1].read_bytes()
+    s1[-1].write_bytes(raw.replace(b'"base_offset":', b'"base_offsex":', 1))  # flipped bytes
+    s1[1].unlink()  # a middle commit
+    group_commits = sorted((tmp_path / "root" / "groups").rglob("log/*.json"))
+    group_commits[-1].write_bytes(b"{}")
+    before = sorted(p for p in (tmp_path / "root").rglob("*"))
+
+    report = check_root(open_root(url))
+    by_file = {f.file.removeprefix("file://"): f for f in report.findings}
+    assert by_file[str(s0[-1])].problem.startswith("a torn document")
+    assert "checksum" in by_file[str(s1[-1])].problem
+    assert by_file[str(s1[1])].problem.startswith("missing")
+    assert by_file[str(group_commits[-1])].log == "group 'team'"
+    done = _cli_check(url)
+    assert done.returncode == 1 and "damaged or missing file" in done.stderr
+    assert sorted(p for p in (tmp_path / "root").rglob("*")) == before  # read-only
+
+
+def _cli_check(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", url, "log", "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -65,6 +65,8 @@ COMMANDS = [
     ["quotas"],
     ["quotas", "alter"],
     ["quotas", "describe"],
+    ["log"],
+    ["log", "check"],
 ]
 
 
@@ -109,6 +111,7 @@ READ_ONLY = [
     ["users", "list"],
     ["acls", "list"],
     ["quotas", "describe"],
+    ["log", "check"],
 ]
 
 
