@@ -477,18 +477,26 @@ class ObjectStore:
             SPARE_FILES.discard(spare)
 
     def _create_local(self, path: str, data: bytes | memoryview | pa.Buffer) -> bool:
-        """Create-only, atomically: a complete temp file hard-linked into place."""
+        """Create-only, atomically: a complete, fsynced temp file hard-linked into place.
+
+        The temp file is fsynced whatever the ``fsync`` setting (about 0.4 ms on
+        this project's SSD): these are commits and documents, and a commit torn by
+        a machine crash would make its whole shard unreadable, where one that is
+        missing only loses the newest commit.  With ``fsync`` the folder is
+        fsynced too, so the new name survives a crash as well.
+        """
         tmp, fd = _open_temp(path)
         try:
             try:
                 view = memoryview(data).cast("B")
                 while view:
                     view = view[os.write(fd, view) :]
-                if self.fsync:
-                    os.fsync(fd)
+                os.fsync(fd)
             finally:
                 os.close(fd)
             os.link(tmp, path)
+            if self.fsync:
+                _fsync_folder(os.path.dirname(path))
             return True
         except FileExistsError:
             return False
@@ -867,6 +875,15 @@ class ObjectStore:
                 self.fs.mkdirs(self._path(""), exist_ok=True)
         except Exception as exc:
             self._raise_failure("reach", "", exc)
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a new name in ``folder`` durable (a link or rename is a change of the folder)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _open_temp(path: str) -> tuple[str, int]:

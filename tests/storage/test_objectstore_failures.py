@@ -130,3 +130,22 @@ def test_a_missing_bucket_is_not_retried_and_names_the_credential_source(moto_s3
     message = str(info.value)
     assert "no-such-bucket-here" in message and "storage options key, secret" in message
     assert moto_s3.storage_options["secret"] not in message
+
+
+def test_a_local_commit_is_fsynced_before_it_gets_its_name(tmp_path, monkeypatch) -> None:
+    """A machine crash must not leave a torn commit (it makes a whole shard unreadable).
+
+    A machine crash cannot run here, so this watches the order of the calls that
+    make it impossible: the temp file's fsync comes before the link, whatever the
+    root's ``fsync`` setting (which adds the folder's fsync after the link)."""
+    import os
+
+    calls: list[str] = []
+    real_fsync, real_link = os.fsync, os.link
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "link", lambda a, b: (calls.append("link"), real_link(a, b))[1])
+    assert ObjectStore(f"file://{tmp_path}/plain").create("log/1.json", b"{}")
+    assert calls == ["fsync", "link"]
+    calls.clear()
+    assert ObjectStore(f"file://{tmp_path}/durable", fsync=True).create("log/1.json", b"{}")
+    assert calls == ["fsync", "link", "fsync"]
