@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import os
 import re
 import sys
 import uuid
@@ -47,7 +48,7 @@ from sparklog.storage.cluster_metadata import (
 )
 from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL
-from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.objectstore import ObjectStore, local_root
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -501,6 +502,11 @@ def open_root(
 
         storage_options = storage_options_from_env() or None
     root = LogRoot(url, storage_options, **settings)
+    if create is not None and root.store.is_local and os.path.isfile(local_root(root.store.url)):
+        raise InvalidConfigurationError(
+            f"storage root {root.store.url!r} is a file; accepted: a folder (made by the first "
+            "topic created in it) or an s3://bucket/prefix URL"
+        )
     if create:
         root.store.ensure_root()
     elif create is not None and not root.store.root_exists():

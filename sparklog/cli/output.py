@@ -66,6 +66,12 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def warn(line: str) -> None:
+    """One ``warning:`` line on stderr (never a logging record with a timestamp)."""
+    sys.stderr.write(f"warning: {line}\n")
+    sys.stderr.flush()
+
+
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, tuples, bytes (utf-8, else {"base64": ...}) into JSON-ready values."""
     from sparklog.cli.lines import decode

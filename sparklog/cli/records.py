@@ -30,6 +30,7 @@ from sparklog.cli.output import (
     quiet_exit,
     say,
     stderr,
+    warn,
 )
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
@@ -336,7 +337,11 @@ def consume(
         ),
     ] = None,
     separator: str = typer.Option(
-        "\t", "--separator", metavar="SEP", help="Key/value separator of key-value (tab)"
+        "\t",
+        "--separator",
+        metavar="SEP",
+        help="Key/value separator of key-value",
+        show_default="tab",
     ),
 ) -> None:
     """Print records as they arrive. Follows the topics until interrupted (or -e, idle, limit).
@@ -482,19 +487,29 @@ def _position(
         elif text == "latest":
             consumer.seek_to_end(*tps)
         elif text.isdigit():
+            wanted = int(text)
+            starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
             for tp in tps:
-                consumer.seek(tp, int(text))
+                at = min(max(wanted, starts[tp]), ends[tp])
+                if at != wanted:
+                    # Kafka's console consumer resets too; say so in one line, with the way out
+                    warn(
+                        f"--offset {wanted} is out of range for {tp.topic}-{tp.partition} "
+                        f"(log start {starts[tp]}, end {ends[tp]}); reading from {at}; "
+                        "--offset earliest reads from the log start"
+                    )
+                consumer.seek(tp, at)
         else:
             raise ConfigError(
                 f"--offset {offset!r} is not accepted; accepted: N >= 0, earliest, latest"
             )
     elif start_ms is not None:
         found = consumer.offsets_for_times({tp: start_ms for tp in tps})
-        for tp, at in found.items():
-            if at is None:
+        for tp, at_time in found.items():
+            if at_time is None:
                 consumer.seek_to_end(tp)
             else:
-                consumer.seek(tp, at.offset)
+                consumer.seek(tp, at_time.offset)
     elif from_beginning:
         consumer.seek_to_beginning(*tps)
     else:

@@ -41,8 +41,9 @@ class CliState:
             from sparklog.client.address import parse_address
             from sparklog.storage_options import parse_storage_options
 
-            parse_address(self.address)
+            parsed = parse_address(self.address)
             self.storage_options = parse_storage_options(self.storage_option_pairs)
+            _refuse_remote_options_on_a_local_root(parsed.root, self.storage_options)
             self.checked = True
         return self
 
@@ -65,6 +66,21 @@ class CliState:
     def client_config(self) -> dict[str, Any]:
         self.check()
         return {"storage_options": self.storage_options, "retry_timeout_ms": CLI_RETRY_TIMEOUT_MS}
+
+
+def _refuse_remote_options_on_a_local_root(root: str | None, options: dict[str, Any]) -> None:
+    """``-S endpoint=...`` on a local root would be ignored in silence: refuse it."""
+    from sparklog.storage.objectstore import OWN_OPTIONS, normalize_url
+
+    if root is None or not normalize_url(root).startswith("file://"):
+        return
+    foreign = sorted(k for k in options if k not in OWN_OPTIONS)
+    if foreign:
+        raise ConfigError(
+            f"storage option(s) {', '.join(foreign)} are not accepted for a local root "
+            f"({root}); accepted there: {', '.join(OWN_OPTIONS)} (the others configure "
+            "object stores such as s3://)"
+        )
 
 
 def check_output(output: str) -> str:

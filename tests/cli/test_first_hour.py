@@ -503,3 +503,33 @@ def test_kafka_group_and_topic_reflexes(local):
     assert "members" in local("groups", "describe", "g", "--members").out.splitlines()[0]
     assert json.loads(local("-o", "json", "groups", "list", "--state", "Empty").out) == ["g"]
     assert json.loads(local("-o", "json", "groups", "list", "--state", "Stable").out) == []
+
+
+# -- issue 29 item 7: rough edges of the first hour -------------------------------------------
+def test_a_root_that_is_a_file_is_named_as_such(tmp_path):
+    (tmp_path / "afile").write_text("not a root")
+    for command in (["topics", "list"], ["topics", "create", "x"]):
+        result = _run_in(tmp_path, "--address", "afile", *command)
+        _one_error_line(result, "is a file", "accepted: a folder")
+
+
+def test_object_store_options_on_a_local_root_are_refused(local, tmp_path):
+    result = local("-S", "endpoint=http://oops", "topics", "list", ok=False)
+    _one_error_line(result, "endpoint", "not accepted for a local root")
+    assert local("-S", "request_timeout_ms=5000", "topics", "list").out == "t\n"
+
+
+def test_an_out_of_range_offset_is_one_warning_line_with_the_way_out(local):
+    local("produce", "t", "-p", "0", input="a\nb\nc\n")
+    result = local("consume", "t", "-p", "0", "--offset", "99", "-e")
+    assert result.err.splitlines()[0] == (
+        "warning: --offset 99 is out of range for t-0 (log start 0, end 3); reading from 3; "
+        "--offset earliest reads from the log start"
+    )
+    assert result.out == ""
+
+
+def test_the_tab_default_reads_in_consume_help(tmp_path):
+    result = _run_in(tmp_path, "consume", "--help")
+    [line] = [line for line in result.out.splitlines() if "--separator" in line]
+    assert "[default: (tab)]" in line
