@@ -299,7 +299,7 @@ class ShardCodec:
             state.parts[p].segments = SegmentIndex(table)
             rows = table.num_rows
             cuts = list(range(rows, 0, -SNAPSHOT_CHUNK_ROWS))[::-1]  # chunk ends, oldest first
-            starts = [0, *cuts[:-1]]
+            starts = [0, *cuts[:-1]] if cuts else []  # (a partition with only markers: none)
             pieces = [(p, table.slice(a, b - a)) for a, b in zip(starts, cuts, strict=True)]
             older.extend(pieces[:-1])
             newest.extend(pieces[-1:])
@@ -334,7 +334,8 @@ class ShardCodec:
                 chunks.setdefault(name, []).append(value)
         for part in parts.values():  # oldest chunk first
             chunks = part["chunks"]
-            order = sorted(range(len(chunks.get("first", []))), key=chunks["first"].__getitem__)
+            firsts = chunks.get("first", [])
+            order = sorted(range(len(firsts)), key=firsts.__getitem__)
             part["chunks"] = {name: [chunks[name][i] for i in order] for name in chunks}
         header = {
             "version": state.version,

@@ -117,13 +117,27 @@ def _read(
     last_stable = min(last_stable, hwm)
     bound = last_stable if committed else hwm
     upto = bound
+    raw = bool(batches)
     if batches:
         raw_last = batches[-1].column("offset")[batches[-1].num_rows - 1].as_py()
         upto = min(bound, raw_last + 1)
+        # the markers right after the records read go with them (no record between)
+        following = {c[0] for c in controls_between(txn, upto, bound)}
+        while upto in following:
+            upto += 1
     if committed:
         batches = [b for b in _below(batches, bound)]
         batches = drop_aborted(batches, aborted_between(txn, offset, bound))
     controls = controls_between(txn, offset, upto)
+    if committed and raw and not batches and upto < bound:
+        # all read was aborted: read on, so the answer moves the reader forward
+        error, hwm, lso, rest, last_stable = _read(
+            broker, topic, partition, upto, max_bytes, 0, committed
+        )
+        if error:
+            return error, hwm, lso, rest, last_stable
+        head = b"".join(encode_control_batch(*c[:4]) for c in controls)
+        return 0, hwm, lso, head + rest, last_stable
     info = broker.topic(topic).info
     log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
     out: list[bytes] = []

@@ -1,0 +1,220 @@
+"""Kafka transactions with real clients: commit/abort, read_committed, zombie fencing, EOS.
+
+confluent-kafka (librdkafka) transactional producers against broker processes;
+consumers read with ``isolation.level`` read_committed and read_uncommitted.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.brokers import Cluster
+
+#: librdkafka's "end of partition" event code
+PARTITION_EOF = -191
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+
+
+def read_all(
+    bootstrap: str, topic: str, partitions: int, level: str, timeout_s: float = 30
+) -> tuple[list[bytes], list[int]]:
+    """Every value readable at ``level`` up to the end of each partition, and the positions."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{level}-{random.random()}",
+            "isolation.level": level,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(ended) < partitions and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == PARTITION_EOF, message.error()
+            ended.add(message.partition())
+            continue
+        values.append(message.value())
+    positions = [consumer.position([TopicPartition(topic, p)])[0].offset for p in range(partitions)]
+    consumer.close()
+    assert len(ended) == partitions, "did not reach the end of every partition"
+    return values, positions
+
+
+def test_commit_and_abort_as_read_committed_and_read_uncommitted_readers_see_them(
+    one_broker: Cluster,
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "txn", 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-basic"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce("txn", value=b"committed-%d" % i, partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("txn", value=b"aborted-%d" % i, partition=i % 2)
+    producer.flush(30)  # written to the partitions, then aborted
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("txn", value=b"committed-last", partition=0)
+    producer.commit_transaction(30)
+
+    committed, positions = read_all(bootstrap, "txn", 2, "read_committed")
+    assert sorted(committed) == sorted(
+        [b"committed-%d" % i for i in range(4)] + [b"committed-last"]
+    )
+    everything, _ = read_all(bootstrap, "txn", 2, "read_uncommitted")
+    assert sorted(everything) == sorted(committed + [b"aborted-%d" % i for i in range(3)])
+    # 8 records + 3 markers in partition 0 (2 + 2 + 1 records), 3 records + 2 markers in 1
+    assert positions == [8, 5]
+
+
+def test_an_open_transaction_holds_read_committed_readers_at_its_first_offset(
+    one_broker: Cluster,
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "open", 1)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce("open", value=b"before")
+    plain.flush(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-open"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("open", value=b"pending")
+    producer.flush(30)
+    plain.produce("open", value=b"after")  # behind the open transaction: held back too
+    plain.flush(30)
+    values, positions = read_all(bootstrap, "open", 1, "read_committed")
+    assert values == [b"before"]
+    assert positions == [1]
+    producer.commit_transaction(30)
+    values, positions = read_all(bootstrap, "open", 1, "read_committed")
+    assert values == [b"before", b"pending", b"after"]
+    assert positions == [4]
+
+
+def test_zombie_fencing_refuses_the_older_producers_writes_and_commit(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "zombie", 1)
+    old = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-zombie"})
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("zombie", value=b"old-1")
+    old.flush(30)
+    new = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-zombie"})
+    new.init_transactions(30)  # aborts the old one's transaction and fences it
+    new.begin_transaction()
+    new.produce("zombie", value=b"new-1")
+    new.commit_transaction(30)
+    with pytest.raises(KafkaException) as refused:
+        old.produce("zombie", value=b"old-2")
+        old.commit_transaction(30)
+    assert refused.value.args[0].fatal() or "fenced" in str(refused.value).lower()
+    values, _ = read_all(bootstrap, "zombie", 1, "read_committed")
+    assert values == [b"new-1"]
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap, group = sys.argv[1], sys.argv[2]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe(["in"])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp",
+                         "linger.ms": 5})
+    producer.init_transactions(60)
+    while True:
+        batch = consumer.consume(20, 1.0)
+        batch = [m for m in batch if not m.error()]
+        if not batch:
+            continue
+        producer.begin_transaction()
+        for m in batch:
+            producer.produce("out", key=m.key(), value=m.value(), partition=m.partition())
+        positions = {}
+        for m in batch:
+            positions[m.partition()] = m.offset() + 1
+        producer.send_offsets_to_transaction(
+            [TopicPartition("in", p, o) for p, o in positions.items()],
+            consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        print("committed", len(batch), flush=True)
+    """
+)
+
+
+def test_consume_transform_produce_survives_sigkills_exactly_once(
+    one_broker: Cluster, tmp_path
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "in", 2)
+    create(bootstrap, "out", 2)
+    total = 400
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(total):
+        plain.produce("in", value=b"%d" % i, partition=i % 2)
+    plain.flush(30)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    rng = random.Random(25)
+    kills = int(os.environ.get("SPARKLOG_TXN_KILLS", "3"))
+    for _ in range(kills):
+        worker = subprocess.Popen(
+            [sys.executable, str(script), bootstrap, "ctp-group"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert worker.stdout is not None
+            # kill it after it committed a few batches: mid-transaction at a random point
+            for _ in range(rng.randint(1, 3)):
+                if not worker.stdout.readline():
+                    break
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+    worker = subprocess.Popen(
+        [sys.executable, str(script), bootstrap, "ctp-group"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            values, _ = read_all(bootstrap, "out", 2, "read_committed")
+            if len(values) >= total:
+                break
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    assert sorted(values, key=int) == [b"%d" % i for i in range(total)], "not exactly once"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ctp-group"})
+    committed = consumer.committed([TopicPartition("in", p) for p in range(2)], timeout=30)
+    consumer.close()
+    assert [tp.offset for tp in committed] == [total // 2, total // 2]

@@ -1,0 +1,126 @@
+"""Transactions in the shard log: control records, the last stable offset, aborted records.
+
+A hypothesis test interleaves transactional producers (appends, commits,
+aborts), plain producers and reopenings of the log (snapshots every few
+commits), and checks what Kafka promises a read_committed reader: it never
+sees an aborted or open record, it sees every committed one, control records
+take offsets but are never returned, and the last stable offset never goes back.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparklog.errors import InvalidTxnStateError
+from sparklog.storage import ProducerBatch, make_batch, open_root
+from sparklog.storage.txn_markers import Marker, aborted_between, drop_aborted
+
+# (kind, producer 0-2): kinds: "txn" write, "commit", "abort", "plain" write, "reopen"
+operation = st.tuples(
+    st.sampled_from(["txn", "txn", "commit", "abort", "plain", "reopen"]), st.integers(0, 2)
+)
+
+
+class Writer:
+    """One transactional producer's state as its coordinator would keep it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seq = 0
+        self.number = 1
+        self.open: list[bytes] = []
+
+
+def _visible(topic, partition: int) -> tuple[list[bytes], int, int]:
+    log = topic.partition(partition)
+    state = log.state
+    lso = state.last_stable_offset
+    batches = (
+        list(log.iter_batches(log.log_start_offset, lso)) if lso > log.log_start_offset else []
+    )
+    kept = drop_aborted(batches, aborted_between(state.transactions, 0, lso))
+    values = [v for b in kept for v in b.column("value").to_pylist()]
+    return values, lso, state.high_watermark
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(operation, min_size=1, max_size=25))
+def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops) -> None:
+    url = f"file://{tmp_path_factory.mktemp('txn')}"
+    open_root(url, snapshot_interval=3).create_topic("t", 1)
+    topic = open_root(url, snapshot_interval=3).topic("t")
+    writers = [Writer(1000 + i) for i in range(3)]
+    committed: list[bytes] = []
+    aborted: set[bytes] = set()
+    last_lso = 0
+    controls = 0
+    plain = 0
+    for kind, who in ops:
+        w = writers[who]
+        if kind == "reopen":
+            topic = open_root(url, snapshot_interval=3).topic("t")
+        elif kind == "plain":
+            value = f"plain-{plain}".encode()
+            plain += 1
+            topic.append(0, make_batch([value]))
+            committed.append(value)
+        elif kind == "txn":
+            value = f"{w.pid}-{w.number}-{w.seq}".encode()
+            staged = topic.write({0: make_batch([value])})
+            shard = topic.shard(0)
+            shard.append(
+                {0: [staged[0]]},
+                producers={0: ProducerBatch(w.pid, 0, w.seq, 1)},
+                transactions={0: w.number},
+            )
+            w.seq += 1
+            w.open.append(value)
+        else:
+            ended = topic.shard(0).end_transactions(
+                {0: Marker(w.pid, 0, w.number, kind == "commit")}
+            )
+            if ended[0] >= 0:
+                controls += 1
+            if kind == "commit":
+                committed.extend(w.open)
+            else:
+                aborted.update(w.open)
+            w.open = []
+            w.number += 1
+        values, lso, hwm = _visible(topic, 0)
+        assert lso >= last_lso, "the last stable offset went back"
+        last_lso = lso
+        assert not aborted & set(values), "an aborted record was visible"
+        open_values = {v for x in writers for v in x.open}
+        assert not open_values & set(values), "an open transaction's record was visible"
+        if not open_values:
+            assert lso == hwm
+            assert sorted(values) == sorted(committed)
+    # control records take offsets, and are never returned as records
+    log = open_root(url).topic("t").partition(0)
+    everything = log.read(0)
+    assert log.high_watermark == everything.num_rows + controls
+
+
+def test_a_late_write_of_an_ended_transaction_is_refused(tmp_path) -> None:
+    root = open_root(f"file://{tmp_path}")
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    shard = topic.shard(0)
+    staged = topic.write({0: make_batch([b"a"])})
+    shard.append({0: [staged[0]]}, producers={0: ProducerBatch(7, 0, 0, 1)}, transactions={0: 1})
+    assert shard.end_transactions({0: Marker(7, 0, 1, True)}) == {0: 1}
+    assert shard.end_transactions({0: Marker(7, 0, 1, True)}) == {0: -1}  # idempotent
+    late = topic.write({0: make_batch([b"late"])})
+    with pytest.raises(InvalidTxnStateError):
+        shard.append({0: [late[0]]}, producers={0: ProducerBatch(7, 0, 1, 1)}, transactions={0: 1})
+    # the next transaction is accepted, and blocks the last stable offset until it ends
+    shard.append({0: [late[0]]}, producers={0: ProducerBatch(7, 0, 1, 1)}, transactions={0: 2})
+    state = topic.partition(0).state
+    assert (state.last_stable_offset, state.high_watermark) == (2, 3)
+    shard.end_transactions({0: Marker(7, 0, 2, False)})
+    state = open_root(f"file://{tmp_path}").topic("t").partition(0).state
+    assert (state.last_stable_offset, state.high_watermark) == (4, 4)
+    assert [tuple(r) for r in state.transactions["aborted"]] == [(2, 3)]
