@@ -71,6 +71,7 @@ FETCH: Request = (
     Field("offset", int),
     Field("max_bytes", int, 1 << 20),
     Field("max_wait_ms", int, 500),
+    Field("isolation_level", str, "read_uncommitted"),
 )
 #: GetFlightInfo's descriptor command (a descriptor path names the topic too)
 FLIGHT_INFO: Request = (Field("topic", str),)

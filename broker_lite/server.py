@@ -421,6 +421,7 @@ class FlightBroker(flight.FlightServerBase):
                 request["offset"],
                 request["max_bytes"],
                 request["max_wait_ms"],
+                isolation_level=request["isolation_level"],
             )
             meta = pa.py_buffer(wire.encode_fetch_meta(hwm, lso))
             empty = pa.RecordBatch.from_pylist([], schema=schema)

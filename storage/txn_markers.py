@@ -163,3 +163,38 @@ def drop_aborted(
         if kept.num_rows:
             out.append(kept)
     return out
+
+
+def committed_only(
+    batches: Iterable[pa.RecordBatch], txn: Mapping[str, Any] | None, last_stable: int
+) -> list[pa.RecordBatch]:
+    """What a read_committed reader gets of ``batches``: below the last stable
+    offset, without aborted transactions' records."""
+    below = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        offsets = batch.column("offset")
+        if offsets[0].as_py() >= last_stable:
+            break
+        if offsets[batch.num_rows - 1].as_py() >= last_stable:
+            batch = batch.filter(pc.less(offsets, last_stable))
+        below.append(batch)
+    if not below:
+        return []
+    first = below[0].column("offset")[0].as_py()
+    return drop_aborted(below, aborted_between(txn, first, last_stable))
+
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def check_isolation_level(level: str) -> bool:
+    """Whether ``level`` is read_committed; anything but Kafka's two levels is refused."""
+    if level not in ISOLATION_LEVELS:
+        from sparklog.errors import InvalidConfigError
+
+        raise InvalidConfigError(
+            f"isolation_level={level!r} is not accepted; accepted: {', '.join(ISOLATION_LEVELS)}"
+        )
+    return level == "read_committed"

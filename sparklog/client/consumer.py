@@ -611,6 +611,7 @@ class Consumer:
                 position,
                 max_bytes=self.config["fetch_max_bytes"],
                 max_wait_ms=wait_ms,
+                isolation_level=self.config["isolation_level"],
             )
         except OffsetOutOfRangeError as exc:
             reset = self._reset(tp, exc)

@@ -218,3 +218,43 @@ def test_consume_transform_produce_survives_sigkills_exactly_once(
     committed = consumer.committed([TopicPartition("in", p) for p in range(2)], timeout=30)
     consumer.close()
     assert [tp.offset for tp in committed] == [total // 2, total // 2]
+
+
+def _sparklog_values(address: str, level: str, topic: str, partitions: int) -> list[bytes]:
+    from sparklog import Consumer as SparklogConsumer
+
+    consumer = SparklogConsumer(
+        address=address, auto_offset_reset="earliest", isolation_level=level
+    )
+    consumer.assign([(topic, p) for p in range(partitions)])
+    values: list[bytes] = []
+    for _ in range(10):  # a bounded number of polls: everything is committed already
+        polled = consumer.poll(timeout_ms=200, max_records=1000)
+        values += [r.value for records in polled.values() for r in records]
+    consumer.close()
+    return values
+
+
+def test_sparklog_consumer_isolation_levels_over_flight_and_embedded(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "flight-txn", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-flight"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"kept")
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"dropped")
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"open")
+    producer.flush(30)  # left open: read_committed readers stop before it
+    for address in (one_broker.address, one_broker.root):
+        assert _sparklog_values(address, "read_committed", "flight-txn", 1) == [b"kept"]
+        assert _sparklog_values(address, "read_uncommitted", "flight-txn", 1) == [
+            b"kept",
+            b"dropped",
+            b"open",
+        ]
+    producer.abort_transaction(30)

@@ -101,7 +101,14 @@ class Backend(Protocol):
         compression: str | None = None,
     ) -> dict[int, ProduceResult]: ...
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult: ...
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int: ...
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int: ...

@@ -233,9 +233,19 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
             return handle.write(parts, compression)
 
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
+        from sparklog.storage.txn_markers import check_isolation_level, committed_only
+
+        committed = check_isolation_level(isolation_level)
 
         log, lock = self._log(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
@@ -250,6 +260,9 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                     if offset != hwm or offset < start
                     else []
                 )
+                if committed:
+                    state = log.state
+                    batches = committed_only(batches, state.transactions, state.last_stable_offset)
             if batches or time.monotonic() >= deadline:
                 return FetchResult(batches, hwm, start)
             time.sleep(LONG_POLL_INTERVAL_S)

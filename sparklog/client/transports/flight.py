@@ -126,10 +126,22 @@ class BrokerBackend(TopicCalls, GroupCalls):
         return dict(self._pool.map(one, todo))
 
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         r = self.client.fetch(
-            topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms
+            topic,
+            partition,
+            offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            isolation_level=isolation_level,
         )
         return r
 

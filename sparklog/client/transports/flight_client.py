@@ -478,6 +478,7 @@ class BrokerClient:
         *,
         max_bytes: int = 1 << 20,
         max_wait_ms: int = 500,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         """Records from ``offset`` (long-polls up to ``max_wait_ms`` at the head of the log)."""
         ticket = flight.Ticket(
@@ -488,6 +489,7 @@ class BrokerClient:
                 offset=offset,
                 max_bytes=max_bytes,
                 max_wait_ms=max_wait_ms,
+                isolation_level=isolation_level,
             )
         )
 
