@@ -12,7 +12,11 @@ from sparklog import errors
 from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
 from sparklog.errors import InvalidRequestError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.records import OFFSET_FIELD
-from sparklog.storage.txn_markers import check_isolation_level, committed_only
+from sparklog.storage.txn_markers import (
+    check_isolation_level,
+    committed_only,
+    read_committed_from,
+)
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 
@@ -34,7 +38,9 @@ class FetchPath(BrokerState):
 
         Returns (batches with an offset column, high watermark, log start offset, schema).
         ``read_committed`` stops at the last stable offset and leaves out aborted
-        transactions' records (the Kafka listener does its own, with markers).
+        transactions' records (the Kafka listener does its own, with markers); it
+        answers the last stable offset as the high watermark, and an empty answer
+        means nothing below it is visible (the reader may move there).
         """
         if check_isolation_level(isolation_level):
             return self._fetch_committed(topic_name, partition, offset, max_bytes, max_wait_ms)
@@ -98,10 +104,18 @@ class FetchPath(BrokerState):
             )
             if wait_ms:
                 _hwm, last_stable, txn = transactions_view(self, topic_name, partition)
-            visible = committed_only(batches, txn, min(last_stable, hwm))
+            stable = min(last_stable, hwm)
+            visible = committed_only(batches, txn, stable)
+            if not visible and batches:
+                visible = read_committed_from(
+                    lambda at: self.fetch(topic_name, partition, at, max_bytes, 0)[0],
+                    offset,
+                    txn,
+                    stable,
+                )
             remaining = deadline - time.monotonic()
             if visible or remaining <= 0 or self._stopping.is_set():
-                return visible, hwm, lso, schema
+                return visible, stable, lso, schema
             # the next commit of this broker (a marker, a record) or a refresh period
             broker: Any = self
             broker.wait_for_commit(

@@ -127,6 +127,9 @@ ACTIONS: dict[str, Request] = {
     "delete_group": (_GROUP,),
     # partitions: [[topic, partition], ...]; result: encode_partition_errors
     "delete_offsets": (_GROUP, Field("partitions", list)),
+    # result: {transactional id: state (see broker_lite.transactions.coordinator)}
+    "list_transactions": (),
+    "abort_transaction": (Field("transactional_id", str),),
 }
 
 

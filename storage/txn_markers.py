@@ -23,7 +23,7 @@ dropped when retention moves it, so the lists stay bounded by the log.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,3 +198,27 @@ def check_isolation_level(level: str) -> bool:
             f"isolation_level={level!r} is not accepted; accepted: {', '.join(ISOLATION_LEVELS)}"
         )
     return level == "read_committed"
+
+
+def read_committed_from(
+    read: Callable[[int], list[pa.RecordBatch]],
+    offset: int,
+    txn: Mapping[str, Any] | None,
+    last_stable: int,
+) -> list[pa.RecordBatch]:
+    """The first visible records at or after ``offset`` for a read_committed reader.
+
+    ``read(offset)`` returns raw batches from an offset (some, not necessarily
+    all).  Reading goes on past aborted records, so an empty answer means that
+    nothing in ``[offset, last_stable)`` is visible: the reader may move its
+    position to the last stable offset (markers and aborted records are gaps).
+    """
+    while offset < last_stable:
+        raw = [b for b in read(offset) if b.num_rows]
+        if not raw:
+            return []
+        visible = committed_only(raw, txn, last_stable)
+        if visible:
+            return visible
+        offset = int(raw[-1].column("offset")[raw[-1].num_rows - 1].as_py()) + 1
+    return []

@@ -375,6 +375,9 @@ _resets.register(groups_app)
 from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
 
 app.add_typer(_connect_app, name="connect")
+from sparklog.cli.transactions import transactions_app as _transactions_app  # noqa: E402
+
+app.add_typer(_transactions_app, name="transactions")
 _delete_offsets.register(groups_app)
 
 

@@ -618,6 +618,10 @@ class Consumer:
             log.warning("offset %d of %s is out of range; reset to %d", position, tp, reset)
             return deque()
         queue = deque(b for b in result.batches if b.num_rows)
+        if not queue and position < result.high_watermark:
+            # nothing readable below the high watermark (the last stable offset when
+            # read_committed): transaction markers or aborted records; move past them
+            self._positions[tp] = result.high_watermark
         self._buffered[tp] = queue
         if result.high_watermark >= 0:
             self._highwater[tp] = result.high_watermark

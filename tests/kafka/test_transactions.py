@@ -258,3 +258,113 @@ def test_sparklog_consumer_isolation_levels_over_flight_and_embedded(one_broker:
             b"open",
         ]
     producer.abort_transaction(30)
+
+
+def _cli(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(one_broker: Cluster) -> None:
+    import json
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "hang", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-hang"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("hang", value=b"hanging")
+    producer.flush(30)
+    address = ["--address", one_broker.address, "--output", "json"]
+    listed = json.loads(_cli(*address, "transactions", "list"))
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("t-hang", "Ongoing")]
+    described = json.loads(_cli(*address, "transactions", "describe", "t-hang"))
+    assert described["partitions"] == [{"topic": "hang", "partition": 0}]
+    # from the root too (the metadata log), without a broker
+    from_root = json.loads(_cli("--address", one_broker.root, "-o", "json", "transactions", "list"))
+    assert from_root == listed
+    aborted = json.loads(_cli(*address, "transactions", "abort", "t-hang"))
+    assert aborted["state"] == "CompleteAbort"
+    values, positions = read_all(bootstrap, "hang", 1, "read_committed")
+    assert (values, positions) == ([], [2])  # the record and its abort marker
+    lines = _cli(
+        "--address",
+        one_broker.address,
+        "consume",
+        "hang",
+        "--from-beginning",
+        "-e",
+        "--isolation-level",
+        "read_uncommitted",
+    )
+    assert lines.split() == ["hanging"]
+    lines = _cli(
+        "--address",
+        one_broker.address,
+        "consume",
+        "hang",
+        "--from-beginning",
+        "-e",
+        "--isolation-level",
+        "read_committed",
+    )
+    assert lines.split() == []
+
+
+def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_transaction(
+    kafka_cluster: Cluster,
+) -> None:
+    from sparklog.storage import open_root
+
+    kafka_cluster.start(0)
+    bootstrap = kafka_cluster.kafka_bootstrap
+    create(bootstrap, "crash", 1)
+    decided = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-decided"})
+    pending = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "t-pending",
+            "transaction.timeout.ms": 3000,
+        }
+    )
+    for producer, value in ((decided, b"decided"), (pending, b"pending")):
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("crash", value=value)
+        producer.flush(30)
+    kafka_cluster.kill(0)
+    # the coordinator died right after writing its decision to commit t-decided
+    metadata = open_root(kafka_cluster.root).metadata
+
+    def decide(image):
+        state = dict(image.transactional_ids["t-decided"])
+        assert state["state"] == "Ongoing"
+        return [
+            {
+                "type": "transactional_id",
+                "key": "t-decided",
+                "value": {**state, "state": "PrepareCommit"},
+            }
+        ]
+
+    metadata.append(decide)
+    kafka_cluster.restart(0)
+    deadline = time.monotonic() + 60
+    values: list[bytes] = []
+    while time.monotonic() < deadline:
+        values, positions = read_all(bootstrap, "crash", 1, "read_committed")
+        if positions == [4]:  # both ended: two records, two markers
+            break
+    assert values == [b"decided"]
+    states = {
+        k: v["state"]
+        for k, v in open_root(kafka_cluster.root).metadata.image().transactional_ids.items()
+    }
+    assert states == {"t-decided": "CompleteCommit", "t-pending": "CompleteAbort"}

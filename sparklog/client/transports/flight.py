@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 
@@ -152,6 +153,12 @@ class BrokerBackend(TopicCalls, GroupCalls):
         return self.client.delete_records(topic, partition, before_offset)
 
     # -- groups (coordinated by the brokers) ----------------------------------------
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        return self.client.list_transactions()
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        self.client.abort_transaction(transactional_id)
+
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

@@ -602,6 +602,13 @@ class BrokerClient:
     def list_groups(self) -> list[str]:
         return list(self._action("list_groups"))
 
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        """Transactional ids and their state (the metadata log's image of any broker)."""
+        return dict(self._action("list_transactions"))
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        self._action("abort_transaction", transactional_id=transactional_id)
+
     def describe_group(self, group: str) -> dict[str, Any]:
         return dict(self._group_action("describe_group", group=group))
 
