@@ -368,3 +368,48 @@ def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_t
         for k, v in open_root(kafka_cluster.root).metadata.image().transactional_ids.items()
     }
     assert states == {"t-decided": "CompleteCommit", "t-pending": "CompleteAbort"}
+
+
+async def _aiokafka_transactions(bootstrap: str) -> tuple[list[bytes], list[bytes]]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="t-aio")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_and_wait("aio-txn", b"aio-committed", partition=0)
+        await producer.begin_transaction()
+        await producer.send_and_wait("aio-txn", b"aio-aborted", partition=0)
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    seen = {}
+    for level in ("read_committed", "read_uncommitted"):
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level=level, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            tp = AioTopicPartition("aio-txn", 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while await consumer.position(tp) < 4 and time.monotonic() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                values += [m.value for m in batch.get(tp, [])]
+            seen[level] = values
+        finally:
+            await consumer.stop()
+    return seen["read_committed"], seen["read_uncommitted"]
+
+
+def test_aiokafka_transactional_producer_commits_and_aborts(one_broker: Cluster) -> None:
+    import asyncio
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "aio-txn", 1)
+    committed, everything = asyncio.run(_aiokafka_transactions(bootstrap))
+    assert committed == [b"aio-committed"]
+    assert everything == [b"aio-committed", b"aio-aborted"]
