@@ -230,6 +230,22 @@ def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -
     for key in opts:
         if key in refused:
             raise SparkOptionError(refused[key])
+        if what == "source" and key == "kafka.isolation.level":
+            level = opts[key].strip().lower()
+            if level == "read_committed":
+                # the source reads the shard logs directly and does not yet stop at the
+                # last stable offset: refusing is better than serving aborted records
+                raise SparkOptionError(
+                    "option 'kafka.isolation.level'='read_committed' is not supported by the "
+                    "sparklog source yet; accepted: read_uncommitted (Kafka's connector's "
+                    "default). Read committed transactions through sparklog.Consumer("
+                    "isolation_level='read_committed') or a Kafka client"
+                )
+            if level != "read_uncommitted":
+                raise SparkOptionError(
+                    f"option 'kafka.isolation.level'={opts[key]!r} is not accepted; accepted: "
+                    "read_uncommitted"
+                )
         if key in known or key.startswith(("storage.", "kafka.", "spark.")):
             continue
         raise SparkOptionError(
