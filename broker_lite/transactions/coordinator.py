@@ -180,6 +180,20 @@ class TransactionCoordinator:
         current ones: an older epoch is fenced.
         """
         self._check_timeout(timeout_ms)
+        if producer_id >= 0:
+            # KIP-360: the caller names the producer id and epoch it holds; checked against
+            # the state before any abort below bumps the epoch
+            before = self.state(tid)
+            if before is not None:
+                if int(before["pid"]) != producer_id:
+                    raise InvalidProducerIdMappingError(
+                        f"transactional id {tid!r} belongs to producer {before['pid']}"
+                    )
+                if producer_epoch != int(before["epoch"]):
+                    raise ProducerFencedError(
+                        f"producer {producer_id} epoch {producer_epoch} of {tid!r} is fenced "
+                        f"by epoch {before['epoch']}"
+                    )
         for _ in range(10):
             current = self.state(tid)
             if current is not None and current["state"] == ONGOING:
@@ -197,16 +211,10 @@ class TransactionCoordinator:
                     raise ConcurrentTransactionsError(
                         f"transactional id {tid!r} is ending a transaction; retry"
                     )
-                if now is not None and producer_id >= 0:
-                    if int(now["pid"]) != producer_id:
-                        raise InvalidProducerIdMappingError(
-                            f"transactional id {tid!r} belongs to producer {now['pid']}"
-                        )
-                    if producer_epoch != int(now["epoch"]):
-                        raise ProducerFencedError(
-                            f"producer {producer_id} epoch {producer_epoch} of {tid!r} is fenced "
-                            f"by epoch {now['epoch']}"
-                        )
+                if now is not None and producer_id >= 0 and int(now["pid"]) != producer_id:
+                    raise InvalidProducerIdMappingError(
+                        f"transactional id {tid!r} belongs to producer {now['pid']}"
+                    )
                 if now is None or int(now["epoch"]) >= MAX_EPOCH - 1:
                     if fresh_pid < 0:
                         raise ConcurrentTransactionsError(f"{tid!r} changed meanwhile; retry")

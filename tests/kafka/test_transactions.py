@@ -413,3 +413,39 @@ def test_aiokafka_transactional_producer_commits_and_aborts(one_broker: Cluster)
     committed, everything = asyncio.run(_aiokafka_transactions(bootstrap))
     assert committed == [b"aio-committed"]
     assert everything == [b"aio-committed", b"aio-aborted"]
+
+
+def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "src", 1)
+    create(bootstrap, "dst", 1)
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-offsets"})
+    metadata = group.consumer_group_metadata()
+    tp = TopicPartition("src", 0)
+
+    def committed() -> int:
+        return group.committed([tp], timeout=30)[0].offset
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-offsets"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("dst", value=b"x")
+    producer.send_offsets_to_transaction([TopicPartition("src", 0, 5)], metadata, 30)
+    assert committed() < 0  # pending: not visible while the transaction is open
+    producer.abort_transaction(30)
+    assert committed() < 0  # aborted: never visible
+    producer.begin_transaction()
+    producer.produce("dst", value=b"y")
+    producer.send_offsets_to_transaction([TopicPartition("src", 0, 7)], metadata, 30)
+    producer.commit_transaction(30)
+    assert committed() == 7
+    # a fenced producer's offset commit is refused
+    newer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-offsets"})
+    newer.init_transactions(30)
+    with pytest.raises(KafkaException):
+        producer.begin_transaction()
+        producer.produce("dst", value=b"z")
+        producer.send_offsets_to_transaction([TopicPartition("src", 0, 9)], metadata, 30)
+        producer.commit_transaction(30)
+    assert committed() == 7
+    group.close()
