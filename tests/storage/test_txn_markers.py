@@ -1,13 +1,16 @@
 """Transactions in the shard log: control records, the last stable offset, aborted records.
 
 A hypothesis test interleaves transactional producers (appends, commits,
-aborts), plain producers and reopenings of the log (snapshots every few
-commits), and checks what Kafka promises a read_committed reader: it never
+aborts), plain producers, retention (DeleteRecords up to the last stable
+offset) and reopenings of the log (snapshots every few commits), on file and
+memory roots, and checks what Kafka promises a read_committed reader: it never
 sees an aborted or open record, it sees every committed one, control records
 take offsets but are never returned, and the last stable offset never goes back.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,11 +18,13 @@ from hypothesis import strategies as st
 
 from sparklog.errors import InvalidTxnStateError
 from sparklog.storage import ProducerBatch, make_batch, open_root
+from sparklog.storage.maintenance import delete_records
 from sparklog.storage.txn_markers import Marker, aborted_between, drop_aborted
 
 # (kind, producer 0-2): kinds: "txn" write, "commit", "abort", "plain" write, "reopen"
 operation = st.tuples(
-    st.sampled_from(["txn", "txn", "commit", "abort", "plain", "reopen"]), st.integers(0, 2)
+    st.sampled_from(["txn", "txn", "commit", "abort", "plain", "reopen", "retention"]),
+    st.integers(0, 2),
 )
 
 
@@ -30,7 +35,7 @@ class Writer:
         self.pid = pid
         self.seq = 0
         self.number = 1
-        self.open: list[bytes] = []
+        self.open: list[tuple[bytes, int]] = []
 
 
 def _visible(topic, partition: int) -> tuple[list[bytes], int, int]:
@@ -46,13 +51,17 @@ def _visible(topic, partition: int) -> tuple[list[bytes], int, int]:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(operation, min_size=1, max_size=25))
-def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops) -> None:
-    url = f"file://{tmp_path_factory.mktemp('txn')}"
+@given(st.lists(operation, min_size=1, max_size=25), st.sampled_from(["file", "memory"]))
+def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops, kind) -> None:
+    url = (
+        f"memory://txn-{uuid.uuid4().hex}"
+        if kind == "memory"
+        else f"file://{tmp_path_factory.mktemp('txn')}"
+    )
     open_root(url, snapshot_interval=3).create_topic("t", 1)
     topic = open_root(url, snapshot_interval=3).topic("t")
     writers = [Writer(1000 + i) for i in range(3)]
-    committed: list[bytes] = []
+    committed: list[tuple[bytes, int]] = []
     aborted: set[bytes] = set()
     last_lso = 0
     controls = 0
@@ -64,19 +73,24 @@ def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops
         elif kind == "plain":
             value = f"plain-{plain}".encode()
             plain += 1
-            topic.append(0, make_batch([value]))
-            committed.append(value)
+            landed = topic.append(0, make_batch([value]))
+            committed.append((value, landed.base_offset))
         elif kind == "txn":
             value = f"{w.pid}-{w.number}-{w.seq}".encode()
             staged = topic.write({0: make_batch([value])})
             shard = topic.shard(0)
-            shard.append(
+            landed = shard.append(
                 {0: [staged[0]]},
                 producers={0: ProducerBatch(w.pid, 0, w.seq, 1)},
                 transactions={0: w.number},
             )
             w.seq += 1
-            w.open.append(value)
+            w.open.append((value, landed[0].base_offset))
+        elif kind == "retention":
+            log = topic.partition(0)
+            state = log.state
+            target = (state.log_start_offset + state.last_stable_offset + 1) // 2
+            delete_records(log, target)
         else:
             ended = topic.shard(0).end_transactions(
                 {0: Marker(w.pid, 0, w.number, kind == "commit")}
@@ -84,24 +98,26 @@ def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops
             if ended[0] >= 0:
                 controls += 1
             if kind == "commit":
-                committed.extend(w.open)
+                committed.extend(w.open)  # (value, offset) pairs
             else:
-                aborted.update(w.open)
+                aborted.update(v for v, _ in w.open)
             w.open = []
             w.number += 1
         values, lso, hwm = _visible(topic, 0)
         assert lso >= last_lso, "the last stable offset went back"
         last_lso = lso
         assert not aborted & set(values), "an aborted record was visible"
-        open_values = {v for x in writers for v in x.open}
+        open_values = {v for x in writers for v, _ in x.open}
         assert not open_values & set(values), "an open transaction's record was visible"
+        start = topic.partition(0).log_start_offset
         if not open_values:
             assert lso == hwm
-            assert sorted(values) == sorted(committed)
+            assert sorted(values) == sorted(v for v, o in committed if o >= start)
     # control records take offsets, and are never returned as records
     log = open_root(url).topic("t").partition(0)
-    everything = log.read(0)
-    assert log.high_watermark == everything.num_rows + controls
+    if log.log_start_offset == 0:
+        everything = log.read(0)
+        assert log.high_watermark == everything.num_rows + controls
 
 
 def test_a_late_write_of_an_ended_transaction_is_refused(tmp_path) -> None:
