@@ -449,3 +449,47 @@ def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(one_broker: Cl
         producer.commit_transaction(30)
     assert committed() == 7
     group.close()
+
+
+def test_the_surviving_broker_aborts_a_dead_coordinators_open_transaction(
+    kafka_cluster: Cluster,
+) -> None:
+    from sparklog.broker_lite.cluster import rendezvous_weight
+
+    for broker_id in range(2):
+        kafka_cluster.start(broker_id)
+    kafka_cluster.wait_live(2)
+    bootstrap = kafka_cluster.kafka_bootstrap
+    create(bootstrap, "multi", 4)
+    tid = "t-multi"
+    coordinator = max(range(2), key=lambda b: rendezvous_weight(tid, 0, b))
+    survivor = 1 - coordinator
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 4000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in range(4):
+        producer.produce("multi", value=b"open-%d" % p, partition=p)
+    producer.flush(30)
+    kafka_cluster.kill(coordinator)
+    survivor_bootstrap = kafka_cluster.brokers[survivor].kafka_address
+    deadline = time.monotonic() + 90
+    positions: list[int] = []
+    values: list[bytes] = []
+    while time.monotonic() < deadline:
+        try:
+            values, positions = read_all(survivor_bootstrap, "multi", 4, "read_committed", 10)
+        except AssertionError:
+            continue  # leadership still moving, or the transaction still open
+        if positions == [2, 2, 2, 2]:  # each partition: its record and the abort marker
+            break
+    assert (values, positions) == ([], [2, 2, 2, 2])
+    # the id is usable again through the survivor
+    again = Producer({"bootstrap.servers": survivor_bootstrap, "transactional.id": tid})
+    again.init_transactions(30)
+    again.begin_transaction()
+    again.produce("multi", value=b"after", partition=0)
+    again.commit_transaction(30)
+    values, _ = read_all(survivor_bootstrap, "multi", 4, "read_committed")
+    assert values == [b"after"]
