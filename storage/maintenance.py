@@ -25,6 +25,7 @@ from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segments import Segment, write_object
 from sparklog.storage.topics import Topic
+from sparklog.storage.txn_markers import aborted_between, drop_aborted
 
 #: Objects unreferenced for this long (and older than it) are deleted by GC; at
 #: least the staged-object age limit, so staged objects about to be committed survive.
@@ -301,6 +302,9 @@ def compact(
 
     Offsets are preserved (the new objects carry an offset column).  Runs only
     when some segment has not been compacted yet (the log has a dirty part).
+    Kafka transactions: only segments below the last stable offset are compacted
+    (an open transaction's records may yet be aborted), and aborted records are
+    dropped first, so they never shadow a committed record of the same key.
     """
     import pyarrow.compute as pc
 
@@ -308,11 +312,17 @@ def compact(
     config = topic.info.effective_config
     log = topic.partition(partition)
     state = log.refresh()
-    old = state.segments.all()
+    stable = state.last_stable_offset
+    old = [s for s in state.segments.all() if s.end_offset <= stable]
     report = RewriteReport()
     if not old or all(s.has_offsets for s in old):
         return report
     table = _read_with_offsets(log, old)
+    aborted = aborted_between(state.transactions, 0, stable)
+    if aborted:
+        table = pa.Table.from_batches(
+            drop_aborted(table.to_batches(), aborted), schema=table.schema
+        )
     report.records_before = table.num_rows
     kept = _last_per_key(table)
     tombstone = pc.and_(pc.is_null(kept.column("value")), pc.is_valid(kept.column("key")))

@@ -140,3 +140,38 @@ def test_a_late_write_of_an_ended_transaction_is_refused(tmp_path) -> None:
     state = open_root(f"file://{tmp_path}").topic("t").partition(0).state
     assert (state.last_stable_offset, state.high_watermark) == (4, 4)
     assert [tuple(r) for r in state.transactions["aborted"]] == [(2, 3)]
+
+
+def test_compaction_drops_aborted_records_and_leaves_open_transactions_alone(tmp_path) -> None:
+    from sparklog.storage.maintenance import compact
+
+    root = open_root(f"file://{tmp_path}")
+    root.create_topic("c", 1, {"cleanup.policy": "compact"})
+    topic = root.topic("c")
+    shard = topic.shard(0)
+
+    def txn_write(key: bytes, value: bytes, seq: int, number: int) -> None:
+        staged = topic.write({0: make_batch([value], keys=[key])})
+        shard.append(
+            {0: [staged[0]]}, producers={0: ProducerBatch(9, 0, seq, 1)}, transactions={0: number}
+        )
+
+    topic.append(0, make_batch([b"committed"], keys=[b"k"]))  # offset 0
+    txn_write(b"k", b"aborted", 0, 1)  # offset 1
+    shard.end_transactions({0: Marker(9, 0, 1, False)})  # marker at 2
+    txn_write(b"k", b"open", 1, 2)  # offset 3: open, above the last stable offset
+    compact(topic, 0)
+    log = open_root(f"file://{tmp_path}").topic("c").partition(0)
+    state = log.state
+    assert state.last_stable_offset == 3
+    everything = log.read(0)
+    assert dict(
+        zip(
+            everything.column("offset").to_pylist(),
+            everything.column("value").to_pylist(),
+            strict=True,
+        )
+    ) == {
+        0: b"committed",  # not shadowed by the aborted record of the same key
+        3: b"open",  # untouched: its transaction may still commit or abort
+    }
