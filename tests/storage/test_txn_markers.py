@@ -175,3 +175,53 @@ def test_compaction_drops_aborted_records_and_leaves_open_transactions_alone(tmp
         0: b"committed",  # not shadowed by the aborted record of the same key
         3: b"open",  # untouched: its transaction may still commit or abort
     }
+
+
+def test_spark_source_read_committed_ends_at_the_lso_without_aborted_records(tmp_path) -> None:
+    """The Spark source's planning and executor read (no Spark session needed for these)."""
+    from sparklog.spark.offsets import RootView, resolve_positions
+    from sparklog.spark.options import OffsetSpec, parse_source_options
+    from sparklog.spark.plan import ReadRange, ReadTask
+    from sparklog.spark.read import read_task
+    from sparklog.spark.schema import arrow_schema, source_schema
+    from sparklog.topic_partition import TopicPartition
+
+    url = f"file://{tmp_path}"
+    root = open_root(url)
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    shard = topic.shard(0)
+
+    def txn_write(value: bytes, seq: int, number: int) -> None:
+        staged = topic.write({0: make_batch([value])})
+        shard.append(
+            {0: [staged[0]]}, producers={0: ProducerBatch(5, 0, seq, 1)}, transactions={0: number}
+        )
+
+    topic.append(0, make_batch([b"plain"]))  # 0
+    txn_write(b"aborted", 0, 1)  # 1
+    shard.end_transactions({0: Marker(5, 0, 1, False)})  # 2
+    txn_write(b"committed", 1, 2)  # 3
+    shard.end_transactions({0: Marker(5, 0, 2, True)})  # 4
+    txn_write(b"open", 2, 3)  # 5: open
+    tp = TopicPartition("t", 0)
+    for level, end, values in (
+        ("read_committed", 5, [b"plain", b"committed"]),
+        ("read_uncommitted", 6, [b"plain", b"aborted", b"committed", b"open"]),
+    ):
+        opts = parse_source_options(
+            {"root": url, "subscribe": "t", "kafka.isolation.level": level}, streaming=False
+        )
+        view = RootView(open_root(url), opts.subscription, read_committed=opts.read_committed)
+        assert resolve_positions(OffsetSpec("latest"), view, [tp], which="ending") == {tp: end}
+        task = ReadTask(
+            index=0,
+            root_url=url,
+            storage_options={},
+            topics={"t": open_root(url).describe_topic("t")},
+            ranges=[ReadRange("t", 0, 0, end)],
+            read_committed=opts.read_committed,
+        )
+        target = arrow_schema(source_schema(None, False))
+        got = [v for b in read_task(task, target) for v in b.column("value").to_pylist()]
+        assert got == values
