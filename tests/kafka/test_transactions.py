@@ -318,8 +318,9 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(one_broker: Cluste
     assert lines.split() == []
 
 
-def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_transaction(
-    kafka_cluster: Cluster,
+@pytest.mark.parametrize("decision", ["PrepareCommit", "PrepareAbort"])
+def test_a_restarted_broker_completes_a_decided_transaction_and_aborts_a_timed_out_one(
+    kafka_cluster: Cluster, decision: str
 ) -> None:
     from sparklog.storage import open_root
 
@@ -340,7 +341,7 @@ def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_t
         producer.produce("crash", value=value)
         producer.flush(30)
     kafka_cluster.kill(0)
-    # the coordinator died right after writing its decision to commit t-decided
+    # the coordinator died right after writing its decision about t-decided
     metadata = open_root(kafka_cluster.root).metadata
 
     def decide(image):
@@ -350,7 +351,7 @@ def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_t
             {
                 "type": "transactional_id",
                 "key": "t-decided",
-                "value": {**state, "state": "PrepareCommit"},
+                "value": {**state, "state": decision},
             }
         ]
 
@@ -362,12 +363,13 @@ def test_a_restarted_broker_completes_a_prepared_commit_and_aborts_a_timed_out_t
         values, positions = read_all(bootstrap, "crash", 1, "read_committed")
         if positions == [4]:  # both ended: two records, two markers
             break
-    assert values == [b"decided"]
+    assert values == ([b"decided"] if decision == "PrepareCommit" else [])
     states = {
         k: v["state"]
         for k, v in open_root(kafka_cluster.root).metadata.image().transactional_ids.items()
     }
-    assert states == {"t-decided": "CompleteCommit", "t-pending": "CompleteAbort"}
+    done = "CompleteCommit" if decision == "PrepareCommit" else "CompleteAbort"
+    assert states == {"t-decided": done, "t-pending": "CompleteAbort"}
 
 
 async def _aiokafka_transactions(bootstrap: str) -> tuple[list[bytes], list[bytes]]:
