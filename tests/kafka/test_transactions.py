@@ -183,7 +183,7 @@ def test_consume_transform_produce_survives_sigkills_exactly_once(
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     rng = random.Random(25)
-    kills = int(os.environ.get("SPARKLOG_TXN_KILLS", "3"))
+    kills = int(os.environ.get("SPARKLOG_TXN_KILLS", "5"))  # bench/txn_chaos.py: more
     for _ in range(kills):
         worker = subprocess.Popen(
             [sys.executable, str(script), bootstrap, "ctp-group"],
