@@ -146,10 +146,6 @@ def handle_end_txn(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=code)
 
 
-def _kafka_state(state: str) -> str:
-    return state
-
-
 def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(65, ctx.api_version)
     state_cls = nested(cls, "TransactionState")
@@ -181,7 +177,7 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
                 state_cls,
                 error_code=0,
                 transactional_id=tid,
-                transaction_state=_kafka_state(state["state"]),
+                transaction_state=state["state"],  # Kafka's state names
                 transaction_timeout=int(state["timeout_ms"]),
                 transaction_start_time=max(int(state.get("started_ms", 0)), 0),
                 producer_id=int(state["pid"]),

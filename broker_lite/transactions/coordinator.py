@@ -453,10 +453,9 @@ class TransactionCoordinator:
                 topic_ids[topic] = root.describe_topic(topic).topic_id
             except SparklogError:
                 topic_ids[topic] = ""
+        # straight to the group's log (no member or generation: the producer is not one);
+        # OffsetFetch reads the log, so the offsets are visible from here on
         root.groups.commit(group, offsets, metadata=metadata, topic_ids=topic_ids)
-        forget = getattr(self.broker.coordinator, "forget_offsets", None)
-        if forget is not None:
-            forget(group)
 
     # -- operators ------------------------------------------------------------------
     def abort(self, tid: str) -> None:

@@ -495,3 +495,40 @@ def test_the_surviving_broker_aborts_a_dead_coordinators_open_transaction(
     again.commit_transaction(30)
     values, _ = read_all(survivor_bootstrap, "multi", 4, "read_committed")
     assert values == [b"after"]
+
+
+def test_describe_and_list_transactions_and_describe_producers_over_the_wire(
+    one_broker: Cluster,
+) -> None:
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+
+    from tests.kafka.wire import Connection
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "ops", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-ops"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("ops", value=b"x")
+    producer.flush(30)
+    conn = Connection(bootstrap)
+    try:
+        listed = conn.call(ListTransactionsRequest(state_filters=("Ongoing",)))
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("t-ops", "Ongoing")
+        ]
+        described = conn.call(DescribeTransactionsRequest(transactional_ids=("t-ops", "nope")))
+        ours, unknown = described.transaction_states
+        assert (ours.error_code.value, ours.transaction_state) == (0, "Ongoing")
+        assert [(t.topic, t.partitions) for t in ours.topics] == [("ops", (0,))]
+        assert unknown.error_code.value == 105  # TRANSACTIONAL_ID_NOT_FOUND
+        producers = conn.call(
+            DescribeProducersRequest(topics=(TopicRequest(name="ops", partition_indexes=(0,)),))
+        )
+        (active,) = producers.topics[0].partitions[0].active_producers
+        assert (active.producer_id, active.current_txn_start_offset) == (ours.producer_id, 0)
+    finally:
+        conn.close()
+    producer.abort_transaction(30)
