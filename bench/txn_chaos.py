@@ -32,7 +32,19 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "SPARKLOG_TXN_KILLS": str(args.kills)}
     code = subprocess.call(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TEST], cwd=REPO, env=env
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "timeout=7200",
+            TEST,
+        ],
+        cwd=REPO,
+        env=env,
     )
     raise SystemExit(code)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -142,9 +143,11 @@ WORKER = textwrap.dedent(
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     bootstrap, group = sys.argv[1], sys.argv[2]
+    # a short session: a killed worker's member leaves the group soon after it dies
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed"})
+                         "isolation.level": "read_committed", "session.timeout.ms": 3000,
+                         "heartbeat.interval.ms": 300})
     consumer.subscribe(["in"])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp",
                          "linger.ms": 5})
@@ -192,9 +195,12 @@ def test_consume_transform_produce_survives_sigkills_exactly_once(
         )
         try:
             assert worker.stdout is not None
-            # kill it after it committed a few batches: mid-transaction at a random point
+            # kill it after it committed a few batches (mid-transaction, at a random point),
+            # or after a minute without a commit (then it dies wherever it is)
+            deadline = time.monotonic() + 60
             for _ in range(rng.randint(1, 3)):
-                if not worker.stdout.readline():
+                ready, _, _ = select.select([worker.stdout], [], [], deadline - time.monotonic())
+                if not ready or not worker.stdout.readline():
                     break
         finally:
             worker.send_signal(signal.SIGKILL)
