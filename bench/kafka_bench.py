@@ -12,6 +12,11 @@ a transactional confluent-kafka producer (``--txn-size`` records per
 transaction, default 1,000) against an idempotent one in the same run, target
 ratio >= 0.7.
 
+Last, security (issue 23): a second broker, on a root of its own, serves the
+Kafka listener with ``SASL_SSL`` (SCRAM-SHA-512, a certificate made with
+``openssl``), and the same confluent-kafka produce and consume run through it;
+their ratio to the PLAINTEXT figures of the same run is printed (target >= 0.8).
+
 Each path first moves ``--warm-up`` records (default 20,000) through its own
 topic, untimed: a broker that has served for a while has its connections,
 lazy imports and first flushes behind it.
@@ -69,11 +74,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_broker(root: str, log_path: Path) -> tuple[subprocess.Popen, str, str]:
+def start_broker(
+    root: str, log_path: Path, settings: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str, str]:
     """A broker process; (process, Flight address, Kafka bootstrap) once it is up."""
     port = _free_port()
     env = {
         **os.environ,
+        **(settings or {}),
         "PYTHONPATH": str(REPO),
         "SPARKLOG_METRICS_LISTEN": "",
         "SPARKLOG_LOG_LEVEL": "INFO",
@@ -97,9 +105,12 @@ def start_broker(root: str, log_path: Path) -> tuple[subprocess.Popen, str, str]
     raise SystemExit("broker did not start within 60 s")
 
 
-def kafka_produce(bootstrap: str, topic: str, records: int) -> float:
+def kafka_produce(
+    bootstrap: str, topic: str, records: int, options: dict[str, str] | None = None
+) -> float:
     producer = Producer(
         {
+            **(options or {}),
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "linger.ms": 20,
@@ -167,9 +178,20 @@ def kafka_produce_transactional(bootstrap: str, topic: str, records: int, txn_si
     return records / (time.perf_counter() - started)
 
 
-def kafka_consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+def kafka_consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    options: dict[str, str] | None = None,
+) -> float:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "bench", "queued.min.messages": 1_000_000}
+        {
+            **(options or {}),
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "queued.min.messages": 1_000_000,
+        }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
@@ -238,6 +260,55 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[floa
     return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
 
 
+def sasl_ssl_run(work: Path, partitions: int, records: int, warm_up: int) -> dict[str, float]:
+    """Produce and consume records/s through a SASL_SSL listener (its own broker and root)."""
+    certs = work / "certs"
+    certs.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=certs, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+            "-out", "ca.pem", "-days", "1", "-subj", "/CN=bench-ca")  # fmt: skip
+    (certs / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key",
+            "-out", "broker.csr", "-subj", "/CN=localhost")  # fmt: skip
+    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "broker.pem", "-days", "1",
+            "-extfile", "san.ext")  # fmt: skip
+    root = f"file://{work}/secure-root"
+    from sparklog.security import users
+    from sparklog.storage.catalog import open_root
+
+    users.create(open_root(root, create=True).metadata, "bench", "SCRAM-SHA-512", "bench-pw")
+    settings = {
+        "SPARKLOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "SPARKLOG_SSL_CERTFILE": str(certs / "broker.pem"),
+        "SPARKLOG_SSL_KEYFILE": str(certs / "broker.key"),
+    }
+    proc, address, bootstrap = start_broker(root, work / "secure-broker.log", settings)
+    options = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(certs / "ca.pem"),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "bench",
+        "sasl.password": "bench-pw",
+    }
+    try:
+        with Admin(address) as admin:
+            for name in ("secure", "secure-warm-up"):
+                admin.create_topic(f"bench-{name}", partitions)
+        kafka_produce(bootstrap, "bench-secure-warm-up", warm_up, options)
+        kafka_consume(bootstrap, "bench-secure-warm-up", partitions, warm_up, options)
+        return {
+            "produce": kafka_produce(bootstrap, "bench-secure", records, options),
+            "consume": kafka_consume(bootstrap, "bench-secure", partitions, records, options),
+        }
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -302,6 +373,11 @@ def main() -> None:
         f"  ({args.txn_size} records per transaction: {txn / idem:.2f}x idempotent)"
     )
     print(f"latency at {args.rate} records/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    secure = sasl_ssl_run(work, args.partitions, args.records, args.warm_up)
+    print(f"{'SASL_SSL (SCRAM-SHA-512)':<28}{'records/s':>12}{'vs PLAINTEXT':>14}")
+    for what in ("produce", "consume"):
+        plain = result[f"kafka_{what}"]
+        print(f"{'Kafka listener ' + what:<28}{secure[what]:>12,.0f}{secure[what] / plain:>13.2f}x")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import TopicBatcher
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
-from sparklog.errors import InvalidRequestError, NotLeaderError, SparklogError, UnknownTopicError
+from sparklog.errors import InvalidRequestError, NotLeaderError, UnknownTopicError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, Topic
 from sparklog.storage.log import ShardLog
@@ -111,12 +111,32 @@ def _with_offset_field(schema: pa.Schema) -> pa.Schema:
     return pa.schema([OFFSET_FIELD, *schema])
 
 
+#: damage already reported (each damaged file is logged once, not once per request)
+_REPORTED_DAMAGE: set[str] = set()
+_REPORTED_DAMAGE_MAX = 1024
+
+
 def storage_call(call: Callable[[], Any]) -> Any:
-    """Run a storage call; its SparklogError is raised without the storage frames' chain."""
+    """Run a storage call; damaged stored data is logged as an ERROR (once per file).
+
+    The error itself goes on to the caller (and the client, as CORRUPT_MESSAGE:
+    non-retriable, naming the file) with its cause kept.
+    """
     try:
         return call()
-    except SparklogError as exc:
-        raise exc from None
+    except errors.CorruptRecordError as exc:
+        report_damage(exc)
+        raise
+
+
+def report_damage(exc: errors.CorruptRecordError) -> None:
+    """Log damaged stored data as an ERROR naming it, once per distinct damage."""
+    message = str(exc)
+    if message in _REPORTED_DAMAGE:
+        return
+    if len(_REPORTED_DAMAGE) < _REPORTED_DAMAGE_MAX:
+        _REPORTED_DAMAGE.add(message)
+    log.error("damaged storage: %s", message)
 
 
 class BrokerState:

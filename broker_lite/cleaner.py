@@ -54,6 +54,10 @@ class MaintenanceHost(Protocol):
         """Delete the topic's commit files and snapshots below its retention; how many."""
         ...
 
+    def remove_stale_temp_files(self) -> int:
+        """Remove temp files a killed writer left in the root's cluster folder; how many."""
+        ...
+
     def owned_groups(self) -> Iterable[str]:
         """The groups whose logs this host prunes."""
         ...
@@ -106,6 +110,11 @@ class Cleaner:
                     "maintenance failed",
                     extra=fields(topic=name, partition=partition, error=str(exc)),
                 )
+        try:
+            summary["temp_files_removed"] = host.remove_stale_temp_files()
+        except Exception as exc:  # litter must not stop the pass
+            summary["errors"] += 1
+            log.warning("temp file sweep failed", extra=fields(error=str(exc)))
         for group in host.owned_groups():
             try:
                 pruned = host.prune_group_log(group, self.clock_ms())

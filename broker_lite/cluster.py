@@ -161,10 +161,13 @@ class Cluster:
         self._fencing: set[str] = set()  # incarnations whose fence record is being written
         self._first_look = True
         self._renewals = 0
-        self._last_renewal = -1e12  # monotonic time of our last successful lease write
-        # Lease I/O gets a deadline well inside the lease timeout, so a dead connection
-        # fails the renewal (and the next one retries) instead of stalling it.
-        lease_call_ms = min(max(lease_timeout_ms // 2, 1_000), root.store.request_timeout_ms)
+        self._last_renewal = -1e12  # monotonic start of our newest completed lease write
+        #: seconds the newest lease write took (the store's latency, for operators)
+        self.lease_write_s = 0.0
+        # Lease I/O gets a deadline inside the lease timeout, so a dead connection fails the
+        # renewal instead of stalling it; no shorter: a write that completes within the
+        # timeout still renews (renewals overlap on a slow store, see write_lease).
+        lease_call_ms = min(max(lease_timeout_ms, 1_000), root.store.request_timeout_ms)
         self._store = root.store.with_request_timeout(lease_call_ms)
 
     def _key(self, broker_id: int) -> str:
@@ -197,25 +200,43 @@ class Cluster:
     def renew(self) -> dict[int, BrokerInfo]:
         """Write our lease (registering first if we are not, or were fenced) and re-read the
         leases we monitor; return the live set."""
+        self.ensure_registered()
+        self.write_lease()
+        return self.refresh()
+
+    def ensure_registered(self) -> None:
+        """Register this incarnation if the metadata log does not hold it (or fenced it)."""
         if not self._registered_as_us(self.root.metadata.image()):
             self.register()
-        now = _now_ms()
-        self._renewals += 1
+
+    def write_lease(self) -> None:
+        """One renewal: write our lease with the next counter.
+
+        Safe to run several at once (a broker on a slow store keeps writes in
+        flight at every interval, so a renewal that takes seconds does not
+        stretch the cadence): our health counts from the *start* of the newest
+        write that completed, which others can only have seen later.
+        """
+        with self._lock:
+            self._renewals += 1
+            renewal = self._renewals
         started = time.monotonic()
         lease = {
             "broker_id": self.broker_id,
             "location": self.location,
-            "renewed_ms": now,
+            "renewed_ms": _now_ms(),
             "lease_timeout_ms": self.lease_timeout_ms,
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
-            "renewal": self._renewals,
+            "renewal": renewal,
             "kafka_address": self.kafka_address,
         }
         self._store.put(self._key(self.broker_id), json.dumps(lease).encode())
-        # Others may see the write as late as its start: count from before it.
-        self._last_renewal = started
-        return self.refresh()
+        finished = time.monotonic()
+        with self._lock:
+            # Others may see the write as late as its start: count from before it.
+            self._last_renewal = max(self._last_renewal, started)
+            self.lease_write_s = finished - started
 
     def refresh(self) -> dict[int, BrokerInfo]:
         """Re-read the leases we monitor (without renewing ours); fence the dead ones."""
@@ -223,9 +244,14 @@ class Cluster:
         registered = {int(k): v for k, v in image.brokers.items() if not v.get("fenced")}
         watched = monitored(self.broker_id, registered)
         keys = {b: self._key(b) for b in watched}
+        read_started = time.monotonic()
         found = self._store.get_many(keys.values()) if keys else {}
         now_s = time.monotonic()
-        timeout_s = self.lease_timeout_ms / 1000
+        # A peer's renewals reach us no faster than our reads: on a store that answers
+        # in seconds, wait that much longer before calling a silent peer dead.
+        timeout_s = self.lease_timeout_ms / 1000 + min(
+            now_s - read_started, self.lease_timeout_ms / 1000
+        )
         dead: list[dict[str, Any]] = []
         with self._lock:
             for broker_id in watched:
@@ -259,16 +285,12 @@ class Cluster:
                     target=self._fence, args=(entry,), name="fence", daemon=True
                 ).start()
         fenced = {int(e["id"]) for e in dead}
-        live = {
+        peers = {
             b: _info(e) for b, e in registered.items() if b != self.broker_id and b not in fenced
         }
-        if self.healthy and self._registered_as_us(image):
-            live[self.broker_id] = BrokerInfo(
-                self.broker_id, self.location, _now_ms(), self.kafka_address
-            )
         with self._lock:
-            self._live = live
-        return live
+            self._live = peers
+        return self.live()
 
     def _fence(self, entry: dict[str, Any]) -> None:
         """Record that a monitored broker's lease expired (its shards move to survivors)."""
@@ -326,15 +348,29 @@ class Cluster:
 
     @property
     def healthy(self) -> bool:
-        """False once our own lease may have expired in others' eyes (we must not lead)."""
-        return (time.monotonic() - self._last_renewal) * 1000 < self.lease_timeout_ms
+        """False once our own lease may have expired in others' eyes (we must not lead).
+
+        Counted from the start of our newest completed renewal, plus the time that
+        renewal took (at most the lease timeout): a peer that finds our lease
+        silent must still write a ``broker_fenced`` record and the new leader an
+        epoch bump, each a write on the same slow store, before anyone can lead
+        in our place; holding leadership that much longer keeps a broker on a
+        slow store from stepping down between two renewals that both succeeded.
+        The leader epochs in the shard logs keep even a wrong guess safe.
+        """
+        timeout_s = self.lease_timeout_ms / 1000
+        allowance_s = timeout_s + min(self.lease_write_s, timeout_s)
+        return time.monotonic() - self._last_renewal < allowance_s
 
     def live(self) -> dict[int, BrokerInfo]:
-        """The brokers live in our last view; never ourselves once our lease may have lapsed."""
+        """The peers live in our last view, and ourselves while our lease holds (checked now,
+        not at the last read of the peers: renewals and reads run apart)."""
         with self._lock:
             live = dict(self._live)
-        if not self.healthy:
-            live.pop(self.broker_id, None)
+        if self.healthy and self._registered_as_us(self.root.metadata.image()):
+            live[self.broker_id] = BrokerInfo(
+                self.broker_id, self.location, _now_ms(), self.kafka_address
+            )
         return live
 
     # -- leadership per shard (DESIGN.md §4): partition p is in shard p mod shards ----------

@@ -22,6 +22,7 @@ from sparklog.settings import (
     about,
     address,
     choice,
+    choice_set,
     integer,
     json_object,
     settings_of,
@@ -89,6 +90,103 @@ class BrokerConfig:
         default=104_857_600,
         metadata=about(
             "Largest Kafka request frame; a bigger one closes that connection", integer(1024)
+        ),
+    )
+    kafka_security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata=about(
+            "Kafka listener's security protocol (docs/security.md)",
+            choice("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+        ),
+    )
+    sasl_enabled_mechanisms: str = field(
+        default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        metadata=about(
+            "SASL mechanisms a SASL_* Kafka listener accepts (comma-separated)",
+            choice_set("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        ),
+    )
+    ssl_certfile: str = field(
+        default="", metadata=about("PEM certificate (chain) of an SSL/SASL_SSL listener", TEXT)
+    )
+    ssl_keyfile: str = field(default="", metadata=about("PEM private key of ssl_certfile", TEXT))
+    ssl_cafile: str = field(
+        default="", metadata=about("PEM CA certificates that sign client certificates", TEXT)
+    )
+    ssl_client_auth: str = field(
+        default="none",
+        metadata=about(
+            "Kafka's ssl.client.auth: client certificates not asked for, requested or required",
+            choice("none", "requested", "required"),
+        ),
+    )
+    flight_security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata=about(
+            "Flight listener's security: TLS (SSL) and/or users by basic auth (SASL_*), with "
+            "the ssl_* keys and the same users as Kafka",
+            choice("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+        ),
+    )
+    authorizer: str = field(
+        default="",
+        metadata=about(
+            "Empty (every principal may do everything) or acl (Kafka's ACLs from the metadata log)",
+            choice("", "acl"),
+        ),
+    )
+    super_users: str = field(
+        default="",
+        metadata=about("Principals every ACL check allows, as Kafka: User:a;User:b", TEXT),
+    )
+    allow_everyone_if_no_acl_found: bool = field(
+        default=False,
+        metadata=about(
+            "Kafka's allow.everyone.if.no.acl.found: a resource no ACL names is open to all",
+            BOOLEAN,
+        ),
+    )
+    allow_insecure_listener: bool = field(
+        default=False,
+        metadata=about(
+            "Allow a PLAINTEXT Kafka listener on a non-loopback address without an authorizer",
+            BOOLEAN,
+        ),
+    )
+    connections_max_idle_ms: int = field(
+        default=600_000,
+        metadata=about(
+            "Kafka's connections.max.idle.ms: a Kafka connection with no request for this "
+            "long (and none being answered) is closed",
+            integer(1),
+        ),
+    )
+    max_connections: int = field(
+        default=1024,
+        metadata=about(
+            "Kafka connections served at once (each holds a thread); when full, a new one "
+            "replaces the oldest that has not authenticated, else it is refused",
+            integer(1),
+        ),
+    )
+    max_connections_per_ip: int = field(
+        default=1024,
+        metadata=about("Kafka's max.connections.per.ip: connections from one address", integer(1)),
+    )
+    max_unauthenticated_connections: int = field(
+        default=256,
+        metadata=about(
+            "Kafka connections that have not finished authentication (PLAINTEXT: not sent a "
+            "whole request); one more closes the oldest of them",
+            integer(1),
+        ),
+    )
+    queued_max_request_bytes: int = field(
+        default=268_435_456,
+        metadata=about(
+            "Kafka's queued.max.request.bytes: memory all Kafka requests being read or "
+            "handled may hold; a frame's buffer grows as its bytes arrive",
+            integer(1),
         ),
     )
     auto_create_topics_enable: bool = field(
@@ -182,6 +280,14 @@ class BrokerConfig:
         default=300_000,
         metadata=about("Period of retention, compaction and GC; 0 disables", integer(0)),
     )
+    mirror_links: str = field(
+        default="",
+        metadata=about(
+            "Mirror links this broker runs (comma-separated names of links in the root's "
+            "metadata log, as `sparklog mirror run LINK` does); empty: none",
+            TEXT,
+        ),
+    )
     gc_grace_ms: int = field(
         default=7_200_000,
         metadata=about(
@@ -245,6 +351,7 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
             "so Kafka clients cannot be told where to connect; set 'kafka_advertised' "
             "(SPARKLOG_KAFKA_ADVERTISED) to the HOST:PORT clients should use"
         )
+    _check_security(values)
     grace = values["gc_grace_ms"]
     if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
         raise InvalidConfigError(
@@ -263,6 +370,65 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
             f"{values['group_max_session_timeout_ms']} is not accepted; accepted: at least "
             f"group_min_session_timeout_ms ({values['group_min_session_timeout_ms']})"
         )
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def _check_security(values: Mapping[str, Any]) -> None:
+    listen = values["kafka_listen"]
+    protocol = values["kafka_security_protocol"]
+    if (
+        listen
+        and protocol == "PLAINTEXT"
+        and not values["authorizer"]
+        and not values["allow_insecure_listener"]
+        and not _loopback(listen.rpartition(":")[0])
+    ):
+        raise InvalidConfigError(
+            f"config key 'kafka_listen' = {listen!r} is not a loopback address, and with "
+            "kafka_security_protocol = PLAINTEXT and no authorizer anyone who reaches it may "
+            "read, write and delete every topic; set kafka_security_protocol (SASL_SSL, "
+            'SASL_PLAINTEXT, SSL) or authorizer = "acl", or allow_insecure_listener = true '
+            "(SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
+        )
+    if (
+        values["authorizer"]
+        and not values["allow_insecure_listener"]
+        and not values["flight_security_protocol"].startswith("SASL_")
+        and not _loopback(values["listen"].rpartition(":")[0])
+    ):
+        raise InvalidConfigError(
+            f"config key 'listen' = {values['listen']!r} is not a loopback address, and the "
+            "Flight listener does not authenticate clients (flight_security_protocol = "
+            'PLAINTEXT), so it would bypass the ACLs of authorizer = "acl"; set '
+            'flight_security_protocol = "SASL_SSL", listen on 127.0.0.1, or set '
+            "allow_insecure_listener = true to accept that"
+        )
+    flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
+    if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):
+        raise InvalidConfigError(
+            f"config key 'flight_security_protocol' = {values['flight_security_protocol']!r} "
+            "needs ssl_certfile and ssl_keyfile (PEM files)"
+        )
+    if protocol in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
+        raise InvalidConfigError(
+            f"config key 'kafka_security_protocol' = {protocol!r} needs ssl_certfile and "
+            "ssl_keyfile (PEM files)"
+        )
+    if values["ssl_client_auth"] != "none" and not values["ssl_cafile"]:
+        raise InvalidConfigError(
+            f"config key 'ssl_client_auth' = {values['ssl_client_auth']!r} needs ssl_cafile "
+            "(the CA that signs client certificates)"
+        )
+    for entry in values["super_users"].split(";"):
+        if entry.strip() and not entry.strip().startswith("User:"):
+            raise InvalidConfigError(
+                f"config key 'super_users' entry {entry.strip()!r} is not accepted; accepted: "
+                "principals User:NAME separated by ';'"
+            )
 
 
 def load_config(

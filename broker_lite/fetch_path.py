@@ -132,11 +132,11 @@ class FetchPath(BrokerState):
                         st.reader.refresh()
                     self.metrics.root_requests.labels("read").inc()
                     return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
-                except errors.OffsetOutOfRangeError as exc:
+                except errors.OffsetOutOfRangeError:
                     if attempt:
-                        raise exc from None
-                except SparklogError as exc:
-                    raise exc from None
+                        raise
+                except SparklogError:
+                    raise
         return []
 
     def leader_epoch_end(self, topic_name: str, partition: int) -> tuple[int, int]:

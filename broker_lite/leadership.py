@@ -9,6 +9,8 @@ produce, fetch or explicit describe, never all at once at start-up.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from sparklog import errors
 from sparklog.broker_lite.broker_state import BrokerState, storage_call
@@ -24,19 +26,71 @@ log = logging.getLogger("sparklog.broker_lite.broker")
 class LeadershipRole(BrokerState):
     """Lease renewal, led partitions, warm followers, group coordination."""
 
+    _lease_was_healthy = True
+    #: shards led when the lease went stale (the lease_stale state of the metric)
+    _shards_before_stale = 0
+
     def _lease_loop(self) -> None:
         """Renew our lease, and nothing else: no other work may delay it.
 
-        Every store call in it has a deadline inside the lease timeout and it takes
-        no lock that store I/O holds, so only an outage of the store ends our lease.
+        A write starts every ``lease_interval_ms`` whether or not the previous
+        one has answered (at most enough to cover the lease timeout are in
+        flight), so a store answering in seconds delays each renewal but not
+        the cadence, and the lease holds as long as a write completes within the
+        lease timeout of its start.  Reading the leases we monitor runs beside
+        it in the same way.  Every store call has a deadline; it takes no lock
+        that store I/O holds, so only an outage of the store ends our lease.
         """
-        interval = self.config.lease_interval_ms / 1000
+        interval_ms = self.config.lease_interval_ms
         assert self.cluster is not None
-        while not self._stopping.wait(interval):
-            try:
-                self.cluster.renew()
-            except SparklogError as exc:
-                log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
+        cluster = self.cluster
+        in_flight_max = max(2, -(-self.config.lease_timeout_ms // interval_ms) + 1)
+        writes: set[Future[None]] = set()
+        watch: Future[Any] | None = None
+        with ThreadPoolExecutor(in_flight_max + 1, thread_name_prefix="sparklog-lease") as pool:
+            while not self._stopping.wait(interval_ms / 1000):
+                for done in [w for w in writes if w.done()]:
+                    writes.discard(done)
+                    self._log_lease_failure(done)
+                try:
+                    cluster.ensure_registered()
+                except SparklogError as exc:
+                    log.warning("lease registration failed", extra=fields(error=str(exc)[:500]))
+                    continue
+                if len(writes) < in_flight_max:
+                    writes.add(pool.submit(cluster.write_lease))
+                if watch is None or watch.done():
+                    if watch is not None:
+                        self._log_lease_failure(watch)
+                    watch = pool.submit(cluster.refresh)
+                self._note_lease_health()
+
+    def _log_lease_failure(self, done: Future[Any]) -> None:
+        exc = done.exception()
+        if isinstance(exc, SparklogError):
+            log.warning("lease renewal failed", extra=fields(error=str(exc)[:500]))
+        elif exc is not None:
+            log.error("lease renewal failed", exc_info=exc)
+
+    def _note_lease_health(self) -> None:
+        """Say once when our lease goes stale (we lead nothing) and once when it is back."""
+        assert self.cluster is not None
+        healthy = self.cluster.healthy
+        if healthy == self._lease_was_healthy:
+            return
+        self._lease_was_healthy = healthy
+        if healthy:
+            log.info("lease renewed: leading again", extra=fields(broker=self.cluster.broker_id))
+        else:
+            log.warning(
+                "lease is stale: this broker leads nothing until a renewal completes within "
+                "lease_timeout_ms of its start",
+                extra=fields(
+                    broker=self.cluster.broker_id,
+                    lease_timeout_ms=self.config.lease_timeout_ms,
+                    last_lease_write_ms=round(self.cluster.lease_write_s * 1000),
+                ),
+            )
 
     def _update_leadership(self) -> None:
         assert self.cluster is not None
@@ -75,6 +129,13 @@ class LeadershipRole(BrokerState):
                     self.cache.drop(key)
         self._led = led
         self.metrics.led_partitions.set(len(led))
+        shards = len({(name, self.cluster.shard_of(name, p)) for name, p in led})
+        if self.cluster.healthy:
+            self._shards_before_stale = shards
+        self.metrics.leadership_shards.labels("leading").set(shards)
+        self.metrics.leadership_shards.labels("lease_stale").set(
+            0 if self.cluster.healthy else self._shards_before_stale
+        )
 
     def _warm_followers(self, topic: Topic) -> None:
         """Keep the logs of partitions we follow loaded, so a takeover starts at once."""

@@ -64,6 +64,13 @@ class Metrics:
         self.led_partitions = Gauge(
             "sparklog_led_partitions", "Partitions this broker leads", registry=r
         )
+        self.leadership_shards = Gauge(
+            "sparklog_leadership_shards",
+            "Shards this broker leads (state=leading), or led until its lease went stale "
+            "(state=lease_stale: it leads nothing until a renewal completes)",
+            ["state"],
+            registry=r,
+        )
         self.live_brokers = Gauge("sparklog_live_brokers", "Brokers with a live lease", registry=r)
         self.group_lag = Gauge(
             "sparklog_group_lag", "Consumer group lag", ["group", "topic", "partition"], registry=r

@@ -201,12 +201,5 @@ def duplicate_outcome(log: PartitionLog, producer: ProducerBatch) -> ProduceOutc
     return ProduceOutcome(base, producer.record_count, duplicate=True)
 
 
-def storage_call(call: Callable[[], object]) -> object:
-    try:
-        return call()
-    except SparklogError as exc:
-        raise exc from None
-
-
 def commit_pool(workers: int = 8) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="commit")

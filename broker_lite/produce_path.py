@@ -121,16 +121,16 @@ class ProducePath(BrokerState):
                     self._check_leader(topic_name, item.partition)  # this partition's error
             except SparklogError as exc:
                 if all_or_nothing:
-                    raise exc from None
+                    raise
                 refused[i] = exc
         valid = [i for i in range(len(items)) if i not in refused]
         try:
             normalized = dict(
                 zip(valid, topic.normalize_many([items[i].data for i in valid]), strict=True)
             )
-        except SparklogError as exc:
+        except SparklogError:
             if all_or_nothing:
-                raise exc from None
+                raise
             normalized = {}
             for i in valid:  # the error path: find each item's own outcome
                 try:
@@ -378,8 +378,8 @@ class ProducePath(BrokerState):
                     storage_call(self.cluster.refresh)
                     for run in runs:
                         self._check_leader(topic.name, run.partition)
-            except SparklogError as exc:
-                raise exc from None
+            except SparklogError:
+                raise
         raise NotLeaderError(
             f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
             leader_location="",

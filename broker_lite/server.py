@@ -36,12 +36,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_protocol as wire
+from sparklog.broker_lite.broker_state import report_damage
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
 from sparklog.errors import (
     BrokerNotAvailableError,
+    CorruptRecordError,
     InvalidConfigError,
     InvalidRequestError,
     MessageSizeTooLargeError,
@@ -173,7 +175,13 @@ class FlightBroker(flight.FlightServerBase):
     def __init__(self, broker: Broker, location: str) -> None:
         config = broker.config
         self.call_limit = _CallLimit(config.max_concurrent_calls)
-        super().__init__(location, middleware={"limit": self.call_limit})
+        from sparklog.broker_lite import flight_security
+
+        super().__init__(
+            location,
+            middleware={"limit": self.call_limit, **flight_security.middleware(broker)},
+            **flight_security.server_options(config),
+        )
         self.broker = broker
         self.kafka: Any = None  # the Kafka listener, set by start_broker
         self.request_bytes = _Budget(config.max_inflight_request_bytes)
@@ -242,9 +250,11 @@ class FlightBroker(flight.FlightServerBase):
             raise
         except SparklogError as exc:
             err = exc
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, KeyError) as exc:
-            err = InvalidRequestError(f"malformed {method} request: {type(exc).__name__}: {exc}")
+            if isinstance(exc, CorruptRecordError):
+                report_damage(exc)  # the operator must hear of it; the client is not at fault
         except Exception as exc:
+            # only the request decoders' own errors are the client's fault (they raise
+            # InvalidRequestError); anything else is the broker's, with its traceback
             log.exception("unexpected error", extra=fields(method=method))
             err = UnknownServerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
         self.broker.metrics.requests.labels(method, err.code).inc()
@@ -357,6 +367,10 @@ class FlightBroker(flight.FlightServerBase):
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    raise InvalidRequestError(
+                        f"produce stream does not parse as Arrow IPC: {exc}"
+                    ) from exc
                 if chunk.data is None:
                     continue
                 partition = default_partition
@@ -501,7 +515,9 @@ def start_broker(
     """Start a broker in this process; return (flight server, broker, metrics port)."""
     broker = Broker(config, root)
     try:
-        server = FlightBroker(broker, f"grpc://{config.listen}")
+        from sparklog.broker_lite.flight_security import scheme
+
+        server = FlightBroker(broker, f"{scheme(config)}://{config.listen}")
     except (flight.FlightError, pa.ArrowException, OSError) as exc:
         raise InvalidConfigError(
             f"config key 'listen' = {config.listen!r}: cannot listen there ({exc}); accepted: "

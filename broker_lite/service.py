@@ -13,6 +13,7 @@ Kafka's protocol; tests and the benchmarks can also drive it directly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -125,8 +126,26 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
             cleaner = Cleaner(self, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
+        for link in filter(None, (x.strip() for x in self.config.mirror_links.split(","))):
+            self._spawn(f"mirror-{link}", functools.partial(self._mirror_loop, link))
 
         self._ready.set()
+
+    def _mirror_loop(self, link: str) -> None:
+        """Run mirror link ``link`` until the broker stops (broker key ``mirror_links``).
+
+        The copier has its own handle on the root (reads that always see the newest
+        metadata, as ``sparklog mirror run`` has): its commits are optimistic, like
+        any brokerless writer's, and the broker's reads follow them.
+        """
+        from sparklog.mirror.copier import run
+
+        root = open_root(self.config.root, self.config.storage_options)
+        log.info("mirror link started", extra=fields(link=link))
+        try:
+            run(root, link, stop=self._stopping)
+        except Exception:
+            log.exception("mirror link stopped", extra=fields(link=link))
 
     @property
     def ready(self) -> bool:
@@ -174,6 +193,10 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
                 if time.monotonic() >= next_metadata:
                     next_metadata = time.monotonic() + self.config.metadata_refresh_ms / 1000
                     self.root.metadata.refresh()
+            except SparklogError as exc:
+                # an unreachable store must not stop the rest: leadership follows our lease
+                log.warning("metadata refresh failed", extra=fields(error=str(exc)))
+            try:
                 self._reload_topics()
                 self._update_leadership()
                 self._sweep_groups(with_lag=ticks % 5 == 0)
@@ -231,6 +254,16 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         from sparklog.storage.maintenance import collect_garbage
 
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
+
+    def remove_stale_temp_files(self) -> int:
+        from sparklog.storage.clock import now_ms
+        from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
+
+        # leases and metadata live under cluster/; topics' folders are swept by their GC
+        removed = self.root.store.remove_stale_temp_files(
+            "cluster", STAGED_OBJECT_MAX_AGE_MS, now_ms()
+        )
+        return len(removed)
 
     def count_cleaner_run(self, outcome: str) -> None:
         self.metrics.cleaner_runs.labels(outcome).inc()

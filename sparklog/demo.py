@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.rule import Rule
 from rich.table import Table
 
 INPUT_TOPIC = "clickstream"
@@ -126,7 +127,10 @@ class Demo:
 
     def step(self, title: str) -> None:
         self.step_no += 1
-        self.console.rule(f"[bold cyan][{self.step_no}/{self.steps}] {title}")
+        # at most 100 wide: a piped console is made wide for tables, and a rule that wide
+        # would bury the title mid-line in a 10,000-character line of a log
+        title_line = Rule(f"[bold cyan][{self.step_no}/{self.steps}] {title}")
+        self.console.print(title_line, width=min(self.console.width, 100))
 
     # -- 1 -----------------------------------------------------------------------------
     def start_broker(self) -> tuple[Any, Any]:

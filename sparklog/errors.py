@@ -119,6 +119,14 @@ class StoreUnavailableError(KafkaStorageError):
     """The object store could not be reached or refused the request."""
 
 
+class StoreAccessError(SparklogError, code="STORE_ACCESS_DENIED"):
+    """The object store refused the root's credentials, or its bucket does not exist.
+
+    Not retriable: waiting does not fix a credential or a bucket name (Kafka
+    clients see UNKNOWN_SERVER_ERROR, and the broker's log names the cause).
+    """
+
+
 class CommitConflictError(KafkaStorageError):
     """An optimistic commit kept losing its race to other writers; try again."""
 
@@ -187,7 +195,62 @@ class UnsupportedVersionError(SparklogError, errno=35, code="UNSUPPORTED_VERSION
 
 
 class SecurityDisabledError(SparklogError, errno=54, code="SECURITY_DISABLED", canonical=True):
-    """ACL requests: no authorizer is configured (sparklog has no ACLs)."""
+    """ACL requests: no authorizer is configured (``authorizer = ""``)."""
+
+
+# -- authentication and authorisation (DESIGN.md §7) ----------------------------------
+class AuthorizationError(SparklogError, code="AUTHORIZATION_FAILED"):
+    """The principal may not do this; the subclass names the resource type."""
+
+
+class TopicAuthorizationFailedError(
+    AuthorizationError, errno=29, code="TOPIC_AUTHORIZATION_FAILED", canonical=True
+):
+    pass
+
+
+class GroupAuthorizationFailedError(
+    AuthorizationError, errno=30, code="GROUP_AUTHORIZATION_FAILED", canonical=True
+):
+    pass
+
+
+class ClusterAuthorizationFailedError(
+    AuthorizationError, errno=31, code="CLUSTER_AUTHORIZATION_FAILED", canonical=True
+):
+    pass
+
+
+class TransactionalIdAuthorizationFailedError(
+    AuthorizationError, errno=53, code="TRANSACTIONAL_ID_AUTHORIZATION_FAILED", canonical=True
+):
+    pass
+
+
+class UnsupportedSaslMechanismError(
+    SparklogError, errno=33, code="UNSUPPORTED_SASL_MECHANISM", canonical=True
+):
+    pass
+
+
+class IllegalSaslStateError(SparklogError, errno=34, code="ILLEGAL_SASL_STATE", canonical=True):
+    pass
+
+
+class SaslAuthenticationFailedError(
+    SparklogError, errno=58, code="SASL_AUTHENTICATION_FAILED", canonical=True
+):
+    """Wrong user or password, or a broken SASL exchange (never names the password)."""
+
+
+class ResourceNotFoundError(SparklogError, errno=91, code="RESOURCE_NOT_FOUND", canonical=True):
+    pass
+
+
+class UnacceptableCredentialError(
+    SparklogError, errno=93, code="UNACCEPTABLE_CREDENTIAL", canonical=True
+):
+    pass
 
 
 class PolicyViolationError(SparklogError, errno=44, code="POLICY_VIOLATION", canonical=True):

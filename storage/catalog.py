@@ -125,6 +125,15 @@ class TopicInfo:
     value_type: pa.DataType | None = None
     value_schema_id: str = ""
     value_types: dict[str, pa.DataType] = field(default_factory=dict)
+    #: a mirror topic's provenance (None: an ordinary topic): ``link``, ``source``
+    #: (the source cluster's address), ``source_topic``, ``state`` ("mirroring", or
+    #: "promoted": writable, no longer copied) and the link's ``origins`` chain
+    mirror: dict[str, Any] | None = None
+
+    @property
+    def mirrored(self) -> bool:
+        """True while a mirror link fills the topic: producers are refused."""
+        return self.mirror is not None and self.mirror.get("state") != "promoted"
 
     @property
     def effective_config(self) -> dict[str, Any]:
@@ -154,6 +163,7 @@ class TopicInfo:
             "created_ms": self.created_ms,
             "value_schema_id": self.value_schema_id,
             "value_schemas": {k: value_type_to_text(t) for k, t in self.value_types.items()},
+            **({"mirror": self.mirror} if self.mirror is not None else {}),
         }
 
     @classmethod
@@ -188,6 +198,7 @@ class TopicInfo:
             value_type=types.get(sid) if sid else None,
             value_schema_id=sid,
             value_types=types,
+            mirror=dict(doc["mirror"]) if isinstance(doc.get("mirror"), Mapping) else None,
         )
 
 
@@ -263,8 +274,13 @@ class LogRoot:
         partitions: int = 1,
         config: Mapping[str, Any] | None = None,
         value_type: pa.DataType | None = None,
+        *,
+        mirror: Mapping[str, Any] | None = None,
     ) -> TopicInfo:
-        """Create a topic; TopicExistsError if a live topic has the name."""
+        """Create a topic; TopicExistsError if a live topic has the name.
+
+        ``mirror`` makes it a mirror topic (see :attr:`TopicInfo.mirror`): read-only to
+        producers until promoted."""
         validate_topic_name(name)
         if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
@@ -286,6 +302,7 @@ class LogRoot:
             value_type=value_type,
             value_schema_id=sid,
             value_types={sid: value_type} if value_type is not None else {},
+            mirror=dict(mirror) if mirror is not None else None,
         ).to_doc()
 
         def build(image: MetadataImage) -> list[Record]:
@@ -360,6 +377,18 @@ class LogRoot:
             config = {k: v for k, v in doc["config"].items() if k not in remove}
             config.update(parsed)
             doc["config"] = config
+            return doc
+
+        return self._update(name, change)
+
+    def set_mirror(self, name: str, mirror: Mapping[str, Any] | None) -> TopicInfo:
+        """Replace the topic's mirror provenance (promote: ``state`` "promoted")."""
+
+        def change(doc: dict[str, Any]) -> dict[str, Any]:
+            if mirror is None:
+                doc.pop("mirror", None)
+            else:
+                doc["mirror"] = dict(mirror)
             return doc
 
         return self._update(name, change)

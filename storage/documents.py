@@ -1,6 +1,13 @@
-"""Versioned JSON documents: ``<prefix>/<v:020d>.json`` written create-only.
+"""Stored JSON documents: one checksummed envelope, and versioned documents.
 
-Topic metadata and consumer-group state are small documents that change by
+Every small JSON object sparklog stores (log commits, group state, heartbeats,
+connector state) is written as ``{"sum":"<xxh3 hex>","c":<body>}``: valid JSON
+whose body bytes are checksummed, so damage that still parses is caught too,
+and read by :func:`parse_document`, which names the file in the
+``CorruptRecordError`` it raises (DESIGN.md §3).  Documents written before the
+envelope existed (plain JSON objects) are still read.
+
+Versioned documents (``<prefix>/<v:020d>.json``, written create-only) change by
 writing version v+1; a lost race re-reads and retries, so concurrent updaters
 never overwrite each other.
 """
@@ -11,18 +18,50 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import xxhash
+
 from sparklog.errors import CommitConflictError, CorruptionError
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
+
+_ENVELOPE_HEAD = b'{"sum":"'
+_ENVELOPE_MID = b'","c":'
+_ENVELOPE_BODY_AT = len(_ENVELOPE_HEAD) + 16 + len(_ENVELOPE_MID)
 
 
 def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
     return f"{prefix}/{version:020d}{suffix}"
 
 
+def encode_document(doc: Doc) -> bytes:
+    """``{"sum":"<xxh3 hex>","c":<doc>}``: the bytes every stored document is written as."""
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    digest = xxhash.xxh3_64_hexdigest(data).encode()
+    return _ENVELOPE_HEAD + digest + _ENVELOPE_MID + data + b"}"
+
+
+def is_enveloped(raw: bytes) -> bool:
+    return bytes(raw[: len(_ENVELOPE_HEAD)]) == _ENVELOPE_HEAD
+
+
 def parse_document(raw: bytes, name: str) -> Doc:
-    """The JSON object stored in ``name``; CorruptionError naming the file if it is not one."""
+    """The JSON object stored in ``name``, checksum verified; CorruptionError naming the file."""
+    raw = bytes(raw)
+    if is_enveloped(raw):
+        if (
+            len(raw) <= _ENVELOPE_BODY_AT + 1
+            or raw[_ENVELOPE_BODY_AT - len(_ENVELOPE_MID) : _ENVELOPE_BODY_AT] != _ENVELOPE_MID
+            or not raw.endswith(b"}")
+        ):
+            raise CorruptionError(f"{name} is damaged: a torn document ({len(raw)} bytes)")
+        body = raw[_ENVELOPE_BODY_AT:-1]
+        if (
+            xxhash.xxh3_64_hexdigest(body).encode()
+            != raw[len(_ENVELOPE_HEAD) : len(_ENVELOPE_HEAD) + 16]
+        ):
+            raise CorruptionError(f"{name} is damaged: it fails its checksum ({len(raw)} bytes)")
+        raw = body
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -63,8 +102,7 @@ class VersionedDocument:
 
     def write(self, version: int, doc: Doc) -> bool:
         """Create version ``version``; False if another writer created it first."""
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        return self.store.create(version_key(self.prefix, version), data)
+        return self.store.create(version_key(self.prefix, version), encode_document(doc))
 
     def update(self, change: Callable[[Doc | None], Doc | None], attempts: int = 20) -> Doc | None:
         """Apply ``change`` to the newest version and write the result as the next one.

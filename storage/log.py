@@ -79,6 +79,7 @@ __all__ = [
     "STAGED_OBJECT_MAX_AGE_MS",
     "AppendResult",
     "LogState",
+    "MirrorPositionMovedError",
     "PartitionLog",
     "ProducerBatch",
     "ShardLog",
@@ -86,6 +87,13 @@ __all__ = [
 ]
 
 SchemaResolver = Callable[[str], pa.Schema]
+
+
+class MirrorPositionMovedError(SparklogError, code="MIRROR_POSITION_MOVED"):
+    """A mirror's planned copy no longer starts at its partition's end (another writer
+    moved it): plan again from the log's head.  Not retried by the commit loop."""
+
+
 _T = TypeVar("_T")
 
 
@@ -182,6 +190,11 @@ class ShardState(LogStateBase):
     parts: dict[int, PartState] = field(default_factory=dict)
     markers: dict[str, dict[str, int]] = field(default_factory=dict)
     commits_since_snapshot: int = 0
+    #: partition (as text) -> ``[first, end)`` offset ranges a mirror found missing at its
+    #: source (retention or compaction there) and committed past: recorded, not papered over
+    mirror_gaps: dict[str, list[list[int]]] = field(default_factory=dict)
+    #: the mirror link whose commits fill this shard ('' if none ever did)
+    mirror_link: str = ""
 
     def part(self, partition: int) -> PartState:
         found = self.parts.get(partition)
@@ -195,6 +208,7 @@ class LogState:
 
     def __init__(self, shard: ShardState, partition: int) -> None:
         self._shard = shard
+        self._partition = partition
         self._part = shard.parts.get(partition) or PartState()
 
     @property
@@ -220,6 +234,11 @@ class LogState:
     @property
     def producers(self) -> dict[str, dict[str, Any]]:
         return self._part.producers
+
+    @property
+    def mirror_gaps(self) -> list[tuple[int, int]]:
+        """``[first, end)`` ranges a mirror committed past (missing at its source)."""
+        return [(a, b) for a, b in self._shard.mirror_gaps.get(str(self._partition), [])]
 
     @property
     def txn_versions(self) -> dict[str, int]:
@@ -265,6 +284,14 @@ class ShardCodec:
                 base = appended[0].base_offset if appended else -1
                 _apply_producer(part, producer, base, ts)
             _apply_txn(part, change, appended)
+        mirror = commit.get("mirror")
+        if mirror:
+            state.mirror_link = str(mirror.get("link", ""))
+            for key, ranges in (mirror.get("gaps") or {}).items():
+                state.mirror_gaps = {
+                    **state.mirror_gaps,
+                    key: [*state.mirror_gaps.get(key, []), *([int(a), int(b)] for a, b in ranges)],
+                }
         txn = commit.get("txn")
         if txn:
             old = state.markers.get(txn["app_id"], {}).get("version", -1)
@@ -299,7 +326,7 @@ class ShardCodec:
             state.parts[p].segments = SegmentIndex(table)
             rows = table.num_rows
             cuts = list(range(rows, 0, -SNAPSHOT_CHUNK_ROWS))[::-1]  # chunk ends, oldest first
-            starts = [0, *cuts[:-1]] if cuts else []  # (a partition with only markers: none)
+            starts = [0, *cuts[:-1]] if cuts else []  # a partition with no segments yet
             pieces = [(p, table.slice(a, b - a)) for a, b in zip(starts, cuts, strict=True)]
             older.extend(pieces[:-1])
             newest.extend(pieces[-1:])
@@ -334,14 +361,17 @@ class ShardCodec:
                 chunks.setdefault(name, []).append(value)
         for part in parts.values():  # oldest chunk first
             chunks = part["chunks"]
-            firsts = chunks.get("first", [])
-            order = sorted(range(len(firsts)), key=firsts.__getitem__)
+            if not chunks:  # a partition with no segments has no chunks
+                continue
+            order = sorted(range(len(chunks["first"])), key=chunks["first"].__getitem__)
             part["chunks"] = {name: [chunks[name][i] for i in order] for name in chunks}
         header = {
             "version": state.version,
             "leader_epoch": state.leader_epoch,
             "markers": state.markers,
             "parts": parts,
+            "mirror_gaps": state.mirror_gaps,
+            "mirror_link": state.mirror_link,
         }
         return seal_indexed_snapshot(blobs, header)
 
@@ -354,6 +384,8 @@ class ShardCodec:
                 version=int(meta["version"]),
                 leader_epoch=int(meta["leader_epoch"]),
                 markers=dict(meta["markers"]),
+                mirror_gaps=dict(meta.get("mirror_gaps") or {}),
+                mirror_link=str(meta.get("mirror_link", "")),
             )
             for key, scalars in meta["parts"].items():
                 chunks = scalars["chunks"]
@@ -714,6 +746,90 @@ class ShardLog(MetaLog[ShardState]):
         assert commit is not None
         return int(commit["epoch"])
 
+    def append_mirrored(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        link: str,
+        expected: Mapping[int, int],
+    ) -> dict[int, AppendResult]:
+        """Commit segments already written with their offsets (a mirror link's copy).
+
+        Unlike :meth:`append`, offsets are not assigned here: each segment keeps
+        the ``base_offset`` it had at its source, so a mirror partition holds the
+        source's offsets.  ``expected[p]`` is partition p's high watermark the
+        caller planned from (the link's position): the commit lands only while
+        it still holds, so two copies of the same range can never both commit,
+        and a copy whose commit answer was lost finds its segments in place
+        (answered as ``duplicate``).  A segment starting above the previous end
+        (offsets the source no longer holds: its retention or compaction) is
+        committed with the range recorded as a gap in the same commit; if
+        nothing live precedes the gap, the log start offset moves to it.  The
+        commit names ``link``: the position and the data are one create.
+        """
+        outcome: dict[int, AppendResult] = {}
+
+        def build(state: ShardState) -> Commit | None:
+            outcome.clear()
+            parts: dict[str, Any] = {}
+            gaps: dict[str, list[list[int]]] = {}
+            for p, segments in sorted(appends.items()):
+                if not segments:
+                    continue
+                part = state.part(p)
+                hwm = part.high_watermark
+                end = segments[-1].end_offset
+                if hwm != expected[p]:
+                    if hwm >= end and hwm > expected[p]:
+                        outcome[p] = AppendResult(
+                            segments[0].base_offset,
+                            end - segments[0].base_offset,
+                            state.version,
+                            duplicate=True,
+                        )
+                        continue
+                    raise MirrorPositionMovedError(
+                        f"mirror link {link!r}: partition {self.topic}-{p} is at offset {hwm}, "
+                        f"not {expected[p]} as planned; plan the copy again"
+                    )
+                placed, holes, at = [], [], hwm
+                for seg in segments:
+                    if seg.base_offset < at:
+                        raise CorruptRecordError(
+                            f"mirror link {link!r}: segment at {seg.base_offset} of "
+                            f"{self.topic}-{p} overlaps offsets below {at}"
+                        )
+                    if seg.base_offset > at:
+                        holes.append([at, seg.base_offset])
+                    placed.append(seg.to_json())
+                    at = seg.end_offset
+                change: dict[str, Any] = {"append": placed}
+                if holes and holes[0][0] == hwm and part.log_start_offset == hwm:
+                    change["lso"] = holes[0][1]
+                if holes:
+                    gaps[str(p)] = holes
+                parts[str(p)] = change
+                outcome[p] = AppendResult(segments[0].base_offset, at - segments[0].base_offset, 0)
+            if not parts:
+                return None
+            mirror: dict[str, Any] = {"link": link}
+            if gaps:
+                mirror["gaps"] = gaps
+            return {
+                "kind": "mirror",
+                "parts": parts,
+                "ts": self.clock_ms(),
+                "epoch": state.leader_epoch,
+                "mirror": mirror,
+            }
+
+        commit = self.commit(build)
+        if commit is not None:
+            for key in commit["parts"]:
+                done = outcome[int(key)]
+                outcome[int(key)] = AppendResult(done.base_offset, done.record_count, commit["v"])
+        return outcome
+
     def replace_segments(
         self,
         partition: int,
@@ -925,8 +1041,6 @@ class PartitionLog:
             offset += rows
             if offset >= stop:
                 return
-
-    _segment_batches = segment_batches
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose timestamp is at or after ``timestamp_ms``; HWM if none."""

@@ -11,7 +11,6 @@ has a dry run that reports what it would change and writes nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +19,7 @@ import pyarrow as pa
 from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.catalog import LogRoot
 from sparklog.storage.clock import now_ms
+from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD
@@ -92,6 +92,8 @@ class GcReport:
     marked: list[str] = field(default_factory=list)
     live_objects: int = 0
     dry_run: bool = False
+    #: temp files a killed writer left (local roots), removed
+    temp_files_removed: list[str] = field(default_factory=list)
 
 
 # -- retention ----------------------------------------------------------------------------
@@ -179,31 +181,10 @@ def delete_records(
 def _read_with_offsets(log: PartitionLog, segments: list[Segment]) -> pa.Table:
     batches: list[pa.RecordBatch] = []
     for seg in segments:
-        batches.extend(log._segment_batches(seg, seg.base_offset, seg.end_offset))
+        batches.extend(log.segment_batches(seg, seg.base_offset, seg.end_offset))
     if not batches:
         return pa.schema([OFFSET_FIELD, *log.schema_for("")]).empty_table()
     return pa.Table.from_batches(batches)
-
-
-def _last_per_key(table: pa.Table) -> pa.Table:
-    """Keep the last record of each key (null keys are kept), in offset order."""
-    import pyarrow.compute as pc
-
-    if table.num_rows == 0:
-        return table
-    indices = pa.array(range(table.num_rows), pa.int64())
-    keyed = table.append_column("__row", indices)
-    null_key = pc.is_null(keyed.column("key"))
-    with_key = keyed.filter(pc.invert(null_key))
-    last = with_key.group_by("key", use_threads=False).aggregate([("__row", "max")])
-    keep = pa.concat_arrays(
-        [
-            last.column("__row_max").combine_chunks(),
-            keyed.filter(null_key).column("__row").combine_chunks(),
-        ]
-    )
-    rows = keep.take(pc.sort_indices(keep))
-    return table.take(rows)
 
 
 def _chunk_rows(table: pa.Table, target_bytes: int) -> list[pa.Table]:
@@ -288,6 +269,106 @@ def _commit_rewrite(
     log.replace_segments(build, kind, leader_epoch)
 
 
+#: The most bytes of keys one compaction pass holds in its key map (Kafka's
+#: ``log.cleaner.dedupe.buffer.size``): a partition whose dirty part has more
+#: distinct keys is compacted a prefix at a time, one prefix per pass.
+COMPACTION_KEY_MAP_BYTES = 64 * 1024 * 1024
+
+
+def _without_aborted(batch: pa.RecordBatch, aborted: list[tuple[int, int]]) -> pa.RecordBatch:
+    """The batch without aborted transactions' records (an empty batch if none is left)."""
+    kept = drop_aborted([batch], aborted)
+    return kept[0] if kept else batch.slice(0, 0)
+
+
+def _key_map(
+    log: PartitionLog,
+    segments: list[Segment],
+    max_bytes: int,
+    aborted: list[tuple[int, int]] | None = None,
+) -> tuple[pa.Table | None, int]:
+    """``(key, offset_max)`` of the keyed records in the longest prefix of ``segments``
+    whose key map fits ``max_bytes`` (at least one segment), and the prefix's length.
+
+    Read segment by segment, keys and offsets only: memory is the map plus one
+    segment, never the partition.
+    """
+    import pyarrow.compute as pc
+
+    key_map: pa.Table | None = None
+    for i, seg in enumerate(segments):
+        pieces = [
+            (_without_aborted(b, aborted) if aborted else b).select(["key", "offset"])
+            for b in log.segment_batches(seg, seg.base_offset, seg.end_offset)
+        ]
+        if not pieces:
+            continue
+        keys = pa.Table.from_batches(pieces)
+        keys = keys.filter(pc.is_valid(keys.column("key"))).cast(
+            pa.schema([keys.schema.field("key"), pa.field("offset", pa.int64())])
+        )
+        merged = keys if key_map is None else pa.concat_tables([key_map, keys])
+        grown = (
+            merged.group_by("key", use_threads=False)
+            .aggregate([("offset", "max")])
+            .rename_columns({"offset_max": "offset"})
+            .select(["key", "offset"])
+        )
+        if i > 0 and grown.nbytes > max_bytes:
+            return key_map, i  # this segment's keys do not fit: compact the ones before it
+        key_map = grown
+    return key_map, len(segments)
+
+
+class _SegmentWriter:
+    """Writes kept records as new segments of about ``segment_bytes`` that tile
+    ``[range_start, range_end)`` exactly, holding at most one segment's rows."""
+
+    def __init__(
+        self, topic: Topic, log: PartitionLog, range_start: int, range_end: int, segment_bytes: int
+    ) -> None:
+        self.topic, self.log = topic, log
+        self.range_start, self.range_end = range_start, range_end
+        self.segment_bytes = segment_bytes
+        self.schema = pa.schema([OFFSET_FIELD, *topic.info.record_schema])
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered_bytes = 0
+        self._staged: list[tuple[Segment, int]] = []  # (segment, its first record's offset)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        self._buffer.append(batch)
+        self._buffered_bytes += batch.nbytes
+        if self._buffered_bytes >= self.segment_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.Table.from_batches(self._buffer).cast(self.schema)
+        first = int(table.column("offset")[0].as_py())
+        staged = write_object(
+            self.topic.store,
+            {self.log.partition: rebatch(table)},
+            self.schema,
+            schema_id=self.topic.info.value_schema_id,
+            has_offsets=True,
+        )[self.log.partition]
+        self._staged.append((staged, first))
+        self._buffer, self._buffered_bytes = [], 0
+
+    def finish(self) -> list[Segment]:
+        """The new segments, each spanning up to the next one's first record."""
+        self._flush()
+        out = []
+        for i, (staged, first) in enumerate(self._staged):
+            base = self.range_start if i == 0 else first
+            end = self._staged[i + 1][1] if i + 1 < len(self._staged) else self.range_end
+            out.append(replace(staged, base_offset=base, offset_span=end - base))
+        return out
+
+
 def compact(
     topic: Topic,
     partition: int,
@@ -295,6 +376,7 @@ def compact(
     now: int | None = None,
     dry_run: bool = False,
     leader_epoch: int | None = None,
+    key_map_bytes_max: int = COMPACTION_KEY_MAP_BYTES,
 ) -> RewriteReport:
     """Keep the last record per key; drop tombstones older than ``delete.retention.ms``.
 
@@ -302,6 +384,10 @@ def compact(
 
     Offsets are preserved (the new objects carry an offset column).  Runs only
     when some segment has not been compacted yet (the log has a dirty part).
+    Memory is bounded as in Kafka's cleaner: a first pass builds the key map
+    of the dirty segments (at most ``key_map_bytes_max`` of keys; beyond it,
+    only a prefix of them is compacted this pass, the rest by the next), a
+    second filters segment by segment and writes the kept records as they come.
     Kafka transactions: only segments below the last stable offset are compacted
     (an open transaction's records may yet be aborted), and aborted records are
     dropped first, so they never shadow a committed record of the same key.
@@ -313,31 +399,53 @@ def compact(
     log = topic.partition(partition)
     state = log.refresh()
     stable = state.last_stable_offset
-    old = [s for s in state.segments.all() if s.end_offset <= stable]
-    report = RewriteReport()
-    if not old or all(s.has_offsets for s in old):
-        return report
-    table = _read_with_offsets(log, old)
+    segments = [s for s in state.segments.all() if s.end_offset <= stable]
     aborted = aborted_between(state.transactions, 0, stable)
-    if aborted:
-        table = pa.Table.from_batches(
-            drop_aborted(table.to_batches(), aborted), schema=table.schema
-        )
-    report.records_before = table.num_rows
-    kept = _last_per_key(table)
-    tombstone = pc.and_(pc.is_null(kept.column("value")), pc.is_valid(kept.column("key")))
-    expired = pc.less(
-        kept.column("timestamp").cast(pa.int64()), now - config["delete.retention.ms"]
+    report = RewriteReport()
+    if not segments or all(s.has_offsets for s in segments):
+        return report
+    # As Kafka's cleaner: the key map covers the dirty segments (never compacted) that fit,
+    # and the pass rewrites everything up to there, the clean part included (a key seen
+    # again in the dirty part supersedes its older records there too).
+    dirty_from = next(i for i, s in enumerate(segments) if not s.has_offsets)
+    key_map, count = _key_map(log, segments[dirty_from:], key_map_bytes_max, aborted)
+    old = segments[: dirty_from + count]
+    if key_map is None:
+        key_map = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
+    latest = key_map.column("offset").combine_chunks()
+    mapped_keys = key_map.column("key").combine_chunks()
+    deletable_before_ms = now - config["delete.retention.ms"]
+    writer = _SegmentWriter(
+        topic, log, old[0].base_offset, old[-1].end_offset, config["segment.bytes"]
     )
-    drop = pc.and_(tombstone, expired)
-    report.tombstones_dropped = pc.sum(drop.cast(pa.int64())).as_py() or 0
-    kept = kept.filter(pc.invert(drop))
-    report.records_after = kept.num_rows
+    kept_bytes = 0
+    for seg in old:
+        for batch in log.segment_batches(seg, seg.base_offset, seg.end_offset):
+            report.records_before += batch.num_rows
+            if aborted:
+                batch = _without_aborted(batch, aborted)
+            key = batch.column("key")
+            last = pc.or_(
+                pc.or_(pc.is_null(key), pc.is_in(batch.column("offset"), value_set=latest)),
+                pc.invert(pc.is_in(key, value_set=mapped_keys.cast(key.type))),
+            )
+            expired_tombstone = pc.and_(
+                pc.and_(pc.is_null(batch.column("value")), pc.is_valid(key)),
+                pc.less(batch.column("timestamp").cast(pa.int64()), deletable_before_ms),
+            )
+            report.tombstones_dropped += (
+                pc.sum(pc.and_(last, expired_tombstone).cast(pa.int64())).as_py() or 0
+            )
+            kept = batch.filter(pc.and_(last, pc.invert(expired_tombstone)))
+            report.records_after += kept.num_rows
+            kept_bytes += kept.nbytes
+            if not dry_run:
+                writer.add(kept)
     report.replaced_segments = len(old)
     if dry_run:
-        report.new_segments = len(_chunk_rows(kept, config["segment.bytes"]))
+        report.new_segments = -(-kept_bytes // config["segment.bytes"]) if kept_bytes else 0
         return report
-    new = _rewrite(topic, log, old, kept, keep_offsets=True, segment_bytes=config["segment.bytes"])
+    new = writer.finish()
     report.new_segments = len(new)
     _commit_rewrite(log, old, new, "compaction", report, leader_epoch)
     if report.skipped_reason:
@@ -452,7 +560,11 @@ def collect_garbage(
     topic.reload()
     referenced = _referenced_objects(topic)
     raw = topic.store.get_or_none(MARKS_KEY)
-    marks: dict[str, int] = json.loads(raw) if raw else {}
+    marks = (
+        {k: int(v) for k, v in parse_document(raw, f"{topic.store.url}/{MARKS_KEY}").items()}
+        if raw
+        else {}
+    )
     report = GcReport(dry_run=dry_run)
     new_marks: dict[str, int] = {}
     for obj in topic.store.list_objects("objects"):
@@ -474,7 +586,11 @@ def collect_garbage(
     report.deleted = [k for k in report.deleted if k not in referenced]
     for key in report.deleted:
         topic.store.delete(key)
-    topic.store.put(MARKS_KEY, json.dumps(new_marks, sort_keys=True).encode())
+    topic.store.put(MARKS_KEY, encode_document(dict(new_marks)))
+    # a temp file younger than a staged object's limit may be a live write's: never cut short
+    report.temp_files_removed = topic.store.remove_stale_temp_files(
+        "", max(grace_ms, STAGED_OBJECT_MAX_AGE_MS), now
+    )
     return report
 
 

@@ -46,6 +46,7 @@ from sparklog.errors import (
 )
 from sparklog.retry import is_retriable, retrying
 from sparklog.storage.clock import now_ms
+from sparklog.storage.documents import encode_document, is_enveloped, parse_document
 from sparklog.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ INDEXED_SNAPSHOT_MAGIC = b"SLI2"
 #: header and, usually, each partition's newest chunk.
 SNAPSHOT_TAIL_BYTES = 256 * 1024
 _TRAILER = struct.Struct("<QQ4s")  # header checksum, header length, magic
-_COMMIT_HEAD = b'{"sum":"'
-_COMMIT_MID = b'","c":'
 
 Commit = dict[str, Any]
 
@@ -82,32 +81,18 @@ def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
 
 
 def encode_commit(body: Commit) -> bytes:
-    """``{"sum":"<xxh3 hex>","c":<body>}``: valid JSON whose body bytes are checksummed."""
-    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    digest = xxhash.xxh3_64_hexdigest(data).encode()
-    return _COMMIT_HEAD + digest + _COMMIT_MID + data + b"}"
+    """A commit file's bytes: the checksummed document envelope of ``body``."""
+    return encode_document(body)
 
 
 def decode_commit(raw: bytes, where: str) -> Commit:
     """The commit body; CorruptRecordError naming ``where`` for any damage."""
-    head = len(_COMMIT_HEAD) + 16 + len(_COMMIT_MID)
-    if (
-        len(raw) <= head + 1
-        or not raw.startswith(_COMMIT_HEAD)
-        or raw[len(_COMMIT_HEAD) + 16 : head] != _COMMIT_MID
-        or not raw.endswith(b"}")
-    ):
+    if not is_enveloped(raw):
         raise CorruptRecordError(
             f"metadata file {where} is damaged: not a sparklog format-2 commit ({len(raw)} bytes)"
         )
-    body = raw[head:-1]
-    if xxhash.xxh3_64_hexdigest(body).encode() != raw[len(_COMMIT_HEAD) : len(_COMMIT_HEAD) + 16]:
-        raise CorruptRecordError(f"metadata file {where} fails its checksum")
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"metadata file {where} cannot be parsed: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("v"), int):
+    doc = parse_document(raw, f"metadata file {where}")
+    if not isinstance(doc.get("v"), int):
         raise CorruptRecordError(f"metadata file {where} is not a commit")
     return doc
 

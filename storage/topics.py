@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
-from sparklog.errors import InvalidRecordError, SparklogError, UnknownTopicOrPartitionError
+from sparklog.errors import (
+    InvalidRecordError,
+    PolicyViolationError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.storage.background import background_pool, outcome
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
@@ -211,6 +216,7 @@ class Topic:
         beside the object's write (both release the GIL); if it fails, the
         object, which nothing refers to yet, is deleted and the error raised.
         """
+        self.check_writable()
         ready: dict[int, list[pa.RecordBatch]] = {}
         unchecked: list[list[pa.RecordBatch]] = []
         for p, data in parts.items():
@@ -249,6 +255,34 @@ class Topic:
                 raise
         return staged
 
+    def check_writable(self) -> None:
+        """Refuse producers on a mirror topic (POLICY_VIOLATION), naming its link."""
+        mirror = self.info.mirror
+        if self.info.mirrored and mirror is not None:
+            raise PolicyViolationError(
+                f"topic {self.name!r} is a mirror topic of link {mirror.get('link')!r} (source "
+                f"{mirror.get('source')!r}); it is read-only to producers until promoted: "
+                f"sparklog mirror promote {self.name}"
+            )
+
+    def append_mirrored(
+        self, appends: Mapping[int, Sequence[Segment]], *, link: str, expected: Mapping[int, int]
+    ) -> dict[int, AppendResult]:
+        """Commit segments copied from a mirror link's source at their own offsets, one
+        commit per shard touched (see :meth:`ShardLog.append_mirrored`)."""
+        by_shard: dict[int, dict[int, Sequence[Segment]]] = {}
+        for p, segs in appends.items():
+            self._check_partition(p)
+            by_shard.setdefault(self.info.shard_of(p), {})[p] = segs
+        out: dict[int, AppendResult] = {}
+        for s, parts in sorted(by_shard.items()):
+            out.update(
+                self.shard(s).append_mirrored(
+                    parts, link=link, expected={p: expected[p] for p in parts}
+                )
+            )
+        return out
+
     def commit(
         self,
         staged: Mapping[int, Segment | Sequence[Segment]],
@@ -264,6 +298,7 @@ class Topic:
         none do.  ``txn`` is checked and recorded per shard, so a replayed Spark
         batch is skipped in the shards that have it and lands in the others.
         """
+        self.check_writable()
         by_shard: dict[int, dict[int, list[Segment]]] = {}
         for p, segs in staged.items():
             self._check_partition(p)

@@ -35,8 +35,8 @@ class ProducerIdAllocator:
             body = json.dumps({"broker_id": self.broker_id, "ms": int(time.time() * 1000)})
             while not self.store.create(f"{PREFIX}/{block:012d}.json", body.encode()):
                 block += 1
-        except SparklogError as exc:
-            raise exc from None
+        except SparklogError:
+            raise
         self._next = block * BLOCK_SIZE + 1
         self._end = (block + 1) * BLOCK_SIZE + 1
 

@@ -6,7 +6,9 @@ gets them joined into one commit by the broker's batcher) and a writer thread
 sends the answers in request order, as Kafka requires.  An idempotent
 producer's Produce requests are handled one after another so its sequence
 numbers reach the broker in order.  Frames larger than ``kafka_max_request_bytes``, negative
-sizes and headers that do not parse close that connection only; a request for
+sizes and headers that do not parse close that connection only (frames are read
+within the bounds of :mod:`~sparklog.broker_lite.kafka.limits`: connections per
+IP and in all, idle and unauthenticated ones, memory of frames being read); a request for
 an unknown API or an unsupported version closes the connection too, as Kafka
 does, except ApiVersions, which follows KIP-511 (a v0 answer with
 UNSUPPORTED_VERSION listing the supported ranges).  Old versions kio does not
@@ -28,6 +30,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
+from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -42,8 +45,6 @@ from sparklog.broker_lite.logs import fields
 log = logging.getLogger("sparklog.broker_lite.kafka")
 SIZE = struct.Struct(">i")
 CORRELATION = struct.Struct(">i")
-#: Connections served at once; more are accepted and closed at once.
-MAX_CONNECTIONS = 1024
 #: Requests of one connection handled at once (answers still leave in order).
 MAX_IN_FLIGHT = 64
 
@@ -58,6 +59,8 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     previous_produce: threading.Event | None = None
+    #: the connection's authentication state and principal (sasl.Session)
+    session: Any = None
 
     @property
     def broker(self) -> Any:
@@ -76,7 +79,22 @@ class KafkaListener:
 
         self.broker = broker
         self.table = API_TABLE
-        self.max_request_bytes = int(broker.config.kafka_max_request_bytes)
+        config = broker.config
+        self.max_request_bytes = int(config.kafka_max_request_bytes)
+        self.idle_s = config.connections_max_idle_ms / 1000
+        self.connections = limits.ConnectionTable(
+            config.max_connections,
+            config.max_connections_per_ip,
+            config.max_unauthenticated_connections,
+        )
+        #: memory of the frames being read and handled (queued_max_request_bytes)
+        self.queued_bytes = limits.ByteBudget(config.queued_max_request_bytes)
+        #: bytes of Produce requests being handled (max_inflight_request_bytes, as Flight)
+        self.produce_bytes = limits.ByteBudget(config.max_inflight_request_bytes)
+        self.refusals = limits.RateLimitedLog()
+        self.security_protocol = str(config.kafka_security_protocol)
+        self.tls = tls.server_context(config)
+        self.quotas = quotas.QuotaManager()
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -100,8 +118,6 @@ class KafkaListener:
         self._stopping = threading.Event()
         #: Set once the record codec's lazy imports are done (see records.warm_up).
         self.warmed = threading.Event()
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @property
@@ -130,9 +146,7 @@ class KafkaListener:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
-        with self._lock:
-            conns = list(self._connections)
-        for conn in conns:
+        for conn in self.connections.all():
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
@@ -148,20 +162,41 @@ class KafkaListener:
                 if self._stopping.is_set():
                     return
                 continue
-            with self._lock:
-                if len(self._connections) >= MAX_CONNECTIONS:
-                    conn.close()
-                    log.warning("kafka connection refused: too many connections")
-                    continue
-                self._connections.add(conn)
+            refused, evicted = self.connections.admit(conn, str(peer[0]))
+            for old in evicted:  # the oldest connections that never authenticated
+                with contextlib.suppress(OSError):
+                    old.shutdown(socket.SHUT_RDWR)
+            if evicted:
+                self.refusals.warning(
+                    "kafka connections closed before authenticating",
+                    count=len(evicted),
+                    limit="max_unauthenticated_connections",
+                )
+            if refused is not None:
+                conn.close()
+                self.refusals.warning("kafka connection refused", reason=refused, peer=str(peer))
+                continue
+            conn.settimeout(self.idle_s)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(
                 target=self._serve, args=(conn, peer), name="kafka-conn", daemon=True
             ).start()
 
     # -- one connection ------------------------------------------------------
-    def _serve(self, conn: socket.socket, peer: Any) -> None:
+    def _serve(self, conn: Any, peer: Any) -> None:
         """Read requests, handle up to ``MAX_IN_FLIGHT`` at once, answer them in order."""
+        principal = sasl.ANONYMOUS
+        if self.tls is not None:  # SSL, SASL_SSL: the handshake first, in this thread
+            try:
+                wrapped, cert_principal = tls.accept(self.tls, conn, self.idle_s)
+            except (OSError, ValueError) as exc:
+                self.refusals.warning("kafka TLS handshake failed", peer=str(peer), error=str(exc))
+                conn.close()
+                self.connections.remove(conn)
+                return
+            self.connections.swap(conn, wrapped)
+            conn = wrapped
+            principal = cert_principal or principal
         pending: queue.Queue[Future[bytes | None] | None] = queue.Queue(MAX_IN_FLIGHT)
         closed = threading.Event()
         writer = threading.Thread(
@@ -169,17 +204,41 @@ class KafkaListener:
         )
         writer.start()
         last_produce: threading.Event | None = None
+        last: Future[bytes | None] | None = None
+        session = sasl.Session.for_listener(self.security_protocol, str(peer[0]), principal)
         try:
             while not self._stopping.is_set() and not closed.is_set():
-                frame = self._read_frame(conn)
-                if frame is None:
+                try:
+                    got = limits.read_frame(conn, self.max_request_bytes, self.queued_bytes)
+                except limits.Idle:
+                    if last is not None and not last.done():
+                        continue  # a request is being answered (a long-polling fetch)
+                    log.info(
+                        "kafka connection closed: idle for connections_max_idle_ms",
+                        extra=fields(peer=str(peer)),
+                    )
                     break
+                except limits.FrameError as exc:
+                    raise MalformedRequest(str(exc)) from None
+                if got is None:
+                    break
+                frame, held = got
+                if not session.authenticated:
+                    if not self._authenticate(frame, held, session, pending):
+                        break
+                    if session.authenticated:
+                        self.connections.authenticated(conn)
+                    continue
+                self.connections.authenticated(conn)
                 previous = None
                 done = None
                 if frame[:2] == b"\x00\x00":  # Produce: idempotent batches keep their order
                     previous, done = last_produce, threading.Event()
                     last_produce = done
-                future = self.requests.submit(self._handle_in_order, frame, previous, done)
+                future = self.requests.submit(
+                    self._handle_in_order, frame, previous, done, held, session
+                )
+                last = future
                 while not closed.is_set():
                     try:
                         pending.put(future, timeout=0.5)
@@ -199,15 +258,20 @@ class KafkaListener:
                     continue
             writer.join()
             conn.close()
-            with self._lock:
-                self._connections.discard(conn)
+            self.connections.remove(conn)
 
     def _handle_in_order(
-        self, frame: bytes, previous: threading.Event | None, done: threading.Event | None
+        self,
+        frame: bytes,
+        previous: threading.Event | None,
+        done: threading.Event | None,
+        held: int = 0,
+        session: Any = None,
     ) -> bytes | None:
         try:
-            return self.handle_frame(frame, previous)
+            return self.handle_frame(frame, previous, session)
         finally:
+            self.queued_bytes.give(held)
             if done is not None:
                 done.set()
 
@@ -241,35 +305,31 @@ class KafkaListener:
             except queue.Empty:
                 return
 
-    def _read_exact(self, conn: socket.socket, size: int) -> bytes | None:
-        buf = bytearray(size)
-        view = memoryview(buf)
-        got = 0
-        while got < size:
-            n = conn.recv_into(view[got:], size - got)
-            if n == 0:
-                return None
-            got += n
-        return bytes(buf)
-
-    def _read_frame(self, conn: socket.socket) -> bytes | None:
-        head = self._read_exact(conn, 4)
-        if head is None:
-            return None
-        (size,) = SIZE.unpack(head)
-        if size < 8 or size > self.max_request_bytes:
-            raise MalformedRequest(
-                f"request frame of {size} bytes; accepted: 8 to kafka_max_request_bytes="
-                f"{self.max_request_bytes}"
-            )
-        frame = self._read_exact(conn, size)
-        if frame is None:
-            raise MalformedRequest("connection closed inside a request frame")
-        return frame
+    def _authenticate(
+        self, frame: bytes, held: int, session: Any, pending: queue.Queue[Any]
+    ) -> bool:
+        """Handle a request of a connection still authenticating, in the reader (one at a
+        time, so the exchange stays in order); False: close the connection after it."""
+        try:
+            api_key = struct.unpack_from(">h", frame, 0)[0]
+            if api_key not in sasl.PRE_AUTH_APIS:
+                raise MalformedRequest(
+                    f"api {api_key} before SASL authentication finished (kafka_security_protocol="
+                    f"{self.security_protocol}: a client must authenticate first)"
+                )
+            answer: Future[bytes | None] = Future()
+            answer.set_result(self.handle_frame(frame, None, session))
+        finally:
+            self.queued_bytes.give(held)
+        pending.put(answer)
+        return not session.close_after
 
     # -- one request -----------------------------------------------------------
     def handle_frame(
-        self, frame: bytes, previous_produce: threading.Event | None = None
+        self,
+        frame: bytes,
+        previous_produce: threading.Event | None = None,
+        session: Any = None,
     ) -> bytes | None:
         """The response frame for one request frame (None: no response, e.g. acks=0).
 
@@ -291,7 +351,7 @@ class KafkaListener:
             )
         old = LEGACY.get((api_key, api_version))
         if old is not None:
-            return self._handle_legacy(old, entry, frame, previous_produce)
+            return self._handle_legacy(old, entry, frame, previous_produce, session)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -307,6 +367,7 @@ class KafkaListener:
             correlation_id,
             getattr(header, "client_id", None),
             previous_produce,
+            session,
         )
         response = self._run(entry, ctx, request)
         if response is None:
@@ -314,7 +375,12 @@ class KafkaListener:
         return self._encode(response, correlation_id)
 
     def _handle_legacy(
-        self, old: Legacy, entry: Any, frame: bytes, previous_produce: threading.Event | None
+        self,
+        old: Legacy,
+        entry: Any,
+        frame: bytes,
+        previous_produce: threading.Event | None,
+        session: Any = None,
     ) -> bytes | None:
         """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
         try:
@@ -326,7 +392,7 @@ class KafkaListener:
             ) from None
         old.upgrade(request)
         ctx = RequestContext(
-            self, api_key, old.served_as, correlation_id, client_id, previous_produce
+            self, api_key, old.served_as, correlation_id, client_id, previous_produce, session
         )
         response = self._run(entry, ctx, request)
         if response is None:
@@ -337,7 +403,7 @@ class KafkaListener:
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         api_key, api_version = ctx.api_key, ctx.api_version
         try:
-            return entry.handler(ctx, request)
+            return quotas.run(ctx, request, lambda: authorize.run(entry.handler, ctx, request))
         except MalformedRequest:
             raise
         except Exception:

@@ -16,14 +16,18 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
 from sparklog.broker_lite.kafka import (
+    acl_apis,
     admin,
     coordinators,
     fetch,
     groups,
     leader_epochs,
+    limits,
     metadata,
     offsets,
     produce,
+    quotas,
+    sasl,
     transactions,
 )
 from sparklog.broker_lite.kafka.messages import make, nested
@@ -68,7 +72,7 @@ def _response_cls(version: int) -> type:
 
 
 _APIS = [
-    Api(0, "Produce", 0, 11, produce.handle_produce),
+    Api(0, "Produce", 0, 11, limits.bounded_produce(produce.handle_produce)),
     Api(1, "Fetch", 0, 17, fetch.handle_fetch),
     Api(2, "ListOffsets", 0, 9, offsets.handle_list_offsets),
     Api(3, "Metadata", 0, 12, metadata.handle_metadata),
@@ -81,6 +85,7 @@ _APIS = [
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
+    Api(17, "SaslHandshake", 1, 1, sasl.handle_sasl_handshake),
     Api(18, "ApiVersions", 0, 3, api_versions),
     Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 0, 6, admin.handle_delete_topics),
@@ -91,9 +96,12 @@ _APIS = [
     Api(25, "AddOffsetsToTxn", 0, 3, transactions.handle_add_offsets_to_txn),
     Api(26, "EndTxn", 0, 3, transactions.handle_end_txn),
     Api(28, "TxnOffsetCommit", 0, 3, transactions.handle_txn_offset_commit),
-    Api(29, "DescribeAcls", 0, 3, admin.handle_describe_acls),
+    Api(29, "DescribeAcls", 0, 3, acl_apis.handle_describe_acls),
+    Api(30, "CreateAcls", 1, 3, acl_apis.handle_create_acls),
+    Api(31, "DeleteAcls", 1, 3, acl_apis.handle_delete_acls),
     Api(32, "DescribeConfigs", 0, 4, admin.handle_describe_configs),
     Api(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+    Api(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
     Api(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
     Api(
@@ -104,6 +112,16 @@ _APIS = [
         admin.handle_incremental_alter_configs,
     ),
     Api(47, "OffsetDelete", 0, 0, admin.handle_offset_delete),
+    Api(48, "DescribeClientQuotas", 0, 1, quotas.handle_describe_client_quotas),
+    Api(49, "AlterClientQuotas", 0, 1, quotas.handle_alter_client_quotas),
+    Api(
+        50,
+        "DescribeUserScramCredentials",
+        0,
+        0,
+        sasl.handle_describe_user_scram_credentials,
+    ),
+    Api(51, "AlterUserScramCredentials", 0, 0, sasl.handle_alter_user_scram_credentials),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
     Api(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
     Api(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),

@@ -375,6 +375,19 @@ _resets.register(groups_app)
 from sparklog.cli.connect import connect_app as _connect_app  # noqa: E402
 
 app.add_typer(_connect_app, name="connect")
+from sparklog.cli.mirror import mirror_app as _mirror_app  # noqa: E402
+
+app.add_typer(_mirror_app, name="mirror")
+from sparklog.cli.security import acls_app as _acls_app  # noqa: E402
+from sparklog.cli.security import quotas_app as _quotas_app  # noqa: E402
+from sparklog.cli.security import users_app as _users_app  # noqa: E402
+
+app.add_typer(_users_app, name="users")
+app.add_typer(_acls_app, name="acls")
+app.add_typer(_quotas_app, name="quotas")
+from sparklog.cli.log_tools import log_app as _log_app  # noqa: E402
+
+app.add_typer(_log_app, name="log")
 from sparklog.cli.transactions import transactions_app as _transactions_app  # noqa: E402
 
 app.add_typer(_transactions_app, name="transactions")
@@ -578,9 +591,9 @@ def main(argv: list[str] | None = None) -> None:
     as_json = _json_errors(args)
     _setup_logging()
     try:
-        app(args=args, prog_name="sparklog", standalone_mode=False)
+        exit_code = app(args=args, prog_name="sparklog", standalone_mode=False)
     except SparklogError as exc:
-        _fail(str(exc), 1, as_json=as_json, kind=exc.code)
+        _fail(str(exc), getattr(exc, "exit_code", 1), as_json=as_json, kind=exc.code)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
@@ -600,3 +613,9 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
     except OSError as exc:
         _fail(f"{exc}", 1, as_json=as_json, kind="OS_ERROR")
+    # typer answers Ctrl-C outside a command's own handling with exit code 130, returned
+    # (not raised) when not standalone: never let it become a silent exit 0
+    if isinstance(exit_code, int) and exit_code == 130:
+        _fail("interrupted", 130, as_json=as_json, kind="INTERRUPTED")
+    if isinstance(exit_code, int) and exit_code:
+        raise SystemExit(exit_code)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sparklog.errors import SparklogError
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -108,6 +110,16 @@ NUMERIC = {
     "new",
     "records",
 }
+
+
+class CommandInterrupted(SparklogError, code="INTERRUPTED"):
+    """The user interrupted a command (Ctrl-C); the message says what it had done."""
+
+    exit_code = 130
+
+
+class PartlyDoneError(SparklogError, code="PARTLY_DONE"):
+    """A command failed after doing part of its work; the message says which part."""
 
 
 def quiet_exit() -> NoReturn:

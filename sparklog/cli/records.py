@@ -22,10 +22,18 @@ from sparklog.cli.lines import (
     line_format_from,
     record_doc,
 )
-from sparklog.cli.output import plural, print_json, quiet_exit, say, stderr
+from sparklog.cli.output import (
+    CommandInterrupted,
+    PartlyDoneError,
+    plural,
+    print_json,
+    quiet_exit,
+    say,
+    stderr,
+)
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError
+from sparklog.errors import ConfigError, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.client.consumer import Consumer
@@ -92,9 +100,11 @@ def produce(
 ) -> None:
     """Write one record per input line. From stdin, or --file (with a progress bar).
 
-    With --file every line is checked before anything is written.  From stdin a
-    malformed line stops the command, and the error says how many records before
-    it were written.
+    With --file every line is checked before anything is written (a malformed
+    line writes nothing).  From stdin a malformed line stops the command, and the
+    error says how many records before it were written.  Not all-or-nothing: if
+    a write fails, or on Ctrl-C (exit 130), the error says how many records were
+    written to each partition and the first line not written.
     """
     st = state(ctx)
     headers = list(parse_pairs(header or [], "--header").items())
@@ -139,15 +149,37 @@ def produce(
                     )
                     if progress is not None:
                         progress.advance(progress.task_ids[0], size)
+                producer.flush()  # inside: a Ctrl-C while reading may surface only here
             except ConfigError as exc:
                 producer.flush()
-                written = _count(futures, counts)
+                written, _ = _tally(futures, counts)
                 raise ConfigError(
                     f"{exc}; the {written} records before it were written "
                     f"({_partition_summary(counts)}), nothing after it"
                 ) from None
-            producer.flush()
-            _count(futures, counts)
+            except SparklogError as exc:  # the producer refused a record (e.g. too large)
+                producer.flush()
+                written, failure = _tally(futures, counts)
+                raise PartlyDoneError(
+                    f"line {len(futures) + 1}: {exc}; "
+                    f"{_written_report(written, len(futures), counts, failure)}; "
+                    "nothing after it was sent"
+                ) from exc
+            except KeyboardInterrupt:
+                # what was handed to the producer is written; the user must learn how much
+                producer.flush()
+                written, failure = _tally(futures, counts)
+                raise CommandInterrupted(
+                    f"interrupted: {_written_report(written, len(futures), counts, failure)}; "
+                    f"lines after {len(futures)} were not sent"
+                ) from None
+            written, failure = _tally(futures, counts)
+            if failure is not None:
+                error = failure[1]
+                raise PartlyDoneError(
+                    f"{type(error).__name__}: {error}; "
+                    f"{_written_report(written, len(futures), counts, failure)}"
+                ) from error
     finally:
         if progress is not None:
             progress.stop()
@@ -188,11 +220,35 @@ def _progress(total_bytes: int) -> Any:
     return progress
 
 
-def _count(futures: list[Any], counts: dict[int, int]) -> int:
-    for future in futures:
+def _tally(
+    futures: list[Any], counts: dict[int, int]
+) -> tuple[int, tuple[int, BaseException] | None]:
+    """Records written (counted per partition into ``counts``), and the first failure:
+    (its line number, its error), or None."""
+    written = 0
+    failure: tuple[int, BaseException] | None = None
+    for line_number, future in enumerate(futures, start=1):
+        error = future.exception()
+        if error is not None:
+            failure = failure or (line_number, error)
+            continue
         meta = future.get()
         counts[meta.partition] = counts.get(meta.partition, 0) + 1
-    return len(futures)
+        written += 1
+    return written, failure
+
+
+def _written_report(
+    written: int,
+    sent: int,
+    counts: dict[int, int],
+    failure: tuple[int, BaseException] | None,
+) -> str:
+    """'N of M records were written (per partition)[, the first not written: line L]'."""
+    text = f"{written} of {sent} records were written ({_partition_summary(counts)})"
+    if failure is not None:
+        text += f"; the first not written is line {failure[0]}"
+    return text
 
 
 def _partition_summary(counts: dict[int, int]) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparklog.client.config import client_settings
+from sparklog.client.security import KEYS as SECURITY_KEYS
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.types import (
     ConfigResource,
@@ -85,21 +86,25 @@ class Admin:
         """``Admin(address)``, ``Admin(bootstrap_servers=...)`` (kafka-python's
         KafkaAdminClient) or ``Admin({"bootstrap.servers": ...})`` (confluent-kafka's)."""
         address, rest = client_settings("admin", address, config)
+        security: dict[str, Any] = {}
         for key in list(rest):
             name = key.replace(".", "_")
             if name == "storage_options":
                 storage_options = rest.pop(key)
             elif name == "retry_timeout_ms":
                 retry_timeout_ms = int(rest.pop(key))
+            elif name in SECURITY_KEYS:
+                security[name] = rest.pop(key)
             elif name in _IGNORED_KEYS:
                 rest.pop(key)
         if rest:
             raise ConfigError(
                 f"unknown admin config {sorted(rest)[0]!r}; accepted: bootstrap_servers, "
-                f"storage_options, retry_timeout_ms, {', '.join(_IGNORED_KEYS)}"
+                f"storage_options, retry_timeout_ms, {', '.join(SECURITY_KEYS)}, "
+                f"{', '.join(_IGNORED_KEYS)}"
             )
         self._backend = backend or open_backend(
-            address, storage_options, retry_timeout_ms=retry_timeout_ms
+            address, storage_options, retry_timeout_ms=retry_timeout_ms, security=security
         )
         self._owns_backend = backend is None
 

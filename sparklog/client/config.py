@@ -27,6 +27,24 @@ SHARED_OPTIONS = (
     Setting(
         "retry_timeout_ms", 30_000, "broker mode: retry unreachable brokers this long", integer(1)
     ),
+    # broker mode: TLS and users, kafka-python's names (sparklog/client/security.py)
+    Setting(
+        "security_protocol",
+        None,
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (unset: $SPARKLOG_SECURITY_PROTOCOL)",
+        choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", fold_case=True),
+    ),
+    Setting(
+        "sasl_mechanism",
+        None,
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the broker checks the same users)",
+        choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", fold_case=True),
+    ),
+    Setting("sasl_plain_username", None, "SASL user", TEXT),
+    Setting("sasl_plain_password", None, "SASL password (never logged)", TEXT),
+    Setting("ssl_cafile", None, "PEM CAs that sign the brokers' certificates", TEXT),
+    Setting("ssl_certfile", None, "PEM client certificate (brokers asking for one)", TEXT),
+    Setting("ssl_keyfile", None, "PEM key of ssl_certfile", TEXT),
 )
 
 PRODUCER_OPTIONS: dict[str, Setting] = {

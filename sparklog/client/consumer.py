@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from sparklog.client.config import CONSUMER_OPTIONS, client_settings, parse_config
 from sparklog.client.membership import GroupMembership
+from sparklog.client.security import KEYS as SECURITY_KEYS
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.types import (
     CREATE_TIME,
@@ -111,6 +112,7 @@ class Consumer:
             address,
             self.config["storage_options"],
             retry_timeout_ms=self.config["retry_timeout_ms"],
+            security={k: self.config[k] for k in SECURITY_KEYS},
             create=False,  # reading never creates a root
         )
         self._owns_backend = backend is None

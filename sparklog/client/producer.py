@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from sparklog.client.config import PRODUCER_OPTIONS, client_settings, parse_config
 from sparklog.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from sparklog.client.security import KEYS as SECURITY_KEYS
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.transports.base import ProduceResult, ProducerIdentity
 from sparklog.client.types import BatchMetadata, RecordMetadata
@@ -391,6 +392,7 @@ class Producer:
             address,
             self.config["storage_options"],
             retry_timeout_ms=self.config["retry_timeout_ms"],
+            security={k: self.config[k] for k in SECURITY_KEYS},
         )
         self._owns_backend = backend is None
         self._cv = threading.Condition()

@@ -48,7 +48,12 @@ from sparklog.errors import (
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.storage import LogRoot
-from sparklog.storage.documents import VersionedDocument, version_key
+from sparklog.storage.documents import (
+    VersionedDocument,
+    encode_document,
+    parse_document,
+    version_key,
+)
 from sparklog.storage.groups import group_key, validate_group_name
 from sparklog.topic_partition import TopicPartition
 
@@ -125,12 +130,11 @@ class _StateDoc:
         if cache is not None and time.monotonic() - cache[2] < CACHE_TRUST_S:
             version, doc, stamp = cache
             while True:
-                raw = self.versions.store.get_or_none(
-                    version_key(self.versions.prefix, version + 1)
-                )
+                key = version_key(self.versions.prefix, version + 1)
+                raw = self.versions.store.get_or_none(key)
                 if raw is None:
                     break
-                version, doc = version + 1, json.loads(raw)
+                version, doc = version + 1, parse_document(raw, f"{self.versions.store.url}/{key}")
             self._cache = (version, doc, stamp)
             return version, _copy(doc)
         version, found = self.versions.latest()
@@ -272,10 +276,7 @@ class GroupCoordinator:
 
     # -- plumbing ----------------------------------------------------------
     def _doc(self, group: str) -> _StateDoc:
-        try:
-            validate_group_name(group)
-        except SparklogError as exc:
-            raise exc from None
+        validate_group_name(group)
         doc = self._docs.get(group)
         if doc is None:
             made = (
@@ -297,14 +298,8 @@ class GroupCoordinator:
         if self.in_memory:
             self._beats[(group, member_id)] = _now_ms()
             return
-        data = json.dumps({"ms": _now_ms()}).encode()
-        self._storage(lambda: self.root.store.put(self._heartbeat_key(group, member_id), data))
-
-    def _storage(self, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except SparklogError as exc:
-            raise exc from None
+        data = encode_document({"ms": _now_ms()})
+        self.root.store.put(self._heartbeat_key(group, member_id), data)
 
     def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
         if self.in_memory:
@@ -312,11 +307,11 @@ class GroupCoordinator:
             since = state.loaded_ms if isinstance(state, _MemoryStateDoc) else 0
             return {m: self._beats.get((group, m), since) for m in members}
         keys = {self._heartbeat_key(group, m): m for m in members}
-        found = self._storage(lambda: self.root.store.get_many(keys))
+        found = self.root.store.get_many(keys)
         out = {}
         for key, member in keys.items():
             raw = found.get(key)
-            out[member] = json.loads(raw)["ms"] if raw else 0
+            out[member] = int(parse_document(raw, f"heartbeat {key}").get("ms", 0)) if raw else 0
         return out
 
     def _partition_counts(self, topics: set[str]) -> dict[str, int]:
@@ -442,7 +437,7 @@ class GroupCoordinator:
         def change(doc: dict[str, Any]) -> dict[str, Any] | None:
             return doc if self._maintain(group, doc, _now_ms(), caller) else None
 
-        return self._storage(lambda: state.update(change))
+        return state.update(change)
 
     # -- validation --------------------------------------------------------
     def _check_member_id(self, member_id: str) -> None:
@@ -641,7 +636,7 @@ class GroupCoordinator:
             self._complete_if_ready(doc, now)
             return doc
 
-        start = self._storage(lambda: state.update(join))
+        start = state.update(join)
         if took_over[0]:  # a static member back in its place: no rebalance, same generation
             return self._join_result(start, member, everyone=start["leader"] == member)
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
@@ -659,7 +654,7 @@ class GroupCoordinator:
                 return self._join_result(doc, member, everyone=True)
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
                 # a newer rebalance began after ours completed unseen: join it too
-                self._storage(lambda: state.update(join))
+                state.update(join)
             # a member waiting here is alive: in memory that costs nothing and is said at
             # every look (a slow state write must not expire it); over storage, a PUT
             # every third of its session
@@ -732,7 +727,7 @@ class GroupCoordinator:
             return doc if changed else None
 
         while True:
-            doc = self._storage(lambda: state.update(sync))
+            doc = state.update(sync)
             if doc["state"] == PREPARING:
                 raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             self._check_generation(doc, generation, member_id)
@@ -786,11 +781,11 @@ class GroupCoordinator:
             self._remove_members(doc, [leaving], _now_ms())
             return doc
 
-        self._storage(lambda: state.update(leave))
+        state.update(leave)
         if self.in_memory:
             self._beats.pop((group, member_id), None)
         else:
-            self._storage(lambda: self.root.store.delete(self._heartbeat_key(group, member_id)))
+            self.root.store.delete(self._heartbeat_key(group, member_id))
 
     def commit_offsets(
         self,
@@ -828,15 +823,13 @@ class GroupCoordinator:
                 topic_ids[topic] = self.root.describe_topic(topic).topic_id
             except SparklogError:
                 topic_ids[topic] = ""
-        self._storage(
-            lambda: self.root.groups.commit(
-                group,
-                clean,
-                metadata=metadata,
-                topic_ids=topic_ids,
-                generation=generation if member_id else None,
-                member_id=member_id,
-            )
+        self.root.groups.commit(
+            group,
+            clean,
+            metadata=metadata,
+            topic_ids=topic_ids,
+            generation=generation if member_id else None,
+            member_id=member_id,
         )
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
@@ -845,7 +838,7 @@ class GroupCoordinator:
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
         self._doc(group)
-        found = self._storage(lambda: self.root.groups.fetch(group))
+        found = self.root.groups.fetch(group)
         return {tp: (c.offset, c.metadata) for tp, c in found.items()}
 
     def group_state(self, group: str) -> dict[str, Any]:
@@ -853,7 +846,7 @@ class GroupCoordinator:
         return self._current(group)
 
     def list_groups(self) -> list[str]:
-        return list(self._storage(self.root.groups.list_groups))
+        return list(self.root.groups.list_groups())
 
     def describe_group(self, group: str) -> dict[str, Any]:
         """State, generation, members with assignments, and lag per committed partition."""
@@ -904,7 +897,7 @@ class GroupCoordinator:
                 f"group {group!r} has {len(doc['members'])} active members; only empty groups "
                 "can be deleted"
             )
-        self._storage(lambda: self.root.groups.delete(group))
+        self.root.groups.delete(group)
         self._docs.pop(group, None)
 
     def delete_offsets(

@@ -114,6 +114,13 @@ def test_broker_whose_store_is_gone_says_it_lost_its_lease(proxied_s3: ProxiedS3
         cluster = server.broker.cluster
         assert cluster is not None
         wait_for(lambda: not cluster.healthy, 30, "the lease to lapse")
+        registry = server.broker.metrics.registry
+
+        def shards(state: str) -> float | None:
+            return registry.get_sample_value("sparklog_leadership_shards", {"state": state})
+
+        # the operator can see why: the shard it led is held back by its stale lease
+        wait_for(lambda: shards("lease_stale") == 1 and shards("leading") == 0, 30, "the metric")
         with pytest.raises(NotLeaderOrFollowerError) as info:
             server.broker.produce("t", [(0, make_batch([b"b"]))])
         assert "lost its lease" in str(info.value)

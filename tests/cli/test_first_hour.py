@@ -45,6 +45,28 @@ COMMANDS = [
     ["connect", "postgres-source"],
     ["connect", "list"],
     ["connect", "status"],
+    ["mirror"],
+    ["mirror", "create"],
+    ["mirror", "list"],
+    ["mirror", "describe"],
+    ["mirror", "pause"],
+    ["mirror", "resume"],
+    ["mirror", "delete"],
+    ["mirror", "promote"],
+    ["mirror", "run"],
+    ["users"],
+    ["users", "create"],
+    ["users", "delete"],
+    ["users", "list"],
+    ["acls"],
+    ["acls", "add"],
+    ["acls", "remove"],
+    ["acls", "list"],
+    ["quotas"],
+    ["quotas", "alter"],
+    ["quotas", "describe"],
+    ["log"],
+    ["log", "check"],
 ]
 
 
@@ -84,6 +106,12 @@ READ_ONLY = [
     ["groups", "describe", "g"],
     ["consume", "events", "--timeout-ms", "200"],
     ["offsets", "events"],
+    ["mirror", "list"],
+    ["mirror", "describe", "dr"],
+    ["users", "list"],
+    ["acls", "list"],
+    ["quotas", "describe"],
+    ["log", "check"],
 ]
 
 

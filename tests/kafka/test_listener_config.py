@@ -14,7 +14,11 @@ def test_defaults_and_environment() -> None:
     assert (config.kafka_listen, config.kafka_advertised) == ("127.0.0.1:9092", "")
     config = load_config(
         None,
-        env={"SPARKLOG_KAFKA_LISTEN": "0.0.0.0:0", "SPARKLOG_KAFKA_ADVERTISED": "kafka.local:9"},
+        env={
+            "SPARKLOG_KAFKA_LISTEN": "0.0.0.0:0",
+            "SPARKLOG_KAFKA_ADVERTISED": "kafka.local:9",
+            "SPARKLOG_ALLOW_INSECURE_LISTENER": "true",
+        },
     )
     assert (config.kafka_listen, config.kafka_advertised) == ("0.0.0.0:0", "kafka.local:9")
     assert load_config(None, {"kafka_listen": ""}, env={}).kafka_listen == ""

@@ -5,7 +5,11 @@ Runs on every backend (file, memory, s3).
 
 from __future__ import annotations
 
+import os
+import pathlib
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -14,8 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparklog.errors import OffsetOutOfRangeError
+from sparklog.errors import OffsetOutOfRangeError, StoreUnavailableError
 from sparklog.storage import make_batch, open_root
+from sparklog.storage.clock import now_ms
+from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import (
     DEFAULT_GC_GRACE_MS,
     REBATCH_MAX_ROWS,
@@ -26,6 +32,7 @@ from sparklog.storage.maintenance import (
     rebatch,
     run_maintenance,
 )
+from sparklog.storage.objectstore import ObjectStore
 
 NOW = 10_000_000
 
@@ -309,3 +316,98 @@ def test_rebatch_keeps_rows_in_order_in_bounded_batches(rows, seed):
     bound = min(max(int(REBATCH_TARGET_BYTES / per_row), 1), REBATCH_MAX_ROWS)
     assert all(b.num_rows <= bound for b in out)
     assert len(out) == -(-table.num_rows // bound)
+
+
+def test_gc_removes_temp_files_a_killed_writer_left_and_only_old_ones(tmp_path):
+    root = open_root(f"file://{tmp_path}/root")
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    objects = pathlib.Path(topic.store.url.removeprefix("file://")) / "objects"
+    objects.mkdir(parents=True)
+    stale, fresh = objects / "a.arrow.tmp-dead", objects / "b.arrow.tmp-live"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    now = now_ms()
+    old_s = (now - STAGED_OBJECT_MAX_AGE_MS - 60_000) / 1000
+    os.utime(stale, (old_s, old_s))
+    report = collect_garbage(topic, 0, now=now)
+    assert [k.rsplit("/", 1)[-1] for k in report.temp_files_removed] == [stale.name]
+    assert not stale.exists() and fresh.exists()
+
+
+def test_a_failed_overwrite_leaves_no_temp_file(tmp_path):
+    """A write that fails (a full disk; here: the target is a folder) removes its temp file."""
+    store = ObjectStore(f"file://{tmp_path}/root")
+    (tmp_path / "root" / "hints" / "lease.json").mkdir(parents=True)
+    (tmp_path / "root" / "hints" / "lease.json" / "inside").write_bytes(b"x")
+    with pytest.raises(StoreUnavailableError):
+        store.put("hints/lease.json", b"{}")
+    assert [p.name for p in (tmp_path / "root" / "hints").iterdir()] == ["lease.json"]
+
+
+def test_a_key_map_too_small_for_the_dirty_part_compacts_it_a_prefix_per_pass(root):
+    """Kafka's cleaner with a full dedupe buffer: each pass compacts the dirty segments
+    whose keys fit, the next pass the rest; the end result is the full compaction."""
+    rng = random.Random(7)
+    root.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
+    topic = root.topic("c")
+    keys = [b"key-%03d" % i for i in range(60)]
+    batches = [
+        [(rng.choice(keys), rng.randbytes(20), NOW) for _ in range(rng.randint(5, 15))]
+        for _ in range(10)
+    ]
+    model = fill(topic, batches)
+    passes = []
+    while True:
+        report = compact(topic, 0, now=NOW, key_map_bytes_max=600)  # ~ a segment's keys
+        if not report.replaced_segments:
+            break
+        passes.append(report)
+    assert len(passes) > 1  # bounded: it could not take the dirty part at once
+    assert contents(topic.partition(0), 0) == compaction_model(model, NOW, 86_400_000)
+
+
+_MEASURE_COMPACTION = """
+import resource, sys
+from sparklog.storage import open_root
+from sparklog.storage.maintenance import compact
+topic = open_root(sys.argv[1]).topic("big")
+topic.partition(0).refresh()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+report = compact(topic, 0, now=int(sys.argv[2]))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(after - before, report.records_before, report.records_after)
+"""
+
+
+@pytest.mark.slow
+def test_compaction_memory_is_bounded_by_segments_not_the_partition(tmp_path):
+    """A 64 MB partition whose 1,000 keys survive: compaction's peak memory stays a
+    fraction of the partition (it read the whole partition at once: +128 MB for 40 MB)."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    root.create_topic("big", 1, {"cleanup.policy": "compact", "segment.bytes": 4 << 20})
+    topic = root.topic("big")
+    rng = random.Random(3)
+    value_bytes, per_batch = 4096, 1024
+    for _ in range(16):  # 16 x 4 MiB, incompressible
+        keys = [b"k%04d" % rng.randrange(1000) for _ in range(per_batch)]
+        topic.append(
+            0,
+            make_batch(
+                [rng.randbytes(value_bytes) for _ in keys],
+                keys=keys,
+                timestamps_ms=[NOW] * per_batch,
+            ),
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE_COMPACTION, url, str(NOW)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    grown_kib, before, after = (int(x) for x in done.stdout.split())
+    assert before == 16 * per_batch and after <= 1000
+    partition_kib = 16 * per_batch * value_bytes // 1024
+    assert grown_kib < partition_kib // 3, (grown_kib, partition_kib)  # was 160 MB for 64

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sparklog.errors import CommitStateUnknownError, StoreUnavailableError
+from sparklog.errors import CommitStateUnknownError, StoreAccessError, StoreUnavailableError
 from sparklog.retry import retrying
 from sparklog.storage.objectstore import ObjectStore
 from tests.support.s3 import MotoS3
@@ -112,3 +112,40 @@ def test_unknown_storage_option_is_named_as_a_configuration_error(moto_s3: MotoS
     options = {**moto_s3.storage_options, "client_kwargs": {"endpoint_uri": "http://x"}}
     with pytest.raises(ValueError, match=r"storage options \['client_kwargs', 'key', 'secret'\]"):
         ObjectStore(moto_s3.fresh_root(), options).get_or_none("k")
+
+
+def test_a_missing_bucket_is_not_retried_and_names_the_credential_source(moto_s3: MotoS3) -> None:
+    """Waiting never fixes a bucket name or a credential: no retry, and the error says
+    which storage options supplied the credentials (by name, never their values)."""
+    store = ObjectStore("s3://no-such-bucket-here/root", moto_s3.storage_options)
+    calls = []
+
+    def write() -> bool:
+        calls.append(1)
+        return store.create("k.json", b"{}")
+
+    with pytest.raises(StoreAccessError) as info:
+        retrying(write, deadline_ms=30_000)
+    assert len(calls) == 1 and not info.value.retriable
+    message = str(info.value)
+    assert "no-such-bucket-here" in message and "storage options key, secret" in message
+    assert moto_s3.storage_options["secret"] not in message
+
+
+def test_a_local_commit_is_fsynced_before_it_gets_its_name(tmp_path, monkeypatch) -> None:
+    """A machine crash must not leave a torn commit (it makes a whole shard unreadable).
+
+    A machine crash cannot run here, so this watches the order of the calls that
+    make it impossible: the temp file's fsync comes before the link, whatever the
+    root's ``fsync`` setting (which adds the folder's fsync after the link)."""
+    import os
+
+    calls: list[str] = []
+    real_fsync, real_link = os.fsync, os.link
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "link", lambda a, b: (calls.append("link"), real_link(a, b))[1])
+    assert ObjectStore(f"file://{tmp_path}/plain").create("log/1.json", b"{}")
+    assert calls == ["fsync", "link"]
+    calls.clear()
+    assert ObjectStore(f"file://{tmp_path}/durable", fsync=True).create("log/1.json", b"{}")
+    assert calls == ["fsync", "link", "fsync"]

@@ -16,18 +16,26 @@ def open_backend(
     *,
     retry_timeout_ms: int | None = None,
     create: bool = True,
+    security: Mapping[str, Any] | None = None,
 ) -> Backend:
     """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``).
 
     ``retry_timeout_ms`` bounds how long broker calls retry an unreachable or
     leaderless cluster before failing (default 30 s).  ``create=False`` opens a
     storage root read-only: a missing root is an error instead of being created.
+    ``security``: TLS and SASL settings for brokers, kafka-python's names
+    (:mod:`sparklog.client.security`; unset ones from ``SPARKLOG_<NAME>``).
     """
     parsed = parse_address(address)
     if parsed.bootstrap is not None:
+        from sparklog.client.security import security_of
         from sparklog.client.transports.flight import BrokerBackend
 
-        return BrokerBackend(parsed.bootstrap, retry_timeout_ms=retry_timeout_ms or 30_000)
+        return BrokerBackend(
+            parsed.bootstrap,
+            retry_timeout_ms=retry_timeout_ms or 30_000,
+            security=security_of(security),
+        )
     from sparklog.client.transports.embedded import EmbeddedBackend
 
     assert parsed.root is not None

@@ -35,9 +35,11 @@ METADATA_TTL_S = 5.0
 class BrokerBackend(TopicCalls, GroupCalls):
     """Producer/consumer/admin calls through brokers at ``host:port[,host:port]``."""
 
-    def __init__(self, bootstrap: str, *, retry_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, bootstrap: str, *, retry_timeout_ms: int = 30_000, security: Any = None
+    ) -> None:
         self.address = f"sparklog://{bootstrap}"
-        self.client = BrokerClient(bootstrap, retry_timeout_ms=retry_timeout_ms)
+        self.client = BrokerClient(bootstrap, retry_timeout_ms=retry_timeout_ms, security=security)
         self._group_api = self._topic_api = self.client
         self._pool: ThreadPoolExecutor | None = None
         self._meta: dict[str, tuple[TopicMetadata, float]] = {}

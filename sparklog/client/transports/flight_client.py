@@ -119,7 +119,13 @@ class BrokerClient:
         retry_timeout_ms: int = 30_000,
         request_timeout_s: float = 60.0,
         discover: bool = True,
+        security: Any = None,
     ) -> None:
+        from sparklog.client.security import ClientSecurity
+
+        #: TLS and SASL (sparklog.client.security.ClientSecurity); None: PLAINTEXT
+        self.security: ClientSecurity = security or ClientSecurity()
+        self._headers = self.security.headers()
         self.bootstrap = parse_bootstrap(bootstrap)
         self.retry_timeout_ms = retry_timeout_ms
         self.request_timeout_s = request_timeout_s
@@ -158,7 +164,9 @@ class BrokerClient:
                 raise SparklogError("broker client is closed")
             conn = self._conns.get(location)
             if conn is None:
-                conn = flight.connect(f"grpc://{location}")
+                conn = flight.connect(
+                    f"{self.security.scheme}://{location}", **self.security.connect_options()
+                )
                 self._conns[location] = conn
             return conn
 
@@ -167,9 +175,19 @@ class BrokerClient:
             self._conns.pop(location, None)
 
     def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
-        return flight.FlightCallOptions(timeout=timeout_s or self.request_timeout_s)
+        return flight.FlightCallOptions(
+            timeout=timeout_s or self.request_timeout_s, headers=self._headers
+        )
 
     def _translate(self, location: str, exc: Exception) -> SparklogError:
+        if isinstance(exc, flight.FlightUnauthenticatedError):
+            from sparklog.errors import SaslAuthenticationFailedError
+
+            return SaslAuthenticationFailedError(f"broker {location}: {_first_line(exc)}")
+        if isinstance(exc, flight.FlightUnauthorizedError):
+            from sparklog.errors import ClusterAuthorizationFailedError
+
+            return ClusterAuthorizationFailedError(f"broker {location}: {_first_line(exc)}")
         if isinstance(exc, flight.FlightError):
             err = decode(str(exc))
             if err is None and getattr(exc, "extra_info", None):
@@ -623,3 +641,8 @@ class BrokerClient:
         return wire.decode_partition_errors(
             self._group_action("delete_offsets", group=group, partitions=pairs)
         )
+
+
+def _first_line(exc: Exception) -> str:
+    """The server's message without gRPC's detail lines."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,117 @@
+"""TLS and users on the Flight listener (``flight_security_protocol``), DESIGN.md §7.
+
+``SSL``/``SASL_SSL`` serve ``grpc+tls://`` with the Kafka listener's
+certificate keys (``ssl_certfile``, ``ssl_keyfile``; ``ssl_client_auth`` with
+``ssl_cafile`` asks clients for certificates).  ``SASL_PLAINTEXT``/``SASL_SSL``
+require Flight's basic-auth header on every call (``authorization: Basic
+base64(user:password)``), checked against the same SCRAM users as the Kafka
+listener; a wrong or missing one is refused with UNAUTHENTICATED.  A checked
+(user, password) pair is remembered by its digest while the user's credential
+is unchanged, so a call costs one hash, not a PBKDF2.
+
+Authorisation: with ``authorizer = "acl"`` only super users may call the Flight
+listener (its calls are not mapped to ACL operations yet); Kafka clients get
+the per-resource checks.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from typing import Any
+
+import pyarrow.flight as flight
+
+from sparklog.security import scram, users
+
+
+def scheme(config: Any) -> str:
+    return "grpc+tls" if config.flight_security_protocol in ("SSL", "SASL_SSL") else "grpc"
+
+
+def server_options(config: Any) -> dict[str, Any]:
+    """Keyword arguments of ``FlightServerBase`` for TLS (none for plain gRPC)."""
+    if scheme(config) != "grpc+tls":
+        return {}
+    with open(config.ssl_certfile, "rb") as f:
+        cert = f.read()
+    with open(config.ssl_keyfile, "rb") as f:
+        key = f.read()
+    options: dict[str, Any] = {"tls_certificates": [(cert, key)]}
+    if config.ssl_client_auth != "none" and config.ssl_cafile:
+        with open(config.ssl_cafile, "rb") as f:
+            options["root_certificates"] = f.read()
+        options["verify_client"] = True
+    return options
+
+
+class _Authenticated(flight.ServerMiddleware):
+    def __init__(self, principal: str) -> None:
+        super().__init__()
+        self.principal = principal
+
+
+class BasicAuth(flight.ServerMiddlewareFactory):
+    """Checks every call's basic-auth header against the metadata log's users."""
+
+    def __init__(self, broker: Any) -> None:
+        super().__init__()
+        self.broker = broker
+        self.config = broker.config
+        self._checked: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _principal(self, header: str) -> str | None:
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "basic":
+            return None
+        try:
+            user, sep, password = base64.b64decode(token, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not sep or not user:
+            return None
+        image = self.broker.root.metadata.image()
+        for mechanism in scram.MECHANISMS:
+            credential = users.credential(image, user, mechanism)
+            if credential is None:
+                continue
+            digest = hashlib.sha256(
+                f"{user}\0{password}\0{credential['stored_key']}".encode()
+            ).hexdigest()
+            with self._lock:
+                if self._checked.get(digest) == user:
+                    return f"User:{user}"
+            if scram.check_password(mechanism, credential, password):
+                with self._lock:
+                    if len(self._checked) > 10_000:
+                        self._checked.clear()
+                    self._checked[digest] = user
+                return f"User:{user}"
+        return None
+
+    def start_call(self, info: Any, headers: Any) -> flight.ServerMiddleware:
+        values = headers.get("authorization") or []
+        principal = self._principal(str(values[0])) if values else None
+        if principal is None:
+            raise flight.FlightUnauthenticatedError(
+                "SASL_AUTHENTICATION_FAILED: this broker's Flight listener needs a user "
+                "(security_protocol SASL_PLAINTEXT or SASL_SSL, sasl_plain_username, "
+                "sasl_plain_password); the one given was missing or wrong"
+            )
+        if self.config.authorizer == "acl":
+            supers = {p.strip() for p in str(self.config.super_users).split(";") if p.strip()}
+            if principal not in supers:
+                raise flight.FlightUnauthorizedError(
+                    f"CLUSTER_AUTHORIZATION_FAILED: {principal} may not call the Flight "
+                    'listener (with authorizer = "acl" only super users may; Kafka '
+                    "clients get per-resource ACLs)"
+                )
+        return _Authenticated(principal)
+
+
+def middleware(broker: Any) -> dict[str, flight.ServerMiddlewareFactory]:
+    if broker.config.flight_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return {"auth": BasicAuth(broker)}
+    return {}

@@ -1,0 +1,483 @@
+"""ACL checks around every Kafka API handler (``authorizer = "acl"``), as Kafka's KafkaApis.
+
+:func:`run` sits between the listener's dispatch and the handler.  A request
+about several topics (Produce, Fetch, ListOffsets, ...) runs the handler on
+the topics the principal may act on, and answers the others with
+TOPIC_AUTHORIZATION_FAILED in the same response, as Kafka does; a group API
+the principal may not use on its group answers GROUP_AUTHORIZATION_FAILED;
+cluster-wide APIs answer CLUSTER_AUTHORIZATION_FAILED.  Metadata leaves out
+the topics the principal may not describe when it asks for all of them.  An
+API this module does not know is allowed to super users only (deny by
+default).  Without an authorizer :func:`run` only calls the handler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import uuid
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka import acl
+from sparklog.broker_lite.kafka.messages import _field_info, make, nested
+
+Handler = Callable[[Any, Any], Any]
+CLUSTER = acl.CLUSTER_NAME
+#: APIs every connection may send (authentication and version discovery)
+OPEN_APIS = frozenset({17, 18, 36, 50, 51})
+TOPIC_DENIED = acl.DENIED["TOPIC"].errno
+GROUP_DENIED = acl.DENIED["GROUP"].errno
+CLUSTER_DENIED = acl.DENIED["CLUSTER"].errno
+TXN_DENIED = acl.DENIED["TRANSACTIONAL_ID"].errno
+ZERO_ID = uuid.UUID(int=0)
+
+
+def blank(cls: type, **values: Any) -> Any:
+    """An instance of a kio entity from ``values``, its other required fields zero-like."""
+    filled = dict(values)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type,unused-ignore]
+        if f.name in filled:
+            continue
+        kafka_type, required = _field_info(cls)[f.name]
+        if not required:
+            continue
+        text = str(f.type)
+        if text.startswith("tuple") or "tuple[" in text:
+            filled[f.name] = ()
+        elif kafka_type in ("string",):
+            filled[f.name] = None if "None" in text else ""
+        elif kafka_type == "uuid":
+            filled[f.name] = None if "None" in text else ZERO_ID
+        elif kafka_type == "bool":
+            filled[f.name] = False
+        elif kafka_type in ("records", "bytes"):
+            filled[f.name] = None if "None" in text else b""
+        elif kafka_type in ("error_code", "timedelta_i32", "timedelta_i64"):
+            filled[f.name] = 0
+        elif kafka_type is not None and kafka_type.startswith(("int", "uint", "float", "date")):
+            filled[f.name] = -1
+        elif "None" in text:
+            filled[f.name] = None
+        else:  # a nested entity
+            inner = getattr(sys.modules[cls.__module__], text.rsplit(".", 1)[-1], None)
+            filled[f.name] = blank(inner) if isinstance(inner, type) else None
+    return make(cls, **filled)
+
+
+def _replace(request: Any, **changes: Any) -> Any:
+    """``request`` with ``changes``: a kio entity, or a legacy version's namespace."""
+    if isinstance(request, SimpleNamespace):
+        return SimpleNamespace(**{**vars(request), **changes})
+    return dataclasses.replace(request, **changes)
+
+
+def _response_cls(ctx: Any) -> type:
+    return load_response_schema(ctx.api_key, ctx.api_version)
+
+
+def _refuse_all(ctx: Any, errno: int) -> Any:
+    """The API's response with ``errno`` as its error (lists empty)."""
+    from sparklog.errors import error_for_errno
+
+    return blank(
+        _response_cls(ctx),
+        error_code=errno,
+        error_message=f"{error_for_errno(errno).code}: not authorized",
+        throttle_time=0,
+    )
+
+
+def _first_field(obj: Any, *names: str) -> str:
+    for name in names:
+        if hasattr(obj, name):
+            return name
+    raise AttributeError(names)
+
+
+# -- requests about topics ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TopicApi:
+    """Where one API keeps its topics and partitions, in the request and the response."""
+
+    operation: str
+    request_topics: str
+    response_topics: str
+    response_topic: str
+    response_partition: str | None = None
+
+
+TOPIC_APIS: dict[int, TopicApi] = {
+    0: TopicApi("WRITE", "topic_data", "responses", "TopicProduceResponse",
+                "PartitionProduceResponse"),
+    1: TopicApi("READ", "topics", "responses", "FetchableTopicResponse", "PartitionData"),
+    2: TopicApi("DESCRIBE", "topics", "topics", "ListOffsetsTopicResponse",
+                "ListOffsetsPartitionResponse"),
+    8: TopicApi("READ", "topics", "topics", "OffsetCommitResponseTopic",
+                "OffsetCommitResponsePartition"),
+    19: TopicApi("CREATE", "topics", "topics", "CreatableTopicResult"),
+    20: TopicApi("DELETE", "topics", "responses", "DeletableTopicResult"),
+    21: TopicApi("DELETE", "topics", "topics", "DeleteRecordsTopicResult",
+                 "DeleteRecordsPartitionResult"),
+    23: TopicApi("DESCRIBE", "topics", "topics", "OffsetForLeaderTopicResult", "EpochEndOffset"),
+    37: TopicApi("ALTER", "topics", "results", "CreatePartitionsTopicResult"),
+}  # fmt: skip
+
+
+def _topic_name(ctx: Any, item: Any) -> str:
+    name = getattr(item, "name", None) or getattr(item, "topic", None)
+    if name:
+        return str(name)
+    topic_id = getattr(item, "topic_id", None)
+    if topic_id is not None:
+        from sparklog.broker_lite.kafka import topic_ids
+
+        found = topic_ids.name_of(ctx.broker, topic_id)
+        if found:
+            return str(found)
+    return ""
+
+
+def _partitions_of(item: Any) -> list[int]:
+    for field in ("partition_data", "partitions", "partition_indexes"):
+        parts = getattr(item, field, None)
+        if parts is None:
+            continue
+        out = []
+        for p in parts:
+            if isinstance(p, int):
+                out.append(int(p))
+            else:
+                name = _first_field(p, "index", "partition_index", "partition")
+                out.append(int(getattr(p, name)))
+        return out
+    return []
+
+
+def _may_topic(ctx: Any, operation: str, name: str) -> bool:
+    if operation == "CREATE":
+        return acl.allowed(ctx, "CREATE", "CLUSTER", CLUSTER) or acl.allowed(
+            ctx, "CREATE", "TOPIC", name
+        )
+    return acl.allowed(ctx, operation, "TOPIC", name)
+
+
+def _denied_topic(ctx: Any, api: TopicApi, item: Any, name: str, errno: int) -> Any:
+    cls = _response_cls(ctx)
+    topic_cls = nested(cls, api.response_topic)
+    message = f"not authorized to {api.operation.lower()} topic {name!r}"
+    values: dict[str, Any] = {
+        "name": name,
+        "topic": name,
+        "topic_id": getattr(item, "topic_id", None) or ZERO_ID,
+        "error_code": errno,
+        "error_message": message,
+    }
+    if api.response_partition is not None:
+        part_cls = nested(cls, api.response_partition)
+        part_field = next(
+            f for f in ("partition_responses", "partitions") if f in _field_info(topic_cls)
+        )
+        values[part_field] = tuple(
+            blank(
+                part_cls,
+                **{
+                    k: v
+                    for k, v in {
+                        "index": p,
+                        "partition_index": p,
+                        "partition": p,
+                        "error_code": errno,
+                        "error_message": message,
+                        "records": None,
+                    }.items()
+                    if k in _field_info(part_cls)
+                },
+            )
+            for p in _partitions_of(item)
+        )
+    info = _field_info(topic_cls)
+    return blank(topic_cls, **{k: v for k, v in values.items() if k in info})
+
+
+def _topics_guard(handler: Handler, ctx: Any, request: Any, errno: int = TOPIC_DENIED) -> Any:
+    api = TOPIC_APIS[ctx.api_key]
+    items = getattr(request, api.request_topics, None)
+    if ctx.api_key == 20 and not items and getattr(request, "topic_names", None):
+        # DeleteTopics before v6: names only
+        names = list(request.topic_names)
+        keep_names = tuple(n for n in names if _may_topic(ctx, "DELETE", n))
+        denied_names = [n for n in names if n not in keep_names]
+        response = handler(ctx, _replace(request, topic_names=keep_names))
+        extra = tuple(
+            blank(nested(_response_cls(ctx), api.response_topic), name=n, error_code=errno)
+            for n in denied_names
+        )
+        return dataclasses.replace(response, responses=tuple(response.responses) + extra)
+    keep: list[tuple[Any, str]] = []
+    denied: list[tuple[Any, str]] = []
+    for item in items or ():
+        name = _topic_name(ctx, item)
+        (keep if name and _may_topic(ctx, api.operation, name) else denied).append((item, name))
+    if not denied:
+        return handler(ctx, request)
+    reduced = _replace(request, **{api.request_topics: tuple(i for i, _ in keep)})
+    response = handler(ctx, reduced)
+    if response is None:  # acks=0
+        return None
+    extra = tuple(_denied_topic(ctx, api, item, name, errno) for item, name in denied)
+    current = tuple(getattr(response, api.response_topics))
+    return dataclasses.replace(response, **{api.response_topics: current + extra})
+
+
+def _offset_commit(handler: Handler, ctx: Any, request: Any) -> Any:
+    if not acl.allowed(ctx, "READ", "GROUP", request.group_id):
+        return _topics_denied_all(ctx, request, GROUP_DENIED)
+    return _topics_guard(handler, ctx, request)
+
+
+def _topics_denied_all(ctx: Any, request: Any, errno: int) -> Any:
+    api = TOPIC_APIS[ctx.api_key]
+    items = getattr(request, api.request_topics, None)
+    topics = tuple(
+        _denied_topic(ctx, api, item, _topic_name(ctx, item), errno) for item in items or ()
+    )
+    return blank(_response_cls(ctx), throttle_time=0, **{api.response_topics: topics})
+
+
+# -- Metadata ---------------------------------------------------------------------------
+def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
+    topics = request.topics
+    if topics is None:  # every topic: keep the describable ones
+        response = handler(ctx, request)
+        return dataclasses.replace(
+            response,
+            topics=tuple(t for t in response.topics if _may_topic(ctx, "DESCRIBE", str(t.name))),
+        )
+    keep: list[tuple[Any, str]] = []
+    denied: list[tuple[Any, str]] = []
+    for item in topics:
+        name = _topic_name(ctx, item)
+        (keep if name and _may_topic(ctx, "DESCRIBE", name) else denied).append((item, name))
+    changes: dict[str, Any] = {"topics": tuple(i for i, _ in keep)}
+    if getattr(request, "allow_auto_topic_creation", False) and not all(
+        _may_topic(ctx, "CREATE", name) for _, name in keep
+    ):
+        changes["allow_auto_topic_creation"] = False
+    response = handler(ctx, _replace(request, **changes)) if keep else None
+    topic_cls = nested(_response_cls(ctx), "MetadataResponseTopic")
+    extra = tuple(
+        blank(
+            topic_cls,
+            error_code=TOPIC_DENIED,
+            name=name or None,
+            topic_id=getattr(item, "topic_id", None) or ZERO_ID,
+            is_internal=False,
+            topic_authorized_operations=-(2**31),
+        )
+        for item, name in denied
+    )
+    if response is None:
+        response = handler(
+            ctx,
+            _replace(request, topics=(), allow_auto_topic_creation=False),
+        )
+        return dataclasses.replace(response, topics=extra)
+    return dataclasses.replace(response, topics=tuple(response.topics) + extra)
+
+
+# -- groups ---------------------------------------------------------------------------
+def _group_whole(operation: str) -> Callable[[Handler, Any, Any], Any]:
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        if acl.allowed(ctx, operation, "GROUP", str(request.group_id)):
+            return handler(ctx, request)
+        return _refuse_all(ctx, GROUP_DENIED)
+
+    return guard
+
+
+def _offset_fetch(handler: Handler, ctx: Any, request: Any) -> Any:
+    if hasattr(request, "group_id"):
+        return _group_whole("DESCRIBE")(handler, ctx, request)
+    keep = tuple(g for g in request.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", g.group_id))
+    denied = [g for g in request.groups if g not in keep]
+    if not denied:
+        return handler(ctx, request)
+    response = handler(ctx, _replace(request, groups=keep))
+    group_cls = nested(_response_cls(ctx), "OffsetFetchResponseGroup")
+    extra = tuple(blank(group_cls, group_id=g.group_id, error_code=GROUP_DENIED) for g in denied)
+    return dataclasses.replace(response, groups=tuple(response.groups) + extra)
+
+
+def _find_coordinator(handler: Handler, ctx: Any, request: Any) -> Any:
+    kind = "TRANSACTIONAL_ID" if int(request.key_type) == 1 else "GROUP"
+    errno = TXN_DENIED if kind == "TRANSACTIONAL_ID" else GROUP_DENIED
+    keys = list(getattr(request, "coordinator_keys", None) or [])
+    if not keys:
+        if acl.allowed(ctx, "DESCRIBE", kind, str(request.key)):
+            return handler(ctx, request)
+        return blank(_response_cls(ctx), error_code=errno, throttle_time=0, node_id=-1, port=-1)
+    keep = tuple(k for k in keys if acl.allowed(ctx, "DESCRIBE", kind, str(k)))
+    denied = [k for k in keys if k not in keep]
+    if not denied:
+        return handler(ctx, request)
+    response = handler(ctx, _replace(request, coordinator_keys=keep))
+    coordinator_cls = nested(_response_cls(ctx), "Coordinator")
+    extra = tuple(
+        blank(coordinator_cls, key=k, node_id=-1, port=-1, error_code=errno) for k in denied
+    )
+    return dataclasses.replace(response, coordinators=tuple(response.coordinators) + extra)
+
+
+def _describe_groups(handler: Handler, ctx: Any, request: Any) -> Any:
+    keep = tuple(g for g in request.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
+    denied = [g for g in request.groups if g not in keep]
+    if not denied:
+        return handler(ctx, request)
+    response = handler(ctx, _replace(request, groups=keep))
+    group_cls = nested(_response_cls(ctx), "DescribedGroup")
+    extra = tuple(
+        blank(group_cls, group_id=g, error_code=GROUP_DENIED, authorized_operations=-(2**31))
+        for g in denied
+    )
+    return dataclasses.replace(response, groups=tuple(response.groups) + extra)
+
+
+def _list_groups(handler: Handler, ctx: Any, request: Any) -> Any:
+    response = handler(ctx, request)
+    if acl.allowed(ctx, "DESCRIBE", "CLUSTER", CLUSTER):
+        return response
+    return dataclasses.replace(
+        response,
+        groups=tuple(
+            g for g in response.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g.group_id))
+        ),
+    )
+
+
+def _delete_groups(handler: Handler, ctx: Any, request: Any) -> Any:
+    names = list(request.groups_names)
+    keep = tuple(g for g in names if acl.allowed(ctx, "DELETE", "GROUP", str(g)))
+    denied = [g for g in names if g not in keep]
+    if not denied:
+        return handler(ctx, request)
+    response = handler(ctx, _replace(request, groups_names=keep))
+    result_cls = nested(_response_cls(ctx), "DeletableGroupResult")
+    extra = tuple(blank(result_cls, group_id=g, error_code=GROUP_DENIED) for g in denied)
+    return dataclasses.replace(response, results=tuple(response.results) + extra)
+
+
+def _offset_delete(handler: Handler, ctx: Any, request: Any) -> Any:
+    if not acl.allowed(ctx, "DELETE", "GROUP", str(request.group_id)):
+        return _refuse_all(ctx, GROUP_DENIED)
+    for topic in request.topics:
+        if not acl.allowed(ctx, "READ", "TOPIC", str(topic.name)):
+            return _refuse_all(ctx, TOPIC_DENIED)
+    return handler(ctx, request)
+
+
+# -- configs --------------------------------------------------------------------------
+def _configs(operation: str, results: str, result_cls_name: str) -> Callable[..., Any]:
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        def may(resource: Any) -> bool:
+            if int(resource.resource_type) == 2:
+                return acl.allowed(ctx, operation, "TOPIC", str(resource.resource_name))
+            return acl.allowed(ctx, operation, "CLUSTER", CLUSTER)
+
+        keep = tuple(r for r in request.resources if may(r))
+        denied = [r for r in request.resources if r not in keep]
+        if not denied:
+            return handler(ctx, request)
+        response = handler(ctx, _replace(request, resources=keep))
+        result_cls = nested(_response_cls(ctx), result_cls_name)
+        extra = tuple(
+            blank(
+                result_cls,
+                error_code=TOPIC_DENIED if int(r.resource_type) == 2 else CLUSTER_DENIED,
+                error_message=f"not authorized to {operation.lower()} {r.resource_name!r}",
+                resource_type=int(r.resource_type),
+                resource_name=r.resource_name,
+            )
+            for r in denied
+        )
+        return dataclasses.replace(response, **{results: tuple(getattr(response, results)) + extra})
+
+    return guard
+
+
+# -- cluster ---------------------------------------------------------------------------
+def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
+            return handler(ctx, request)
+        return _refuse_all(ctx, CLUSTER_DENIED)
+
+    return guard
+
+
+def _init_producer_id(handler: Handler, ctx: Any, request: Any) -> Any:
+    txn = getattr(request, "transactional_id", None)
+    if txn is not None:
+        if acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
+            return handler(ctx, request)
+        return blank(_response_cls(ctx), error_code=TXN_DENIED, producer_id=-1, producer_epoch=-1)
+    # Kafka 3: an idempotent producer needs IdempotentWrite on the cluster or Write on a topic
+    if acl.allowed(ctx, "IDEMPOTENT_WRITE", "CLUSTER", CLUSTER) or any(
+        acl.allowed(ctx, "WRITE", "TOPIC", name) for name in ctx.broker.root.metadata.image().topics
+    ):
+        return handler(ctx, request)
+    return blank(_response_cls(ctx), error_code=CLUSTER_DENIED, producer_id=-1, producer_epoch=-1)
+
+
+def _produce(handler: Handler, ctx: Any, request: Any) -> Any:
+    txn = getattr(request, "transactional_id", None)
+    if txn is not None and not acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
+        return _topics_denied_all(ctx, request, TXN_DENIED)
+    return _topics_guard(handler, ctx, request)
+
+
+GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
+    0: _produce,
+    1: _topics_guard,
+    2: _topics_guard,
+    3: _metadata,
+    8: _offset_commit,
+    9: _offset_fetch,
+    10: _find_coordinator,
+    11: _group_whole("READ"),
+    12: _group_whole("READ"),
+    13: _group_whole("READ"),
+    14: _group_whole("READ"),
+    15: _describe_groups,
+    16: _list_groups,
+    19: _topics_guard,
+    20: _topics_guard,
+    21: _topics_guard,
+    22: _init_producer_id,
+    23: _topics_guard,
+    29: _cluster("DESCRIBE"),
+    30: _cluster("ALTER"),
+    31: _cluster("ALTER"),
+    32: _configs("DESCRIBE_CONFIGS", "results", "DescribeConfigsResult"),
+    33: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
+    37: _topics_guard,
+    42: _delete_groups,
+    44: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
+    47: _offset_delete,
+    48: _cluster("DESCRIBE_CONFIGS"),
+    49: _cluster("ALTER_CONFIGS"),
+    60: _cluster("DESCRIBE"),
+}
+
+
+def run(handler: Handler, ctx: Any, request: Any) -> Any:
+    """The handler's answer, within what the request's principal may do."""
+    if ctx.api_key in OPEN_APIS or not acl.enabled(ctx.broker):
+        return handler(ctx, request)
+    guard = GUARDS.get(ctx.api_key)
+    if guard is None:  # an API without a check here: super users only
+        return _cluster("CLUSTER_ACTION")(handler, ctx, request)
+    return guard(handler, ctx, request)

@@ -1,0 +1,187 @@
+"""Client quotas on the Kafka listener: enforcement, DescribeClientQuotas, AlterClientQuotas.
+
+Quotas (:mod:`sparklog.security.quotas`) are per user and client id, as
+Kafka's: ``producer_byte_rate`` (bytes of Produce records), ``consumer_byte_rate``
+(bytes of Fetch records answered) and ``request_percentage`` (handler time, in
+percent of one thread).  Each (quota entity, quota) has a :class:`Meter` over
+Kafka's window (``WINDOW_S``); when a request takes the rate over the quota,
+its answer is delayed by Kafka's throttle time, ``(rate - quota) / quota *
+window``, and reports it in ``throttle_time_ms``.  The delay holds the
+connection's later answers too (they leave in order), as Kafka mutes a
+throttled channel.  Clients without a quota cost one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+from kio.index import load_response_schema
+
+from sparklog.broker_lite.kafka.messages import errno_of, has_field, make, nested
+from sparklog.errors import SparklogError
+from sparklog.security import quotas
+
+#: Kafka's quota.window.num x quota.window.size.seconds
+WINDOW_S = 11.0
+#: The longest delay of one answer (Kafka caps throttling at the request timeout).
+MAX_THROTTLE_MS = 30_000
+
+
+class Meter:
+    """Amounts recorded over the last ``WINDOW_S``; the throttle time of a rate quota."""
+
+    def __init__(self) -> None:
+        self._samples: collections.deque[tuple[float, float]] = collections.deque()
+        self._total = 0.0
+        self._first = time.monotonic()
+        self._lock = threading.Lock()
+
+    def record(self, amount: float, quota_per_s: float) -> int:
+        """Record ``amount``; the throttle time in ms (0 within the quota)."""
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, amount))
+            self._total += amount
+            while self._samples and self._samples[0][0] < now - WINDOW_S:
+                self._total -= self._samples.popleft()[1]
+            # the window is as long as the meter has lived, at least 1 s, at most WINDOW_S
+            window = min(WINDOW_S, max(1.0, now - self._first))
+            rate = self._total / window
+        if rate <= quota_per_s:
+            return 0
+        return min(MAX_THROTTLE_MS, int((rate - quota_per_s) / quota_per_s * window * 1000))
+
+
+class QuotaManager:
+    """The listener's meters, one per (entity, quota)."""
+
+    def __init__(self) -> None:
+        self._meters: dict[tuple[str, str, str], Meter] = {}
+        self._lock = threading.Lock()
+
+    def meter(self, user: str, client_id: str, key: str) -> Meter:
+        with self._lock:
+            found = self._meters.get((user, client_id, key))
+            if found is None:
+                found = self._meters[(user, client_id, key)] = Meter()
+            return found
+
+
+def _user(ctx: Any) -> str:
+    session = getattr(ctx, "session", None)
+    principal = session.principal if session is not None else "User:ANONYMOUS"
+    return str(principal).removeprefix("User:")
+
+
+def _records_bytes(items: Any, records_of: tuple[str, str]) -> int:
+    total = 0
+    for topic in items or ():
+        for part in getattr(topic, records_of[0], None) or ():
+            records = getattr(part, records_of[1], None)
+            total += len(records) if records else 0
+    return total
+
+
+def run(ctx: Any, request: Any, call: Any) -> Any:
+    """``call()``'s answer, delayed and marked by the quotas of the request's client."""
+    image = ctx.broker.root.metadata.image()
+    if not image.client_quotas or ctx.api_key in (17, 18, 36):
+        return call()
+    user, client_id = _user(ctx), str(ctx.client_id or "")
+    limits = quotas.resolve(image, user, client_id)
+    if not limits:
+        return call()
+    started = time.monotonic()
+    response = call()
+    elapsed_ms = (time.monotonic() - started) * 1000
+    manager: QuotaManager = ctx.listener.quotas
+    throttle_ms = 0
+    if ctx.api_key == 0 and "producer_byte_rate" in limits:
+        size = _records_bytes(request.topic_data, ("partition_data", "records"))
+        meter = manager.meter(user, client_id, "producer_byte_rate")
+        throttle_ms = max(throttle_ms, meter.record(size, limits["producer_byte_rate"]))
+    if ctx.api_key == 1 and "consumer_byte_rate" in limits and response is not None:
+        size = _records_bytes(response.responses, ("partitions", "records"))
+        meter = manager.meter(user, client_id, "consumer_byte_rate")
+        throttle_ms = max(throttle_ms, meter.record(size, limits["consumer_byte_rate"]))
+    if "request_percentage" in limits:
+        # percent of one thread: 100 = 1000 ms of handler time per second
+        meter = manager.meter(user, client_id, "request_percentage")
+        quota_ms_per_s = limits["request_percentage"] * 10
+        throttle_ms = max(throttle_ms, meter.record(elapsed_ms, quota_ms_per_s))
+    if throttle_ms <= 0 or response is None:
+        return response
+    if has_field(type(response), "throttle_time"):
+        import dataclasses
+        import datetime
+
+        response = dataclasses.replace(
+            response, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+        )
+    time.sleep(throttle_ms / 1000)  # the delay itself: this answer and the ones behind it
+    return response
+
+
+# -- DescribeClientQuotas / AlterClientQuotas --------------------------------------------
+def _entity(items: Any) -> list[tuple[str, str | None]]:
+    return [(str(e.entity_type), e.entity_name) for e in items]
+
+
+def handle_describe_client_quotas(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(48, ctx.api_version)
+    entry_cls = nested(cls, "EntryData")
+    entity_cls = nested(cls, "EntityData")
+    value_cls = nested(cls, "ValueData")
+    components = [(str(c.entity_type), int(c.match_type), c.match) for c in request.components]
+    found = [
+        (entity, values)
+        for entity, values in quotas.entries(ctx.broker.root.metadata.image())
+        if quotas.matches(entity, components, bool(request.strict))
+    ]
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        error_message=None,
+        entries=tuple(
+            make(
+                entry_cls,
+                entity=tuple(make(entity_cls, entity_type=t, entity_name=n) for t, n in entity),
+                values=tuple(make(value_cls, key=k, value=float(v)) for k, v in values.items()),
+            )
+            for entity, values in found
+        ),
+    )
+
+
+def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
+    cls = load_response_schema(49, ctx.api_version)
+    entry_cls = nested(cls, "EntryData")
+    entity_cls = nested(cls, "EntityData")
+    results = []
+    for entry in request.entries:
+        entity = _entity(entry.entity)
+        error, message = 0, None
+        try:
+            sets = {str(op.key): float(op.value) for op in entry.ops if not op.remove}
+            removes = [str(op.key) for op in entry.ops if op.remove]
+            if request.validate_only:
+                quotas.check_entity(entity)
+                for k, v in sets.items():
+                    quotas.check_quota(k, v)
+            else:
+                quotas.alter(ctx.broker.root.metadata, entity, sets, removes)
+        except SparklogError as exc:
+            error, message = errno_of(exc), str(exc)
+        results.append(
+            make(
+                entry_cls,
+                error_code=error,
+                error_message=message,
+                entity=tuple(make(entity_cls, entity_type=t, entity_name=n) for t, n in entity),
+            )
+        )
+    return make(cls, throttle_time=0, entries=tuple(results))

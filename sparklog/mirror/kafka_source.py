@@ -1,0 +1,275 @@
+"""Mirroring from a Kafka-protocol cluster (a sparklog broker's Kafka listener, or Kafka).
+
+Records are fetched with confluent-kafka (librdkafka; ``pip install
+'sparklog[mirror]'``) from the destination's end of each partition and written
+with their offsets: one object per destination shard and step, its segments
+carrying an ``offset`` column (as compaction's objects do), so holes in the
+source's offsets (compaction, transaction markers) stay holes and every offset
+is the source's.  A source whose log start is past the destination's end
+(retention) is committed with the range recorded as a gap.  The position is the
+destination's end, committed with the data: restarts neither skip nor repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sparklog.errors import ConfigError, SparklogError, UnknownTopicOrPartitionError
+from sparklog.mirror.copier import (
+    PartitionLag,
+    StepReport,
+    mirrored_topics,
+    sync_group,
+    write_with_offsets,
+)
+from sparklog.mirror.links import MirrorLink
+
+if TYPE_CHECKING:
+    from sparklog.storage import LogRoot, Segment, Topic
+
+#: A step fetches at most this many records per shard.
+STEP_MAX_RECORDS = 50_000
+#: The source topic configs a mirror topic follows (where sparklog knows them).
+FOLLOWED_CONFIGS = ("cleanup.policy", "retention.ms", "message.timestamp.type", "max.message.bytes")
+POLL_TIMEOUT_S = 1.0
+
+
+class KafkaSourceError(SparklogError, code="MIRROR_SOURCE"):
+    """The Kafka-protocol source refused a fetch; the position is kept, the step retried."""
+
+
+def _kafka() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:  # pragma: no cover - an installation without the extra
+        raise ConfigError(
+            "a kafka:// mirror source needs confluent-kafka: pip install 'sparklog[mirror]'"
+        ) from None
+    return confluent_kafka
+
+
+class KafkaMirror:
+    """One link's copier from a Kafka-protocol cluster into the destination root."""
+
+    def __init__(self, dest: LogRoot, link: MirrorLink) -> None:
+        kafka = _kafka()
+        from confluent_kafka.admin import AdminClient
+
+        self.dest = dest
+        self.link = link
+        common = {"bootstrap.servers": link.bootstrap_servers, **link.source_options}
+        self.admin = AdminClient(common)
+        self.consumer = kafka.Consumer(
+            {
+                **common,
+                "group.id": f"sparklog-mirror-{link.name}",  # never commits: offsets are ours
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                # below the source's log start (its retention): from its log start, and the
+                # offsets skipped are committed as a gap
+                "auto.offset.reset": "earliest",
+            }
+        )
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def source_topics(self) -> dict[str, int]:
+        """Selected source topics and their partition counts."""
+        metadata = self.admin.list_topics(timeout=10)
+        return {
+            name: len(t.partitions)
+            for name, t in metadata.topics.items()
+            if self.link.selects_topic(name) and t.error is None
+        }
+
+    def _configs(self, topic: str) -> dict[str, Any]:
+        from confluent_kafka.admin import ConfigResource
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        try:
+            found = self.admin.describe_configs([resource])[resource].result(timeout=10)
+        except Exception:  # a source that does not answer DescribeConfigs: defaults
+            return {}
+        out: dict[str, Any] = {}
+        for key in FOLLOWED_CONFIGS:
+            entry = found.get(key)
+            if entry is None or entry.value is None or entry.is_default:
+                continue
+            value: Any = entry.value
+            out[key] = int(value) if key.endswith((".ms", ".bytes")) else value
+        return out
+
+    def _ensure_topic(self, name: str, partitions: int, report: StepReport) -> Topic | None:
+        dest_name = self.link.mirror_name(name)
+        config = self._configs(name)
+        try:
+            info = self.dest.describe_topic(dest_name)
+        except UnknownTopicOrPartitionError:
+            info = self.dest.create_topic(
+                dest_name,
+                partitions=partitions,
+                config=config,
+                mirror={
+                    "link": self.link.name,
+                    "source": self.link.source,
+                    "source_topic": name,
+                    "source_topic_id": "",
+                    "state": "mirroring",
+                },
+            )
+            report.topics_created.append(dest_name)
+        mirror = info.mirror or {}
+        if mirror.get("link") != self.link.name:
+            report.skipped[dest_name] = f"not a mirror topic of link {self.link.name!r}"
+            return None
+        if mirror.get("state") == "promoted":
+            return None
+        if partitions > info.partitions:
+            self.dest.add_partitions(dest_name, partitions)
+        have = {k: v for k, v in info.config.items() if k in FOLLOWED_CONFIGS}
+        if config != have:
+            self.dest.alter_topic_config(
+                dest_name, config, remove=[k for k in have if k not in config]
+            )
+        return self.dest.topic(dest_name)
+
+    def step(self, *, groups: bool = True) -> StepReport:
+        report = StepReport()
+        for name, partitions in sorted(self.source_topics().items()):
+            dst = self._ensure_topic(name, partitions, report)
+            if dst is None:
+                continue
+            for shard in range(dst.shards):
+                self._copy_shard(name, dst, shard, report)
+        if groups and self.link.groups:
+            report.groups_synced = self.sync_groups()
+        return report
+
+    def lag(self) -> list[PartitionLag]:
+        """Per partition lag (``mirror describe``): the source's end from ListOffsets, the
+        age of the first record not yet mirrored from one fetch of it."""
+        from confluent_kafka import TopicPartition
+
+        mirrored = mirrored_topics(self.dest, self.link, self.source_topics())
+        out: list[PartitionLag] = []
+        for source, dst in sorted(mirrored.items()):
+            for p in range(dst.partitions):
+                tp = TopicPartition(source, p)
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                end = dst.partition(p).refresh().high_watermark
+                lag_s = 0.0
+                if high > end:
+                    self.consumer.assign([TopicPartition(source, p, end)])
+                    for msg in self.consumer.consume(num_messages=1, timeout=5):
+                        if msg.error() is None:
+                            lag_s = max(0.0, time.time() - msg.timestamp()[1] / 1000)
+                    self.consumer.unassign()
+                gaps = dst.partition(p).state.mirror_gaps
+                out.append(PartitionLag(dst.name, p, high, end, lag_s, gaps))
+        return out
+
+    def sync_groups(self) -> int:
+        """Copy the selected groups' committed offsets (ListGroups, OffsetFetch at the
+        source) as :func:`sparklog.mirror.copier.sync_group` does."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        listed = self.admin.list_consumer_groups().result(timeout=10)
+        groups = sorted(g.group_id for g in listed.valid if self.link.selects_group(g.group_id))
+        if not groups:
+            return 0
+        mirrored = mirrored_topics(self.dest, self.link, self.source_topics())
+        changed = 0
+        for group in groups:
+            futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+            found = futures[group].result(timeout=10)
+            committed = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in found.topic_partitions or []
+                if tp.error is None
+            }
+            changed += sync_group(self.dest, self.link, group, committed, mirrored)
+        return changed
+
+    def _copy_shard(self, source: str, dst: Topic, shard: int, report: StepReport) -> None:
+        import pyarrow as pa
+        from confluent_kafka import TopicPartition
+
+        state = dst.shard(shard).refresh()
+        ends: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        for p in range(shard, dst.partitions, dst.shards):
+            end = state.parts[p].high_watermark if p in state.parts else 0
+            _low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(source, p), timeout=10, cached=False
+            )
+            report.lag.append(PartitionLag(dst.name, p, high, end, 0.0))
+            if high > end:
+                ends[p], highs[p] = end, high
+        if not ends:
+            return
+        self.consumer.assign([TopicPartition(source, p, max(ends[p], 0)) for p in ends])
+        rows: dict[int, list[Any]] = {p: [] for p in ends}
+        done: set[int] = set()
+        fetched = 0
+        deadline = time.monotonic() + 30
+        while len(done) < len(ends) and fetched < STEP_MAX_RECORDS and time.monotonic() < deadline:
+            batch = self.consumer.consume(num_messages=10_000, timeout=POLL_TIMEOUT_S)
+            if not batch:
+                continue
+            for msg in batch:
+                p = msg.partition()
+                if msg.error() is not None:
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        done.add(p)
+                        continue
+                    raise KafkaSourceError(
+                        f"mirror link {self.link.name!r}: fetching {source}-{p} from "
+                        f"{self.link.bootstrap_servers}: {msg.error()}"
+                    )
+                rows[p].append(msg)
+                fetched += 1
+                if msg.offset() + 1 >= highs[p]:
+                    done.add(p)
+        self.consumer.unassign()
+        planned: dict[int, list[Segment]] = {}
+        schema = dst.info.record_schema
+        for p, msgs in rows.items():
+            if not msgs:
+                continue
+            table = pa.table(
+                {
+                    "offset": pa.array([m.offset() for m in msgs], pa.int64()),
+                    "key": pa.array([m.key() for m in msgs], pa.binary()),
+                    "value": pa.array([m.value() for m in msgs], pa.binary()),
+                    "timestamp": pa.array([m.timestamp()[1] for m in msgs], pa.int64()).cast(
+                        schema.field("timestamp").type
+                    ),
+                    "headers": pa.array(
+                        # Kafka has no null header list: none is sparklog's null
+                        [
+                            [{"key": k, "value": v} for k, v in (m.headers() or [])] or None
+                            for m in msgs
+                        ],
+                        schema.field("headers").type,
+                    ),
+                }
+            )
+            seg = write_with_offsets(dst, p, table)
+            last = msgs[-1].offset() + 1
+            first = msgs[0].offset()
+            planned[p] = [replace(seg, base_offset=first, offset_span=last - first)]
+        if not planned:
+            return
+        results = dst.append_mirrored(planned, link=self.link.name, expected=ends)
+        for p, result in results.items():
+            if not result.duplicate:
+                report.records += len(rows[p])
+                report.segments += 1
+        for lag in report.lag:
+            if lag.topic == dst.name and lag.partition in results:
+                lag.mirror_end = planned[lag.partition][-1].end_offset

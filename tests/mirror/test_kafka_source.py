@@ -1,0 +1,169 @@
+"""A Kafka-protocol source (a sparklog broker's Kafka listener) mirrored onto a root, and
+producers refused on mirror topics by a broker's Flight and Kafka listeners."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparklog.errors import PolicyViolationError
+from sparklog.mirror.copier import Mirror, promote
+from sparklog.mirror.kafka_source import KafkaMirror
+from sparklog.mirror.links import create_link, get_link
+from sparklog.storage import open_root
+from sparklog.storage.maintenance import delete_records
+from tests.mirror.support import assert_same, produce, wait_for
+
+
+def test_a_kafka_listener_mirrored_onto_a_root_keeps_offsets(broker, tmp_path):
+    source = open_root(broker.root, {})
+    source.create_topic("orders", partitions=3)
+    produce(source, "orders", 3, rounds=4)
+    delete_records(source.topic("orders").partition(0), 7)  # retention at the source
+    dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
+    create_link(
+        dest,
+        "migrate",
+        source=f"kafka://{broker.kafka_bootstrap}",
+        topics="orders",
+        groups="app",
+    )
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    app = KafkaConsumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "app"})
+    app.commit(offsets=[TopicPartition("orders", 1, 12)], asynchronous=False)
+    app.close()
+    mirror = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        copied = 0
+        while (report := mirror.step()).records:
+            copied += report.records
+        assert copied == 60 - 7
+        produce(source, "orders", 3, rounds=1)  # (written to the root: the broker sees it
+        more = [0]  # when it next reads the shard log)
+
+        def caught_up() -> bool:
+            more[0] += mirror.step().records
+            return more[0] >= 15
+
+        wait_for(caught_up, timeout_s=60, what="the new records at the Kafka listener")
+        assert more[0] == 15 and mirror.step().records == 0
+        lags = mirror.lag()
+        assert [(x.partition, x.lag_records) for x in lags] == [(0, 0), (1, 0), (2, 0)]
+        assert lags[0].gaps == [(0, 7)]
+    finally:
+        mirror.close()
+    assert assert_same(source, dest, "orders") == 75 - 7
+    synced = {(tp.topic, tp.partition): c.offset for tp, c in dest.groups.fetch("app").items()}
+    assert synced == {("orders", 1): 12}
+    p0 = dest.topic("orders").partition(0).refresh()
+    assert p0.log_start_offset == 7 and p0.mirror_gaps == [(0, 7)]
+    assert dest.describe_topic("orders").mirror["source"].startswith("kafka://")
+
+
+def test_brokers_refuse_producers_on_mirror_topics_until_promoted(broker, tmp_path):
+    from confluent_kafka import KafkaError
+    from confluent_kafka import Producer as KafkaProducer
+
+    from sparklog import Producer
+
+    source = open_root(f"file://{tmp_path}/src", {}, create=True)
+    source.create_topic("orders", partitions=1)
+    produce(source, "orders", 1, rounds=1)
+    dest = open_root(broker.root, {})
+    create_link(dest, "dr", source=source.url, topics="orders")
+    Mirror(dest, get_link(dest, "dr")).step()
+
+    flight = Producer(broker.address)
+    with pytest.raises(PolicyViolationError, match="link 'dr'"):
+        flight.send("orders", b"x", partition=0).get(timeout=30)
+    errors: list = []
+    kafka = KafkaProducer({"bootstrap.servers": broker.kafka_bootstrap, "retries": 0})
+    kafka.produce("orders", b"x", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    kafka.flush(30)
+    assert errors and errors[0].code() == KafkaError.POLICY_VIOLATION
+    # (the message naming the link travels in ProduceResponse's error_message; librdkafka
+    # shows only the code's text)
+
+    promote(dest, "orders")
+
+    def accepted() -> bool:
+        try:
+            return flight.send("orders", b"y", partition=0).get(timeout=30).offset >= 10
+        except PolicyViolationError:
+            return False  # the broker has not followed the promotion yet
+
+    wait_for(accepted, timeout_s=30, what="the broker to follow the promotion")
+    flight.close()
+
+
+def test_a_broker_runs_the_links_its_config_names(tmp_path):
+    from tests.support.brokers import Cluster
+
+    source = open_root(f"file://{tmp_path}/src", {}, create=True)
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=2)
+    dest_url = f"file://{tmp_path}/dest"
+    dest = open_root(dest_url, {}, create=True)
+    create_link(dest, "dr", source=source.url, topics="orders")
+    cluster = Cluster(tmp_path, dest_url)
+    cluster.start(1, mirror_links="dr")
+    try:
+        cluster.wait_live(1)
+
+        def mirrored(count: int) -> bool:
+            if "orders" not in dest.list_topics():
+                return False
+            topic = dest.topic("orders")
+            return sum(topic.partition(p).refresh().high_watermark for p in range(2)) == count
+
+        wait_for(lambda: mirrored(20), timeout_s=60, what="the broker's mirror to copy")
+        produce(source, "orders", 2, rounds=1)
+        wait_for(lambda: mirrored(30), timeout_s=60, what="the broker's mirror to follow")
+    finally:
+        cluster.stop()
+    assert assert_same(source, dest, "orders") == 30
+
+
+def test_a_kafka_source_mirror_killed_and_restarted_neither_skips_nor_repeats(broker, tmp_path):
+    import threading
+
+    from tests.mirror.support import kill, mirrored_total, start_mirror
+
+    source = open_root(broker.root, {})
+    source.create_topic("orders", partitions=3)
+    dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
+    create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        while not stop.is_set():
+            written[0] += produce(source, "orders", 3, rounds=1)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    seen = 0
+    try:
+        for _ in range(3):
+            proc = start_mirror(dest.url, "migrate", None, tmp_path / "mirror.log")
+            wait_for(
+                lambda seen=seen: mirrored_total(dest, ["orders"]) > seen,
+                timeout_s=120,
+                what="the mirror to copy more",
+            )
+            kill(proc)
+            seen = mirrored_total(dest, ["orders"])
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    mirror = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        wait_for(
+            lambda: mirror.step().records == 0 and mirrored_total(dest, ["orders"]) == written[0],
+            timeout_s=120,
+            what="the mirror to catch up",
+        )
+    finally:
+        mirror.close()
+    assert assert_same(source, dest, "orders") == written[0]
