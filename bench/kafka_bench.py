@@ -7,7 +7,10 @@ Flight on the same broker, as the baseline of the ratios.  Then latency:
 confluent-kafka produces at a fixed rate (default 2,000 records/s) while a
 confluent-kafka consumer reads; each record carries its send time, and the
 p50/p99 of receive minus send is printed.  Targets (issue 12): >= 300,000
-records/s produced, >= 500,000 consumed, p99 < 50 ms.
+records/s produced, >= 500,000 consumed, p99 < 50 ms.  Transactions (issue 25):
+a transactional confluent-kafka producer (``--txn-size`` records per
+transaction, default 1,000) against an idempotent one in the same run, target
+ratio >= 0.7.
 
 Last, security (issue 23): a second broker, on a root of its own, serves the
 Kafka listener with ``SASL_SSL`` (SCRAM-SHA-512, a certificate made with
@@ -124,6 +127,54 @@ def kafka_produce(
                 producer.poll(0.01)
     if producer.flush(300):
         raise SystemExit("confluent-kafka producer did not flush")
+    return records / (time.perf_counter() - started)
+
+
+def _exactly_once_producer(bootstrap: str, transactional_id: str | None) -> Producer:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 20,
+        "queue.buffering.max.messages": 1_000_000,
+    }
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+    return Producer(config)
+
+
+def kafka_produce_idempotent(bootstrap: str, topic: str, records: int) -> float:
+    """An idempotent producer: the baseline of transactional produce."""
+    producer = _exactly_once_producer(bootstrap, None)
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(300):
+        raise SystemExit("idempotent producer did not flush")
+    return records / (time.perf_counter() - started)
+
+
+def kafka_produce_transactional(bootstrap: str, topic: str, records: int, txn_size: int) -> float:
+    """Transactions of ``txn_size`` records, each committed before the next begins."""
+    producer = _exactly_once_producer(bootstrap, f"bench-{topic}")
+    producer.init_transactions(60)
+    started = time.perf_counter()
+    sent = 0
+    while sent < records:
+        producer.begin_transaction()
+        for _ in range(min(txn_size, records - sent)):
+            while True:
+                try:
+                    producer.produce(topic, VALUE)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            sent += 1
+        producer.commit_transaction(300)
     return records / (time.perf_counter() - started)
 
 
@@ -267,12 +318,22 @@ def main() -> None:
     )
     parser.add_argument("--rate", type=int, default=2_000, help="latency run: records/s")
     parser.add_argument("--seconds", type=float, default=10, help="latency run: duration")
+    parser.add_argument(
+        "--txn-size", type=int, default=1_000, help="records per transaction (issue 25)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparklog-kafka-bench-"))
     proc, address, bootstrap = start_broker(f"file://{work}/root", work / "broker.log")
     try:
         with Admin(address) as admin:
-            for name in ("kafka", "flight", "kafka-warm-up", "flight-warm-up"):
+            for name in (
+                "kafka",
+                "flight",
+                "kafka-warm-up",
+                "flight-warm-up",
+                "idempotent",
+                "transactional",
+            ):
                 admin.create_topic(f"bench-{name}", args.partitions)
             admin.create_topic("bench-latency", 1)
         # untimed: connections, metadata, the broker's lazy imports and first flushes,
@@ -289,6 +350,12 @@ def main() -> None:
                 address, "bench-flight", args.partitions, args.records
             ),
         }
+        result["idempotent_produce"] = kafka_produce_idempotent(
+            bootstrap, "bench-idempotent", args.records
+        )
+        result["transactional_produce"] = kafka_produce_transactional(
+            bootstrap, "bench-transactional", args.records, args.txn_size
+        )
         p50, p99 = latency(bootstrap, "bench-latency", args.rate, args.seconds)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -299,6 +366,12 @@ def main() -> None:
         kafka, flight = result[f"kafka_{what}"], result[f"flight_{what}"]
         print(f"{'Kafka listener ' + what:<28}{kafka:>12,.0f}{kafka / flight:>11.2f}x")
         print(f"{'sparklog Flight ' + what:<28}{flight:>12,.0f}{1:>11.2f}x")
+    idem, txn = result["idempotent_produce"], result["transactional_produce"]
+    print(f"{'idempotent produce':<28}{idem:>12,.0f}")
+    print(
+        f"{'transactional produce':<28}{txn:>12,.0f}"
+        f"  ({args.txn_size} records per transaction: {txn / idem:.2f}x idempotent)"
+    )
     print(f"latency at {args.rate} records/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     secure = sasl_ssl_run(work, args.partitions, args.records, args.warm_up)
     print(f"{'SASL_SSL (SCRAM-SHA-512)':<28}{'records/s':>12}{'vs PLAINTEXT':>14}")

@@ -302,6 +302,12 @@ class BrokerConfig:
         default=1_800_000,
         metadata=about("Largest session timeout a member may ask for", integer(1)),
     )
+    transaction_max_timeout_ms: int = field(
+        default=900_000,
+        metadata=about(
+            "Largest transaction.timeout.ms a transactional producer may ask for", integer(1)
+        ),
+    )
     group_initial_rebalance_delay_ms: int = field(
         default=0,
         metadata=about("Wait for more members when an empty group gets its first", integer(0)),

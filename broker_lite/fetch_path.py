@@ -12,6 +12,11 @@ from sparklog import errors
 from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
 from sparklog.errors import InvalidRequestError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.records import OFFSET_FIELD
+from sparklog.storage.txn_markers import (
+    check_isolation_level,
+    committed_only,
+    read_committed_from,
+)
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 
@@ -20,12 +25,25 @@ class FetchPath(BrokerState):
     """Fetches (tail cache first, then the root) and ListOffsets."""
 
     def fetch(
-        self, topic_name: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
+        self,
+        topic_name: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        *,
+        isolation_level: str = "read_uncommitted",
     ) -> tuple[list[pa.RecordBatch], int, int, pa.Schema]:
         """Records from ``offset`` (long-polling up to ``max_wait_ms`` at the head).
 
         Returns (batches with an offset column, high watermark, log start offset, schema).
+        ``read_committed`` stops at the last stable offset and leaves out aborted
+        transactions' records (the Kafka listener does its own, with markers); it
+        answers the last stable offset as the high watermark, and an empty answer
+        means nothing below it is visible (the reader may move there).
         """
+        if check_isolation_level(isolation_level):
+            return self._fetch_committed(topic_name, partition, offset, max_bytes, max_wait_ms)
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidRequestError(f"offset {offset!r} is not an integer")
         if not isinstance(max_bytes, int) or max_bytes < 1:
@@ -71,6 +89,38 @@ class FetchPath(BrokerState):
                 notified = st.changed.wait(min(remaining, refresh_s))
             if not notified:
                 refreshed = False  # nothing of ours: look for other writers' commits
+
+    def _fetch_committed(
+        self, topic_name: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
+    ) -> tuple[list[pa.RecordBatch], int, int, pa.Schema]:
+        from sparklog.broker_lite.transactions.markers import transactions_view
+
+        deadline = time.monotonic() + max(min(max_wait_ms, self.config.fetch_max_wait_ms), 0) / 1000
+        while True:
+            _hwm, last_stable, txn = transactions_view(self, topic_name, partition)
+            wait_ms = 0 if offset >= last_stable else max_wait_ms
+            batches, hwm, lso, schema = self.fetch(
+                topic_name, partition, offset, max_bytes, wait_ms
+            )
+            if wait_ms:
+                _hwm, last_stable, txn = transactions_view(self, topic_name, partition)
+            stable = min(last_stable, hwm)
+            visible = committed_only(batches, txn, stable)
+            if not visible and batches:
+                visible = read_committed_from(
+                    lambda at: self.fetch(topic_name, partition, at, max_bytes, 0)[0],
+                    offset,
+                    txn,
+                    stable,
+                )
+            remaining = deadline - time.monotonic()
+            if visible or remaining <= 0 or self._stopping.is_set():
+                return visible, stable, lso, schema
+            # the next commit of this broker (a marker, a record) or a refresh period
+            broker: Any = self
+            broker.wait_for_commit(
+                broker.commits, min(remaining, self.config.fetch_refresh_ms / 1000)
+            )
 
     def _read_root(
         self, st: PartitionState, offset: int, hwm: int, max_bytes: int

@@ -71,6 +71,7 @@ FETCH: Request = (
     Field("offset", int),
     Field("max_bytes", int, 1 << 20),
     Field("max_wait_ms", int, 500),
+    Field("isolation_level", str, "read_uncommitted"),
 )
 #: GetFlightInfo's descriptor command (a descriptor path names the topic too)
 FLIGHT_INFO: Request = (Field("topic", str),)
@@ -126,6 +127,9 @@ ACTIONS: dict[str, Request] = {
     "delete_group": (_GROUP,),
     # partitions: [[topic, partition], ...]; result: encode_partition_errors
     "delete_offsets": (_GROUP, Field("partitions", list)),
+    # result: {transactional id: state (see broker_lite.transactions.coordinator)}
+    "list_transactions": (),
+    "abort_transaction": (Field("transactional_id", str),),
 }
 
 

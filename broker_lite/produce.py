@@ -39,12 +39,15 @@ class ProduceOutcome:
 class ProduceItem:
     """One partition's records of a produce request, as received (not yet normalised).
 
-    ``producer`` is an idempotent producer's (id, epoch, first sequence), or None.
+    ``producer`` is an idempotent producer's (id, epoch, first sequence), or None;
+    ``txn`` the number of the producer's open transaction these records belong
+    to (a Kafka transactional producer, verified with the coordinator), or None.
     """
 
     partition: int
     data: pa.RecordBatch | pa.Table
     producer: tuple[int, int, int] | None = None
+    txn: int | None = None
 
 
 @dataclass
@@ -57,6 +60,7 @@ class ProduceRequest:
     size_bytes: int
     producer: ProducerBatch | None = None
     compression: str | None = "none"  # None: the broker's configured codec
+    txn: int | None = None  # the producer's open transaction (see ProduceItem)
     future: Future[ProduceOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 
@@ -81,6 +85,10 @@ class Run:
         )
 
     @property
+    def txn(self) -> int | None:
+        return self.requests[0].txn
+
+    @property
     def batches(self) -> list[pa.RecordBatch]:
         return [b for r in self.requests for b in r.batches]
 
@@ -90,6 +98,8 @@ def _continues(run: list[ProduceRequest], request: ProduceRequest) -> bool:
     nxt = request.producer
     if last is None or nxt is None:
         return last is None and nxt is None
+    if run[-1].txn != request.txn:
+        return False
     return (
         last.producer_id == nxt.producer_id
         and last.producer_epoch == nxt.producer_epoch

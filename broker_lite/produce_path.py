@@ -29,6 +29,7 @@ from sparklog.errors import FencedError as LeaderEpochFenced
 from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
+    InvalidTxnStateError,
     NotLeaderError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
@@ -36,6 +37,7 @@ from sparklog.errors import (
 )
 from sparklog.storage import ProducerBatch, Topic
 from sparklog.storage.topics import Normalized
+from sparklog.storage.txn_markers import check_txn_append
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
@@ -147,7 +149,7 @@ class ProducePath(BrokerState):
             if item.producer is not None:
                 producer = ProducerBatch(*item.producer, max(count, 1))
             requests[i] = ProduceRequest(
-                item.partition, batches, count, size, producer, compression
+                item.partition, batches, count, size, producer, compression, item.txn
             )
         limit = self.config.max_request_bytes
         if all_or_nothing and size_bytes > limit:
@@ -349,11 +351,12 @@ class ProducePath(BrokerState):
                     {run.partition: [staged[run.partition]] for run in runs},
                     leader_epoch=shard.epoch,
                     producers={run.partition: run.producer for run in runs if run.producer},
+                    transactions={run.partition: run.txn for run in runs if run.txn is not None},
                 )
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
                 self.metrics.root_requests.labels("commit").inc()
                 return runs, results
-            except (ProducerFencedError, OutOfOrderSequenceNumberError):
+            except (ProducerFencedError, OutOfOrderSequenceNumberError, InvalidTxnStateError):
                 runs = self._drop_refused_runs(topic, runs)
                 if not runs:
                     return runs, {}
@@ -391,7 +394,15 @@ class ProducePath(BrokerState):
                 keep.append(run)
                 continue
             try:
-                self.partition_state(topic, run.partition).log.duplicate_of(batch)
+                st = self.partition_state(topic, run.partition)
+                st.log.duplicate_of(batch)
+                if run.txn is not None:
+                    check_txn_append(
+                        st.log.state.transactions,
+                        batch.producer_id,
+                        run.txn,
+                        f"{topic.name}-{run.partition}",
+                    )
                 keep.append(run)
             except SparklogError as exc:
                 _fail([run], exc)

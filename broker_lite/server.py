@@ -222,6 +222,10 @@ class FlightBroker(flight.FlightServerBase):
             "list_groups": lambda: groups.list_groups(),
             "describe_group": lambda group: groups.describe_group(group),
             "delete_group": lambda group: groups.delete_group(group),
+            "list_transactions": lambda: broker.transactions.list(),
+            "abort_transaction": lambda transactional_id: broker.transactions.abort(
+                transactional_id
+            ),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]
@@ -435,6 +439,7 @@ class FlightBroker(flight.FlightServerBase):
                 request["offset"],
                 request["max_bytes"],
                 request["max_wait_ms"],
+                isolation_level=request["isolation_level"],
             )
             meta = pa.py_buffer(wire.encode_fetch_meta(hwm, lso))
             empty = pa.RecordBatch.from_pylist([], schema=schema)

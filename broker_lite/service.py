@@ -27,12 +27,14 @@ from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.fetch_path import FetchPath
 from sparklog.broker_lite.group_routing import CoordinatedGroups
+from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import TopicBatcher, commit_pool
 from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
+from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
@@ -40,6 +42,8 @@ from sparklog.storage import LogRoot, Topic, open_root
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
+#: how often a broker looks for timed-out and orphaned transactions
+TRANSACTIONS_TICK_S = 1.0
 
 
 class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
@@ -69,6 +73,12 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             in_memory=True,
         )
         self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
+        #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)
+        self.transactions = TransactionCoordinator(
+            self,
+            ProducerIdAllocator(self.root.store, config.broker_id).allocate,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+        )
         self.cluster: Cluster | None = None
         self._lock = threading.Lock()
         self._topics: dict[str, Topic] = {}
@@ -110,6 +120,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._update_leadership()
         self._spawn("lease", self._lease_loop)
         self._spawn("tick", self._tick_loop)
+        self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 
@@ -193,6 +204,23 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
                 log.warning("background tick failed", extra=fields(error=str(exc)))
             except Exception:
                 log.exception("background tick failed")
+
+    def _transactions_loop(self) -> None:
+        """Abort timed-out transactions and finish orphaned ones, of the ids we coordinate."""
+        while not self._stopping.wait(TRANSACTIONS_TICK_S):
+            try:
+                self.transactions.tick(self.coordinates_transaction)
+            except Exception:
+                log.exception("transactions tick failed")
+
+    def coordinates_transaction(self, transactional_id: str) -> bool:
+        """Whether this broker is ``transactional_id``'s coordinator (as FindCoordinator says)."""
+        assert self.cluster is not None
+        live = list(self.cluster.live())
+        if not live:
+            return False
+        chosen = max(live, key=lambda b: rendezvous_weight(transactional_id, 0, int(b)))
+        return int(chosen) == self.config.broker_id
 
     def _reload_topics(self) -> None:
         with self._lock:

@@ -393,6 +393,43 @@ class UnknownProducerIdError(SparklogError, errno=59, code="UNKNOWN_PRODUCER_ID"
     """The producer id expired (``producer.id.expiration.ms``): obtain a new one."""
 
 
+# -- transactions ----------------------------------------------------------------------------
+
+
+class InvalidProducerEpochError(
+    SparklogError, errno=47, code="INVALID_PRODUCER_EPOCH", canonical=True
+):
+    """A transactional write with an epoch the coordinator has replaced (a zombie)."""
+
+
+class InvalidTxnStateError(SparklogError, errno=48, code="INVALID_TXN_STATE", canonical=True):
+    """The call does not fit the transaction's state (e.g. records to a partition not added)."""
+
+
+class InvalidProducerIdMappingError(
+    SparklogError, errno=49, code="INVALID_PRODUCER_ID_MAPPING", canonical=True
+):
+    """The producer id is not the one the transactional id holds."""
+
+
+class InvalidTransactionTimeoutError(
+    SparklogError, errno=50, code="INVALID_TRANSACTION_TIMEOUT", canonical=True
+):
+    """transaction.timeout.ms above the broker's transaction_max_timeout_ms (or below 1)."""
+
+
+class ConcurrentTransactionsError(
+    UnavailableError, errno=51, code="CONCURRENT_TRANSACTIONS", retriable=True, canonical=True
+):
+    """The previous transaction of this transactional id is still being completed: retry."""
+
+
+class TransactionalIdNotFoundError(
+    SparklogError, errno=105, code="TRANSACTIONAL_ID_NOT_FOUND", canonical=True
+):
+    """No transaction state for this transactional id."""
+
+
 # -- consumer groups -------------------------------------------------------------------------
 
 

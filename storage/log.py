@@ -35,6 +35,7 @@ from sparklog.errors import (
     ProducerFencedError,
     SparklogError,
 )
+from sparklog.storage import txn_markers
 from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
@@ -176,6 +177,8 @@ class PartState:
     high_watermark: int = 0
     segments: SegmentIndex = field(default_factory=SegmentIndex)
     producers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: transactions (see :mod:`sparklog.storage.txn_markers`): open, closed, controls, aborted
+    txn: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,6 +244,16 @@ class LogState:
     def txn_versions(self) -> dict[str, int]:
         return {k: v["version"] for k, v in self._shard.markers.items()}
 
+    @property
+    def transactions(self) -> dict[str, Any]:
+        """The partition's transactions (:mod:`sparklog.storage.txn_markers`)."""
+        return self._part.txn
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below this offset no transaction is open (read_committed readers stop here)."""
+        return txn_markers.last_stable_offset(self._part.txn, self._part.high_watermark)
+
 
 class ShardCodec:
     """Applies shard commits; snapshots a shard state as one Arrow file."""
@@ -263,10 +276,14 @@ class ShardCodec:
                 part.high_watermark = max(part.high_watermark, seg.end_offset)
             if change.get("lso") is not None:
                 part.log_start_offset = max(part.log_start_offset, int(change["lso"]))
+                if part.txn:
+                    part.txn = dict(part.txn)
+                    txn_markers.prune_below(part.txn, part.log_start_offset)
             producer = change.get("producer")
             if producer:
                 base = appended[0].base_offset if appended else -1
                 _apply_producer(part, producer, base, ts)
+            _apply_txn(part, change, appended)
         mirror = commit.get("mirror")
         if mirror:
             state.mirror_link = str(mirror.get("link", ""))
@@ -333,6 +350,7 @@ class ShardCodec:
                 "lso": part.log_start_offset,
                 "hwm": part.high_watermark,
                 "producers": part.producers,
+                "txn": part.txn,
                 "chunks": {},
             }
             for p, part in sorted(state.parts.items())
@@ -388,6 +406,7 @@ class ShardCodec:
                         )
                     ),
                     producers=dict(scalars["producers"]),
+                    txn=dict(scalars.get("txn") or {}),
                 )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptRecordError(
@@ -417,6 +436,7 @@ class ShardCodec:
                     high_watermark=int(scalars["hwm"]),
                     segments=SegmentIndex(segments.slice(lo, hi - lo)),
                     producers=dict(scalars["producers"]),
+                    txn=dict(scalars.get("txn") or {}),
                 )
         except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
             raise CorruptRecordError(
@@ -443,6 +463,35 @@ def _read_chunk(
     if batch.num_rows != rows[i]:
         raise CorruptRecordError(f"{where} hold {batch.num_rows} segments, not {rows[i]}")
     return pa.Table.from_batches([batch])
+
+
+def _apply_txn(part: PartState, change: Mapping[str, Any], appended: Sequence[Segment]) -> None:
+    """A commit's transactional parts: a transaction's records, its end, a control record."""
+    opened, close, marker = change.get("txn"), change.get("close"), change.get("marker")
+    if not (opened or close or marker):
+        return
+    txn = dict(part.txn) if part.txn else txn_markers.empty()
+    if opened and appended:
+        start = appended[0].base_offset
+        end = appended[-1].end_offset
+        txn_markers.apply_txn_append(txn, int(opened["id"]), int(opened["n"]), start, end)
+    if close:
+        txn_markers.apply_close(txn, int(close["id"]), int(close["n"]))
+    if marker:
+        offset = int(marker["offset"])
+        txn_markers.apply_marker(txn, marker, offset)
+        part.high_watermark = max(part.high_watermark, offset + 1)
+        # the marker raises the producer's epoch here: an older epoch is fenced
+        pid = str(marker["id"])
+        entry = part.producers.get(pid)
+        if entry is not None and int(marker["epoch"]) > int(entry["epoch"]):
+            part.producers[pid] = {
+                **entry,
+                "epoch": int(marker["epoch"]),
+                "last_seq": -1,
+                "recent": [],
+            }
+    part.txn = txn
 
 
 def _apply_producer(part: PartState, producer: Mapping[str, Any], base: int, ts: int) -> None:
@@ -545,6 +594,7 @@ class ShardLog(MetaLog[ShardState]):
         producers: Mapping[int, ProducerBatch] | None = None,
         txn: tuple[str, int] | None = None,
         staged_max_age_ms: int = STAGED_OBJECT_MAX_AGE_MS,
+        transactions: Mapping[int, int] | None = None,
     ) -> dict[int, AppendResult]:
         """Commit staged segments of many partitions atomically, each at its high watermark.
 
@@ -553,6 +603,9 @@ class ShardLog(MetaLog[ShardState]):
         was committed before is answered from the log and not appended again.
         ``txn=(app_id, version)`` makes a repeated commit of the same marker a
         no-op for the whole shard (the Spark sink's exactly-once).
+        ``transactions`` (partition -> transaction number) marks a partition's
+        records as the open transaction of its producer (a Kafka transactional
+        producer); a write of a transaction already ended there is refused.
         """
         now = self.clock_ms()
         for segments in appends.values():
@@ -563,6 +616,7 @@ class ShardLog(MetaLog[ShardState]):
                         "and may be garbage-collected; write it again"
                     )
         producers = producers or {}
+        transactions = transactions or {}
         counts = {p: sum(s.offset_span for s in segs) for p, segs in appends.items()}
         outcome: dict[int, AppendResult] = {}
 
@@ -581,6 +635,11 @@ class ShardLog(MetaLog[ShardState]):
                     if dup is not None:
                         outcome[p] = AppendResult(dup, counts[p], state.version, duplicate=True)
                         continue
+                number = transactions.get(p)
+                if number is not None and batch is not None:
+                    txn_markers.check_txn_append(
+                        state.part(p).txn, batch.producer_id, number, f"{self.topic}-{p}"
+                    )
                 base = state.part(p).high_watermark
                 placed = []
                 for seg in segments:
@@ -596,6 +655,8 @@ class ShardLog(MetaLog[ShardState]):
                         "first_seq": batch.first_sequence,
                         "last_seq": batch.last_sequence,
                     }
+                    if number is not None:
+                        change["txn"] = {"id": batch.producer_id, "n": number}
                 parts[str(p)] = change
             if not parts:
                 return None
@@ -619,7 +680,7 @@ class ShardLog(MetaLog[ShardState]):
         if commit is not None:
             for key, change in commit["parts"].items():
                 p = int(key)
-                placed = change["append"]
+                placed = change.get("append", [])
                 base = placed[0]["base_offset"] if placed else self.state.part(p).high_watermark
                 outcome[p] = AppendResult(base, counts[p], commit["v"])
         for p in appends:
@@ -627,6 +688,48 @@ class ShardLog(MetaLog[ShardState]):
                 part = self.state.part(p)
                 outcome[p] = AppendResult(part.high_watermark, 0, self.state.version)
         return outcome
+
+    def end_transactions(
+        self,
+        ends: Mapping[int, txn_markers.Marker],
+        *,
+        leader_epoch: int | None = None,
+    ) -> dict[int, int]:
+        """End a transaction in several partitions at once: partition -> control record offset.
+
+        A partition where the producer's transaction wrote records gets a control
+        record (one offset); one where it wrote nothing only remembers that the
+        transaction ended (so a late write of it is refused).  Writing the same
+        ends again is a no-op (-1: no control record written now), so a
+        coordinator that died half-way can be followed by another one.
+        """
+        placed: dict[int, int] = {}
+
+        def build(state: ShardState) -> Commit | None:
+            placed.clear()
+            self._check_epoch(state, leader_epoch)
+            parts: dict[str, Any] = {}
+            for p, marker in sorted(ends.items()):
+                part = state.part(p)
+                pid = str(marker.producer_id)
+                closed = int((part.txn.get("closed") or {}).get(pid, -1))
+                if closed >= marker.txn_number:
+                    continue
+                entry = (part.txn.get("open") or {}).get(pid)
+                if entry is not None and int(entry["n"]) <= marker.txn_number:
+                    offset = part.high_watermark
+                    parts[str(p)] = {"marker": {**marker.to_json(), "offset": offset}}
+                    placed[p] = offset
+                else:
+                    parts[str(p)] = {"close": {"id": marker.producer_id, "n": marker.txn_number}}
+            if not parts:
+                return None
+            commit: Commit = {"kind": "txn_end", "parts": parts, "ts": self.clock_ms()}
+            commit["epoch"] = max(leader_epoch or 0, state.leader_epoch)
+            return commit
+
+        self.commit(build)
+        return {p: placed.get(p, -1) for p in ends}
 
     def bump_epoch(self, new_epoch: int | None = None) -> int:
         """Write an epoch-bump commit (a leader taking over the shard); return the new epoch."""

@@ -25,6 +25,7 @@ from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segments import Segment, write_object
 from sparklog.storage.topics import Topic
+from sparklog.storage.txn_markers import aborted_between, drop_aborted
 
 #: Objects unreferenced for this long (and older than it) are deleted by GC; at
 #: least the staged-object age limit, so staged objects about to be committed survive.
@@ -274,8 +275,17 @@ def _commit_rewrite(
 COMPACTION_KEY_MAP_BYTES = 64 * 1024 * 1024
 
 
+def _without_aborted(batch: pa.RecordBatch, aborted: list[tuple[int, int]]) -> pa.RecordBatch:
+    """The batch without aborted transactions' records (an empty batch if none is left)."""
+    kept = drop_aborted([batch], aborted)
+    return kept[0] if kept else batch.slice(0, 0)
+
+
 def _key_map(
-    log: PartitionLog, segments: list[Segment], max_bytes: int
+    log: PartitionLog,
+    segments: list[Segment],
+    max_bytes: int,
+    aborted: list[tuple[int, int]] | None = None,
 ) -> tuple[pa.Table | None, int]:
     """``(key, offset_max)`` of the keyed records in the longest prefix of ``segments``
     whose key map fits ``max_bytes`` (at least one segment), and the prefix's length.
@@ -288,7 +298,7 @@ def _key_map(
     key_map: pa.Table | None = None
     for i, seg in enumerate(segments):
         pieces = [
-            b.select(["key", "offset"])
+            (_without_aborted(b, aborted) if aborted else b).select(["key", "offset"])
             for b in log.segment_batches(seg, seg.base_offset, seg.end_offset)
         ]
         if not pieces:
@@ -378,6 +388,9 @@ def compact(
     of the dirty segments (at most ``key_map_bytes_max`` of keys; beyond it,
     only a prefix of them is compacted this pass, the rest by the next), a
     second filters segment by segment and writes the kept records as they come.
+    Kafka transactions: only segments below the last stable offset are compacted
+    (an open transaction's records may yet be aborted), and aborted records are
+    dropped first, so they never shadow a committed record of the same key.
     """
     import pyarrow.compute as pc
 
@@ -385,7 +398,9 @@ def compact(
     config = topic.info.effective_config
     log = topic.partition(partition)
     state = log.refresh()
-    segments = state.segments.all()
+    stable = state.last_stable_offset
+    segments = [s for s in state.segments.all() if s.end_offset <= stable]
+    aborted = aborted_between(state.transactions, 0, stable)
     report = RewriteReport()
     if not segments or all(s.has_offsets for s in segments):
         return report
@@ -393,7 +408,7 @@ def compact(
     # and the pass rewrites everything up to there, the clean part included (a key seen
     # again in the dirty part supersedes its older records there too).
     dirty_from = next(i for i, s in enumerate(segments) if not s.has_offsets)
-    key_map, count = _key_map(log, segments[dirty_from:], key_map_bytes_max)
+    key_map, count = _key_map(log, segments[dirty_from:], key_map_bytes_max, aborted)
     old = segments[: dirty_from + count]
     if key_map is None:
         key_map = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
@@ -407,6 +422,8 @@ def compact(
     for seg in old:
         for batch in log.segment_batches(seg, seg.base_offset, seg.end_offset):
             report.records_before += batch.num_rows
+            if aborted:
+                batch = _without_aborted(batch, aborted)
             key = batch.column("key")
             last = pc.or_(
                 pc.or_(pc.is_null(key), pc.is_in(batch.column("offset"), value_set=latest)),

@@ -4,9 +4,11 @@ Records come from ``Broker.fetch`` (the tail cache or the root) as Arrow and
 are encoded as uncompressed v2 batches, except at the tail, where a producer's
 own batch is served as it came (see :func:`remember_produced`).  A fetch of one
 partition long-polls it; a fetch of several waits for the broker's next commit
-(``Broker.wait_for_commit``) and reads them all again.  There are no transactions, so
-read_committed and read_uncommitted see the same records (the last stable
-offset is the high watermark).  Fetch sessions (KIP-227) are not kept: the
+(``Broker.wait_for_commit``) and reads them all again.  Transactions' markers
+are served as control batches at their offsets (clients skip them).  A
+read_committed fetch stops at the last stable offset and gets aborted records
+filtered out by the broker (the answer's aborted-transactions list is then
+empty: nothing left to filter).  Fetch sessions (KIP-227) are not kept: the
 answer's session id is 0, so clients send full fetch requests.
 """
 
@@ -23,8 +25,10 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka import topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
-from sparklog.broker_lite.kafka.records import encode_batch
+from sparklog.broker_lite.kafka.records import encode_batch, encode_control_batch
+from sparklog.broker_lite.transactions.markers import transactions_view
 from sparklog.errors import SparklogError, UnknownTopicIdError
+from sparklog.storage.txn_markers import aborted_between, controls_between, drop_aborted
 
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
@@ -82,13 +86,24 @@ def remember_produced(
 
 
 def _read(
-    broker: Any, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
-) -> tuple[int, int, int, bytes]:
-    """(error, high watermark, log start offset, encoded records) of one partition."""
+    broker: Any,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    wait_ms: int,
+    committed: bool = False,
+) -> tuple[int, int, int, bytes, int]:
+    """(error, high watermark, log start offset, encoded records, last stable offset)."""
     try:
+        stable = transactions_view(broker, topic, partition)
+        if committed and offset >= stable[1]:
+            wait_ms = 0  # records past the last stable offset are not served: no long-poll
         batches, hwm, lso, _schema = broker.fetch(
             topic, partition, offset, max(max_bytes, 1), wait_ms
         )
+        if wait_ms:
+            stable = transactions_view(broker, topic, partition)
     except SparklogError as exc:
         details = getattr(exc, "details", {})
         return (
@@ -96,11 +111,38 @@ def _read(
             int(details.get("high_watermark", -1)),
             int(details.get("log_start_offset", -1)),
             b"",
+            int(details.get("high_watermark", -1)),
         )
+    _, last_stable, txn = stable
+    last_stable = min(last_stable, hwm)
+    bound = last_stable if committed else hwm
+    upto = bound
+    raw = bool(batches)
+    if batches:
+        raw_last = batches[-1].column("offset")[batches[-1].num_rows - 1].as_py()
+        upto = min(bound, raw_last + 1)
+        # the markers right after the records read go with them (no record between)
+        following = {c[0] for c in controls_between(txn, upto, bound)}
+        while upto in following:
+            upto += 1
+    if committed:
+        batches = [b for b in _below(batches, bound)]
+        batches = drop_aborted(batches, aborted_between(txn, offset, bound))
+    controls = controls_between(txn, offset, upto)
+    if committed and raw and not batches and upto < bound:
+        # all read was aborted: read on, so the answer moves the reader forward
+        error, hwm, lso, rest, last_stable = _read(
+            broker, topic, partition, upto, max_bytes, 0, committed
+        )
+        if error:
+            return error, hwm, lso, rest, last_stable
+        head = b"".join(encode_control_batch(*c[:4]) for c in controls)
+        return 0, hwm, lso, head + rest, last_stable
     info = broker.topic(topic).info
     log_append = info.effective_config.get("message.timestamp.type") == "LogAppendTime"
     out: list[bytes] = []
     size = 0
+    pending = list(controls)
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -111,6 +153,11 @@ def _read(
                 continue
             first = offset
         last = batch.column("offset")[batch.num_rows - 1].as_py()
+        while pending and pending[0][0] < first:
+            control = pending.pop(0)
+            encoded_control = encode_control_batch(*control[:4])
+            out.append(encoded_control)
+            size += len(encoded_control)
         key = (info.topic_id, partition, first, last, batch.num_rows, log_append)
         encoded = ENCODED.get(key)
         if encoded is None:
@@ -119,8 +166,29 @@ def _read(
         out.append(encoded)
         size += len(encoded)
         if size >= max_bytes:
+            pending = [c for c in pending if c[0] < last]
             break
-    return 0, hwm, lso, out[0] if len(out) == 1 else b"".join(out)
+    for control in pending:
+        out.append(encode_control_batch(*control[:4]))
+    return 0, hwm, lso, out[0] if len(out) == 1 else b"".join(out), last_stable
+
+
+def _below(batches: list[Any], bound: int) -> list[Any]:
+    """The batches cut at ``bound`` (the last stable offset)."""
+    out = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        first = batch.column("offset")[0].as_py()
+        if first >= bound:
+            break
+        last = batch.column("offset")[batch.num_rows - 1].as_py()
+        if last >= bound:
+            import pyarrow.compute as pc
+
+            batch = batch.filter(pc.less(batch.column("offset"), bound))
+        out.append(batch)
+    return out
 
 
 #: Fetch names topics by id from this version on (KIP-516)
@@ -153,16 +221,19 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
     min_bytes = int(request.min_bytes)
     max_total = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
     deadline = time.monotonic() + max_wait_ms / 1000
-    results: dict[tuple[str, int], tuple[int, int, int, bytes]] = {}
+    committed = int(getattr(request, "isolation_level", 0) or 0) == 1
+    results: dict[tuple[str, int], tuple[int, int, int, bytes, int]] = {}
     while True:
         commits_seen = broker.commits
         total = 0
         for topic, partition, offset, part_max in wanted:
             budget = min(part_max, max(max_total - total, 0))
             if budget <= 0 and total:
-                results[(topic, partition)] = results.get((topic, partition), (0, -1, -1, b""))
+                results[(topic, partition)] = results.get((topic, partition), (0, -1, -1, b"", -1))
                 continue
-            results[(topic, partition)] = _read(broker, topic, partition, offset, budget, 0)
+            results[(topic, partition)] = _read(
+                broker, topic, partition, offset, budget, 0, committed
+            )
             total += len(results[(topic, partition)][3])
         remaining_ms = int((deadline - time.monotonic()) * 1000)
         errors = any(r[0] for r in results.values())
@@ -170,7 +241,7 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
             break
         if broker.stopping:
             break
-        if len(wanted) == 1:  # one partition: the broker's long-poll wakes on the commit
+        if len(wanted) == 1 and not committed:  # one partition: the long-poll wakes on the commit
             topic, partition, offset, part_max = wanted[0]
             results[(topic, partition)] = _read(
                 broker, topic, partition, offset, min(part_max, max_total), remaining_ms
@@ -182,14 +253,14 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
         broker.wait_for_commit(commits_seen, min(remaining_ms, refresh_ms) / 1000)
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, _offset, _max in wanted:
-        error, hwm, lso, records = results[(topic, partition)]
+        error, hwm, lso, records, last_stable = results[(topic, partition)]
         by_topic.setdefault(topic, []).append(
             make(
                 part_cls,
                 partition_index=partition,
                 error_code=error,
                 high_watermark=hwm,
-                last_stable_offset=hwm,
+                last_stable_offset=last_stable,
                 log_start_offset=lso,
                 aborted_transactions=None if error else (),
                 preferred_read_replica=-1,

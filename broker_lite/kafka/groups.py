@@ -113,13 +113,14 @@ def encode_assignment(partitions: Sequence[TopicPartition]) -> bytes:
 def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(10, ctx.api_version)
     brokers = kafka_brokers(ctx.broker)
-    if getattr(request, "key_type", 0) != 0 or not brokers:
+    # key type 0: a group; 1: a transactional id (chosen the same way, over live brokers)
+    if getattr(request, "key_type", 0) not in (0, 1) or not brokers:
         error = CoordinatorNotAvailableError
         return make(
             cls,
             throttle_time=0,
             error_code=error.errno,
-            error_message="transactions are not supported" if brokers else "no live broker",
+            error_message="unknown coordinator key type" if brokers else "no live broker",
             node_id=-1,
             host="",
             port=-1,

@@ -12,6 +12,7 @@ topics of a request are produced concurrently.  acks=0 gets no response.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,12 +26,12 @@ from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.records import (
     CONTROL_BIT,
-    TRANSACTIONAL_BIT,
     ReadBatch,
     read_batch,
     split_batches,
     to_arrow,
 )
+from sparklog.broker_lite.kafka.transactions import init_transactional
 from sparklog.broker_lite.produce import ProduceItem
 from sparklog.errors import (
     InvalidRecordError,
@@ -38,7 +39,6 @@ from sparklog.errors import (
     MessageSizeTooLargeError,
     SparklogError,
     UnknownTopicOrPartitionError,
-    UnsupportedVersionError,
 )
 
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -51,6 +51,7 @@ class _Decoded:
     item: ProduceItem
     views: list[memoryview]
     count: int
+    transactional: bool = False
 
 
 def _read_partition(
@@ -71,10 +72,10 @@ def _read_partition(
     read = [read_batch(view) for view in views]
     if not read:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    if any(r.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) for r in read):
-        raise UnsupportedVersionError(
-            "transactional record batches are not accepted; accepted: idempotent or plain "
-            "producers (no transactional.id)"
+    if any(r.attributes & CONTROL_BIT for r in read):
+        raise InvalidRecordError(
+            f"{topic}-{partition}: control batches are written by the transaction "
+            "coordinator, not by producers"
         )
     return views, read
 
@@ -100,7 +101,12 @@ def _decode_partitions(
         producer = None
         if first.producer_id >= 0:
             producer = (first.producer_id, first.producer_epoch, first.base_sequence)
-        out[i] = _Decoded(ProduceItem(partitions[i][0], table, producer), views, first.count)
+        out[i] = _Decoded(
+            ProduceItem(partitions[i][0], table, producer),
+            views,
+            first.count,
+            any(d.transactional for d in mine),
+        )
     return out
 
 
@@ -130,6 +136,8 @@ def _produce_topic(
     found = _decode_partitions(topic_obj, topic, partitions)
     for i in range(len(partitions)):
         one = found[i]
+        if isinstance(one, _Decoded) and one.transactional:
+            one = _in_transaction(broker, topic, one)
         if isinstance(one, _Decoded):
             decoded[i] = one
             out.append((-1, -1))
@@ -158,6 +166,7 @@ def _produce_topic(
             and not outcome.duplicate
             and d.count
             and binary
+            and not d.transactional
         ):
             remember_produced(
                 topic_obj.info.topic_id,
@@ -168,6 +177,23 @@ def _produce_topic(
             )
         out[i] = (int(outcome.base_offset), append_ms)
     return out
+
+
+def _in_transaction(broker: Any, topic: str, one: _Decoded) -> _Decoded | BaseException:
+    """A transactional partition's records with their transaction's number, or the refusal.
+
+    The partition must be in the producer's ongoing transaction (KIP-890's
+    verification); the number lets the partition refuse a late write of an
+    ended transaction.
+    """
+    producer = one.item.producer
+    if producer is None:
+        return InvalidRecordError(f"{topic}: a transactional batch without a producer id")
+    try:
+        number = broker.transactions.verify(producer[0], producer[1], topic, one.item.partition)
+    except SparklogError as exc:
+        return exc
+    return dataclasses.replace(one, item=dataclasses.replace(one.item, txn=number))
 
 
 def _idempotent(request: Any) -> bool:
@@ -257,13 +283,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
 def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(22, ctx.api_version)
     if request.transactional_id is not None:
-        return make(
-            cls,
-            throttle_time=0,
-            error_code=UnsupportedVersionError.errno,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return init_transactional(ctx, request)
     try:
         producer_id = ctx.listener.producer_ids.allocate()
     except SparklogError as exc:

@@ -344,3 +344,21 @@ def warm_up() -> None:
     builder.append(0, 0, b"k", b"v", [("h", b"v")])
     decoded = decode_batch(memoryview(bytes(builder.build())))
     encode_batch(decoded.records.append_column("offset", pa.array([0], pa.int64())))
+
+
+def encode_control_batch(
+    offset: int, producer_id: int, producer_epoch: int, committed: bool, timestamp_ms: int = 0
+) -> bytes:
+    """A control batch (Kafka's transaction marker) at ``offset``: one record whose key
+    is (version 0, type 1 = commit / 0 = abort) and value (version 0, coordinator
+    epoch 0).  Consumers skip it and move past its offset."""
+    builder = DefaultRecordBatchBuilder(2, 0, 1, producer_id, producer_epoch, -1, 0x7FFFFFFF)
+    key = struct.pack(">hh", 0, 1 if committed else 0)
+    value = struct.pack(">hi", 0, 0)
+    builder.append(0, timestamp_ms, key, value, [])
+    out = builder.build()
+    (attributes,) = struct.unpack_from(">h", out, 21)
+    struct.pack_into(">h", out, 21, attributes | CONTROL_BIT | TRANSACTIONAL_BIT)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
+    struct.pack_into(">q", out, 0, offset)
+    return bytes(out)

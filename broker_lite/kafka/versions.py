@@ -28,6 +28,7 @@ from sparklog.broker_lite.kafka import (
     produce,
     quotas,
     sasl,
+    transactions,
 )
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.errors import UnsupportedVersionError
@@ -91,6 +92,10 @@ _APIS = [
     Api(21, "DeleteRecords", 0, 2, admin.handle_delete_records),
     Api(22, "InitProducerId", 0, 5, produce.handle_init_producer_id),
     Api(23, "OffsetForLeaderEpoch", 0, 4, leader_epochs.handle_offset_for_leader_epoch),
+    Api(24, "AddPartitionsToTxn", 0, 3, transactions.handle_add_partitions_to_txn),
+    Api(25, "AddOffsetsToTxn", 0, 3, transactions.handle_add_offsets_to_txn),
+    Api(26, "EndTxn", 0, 3, transactions.handle_end_txn),
+    Api(28, "TxnOffsetCommit", 0, 3, transactions.handle_txn_offset_commit),
     Api(29, "DescribeAcls", 0, 3, acl_apis.handle_describe_acls),
     Api(30, "CreateAcls", 1, 3, acl_apis.handle_create_acls),
     Api(31, "DeleteAcls", 1, 3, acl_apis.handle_delete_acls),
@@ -118,5 +123,8 @@ _APIS = [
     ),
     Api(51, "AlterUserScramCredentials", 0, 0, sasl.handle_alter_user_scram_credentials),
     Api(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
+    Api(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
+    Api(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
+    Api(66, "ListTransactions", 0, 1, transactions.handle_list_transactions),
 ]
 API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}

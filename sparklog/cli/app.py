@@ -388,6 +388,9 @@ app.add_typer(_quotas_app, name="quotas")
 from sparklog.cli.log_tools import log_app as _log_app  # noqa: E402
 
 app.add_typer(_log_app, name="log")
+from sparklog.cli.transactions import transactions_app as _transactions_app  # noqa: E402
+
+app.add_typer(_transactions_app, name="transactions")
 _delete_offsets.register(groups_app)
 
 

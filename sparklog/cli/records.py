@@ -343,6 +343,12 @@ def consume(
         help="Key/value separator of key-value",
         show_default="tab",
     ),
+    isolation_level: str = typer.Option(
+        "read_uncommitted",
+        "--isolation-level",
+        metavar="LEVEL",
+        help="read_committed: only committed transactions' records (Kafka's isolation.level)",
+    ),
 ) -> None:
     """Print records as they arrive. Follows the topics until interrupted (or -e, idle, limit).
 
@@ -378,8 +384,18 @@ def consume(
     from sparklog.client.types import TopicPartition
 
     reset = "earliest" if from_beginning else "latest"
+    level = isolation_level.replace("-", "_").lower()
+    if level not in ("read_uncommitted", "read_committed"):
+        raise ConfigError(
+            f"--isolation-level {isolation_level!r} is not accepted; accepted: "
+            "read_uncommitted, read_committed"
+        )
     consumer = Consumer(
-        address=st.address, group_id=group, auto_offset_reset=reset, **st.client_config()
+        address=st.address,
+        group_id=group,
+        auto_offset_reset=reset,
+        isolation_level=level,
+        **st.client_config(),
     )
     out = sys.stdout.buffer
     seen = 0

@@ -21,7 +21,13 @@ from sparklog.client.types import (
     TopicDescription,
     TopicPartition,
 )
-from sparklog.errors import ConfigError, GroupError, SparklogError, UnknownTopicError
+from sparklog.errors import (
+    ConfigError,
+    GroupError,
+    SparklogError,
+    TransactionalIdNotFoundError,
+    UnknownTopicError,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -156,6 +162,23 @@ class Admin:
         """Per partition: the earliest / latest offset, or the first at or after a ms timestamp."""
         count = self._backend.topic_layout(topic)[0]
         return {p: self._backend.list_offsets(topic, p, spec) for p in range(count)}
+
+    # -- transactions ----------------------------------------------------------------
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        """Kafka transactional ids and their coordinator state (``state``, ``pid``,
+        ``epoch``, ``timeout_ms``, ``started_ms``, ``partitions``, ``groups``)."""
+        return dict(sorted(self._backend.list_transactions().items()))
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        found = self._backend.list_transactions().get(transactional_id)
+        if found is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        return dict(found)
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        """Abort the id's open transaction now (its producer is fenced), as
+        kafka-transactions abort does for a hanging transaction."""
+        self._backend.abort_transaction(transactional_id)
 
     # -- groups -------------------------------------------------------------------
     def list_groups(self) -> list[str]:

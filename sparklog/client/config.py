@@ -105,6 +105,12 @@ CONSUMER_OPTIONS: dict[str, Setting] = {
         Setting("fetch_max_bytes", 8_388_608, "bytes fetched from a partition at once", integer(1)),
         Setting("fetch_max_wait_ms", 100, "long-poll time of one fetch", integer(0)),
         Setting(
+            "isolation_level",
+            "read_uncommitted",
+            "read_committed: only committed transactions' records, up to the last stable offset",
+            choice("read_uncommitted", "read_committed", fold_case=True),
+        ),
+        Setting(
             "partition_assignment_strategy",
             "range",
             "range, roundrobin or sticky",

@@ -613,12 +613,17 @@ class Consumer:
                 position,
                 max_bytes=self.config["fetch_max_bytes"],
                 max_wait_ms=wait_ms,
+                isolation_level=self.config["isolation_level"],
             )
         except OffsetOutOfRangeError as exc:
             reset = self._reset(tp, exc)
             log.warning("offset %d of %s is out of range; reset to %d", position, tp, reset)
             return deque()
         queue = deque(b for b in result.batches if b.num_rows)
+        if not queue and position < result.high_watermark:
+            # nothing readable below the high watermark (the last stable offset when
+            # read_committed): transaction markers or aborted records; move past them
+            self._positions[tp] = result.high_watermark
         self._buffered[tp] = queue
         if result.high_watermark >= 0:
             self._highwater[tp] = result.high_watermark

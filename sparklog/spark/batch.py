@@ -143,7 +143,11 @@ class SparklogBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         opts = self.options
         pushed = self.pushed
-        view = RootView(cached_root(opts.root, opts.storage_options), opts.subscription)
+        view = RootView(
+            cached_root(opts.root, opts.storage_options),
+            opts.subscription,
+            read_committed=opts.read_committed,
+        )
         infos = view.refresh_topics()
         every = view.partitions(infos)
         starts = resolve_positions(
@@ -169,7 +173,7 @@ class SparklogBatchReader(DataSourceReader):
                 fail_on_data_loss=opts.fail_on_data_loss,
             )
             first = max(first, pushed.offset_lo)
-            stop = min(ends[tp], plog.high_watermark, pushed.offset_hi)
+            stop = min(ends[tp], view.end_of(plog), pushed.offset_hi)
             if stop <= first:
                 continue
             segments = plog.segments_between(first, stop)
@@ -191,6 +195,7 @@ class SparklogBatchReader(DataSourceReader):
                 topics={name: infos[name] for name in used},
                 ranges=rs,
                 fail_on_data_loss=opts.fail_on_data_loss,
+                read_committed=opts.read_committed,
             )
             for i, rs in enumerate(tasks)
         ]

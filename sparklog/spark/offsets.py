@@ -65,10 +65,21 @@ def topic_ids_of(doc: Mapping[str, Any] | None) -> dict[str, str]:
 class RootView:
     """The topic-partitions a subscription covers right now, with their log bounds."""
 
-    def __init__(self, root: LogRoot, subscription: Subscription) -> None:
+    def __init__(
+        self, root: LogRoot, subscription: Subscription, *, read_committed: bool = False
+    ) -> None:
         self.root = root
         self.subscription = subscription
+        #: read_committed: a partition ends at its last stable offset (Kafka transactions)
+        self.read_committed = read_committed
         self._topics: dict[str, Topic] = {}
+
+    def end_of(self, plog: PartitionLog) -> int:
+        """Where a partition's readable records end: the high watermark, or the last
+        stable offset for read_committed (an open transaction's records wait)."""
+        if self.read_committed:
+            return int(plog.state.last_stable_offset)
+        return int(plog.high_watermark)
 
     # -- topics ------------------------------------------------------------
     def _topic_names(self) -> list[str]:
@@ -137,7 +148,7 @@ class RootView:
         out = {}
         for tp in partitions:
             plog = self.log(tp.topic, tp.partition)
-            out[tp] = (plog.log_start_offset, plog.high_watermark)
+            out[tp] = (plog.log_start_offset, self.end_of(plog))
         return out
 
 
@@ -170,7 +181,7 @@ def resolve_positions(
     out: dict[TopicPartition, int] = {}
     for tp in partitions:
         plog = view.log(*tp)
-        start, hwm = plog.log_start_offset, plog.high_watermark
+        start, hwm = plog.log_start_offset, view.end_of(plog)
         if spec.kind == "earliest":
             out[tp] = start
         elif spec.kind == "latest":

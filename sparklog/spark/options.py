@@ -7,7 +7,9 @@ and ``compression``.  Spark passes options case-insensitively (lower-cased);
 messages use the documented spelling.  Unknown options are refused so that a
 typo never silently changes what a query reads.  Kafka client properties
 (``kafka.*``) are accepted and ignored, except: ``kafka.bootstrap.servers`` is
-taken as ``broker``, ``kafka.group.id`` as ``group``, and the properties Kafka's
+taken as ``broker``, ``kafka.group.id`` as ``group``, ``kafka.isolation.level``
+is honoured (read_committed: up to the last stable offset, no aborted
+transactions' records), and the properties Kafka's
 connector refuses (``kafka.auto.offset.reset``, the (de)serializers,
 ``kafka.enable.auto.commit``, ``kafka.interceptor.classes``) are refused with
 its reasons.  Like Kafka's connector, a batch read ignores the streaming-only
@@ -202,6 +204,9 @@ class SourceOptions:
     #: a new query (no checkpoint) starts at the group's offsets: option ``group`` only;
     #: ``kafka.group.id`` keeps Kafka's meaning (progress recorded, start from startingOffsets)
     group_resumes: bool = False
+    #: ``kafka.isolation.level=read_committed``: "latest" is the last stable offset and
+    #: aborted transactions' records are left out (Kafka's connector's default is uncommitted)
+    read_committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,13 @@ def _check_known(opts: Mapping[str, str], allowed: tuple[str, ...], what: str) -
     for key in opts:
         if key in refused:
             raise SparkOptionError(refused[key])
+        if what == "source" and key == "kafka.isolation.level":
+            level = opts[key].strip().lower()
+            if level not in ("read_uncommitted", "read_committed"):
+                raise SparkOptionError(
+                    f"option 'kafka.isolation.level'={opts[key]!r} is not accepted; accepted: "
+                    "read_uncommitted, read_committed"
+                )
         if key in known or key.startswith(("storage.", "kafka.", "spark.")):
             continue
         raise SparkOptionError(
@@ -537,6 +549,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
         group=_group(opts),
         group_resumes="group" in opts,
+        read_committed=opts.get("kafka.isolation.level", "").strip().lower() == "read_committed",
     )
 
 

@@ -98,6 +98,8 @@ class ReadTask(InputPartition):
     topics: dict[str, TopicInfo]
     ranges: list[ReadRange]
     fail_on_data_loss: bool = True
+    #: leave out aborted transactions' records (the ranges end at last stable offsets)
+    read_committed: bool = False
 
 
 def default_parallelism() -> int:

@@ -20,6 +20,7 @@ from sparklog.spark.plan import ReadTask
 from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import timestamp_type_of, to_spark_batch
 from sparklog.storage import LogRoot, Topic
+from sparklog.storage.txn_markers import committed_only
 from sparklog.topic_partition import TopicPartition
 
 #: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
@@ -82,6 +83,8 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
         ts_type = timestamp_type_of(topic.info.effective_config)
         try:
             batches = plog.iter_batches(start, r.end)
+            if task.read_committed:
+                batches = iter(committed_only(batches, plog.state.transactions, r.end))
             for batch in coalesce(batches):
                 yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
         except OffsetOutOfRangeError as exc:  # retention ran between planning and reading
@@ -93,5 +96,8 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
                 fail_on_data_loss=task.fail_on_data_loss,
             )
             if r.start <= resume < r.end:
-                for batch in coalesce(plog.iter_batches(resume, r.end)):
+                again = plog.iter_batches(resume, r.end)
+                if task.read_committed:
+                    again = iter(committed_only(again, plog.state.transactions, r.end))
+                for batch in coalesce(again):
                     yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)

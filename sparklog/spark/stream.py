@@ -87,7 +87,9 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def view(self) -> RootView:
         if self._view is None:
             root = cached_root(self.options.root, self.options.storage_options)
-            self._view = RootView(root, self.options.subscription)
+            self._view = RootView(
+                root, self.options.subscription, read_committed=self.options.read_committed
+            )
         return self._view
 
     # -- positions ---------------------------------------------------------
@@ -397,6 +399,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 topics=infos,
                 ranges=rs,
                 fail_on_data_loss=opts.fail_on_data_loss,
+                read_committed=opts.read_committed,
             )
             for i, rs in enumerate(tasks)
         ]

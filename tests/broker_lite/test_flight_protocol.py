@@ -16,6 +16,7 @@ def test_a_built_request_parses_back_with_defaults_filled() -> None:
         "offset": 7,
         "max_bytes": 1 << 20,
         "max_wait_ms": 500,
+        "isolation_level": "read_uncommitted",
     }
 
 

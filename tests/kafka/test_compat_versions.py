@@ -352,7 +352,10 @@ def test_find_coordinator_v5_batches_keys(one_broker: Cluster, conn: Connection)
         ("g-b", 0, host, int(port)),
     ]
     txn = conn.call(FindCoordinatorRequest(key_type=1, coordinator_keys=("tx",)))
-    assert txn.coordinators[0].error_code.value == 15  # COORDINATOR_NOT_AVAILABLE: no txns
+    # transactional ids (key type 1) have coordinators too (issue 25)
+    assert [(c.key, c.error_code.value, c.host, c.port) for c in txn.coordinators] == [
+        ("tx", 0, host, int(port))
+    ]
 
 
 def test_fetch_v17_names_topics_by_id(conn: Connection) -> None:

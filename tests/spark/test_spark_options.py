@@ -281,3 +281,13 @@ def test_storage_options_follow_the_clients_rule_json_values_included() -> None:
     )
     with pytest.raises(SparkOptionError, match="'storage.config_kwargs'.*not valid JSON"):
         parse(**{"storage.config_kwargs": "{retries"})
+
+
+def test_kafka_isolation_level_is_honoured_default_read_uncommitted() -> None:
+    # Kafka's connector defaults to read_uncommitted (tests/storage/test_txn_markers.py
+    # reads with both levels)
+    assert parse().read_committed is False
+    assert parse(**{"kafka.isolation.level": "read_uncommitted"}).read_committed is False
+    assert parse(**{"kafka.isolation.level": "READ_COMMITTED"}).read_committed is True
+    with pytest.raises(SparkOptionError, match="not accepted"):
+        parse(**{"kafka.isolation.level": "serializable"})

@@ -10,6 +10,7 @@ its own handles and serialises access per shard.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -233,9 +234,19 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
             return handle.write(parts, compression)
 
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         from sparklog.storage.log import IDLE_PROBE_INTERVAL_MS, READ_PROBE_SHARE_MS
+        from sparklog.storage.txn_markers import check_isolation_level, read_committed_from
+
+        committed = check_isolation_level(isolation_level)
 
         log, lock = self._log(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
@@ -250,9 +261,28 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                     if offset != hwm or offset < start
                     else []
                 )
+                if committed:
+                    state = log.state
+                    stable = min(hwm, state.last_stable_offset)
+                    batches = read_committed_from(
+                        functools.partial(_read_below, log, stable, max_bytes),
+                        offset,
+                        state.transactions,
+                        stable,
+                    )
+                    hwm = stable
             if batches or time.monotonic() >= deadline:
                 return FetchResult(batches, hwm, start)
             time.sleep(LONG_POLL_INTERVAL_S)
+
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        """Transactional ids and their state, from the root's metadata log."""
+        return {k: dict(v) for k, v in self.root.metadata.image().transactional_ids.items()}
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        raise ConfigError(
+            "aborting a transaction writes markers through a broker: give --address host:port"
+        )
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)
@@ -277,3 +307,8 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.root.groups.fetch(group)
         return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}
+
+
+def _read_below(log: Any, stop: int, max_bytes: int, start: int) -> list[pa.RecordBatch]:
+    """Raw batches of ``log`` from ``start`` below ``stop`` (a read_committed reader's step)."""
+    return list(log.iter_batches(start, stop, max_bytes=max_bytes))

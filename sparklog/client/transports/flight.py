@@ -129,10 +129,22 @@ class BrokerBackend(TopicCalls, GroupCalls):
         return dict(self._pool.map(one, todo))
 
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         r = self.client.fetch(
-            topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms
+            topic,
+            partition,
+            offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            isolation_level=isolation_level,
         )
         return r
 
@@ -143,6 +155,12 @@ class BrokerBackend(TopicCalls, GroupCalls):
         return self.client.delete_records(topic, partition, before_offset)
 
     # -- groups (coordinated by the brokers) ----------------------------------------
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        return self.client.list_transactions()
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        self.client.abort_transaction(transactional_id)
+
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

@@ -496,6 +496,7 @@ class BrokerClient:
         *,
         max_bytes: int = 1 << 20,
         max_wait_ms: int = 500,
+        isolation_level: str = "read_uncommitted",
     ) -> FetchResult:
         """Records from ``offset`` (long-polls up to ``max_wait_ms`` at the head of the log)."""
         ticket = flight.Ticket(
@@ -506,6 +507,7 @@ class BrokerClient:
                 offset=offset,
                 max_bytes=max_bytes,
                 max_wait_ms=max_wait_ms,
+                isolation_level=isolation_level,
             )
         )
 
@@ -617,6 +619,13 @@ class BrokerClient:
 
     def list_groups(self) -> list[str]:
         return list(self._action("list_groups"))
+
+    def list_transactions(self) -> dict[str, dict[str, Any]]:
+        """Transactional ids and their state (the metadata log's image of any broker)."""
+        return dict(self._action("list_transactions"))
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        self._action("abort_transaction", transactional_id=transactional_id)
 
     def describe_group(self, group: str) -> dict[str, Any]:
         return dict(self._group_action("describe_group", group=group))

@@ -1,0 +1,1 @@
+"""Kafka's transactions on the broker: the coordinator and the markers it writes."""

@@ -1,0 +1,497 @@
+"""The transaction coordinator: Kafka's transactional ids, their state in the metadata log.
+
+Every state change a transaction must survive the coordinator's death with is
+one ``transactional_id`` record of the cluster metadata log (key = the
+transactional id; value = the state below), written with the log's optimistic
+concurrency, so any broker may serve any call and complete what another began::
+
+    {"pid": producer id, "epoch": producer epoch, "state": one of STATES,
+     "n": the transaction's number (one more for each transaction begun),
+     "timeout_ms": transaction.timeout.ms, "started_ms": when the transaction began,
+     "updated_ms": the last change, "partitions": [[topic, partition], ...],
+     "groups": {group: [[topic, partition, offset, metadata], ...]}}
+
+Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
+decision), then, once every partition has its marker (control record) and a
+committed transaction's offsets are in their groups' logs,
+``CompleteCommit``/``CompleteAbort``.  A broker finding a Prepare state left
+behind (its coordinator died) finishes it; an ``Ongoing`` transaction older
+than its timeout is aborted with the epoch bumped, which fences its producer.
+Markers and offset commits are idempotent, so finishing twice is harmless.
+
+Records of a transaction are accepted by a partition only if the partition was
+added (AddPartitionsToTxn) to the producer's ongoing transaction, and carry the
+transaction's number: a partition refuses a late write of a transaction that
+has ended there (KIP-890's hanging and torn transactions).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.transactions.markers import end_transactions
+from sparklog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    SparklogError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.storage.cluster_metadata import MetadataImage, Record
+from sparklog.storage.txn_markers import Marker
+from sparklog.topic_partition import TopicPartition
+
+log = logging.getLogger("sparklog.broker_lite.transactions")
+
+EMPTY = "Empty"
+ONGOING = "Ongoing"
+PREPARE_COMMIT = "PrepareCommit"
+PREPARE_ABORT = "PrepareAbort"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT)
+#: Kafka's broker default (transaction.max.timeout.ms): 15 minutes
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 15 * 60 * 1000
+#: the largest producer epoch; past it a transactional id gets a new producer id
+MAX_EPOCH = 32767
+#: how long a Prepare state may wait for its coordinator before any broker finishes it
+ORPHAN_GRACE_MS = 2_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Producer:
+    """What InitProducerId answers: the id and epoch a transactional producer uses."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+def _record(tid: str, value: dict[str, Any] | None) -> Record:
+    return {"type": "transactional_id", "key": tid, "value": value}
+
+
+class TransactionCoordinator:
+    """Transactional ids of a cluster; any broker can serve any of them (see module doc).
+
+    ``broker`` gives the root (metadata log, groups), the shard logs (markers)
+    and the live brokers; ``allocate`` hands out new producer ids.
+    """
+
+    def __init__(
+        self,
+        broker: Any,
+        allocate: Any,
+        *,
+        max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    ) -> None:
+        self.broker = broker
+        self.allocate = allocate
+        self.max_timeout_ms = max_timeout_ms
+        self._index_version = -1
+        self._by_pid: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    # -- the metadata log ----------------------------------------------------
+    @property
+    def metadata(self) -> Any:
+        return self.broker.root.metadata
+
+    def image(self, fresh: bool = False) -> MetadataImage:
+        return self.metadata.refresh_on_miss() if fresh else self.metadata.image()
+
+    def state(self, tid: str) -> dict[str, Any] | None:
+        found = self.image().transactional_ids.get(tid)
+        return dict(found) if found is not None else None
+
+    def _change(self, tid: str, change: Any) -> dict[str, Any] | None:
+        """Append ``change(current state) -> new state`` (None: no change); the state after."""
+        after: list[dict[str, Any] | None] = [None]
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            current = image.transactional_ids.get(tid)
+            new = change(dict(current) if current is not None else None)
+            if new is None:
+                after[0] = dict(current) if current is not None else None
+                return None
+            new = {**new, "updated_ms": _now_ms()}
+            after[0] = new
+            return [_record(tid, new)]
+
+        self.metadata.append(build)
+        return after[0]
+
+    # -- checks -------------------------------------------------------------
+    @staticmethod
+    def _check_producer(
+        tid: str, current: dict[str, Any] | None, producer_id: int, producer_epoch: int
+    ) -> dict[str, Any]:
+        if current is None:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} has no producer: call InitProducerId first"
+            )
+        if int(current["pid"]) != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} belongs to producer {current['pid']}, not {producer_id}"
+            )
+        if producer_epoch < int(current["epoch"]):
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {producer_epoch} of transactional id {tid!r} is "
+                f"fenced by epoch {current['epoch']} (a newer producer with this id started)"
+            )
+        if producer_epoch > int(current["epoch"]):
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {producer_epoch} is ahead of the coordinator's "
+                f"epoch {current['epoch']} for {tid!r}"
+            )
+        return current
+
+    def _check_timeout(self, timeout_ms: int) -> None:
+        if not 1 <= timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms}; accepted: 1 to the broker's "
+                f"transaction_max_timeout_ms={self.max_timeout_ms}"
+            )
+
+    # -- InitProducerId -----------------------------------------------------------
+    def init_producer(
+        self,
+        tid: str,
+        timeout_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> Producer:
+        """A producer id and a new epoch for ``tid``; an open transaction is aborted first.
+
+        ``producer_id``/``producer_epoch`` (KIP-360, -1 if not given) must be the
+        current ones: an older epoch is fenced.
+        """
+        self._check_timeout(timeout_ms)
+        if producer_id >= 0:
+            # KIP-360: the caller names the producer id and epoch it holds; checked against
+            # the state before any abort below bumps the epoch
+            before = self.state(tid)
+            if before is not None:
+                if int(before["pid"]) != producer_id:
+                    raise InvalidProducerIdMappingError(
+                        f"transactional id {tid!r} belongs to producer {before['pid']}"
+                    )
+                if producer_epoch != int(before["epoch"]):
+                    raise ProducerFencedError(
+                        f"producer {producer_id} epoch {producer_epoch} of {tid!r} is fenced "
+                        f"by epoch {before['epoch']}"
+                    )
+        for _ in range(10):
+            current = self.state(tid)
+            if current is not None and current["state"] == ONGOING:
+                self._begin_end(tid, current, commit=False, bump=True)
+                current = self.state(tid)
+            if current is not None and current["state"] in (PREPARE_COMMIT, PREPARE_ABORT):
+                self.complete(tid)
+                continue
+            fresh_pid = -1
+            if current is None or int(current["epoch"]) >= MAX_EPOCH - 1:
+                fresh_pid = int(self.allocate())
+
+            def change(now: dict[str, Any] | None, fresh_pid: int = fresh_pid) -> dict[str, Any]:
+                if now is not None and now["state"] not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+                    raise ConcurrentTransactionsError(
+                        f"transactional id {tid!r} is ending a transaction; retry"
+                    )
+                if now is not None and producer_id >= 0 and int(now["pid"]) != producer_id:
+                    raise InvalidProducerIdMappingError(
+                        f"transactional id {tid!r} belongs to producer {now['pid']}"
+                    )
+                if now is None or int(now["epoch"]) >= MAX_EPOCH - 1:
+                    if fresh_pid < 0:
+                        raise ConcurrentTransactionsError(f"{tid!r} changed meanwhile; retry")
+                    pid, epoch = fresh_pid, 0
+                else:
+                    pid, epoch = int(now["pid"]), int(now["epoch"]) + 1
+                return {
+                    "pid": pid,
+                    "epoch": epoch,
+                    "state": EMPTY,
+                    "n": int(now["n"]) if now is not None else 0,
+                    "timeout_ms": int(timeout_ms),
+                    "started_ms": -1,
+                    "partitions": [],
+                    "groups": {},
+                }
+
+            try:
+                after = self._change(tid, change)
+            except ConcurrentTransactionsError:
+                continue
+            assert after is not None
+            log.info(
+                "transactional producer initialised",
+                extra=fields(transactional_id=tid, pid=after["pid"], epoch=after["epoch"]),
+            )
+            return Producer(int(after["pid"]), int(after["epoch"]))
+        raise ConcurrentTransactionsError(f"transactional id {tid!r} is busy; retry")
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn / TxnOffsetCommit ---------------------
+    def _begin_or_extend(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[tuple[str, int]] = (),
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            current = self._check_producer(tid, current, producer_id, producer_epoch)
+            state = current["state"]
+            if state in (PREPARE_COMMIT, PREPARE_ABORT):
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r}: the previous transaction is still ending; retry"
+                )
+            if state != ONGOING:
+                current = {
+                    **current,
+                    "state": ONGOING,
+                    "n": int(current["n"]) + 1,
+                    "started_ms": _now_ms(),
+                    "partitions": [],
+                    "groups": {},
+                }
+                changed = True
+            else:
+                changed = False
+            known = {(t, int(p)) for t, p in current["partitions"]}
+            new = [(t, int(p)) for t, p in partitions if (t, int(p)) not in known]
+            if new:
+                current = {**current, "partitions": [*current["partitions"], *map(list, new)]}
+                changed = True
+            if group is not None and group not in current["groups"]:
+                current = {**current, "groups": {**current["groups"], group: []}}
+                changed = True
+            return current if changed else None
+
+        after = self._change(tid, change)
+        assert after is not None
+        return after
+
+    def add_partitions(
+        self, tid: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], SparklogError | None]:
+        """Add partitions to the producer's transaction: each partition's error or None."""
+        wanted = list(dict.fromkeys((str(t), int(p)) for t, p in partitions))
+        errors: dict[tuple[str, int], SparklogError | None] = {}
+        image = self.broker.root.metadata.image()
+        valid = []
+        for topic, p in wanted:
+            doc = image.topics.get(topic)
+            if doc is None or not 0 <= p < int(doc.get("partitions", 0)):
+                errors[(topic, p)] = UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+            else:
+                valid.append((topic, p))
+        if errors:  # Kafka: the whole request fails; the others get OPERATION_NOT_ATTEMPTED
+            return errors | {tp: None for tp in valid}
+        self._begin_or_extend(tid, producer_id, producer_epoch, valid)
+        return {tp: None for tp in valid}
+
+    def add_offsets(self, tid: str, producer_id: int, producer_epoch: int, group: str) -> None:
+        self._begin_or_extend(tid, producer_id, producer_epoch, group=group)
+
+    def txn_offset_commit(
+        self,
+        tid: str,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+    ) -> None:
+        """Keep offsets in the transaction: they reach the group's log only at commit."""
+
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            current = self._check_producer(tid, current, producer_id, producer_epoch)
+            if current["state"] != ONGOING:
+                raise InvalidTxnStateError(
+                    f"transactional id {tid!r} has no ongoing transaction (state "
+                    f"{current['state']}); call AddOffsetsToTxn first"
+                )
+            pending = {(t, int(p)): [o, m] for t, p, o, m in current["groups"].get(group, [])}
+            for (t, p), (o, m) in offsets.items():
+                pending[(t, int(p))] = [int(o), m or ""]
+            rows = [[t, p, o, m] for (t, p), (o, m) in sorted(pending.items())]
+            return {**current, "groups": {**current["groups"], group: rows}}
+
+        self._change(tid, change)
+
+    # -- produce verification ------------------------------------------------------
+    def _transactional_id_of(self, image: MetadataImage, producer_id: int) -> str | None:
+        with self._lock:
+            if self._index_version != image.version:
+                self._by_pid = {int(v["pid"]): k for k, v in image.transactional_ids.items()}
+                self._index_version = image.version
+            return self._by_pid.get(producer_id)
+
+    def verify(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
+        """The number of the open transaction a transactional batch belongs to, or raise.
+
+        The partition must have been added to the producer's ongoing
+        transaction (KIP-890); an older epoch is a zombie's.
+        """
+        for fresh in (False, True):
+            image = self.image(fresh)
+            tid = self._transactional_id_of(image, producer_id)
+            state = image.transactional_ids.get(tid) if tid is not None else None
+            if state is None:
+                continue
+            if producer_epoch < int(state["epoch"]):
+                raise InvalidProducerEpochError(
+                    f"producer {producer_id} epoch {producer_epoch} is fenced by epoch "
+                    f"{state['epoch']} of transactional id {tid!r}"
+                )
+            if (
+                state["state"] == ONGOING
+                and producer_epoch == int(state["epoch"])
+                and [topic, partition] in state["partitions"]
+            ):
+                return int(state["n"])
+        raise InvalidTxnStateError(
+            f"producer {producer_id}: {topic}-{partition} is not in an ongoing transaction of "
+            "this producer (AddPartitionsToTxn first)"
+        )
+
+    # -- EndTxn ---------------------------------------------------------------------
+    def end(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """Commit or abort the producer's transaction: markers, offsets, then Complete."""
+        current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
+        state = current["state"]
+        wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
+        done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        if state == ONGOING:
+            self._begin_end(tid, current, commit=commit, bump=False)
+            return
+        if state == wanted:
+            self.complete(tid)
+            return
+        if state == done or (state == EMPTY and not commit):
+            return  # a retry of an EndTxn that completed (or an abort of nothing)
+        raise InvalidTxnStateError(
+            f"transactional id {tid!r} is {state}: cannot {'commit' if commit else 'abort'}"
+        )
+
+    def _begin_end(self, tid: str, seen: dict[str, Any], *, commit: bool, bump: bool) -> None:
+        """Write the decision (Prepare*), then complete it; ``bump`` fences the producer."""
+        wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
+
+        def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            if current is None or current["state"] != ONGOING:
+                return None
+            if int(current["pid"]) != int(seen["pid"]) or int(current["n"]) != int(seen["n"]):
+                return None
+            epoch = int(current["epoch"]) + (1 if bump else 0)
+            return {**current, "state": wanted, "epoch": epoch}
+
+        self._change(tid, change)
+        self.complete(tid)
+
+    def complete(self, tid: str) -> None:
+        """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete."""
+        current = self.state(tid)
+        if current is None or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT):
+            return
+        commit = current["state"] == PREPARE_COMMIT
+        marker = Marker(int(current["pid"]), int(current["epoch"]), int(current["n"]), commit)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in current["partitions"]:
+            by_topic.setdefault(topic, []).append(int(p))
+        for topic, parts in by_topic.items():
+            try:
+                end_transactions(self.broker, topic, {p: marker for p in parts})
+            except UnknownTopicOrPartitionError:
+                continue  # deleted meanwhile: nothing left to mark
+        if commit:
+            for group, rows in current["groups"].items():
+                if rows:
+                    self._commit_offsets(group, rows)
+
+        def change(now: dict[str, Any] | None) -> dict[str, Any] | None:
+            if now is None or now["state"] != current["state"] or now["n"] != current["n"]:
+                return None
+            if now["pid"] != current["pid"]:
+                return None
+            return {
+                **now,
+                "state": COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                "partitions": [],
+                "groups": {},
+            }
+
+        self._change(tid, change)
+        log.info(
+            "transaction ended",
+            extra=fields(
+                transactional_id=tid, committed=commit, partitions=len(current["partitions"])
+            ),
+        )
+
+    def _commit_offsets(self, group: str, rows: Sequence[Sequence[Any]]) -> None:
+        root = self.broker.root
+        offsets = {TopicPartition(str(t), int(p)): int(o) for t, p, o, _m in rows}
+        metadata = str(rows[-1][3] or "")
+        topic_ids = {}
+        for topic in {t for t, *_ in rows}:
+            try:
+                topic_ids[topic] = root.describe_topic(topic).topic_id
+            except SparklogError:
+                topic_ids[topic] = ""
+        # straight to the group's log (no member or generation: the producer is not one);
+        # OffsetFetch reads the log, so the offsets are visible from here on
+        root.groups.commit(group, offsets, metadata=metadata, topic_ids=topic_ids)
+
+    # -- operators ------------------------------------------------------------------
+    def abort(self, tid: str) -> None:
+        """Abort ``tid``'s ongoing transaction now (``sparklog transactions abort``)."""
+        current = self.state(tid)
+        if current is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
+        if current["state"] == ONGOING:
+            self._begin_end(tid, current, commit=False, bump=True)
+        else:
+            self.complete(tid)
+
+    def list(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.image().transactional_ids.items()}
+
+    # -- the background pass ---------------------------------------------------------
+    def tick(self, mine: Any) -> None:
+        """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``."""
+        now = _now_ms()
+        for tid, state in list(self.image().transactional_ids.items()):
+            if not mine(tid):
+                continue
+            try:
+                if state["state"] == ONGOING:
+                    if now - int(state["started_ms"]) > int(state["timeout_ms"]):
+                        log.info(
+                            "transaction timed out: aborting",
+                            extra=fields(transactional_id=tid, timeout_ms=state["timeout_ms"]),
+                        )
+                        self._begin_end(tid, state, commit=False, bump=True)
+                elif (
+                    state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
+                    and now - int(state.get("updated_ms", 0)) > ORPHAN_GRACE_MS
+                ):
+                    self.complete(tid)
+            except SparklogError as exc:
+                log.warning(
+                    "transaction upkeep failed", extra=fields(transactional_id=tid, error=str(exc))
+                )

@@ -1,0 +1,540 @@
+"""Kafka transactions with real clients: commit/abort, read_committed, zombie fencing, EOS.
+
+confluent-kafka (librdkafka) transactional producers against broker processes;
+consumers read with ``isolation.level`` read_committed and read_uncommitted.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.brokers import Cluster
+
+#: librdkafka's "end of partition" event code
+PARTITION_EOF = -191
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+
+
+def read_all(
+    bootstrap: str, topic: str, partitions: int, level: str, timeout_s: float = 30
+) -> tuple[list[bytes], list[int]]:
+    """Every value readable at ``level`` up to the end of each partition, and the positions."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{level}-{random.random()}",
+            "isolation.level": level,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(ended) < partitions and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == PARTITION_EOF, message.error()
+            ended.add(message.partition())
+            continue
+        values.append(message.value())
+    positions = [consumer.position([TopicPartition(topic, p)])[0].offset for p in range(partitions)]
+    consumer.close()
+    assert len(ended) == partitions, "did not reach the end of every partition"
+    return values, positions
+
+
+def test_commit_and_abort_as_read_committed_and_read_uncommitted_readers_see_them(
+    one_broker: Cluster,
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "txn", 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-basic"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce("txn", value=b"committed-%d" % i, partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("txn", value=b"aborted-%d" % i, partition=i % 2)
+    producer.flush(30)  # written to the partitions, then aborted
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("txn", value=b"committed-last", partition=0)
+    producer.commit_transaction(30)
+
+    committed, positions = read_all(bootstrap, "txn", 2, "read_committed")
+    assert sorted(committed) == sorted(
+        [b"committed-%d" % i for i in range(4)] + [b"committed-last"]
+    )
+    everything, _ = read_all(bootstrap, "txn", 2, "read_uncommitted")
+    assert sorted(everything) == sorted(committed + [b"aborted-%d" % i for i in range(3)])
+    # 8 records + 3 markers in partition 0 (2 + 2 + 1 records), 3 records + 2 markers in 1
+    assert positions == [8, 5]
+
+
+def test_an_open_transaction_holds_read_committed_readers_at_its_first_offset(
+    one_broker: Cluster,
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "open", 1)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce("open", value=b"before")
+    plain.flush(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-open"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("open", value=b"pending")
+    producer.flush(30)
+    plain.produce("open", value=b"after")  # behind the open transaction: held back too
+    plain.flush(30)
+    values, positions = read_all(bootstrap, "open", 1, "read_committed")
+    assert values == [b"before"]
+    assert positions == [1]
+    producer.commit_transaction(30)
+    values, positions = read_all(bootstrap, "open", 1, "read_committed")
+    assert values == [b"before", b"pending", b"after"]
+    assert positions == [4]
+
+
+def test_zombie_fencing_refuses_the_older_producers_writes_and_commit(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "zombie", 1)
+    old = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-zombie"})
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("zombie", value=b"old-1")
+    old.flush(30)
+    new = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-zombie"})
+    new.init_transactions(30)  # aborts the old one's transaction and fences it
+    new.begin_transaction()
+    new.produce("zombie", value=b"new-1")
+    new.commit_transaction(30)
+    with pytest.raises(KafkaException) as refused:
+        old.produce("zombie", value=b"old-2")
+        old.commit_transaction(30)
+    assert refused.value.args[0].fatal() or "fenced" in str(refused.value).lower()
+    values, _ = read_all(bootstrap, "zombie", 1, "read_committed")
+    assert values == [b"new-1"]
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap, group = sys.argv[1], sys.argv[2]
+    # a short session: a killed worker's member leaves the group soon after it dies
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "session.timeout.ms": 3000,
+                         "heartbeat.interval.ms": 300})
+    consumer.subscribe(["in"])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp",
+                         "linger.ms": 5})
+    producer.init_transactions(60)
+    while True:
+        batch = consumer.consume(20, 1.0)
+        batch = [m for m in batch if not m.error()]
+        if not batch:
+            continue
+        producer.begin_transaction()
+        for m in batch:
+            producer.produce("out", key=m.key(), value=m.value(), partition=m.partition())
+        positions = {}
+        for m in batch:
+            positions[m.partition()] = m.offset() + 1
+        producer.send_offsets_to_transaction(
+            [TopicPartition("in", p, o) for p, o in positions.items()],
+            consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        print("committed", len(batch), flush=True)
+    """
+)
+
+
+def test_consume_transform_produce_survives_sigkills_exactly_once(
+    one_broker: Cluster, tmp_path
+) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "in", 2)
+    create(bootstrap, "out", 2)
+    kills = int(os.environ.get("SPARKLOG_TXN_KILLS", "5"))  # bench/txn_chaos.py: more
+    total = 80 * kills  # enough input that every worker is killed while it copies
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(total):
+        plain.produce("in", value=b"%d" % i, partition=i % 2)
+    plain.flush(30)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    rng = random.Random(25)
+    for _ in range(kills):
+        worker = subprocess.Popen(
+            [sys.executable, str(script), bootstrap, "ctp-group"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert worker.stdout is not None
+            # kill it after it committed a few batches (mid-transaction, at a random point),
+            # or after 30 s without a commit (then it dies wherever it is)
+            deadline = time.monotonic() + 30
+            for _ in range(rng.randint(1, 3)):
+                ready, _, _ = select.select([worker.stdout], [], [], deadline - time.monotonic())
+                if not ready or not worker.stdout.readline():
+                    break
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+    worker = subprocess.Popen(
+        [sys.executable, str(script), bootstrap, "ctp-group"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            values, _ = read_all(bootstrap, "out", 2, "read_committed")
+            if len(values) >= total:
+                break
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    assert sorted(values, key=int) == [b"%d" % i for i in range(total)], "not exactly once"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ctp-group"})
+    committed = consumer.committed([TopicPartition("in", p) for p in range(2)], timeout=30)
+    consumer.close()
+    assert [tp.offset for tp in committed] == [total // 2, total // 2]
+
+
+def _sparklog_values(address: str, level: str, topic: str, partitions: int) -> list[bytes]:
+    from sparklog import Consumer as SparklogConsumer
+
+    consumer = SparklogConsumer(
+        address=address, auto_offset_reset="earliest", isolation_level=level
+    )
+    consumer.assign([(topic, p) for p in range(partitions)])
+    values: list[bytes] = []
+    for _ in range(10):  # a bounded number of polls: everything is committed already
+        polled = consumer.poll(timeout_ms=200, max_records=1000)
+        values += [r.value for records in polled.values() for r in records]
+    consumer.close()
+    return values
+
+
+def test_sparklog_consumer_isolation_levels_over_flight_and_embedded(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "flight-txn", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-flight"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"kept")
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"dropped")
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("flight-txn", value=b"open")
+    producer.flush(30)  # left open: read_committed readers stop before it
+    for address in (one_broker.address, one_broker.root):
+        assert _sparklog_values(address, "read_committed", "flight-txn", 1) == [b"kept"]
+        assert _sparklog_values(address, "read_uncommitted", "flight-txn", 1) == [
+            b"kept",
+            b"dropped",
+            b"open",
+        ]
+    producer.abort_transaction(30)
+
+
+def _cli(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(one_broker: Cluster) -> None:
+    import json
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "hang", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-hang"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("hang", value=b"hanging")
+    producer.flush(30)
+    address = ["--address", one_broker.address, "--output", "json"]
+    listed = json.loads(_cli(*address, "transactions", "list"))
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("t-hang", "Ongoing")]
+    described = json.loads(_cli(*address, "transactions", "describe", "t-hang"))
+    assert described["partitions"] == [{"topic": "hang", "partition": 0}]
+    # from the root too (the metadata log), without a broker
+    from_root = json.loads(_cli("--address", one_broker.root, "-o", "json", "transactions", "list"))
+    assert from_root == listed
+    aborted = json.loads(_cli(*address, "transactions", "abort", "t-hang"))
+    assert aborted["state"] == "CompleteAbort"
+    values, positions = read_all(bootstrap, "hang", 1, "read_committed")
+    assert (values, positions) == ([], [2])  # the record and its abort marker
+    lines = _cli(
+        "--address",
+        one_broker.address,
+        "consume",
+        "hang",
+        "--from-beginning",
+        "-e",
+        "--isolation-level",
+        "read_uncommitted",
+    )
+    assert lines.split() == ["hanging"]
+    lines = _cli(
+        "--address",
+        one_broker.address,
+        "consume",
+        "hang",
+        "--from-beginning",
+        "-e",
+        "--isolation-level",
+        "read_committed",
+    )
+    assert lines.split() == []
+
+
+@pytest.mark.parametrize("decision", ["PrepareCommit", "PrepareAbort"])
+def test_a_restarted_broker_completes_a_decided_transaction_and_aborts_a_timed_out_one(
+    kafka_cluster: Cluster, decision: str
+) -> None:
+    from sparklog.storage import open_root
+
+    kafka_cluster.start(0)
+    bootstrap = kafka_cluster.kafka_bootstrap
+    create(bootstrap, "crash", 1)
+    decided = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-decided"})
+    pending = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "t-pending",
+            "transaction.timeout.ms": 3000,
+        }
+    )
+    for producer, value in ((decided, b"decided"), (pending, b"pending")):
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("crash", value=value)
+        producer.flush(30)
+    kafka_cluster.kill(0)
+    # the coordinator died right after writing its decision about t-decided
+    metadata = open_root(kafka_cluster.root).metadata
+
+    def decide(image):
+        state = dict(image.transactional_ids["t-decided"])
+        assert state["state"] == "Ongoing"
+        return [
+            {
+                "type": "transactional_id",
+                "key": "t-decided",
+                "value": {**state, "state": decision},
+            }
+        ]
+
+    metadata.append(decide)
+    kafka_cluster.restart(0)
+    deadline = time.monotonic() + 60
+    values: list[bytes] = []
+    while time.monotonic() < deadline:
+        values, positions = read_all(bootstrap, "crash", 1, "read_committed")
+        if positions == [4]:  # both ended: two records, two markers
+            break
+    assert values == ([b"decided"] if decision == "PrepareCommit" else [])
+    states = {
+        k: v["state"]
+        for k, v in open_root(kafka_cluster.root).metadata.image().transactional_ids.items()
+    }
+    done = "CompleteCommit" if decision == "PrepareCommit" else "CompleteAbort"
+    assert states == {"t-decided": done, "t-pending": "CompleteAbort"}
+
+
+async def _aiokafka_transactions(bootstrap: str) -> tuple[list[bytes], list[bytes]]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="t-aio")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_and_wait("aio-txn", b"aio-committed", partition=0)
+        await producer.begin_transaction()
+        await producer.send_and_wait("aio-txn", b"aio-aborted", partition=0)
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    seen = {}
+    for level in ("read_committed", "read_uncommitted"):
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level=level, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            tp = AioTopicPartition("aio-txn", 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while await consumer.position(tp) < 4 and time.monotonic() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                values += [m.value for m in batch.get(tp, [])]
+            seen[level] = values
+        finally:
+            await consumer.stop()
+    return seen["read_committed"], seen["read_uncommitted"]
+
+
+def test_aiokafka_transactional_producer_commits_and_aborts(one_broker: Cluster) -> None:
+    import asyncio
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "aio-txn", 1)
+    committed, everything = asyncio.run(_aiokafka_transactions(bootstrap))
+    assert committed == [b"aio-committed"]
+    assert everything == [b"aio-committed", b"aio-aborted"]
+
+
+def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(one_broker: Cluster) -> None:
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "src", 1)
+    create(bootstrap, "dst", 1)
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-offsets"})
+    metadata = group.consumer_group_metadata()
+    tp = TopicPartition("src", 0)
+
+    def committed() -> int:
+        return group.committed([tp], timeout=30)[0].offset
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-offsets"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("dst", value=b"x")
+    producer.send_offsets_to_transaction([TopicPartition("src", 0, 5)], metadata, 30)
+    assert committed() < 0  # pending: not visible while the transaction is open
+    producer.abort_transaction(30)
+    assert committed() < 0  # aborted: never visible
+    producer.begin_transaction()
+    producer.produce("dst", value=b"y")
+    producer.send_offsets_to_transaction([TopicPartition("src", 0, 7)], metadata, 30)
+    producer.commit_transaction(30)
+    assert committed() == 7
+    # a fenced producer's offset commit is refused
+    newer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-offsets"})
+    newer.init_transactions(30)
+    with pytest.raises(KafkaException):
+        producer.begin_transaction()
+        producer.produce("dst", value=b"z")
+        producer.send_offsets_to_transaction([TopicPartition("src", 0, 9)], metadata, 30)
+        producer.commit_transaction(30)
+    assert committed() == 7
+    group.close()
+
+
+def test_the_surviving_broker_aborts_a_dead_coordinators_open_transaction(
+    kafka_cluster: Cluster,
+) -> None:
+    from sparklog.broker_lite.cluster import rendezvous_weight
+
+    for broker_id in range(2):
+        kafka_cluster.start(broker_id)
+    kafka_cluster.wait_live(2)
+    bootstrap = kafka_cluster.kafka_bootstrap
+    create(bootstrap, "multi", 4)
+    tid = "t-multi"
+    coordinator = max(range(2), key=lambda b: rendezvous_weight(tid, 0, b))
+    survivor = 1 - coordinator
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 4000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in range(4):
+        producer.produce("multi", value=b"open-%d" % p, partition=p)
+    producer.flush(30)
+    kafka_cluster.kill(coordinator)
+    survivor_bootstrap = kafka_cluster.brokers[survivor].kafka_address
+    deadline = time.monotonic() + 90
+    positions: list[int] = []
+    values: list[bytes] = []
+    while time.monotonic() < deadline:
+        try:
+            values, positions = read_all(survivor_bootstrap, "multi", 4, "read_committed", 10)
+        except AssertionError:
+            continue  # leadership still moving, or the transaction still open
+        if positions == [2, 2, 2, 2]:  # each partition: its record and the abort marker
+            break
+    assert (values, positions) == ([], [2, 2, 2, 2])
+    # the id is usable again through the survivor
+    again = Producer({"bootstrap.servers": survivor_bootstrap, "transactional.id": tid})
+    again.init_transactions(30)
+    again.begin_transaction()
+    again.produce("multi", value=b"after", partition=0)
+    again.commit_transaction(30)
+    values, _ = read_all(survivor_bootstrap, "multi", 4, "read_committed")
+    assert values == [b"after"]
+
+
+def test_describe_and_list_transactions_and_describe_producers_over_the_wire(
+    one_broker: Cluster,
+) -> None:
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+
+    from tests.kafka.wire import Connection
+
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "ops", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-ops"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("ops", value=b"x")
+    producer.flush(30)
+    conn = Connection(bootstrap)
+    try:
+        listed = conn.call(ListTransactionsRequest(state_filters=("Ongoing",)))
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("t-ops", "Ongoing")
+        ]
+        described = conn.call(DescribeTransactionsRequest(transactional_ids=("t-ops", "nope")))
+        ours, unknown = described.transaction_states
+        assert (ours.error_code.value, ours.transaction_state) == (0, "Ongoing")
+        assert [(t.topic, t.partitions) for t in ours.topics] == [("ops", (0,))]
+        assert unknown.error_code.value == 105  # TRANSACTIONAL_ID_NOT_FOUND
+        producers = conn.call(
+            DescribeProducersRequest(topics=(TopicRequest(name="ops", partition_indexes=(0,)),))
+        )
+        (active,) = producers.topics[0].partitions[0].active_producers
+        assert (active.producer_id, active.current_txn_start_offset) == (ours.producer_id, 0)
+    finally:
+        conn.close()
+    producer.abort_transaction(30)
