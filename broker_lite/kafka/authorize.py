@@ -14,6 +14,7 @@ default).  Without an authorizer :func:`run` only calls the handler.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import sys
 import uuid
 from collections.abc import Callable
@@ -439,6 +440,169 @@ def _produce(handler: Handler, ctx: Any, request: Any) -> Any:
     return _topics_guard(handler, ctx, request)
 
 
+# -- transactions (Kafka's KafkaApis: Write on the transactional id, and on topics/groups) ----
+#: Kafka's OPERATION_NOT_ATTEMPTED: a partition refused because another one of the request was
+OPERATION_NOT_ATTEMPTED = 55
+
+
+def _txn_allowed(ctx: Any, txn: Any) -> bool:
+    return acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn))
+
+
+def _per_partition_refusal(
+    ctx: Any,
+    topics: Any,
+    code_of: Callable[[str], int],
+    names: tuple[str, str, str, str, str],
+) -> Any:
+    """The response refusing every partition of ``topics``: (results field, topic class,
+    partitions field, partition class, error field) name the response's shape."""
+    results, topic_name, parts_field, part_name, error_field = names
+    cls = _response_cls(ctx)
+    topic_cls, part_cls = nested(cls, topic_name), nested(cls, part_name)
+    out = tuple(
+        blank(
+            topic_cls,
+            name=t.name,
+            **{
+                parts_field: tuple(
+                    blank(part_cls, partition_index=_index(p), **{error_field: code_of(t.name)})
+                    for p in t.partitions
+                )
+            },
+        )
+        for t in topics
+    )
+    return blank(cls, throttle_time=0, **{results: out})
+
+
+def _index(partition: Any) -> int:
+    return int(getattr(partition, "partition_index", partition))
+
+
+def _add_partitions_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+    if ctx.api_version >= 4:  # the brokers' batched form: not a client's
+        return _cluster("CLUSTER_ACTION")(handler, ctx, request)
+    txn_ok = _txn_allowed(ctx, request.v3_and_below_transactional_id)
+    topics = request.v3_and_below_topics
+    denied = {t.name for t in topics if not acl.allowed(ctx, "WRITE", "TOPIC", str(t.name))}
+    if txn_ok and not denied:
+        return handler(ctx, request)
+
+    def code_of(name: str) -> int:
+        if not txn_ok:
+            return TXN_DENIED
+        return TOPIC_DENIED if name in denied else OPERATION_NOT_ATTEMPTED
+
+    names = (
+        "results_by_topic_v3_and_below",
+        "AddPartitionsToTxnTopicResult",
+        "results_by_partition",
+        "AddPartitionsToTxnPartitionResult",
+        "partition_error_code",
+    )
+    return _per_partition_refusal(ctx, topics, code_of, names)
+
+
+def _add_offsets_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+    if not _txn_allowed(ctx, request.transactional_id):
+        return _refuse_all(ctx, TXN_DENIED)
+    if not acl.allowed(ctx, "READ", "GROUP", str(request.group_id)):
+        return _refuse_all(ctx, GROUP_DENIED)
+    return handler(ctx, request)
+
+
+def _end_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+    if not _txn_allowed(ctx, request.transactional_id):
+        return _refuse_all(ctx, TXN_DENIED)
+    return handler(ctx, request)
+
+
+def _txn_offset_commit(handler: Handler, ctx: Any, request: Any) -> Any:
+    txn_ok = _txn_allowed(ctx, request.transactional_id)
+    group_ok = acl.allowed(ctx, "READ", "GROUP", str(request.group_id))
+    denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
+    if txn_ok and group_ok and not denied:
+        return handler(ctx, request)
+
+    def code_of(name: str) -> int:
+        if not txn_ok:
+            return TXN_DENIED
+        if not group_ok:
+            return GROUP_DENIED
+        return TOPIC_DENIED if name in denied else OPERATION_NOT_ATTEMPTED
+
+    names = (
+        "topics",
+        "TxnOffsetCommitResponseTopic",
+        "partitions",
+        "TxnOffsetCommitResponsePartition",
+        "error_code",
+    )
+    return _per_partition_refusal(ctx, request.topics, code_of, names)
+
+
+def _describe_producers(handler: Handler, ctx: Any, request: Any) -> Any:
+    denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
+    if not denied:
+        return handler(ctx, request)
+    keep = tuple(t for t in request.topics if t.name not in denied)
+    response = handler(ctx, _replace(request, topics=keep))
+    cls = _response_cls(ctx)
+    topic_cls, part_cls = nested(cls, "TopicResponse"), nested(cls, "PartitionResponse")
+    extra = tuple(
+        blank(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                blank(part_cls, partition_index=int(p), error_code=TOPIC_DENIED)
+                for p in t.partition_indexes
+            ),
+        )
+        for t in request.topics
+        if t.name in denied
+    )
+    return dataclasses.replace(response, topics=tuple(response.topics) + extra)
+
+
+def _describe_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
+    ids = list(request.transactional_ids)
+    keep = tuple(t for t in ids if acl.allowed(ctx, "DESCRIBE", "TRANSACTIONAL_ID", str(t)))
+    denied = [t for t in ids if t not in keep]
+    if not denied:
+        return handler(ctx, request)
+    response = handler(ctx, _replace(request, transactional_ids=keep))
+    state_cls = nested(_response_cls(ctx), "TransactionState")
+    never = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+    extra = tuple(
+        blank(
+            state_cls,
+            transactional_id=t,
+            error_code=TXN_DENIED,
+            producer_id=-1,
+            producer_epoch=-1,
+            transaction_state="",
+            transaction_timeout=datetime.timedelta(0),
+            transaction_start_time=never,
+        )
+        for t in denied
+    )
+    return dataclasses.replace(
+        response, transaction_states=tuple(response.transaction_states) + extra
+    )
+
+
+def _list_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
+    """Only the transactional ids the principal may describe are listed, as Kafka does."""
+    response = handler(ctx, request)
+    visible = tuple(
+        t
+        for t in response.transaction_states
+        if acl.allowed(ctx, "DESCRIBE", "TRANSACTIONAL_ID", str(t.transactional_id))
+    )
+    return dataclasses.replace(response, transaction_states=visible)
+
+
 GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     0: _produce,
     1: _topics_guard,
@@ -470,6 +634,13 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     48: _cluster("DESCRIBE_CONFIGS"),
     49: _cluster("ALTER_CONFIGS"),
     60: _cluster("DESCRIBE"),
+    24: _add_partitions_to_txn,
+    25: _add_offsets_to_txn,
+    26: _end_txn,
+    28: _txn_offset_commit,
+    61: _describe_producers,
+    65: _describe_transactions,
+    66: _list_transactions,
 }
 
 

@@ -75,7 +75,7 @@ def errors_in(entity: Any) -> set[int]:
     if dataclasses.is_dataclass(entity):
         for f in dataclasses.fields(entity):
             value = getattr(entity, f.name)
-            if f.name == "error_code":
+            if f.name.endswith("error_code"):  # partition_error_code too
                 found.add(int(value))
             else:
                 found |= errors_in(value)
@@ -157,6 +157,24 @@ def cases() -> list[tuple[str, Any, int]]:
         ("DescribeClientQuotas", request(48, 1), CLUSTER),
         ("DescribeUserScramCredentials", request(50, 0, users=None), CLUSTER),
         ("DescribeCluster", request(60, 1), CLUSTER),
+        ("AddPartitionsToTxn", request(24, 3, v3_and_below_transactional_id="x",
+                                       v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+                                       v3_and_below_topics=(
+            part(24, 3, "AddPartitionsToTxnTopic", name="t", partitions=(0,)),)), TXN),
+        ("AddOffsetsToTxn", request(25, 3, transactional_id="x", producer_id=1,
+                                    producer_epoch=0, group_id="g"), TXN),
+        ("EndTxn", request(26, 3, transactional_id="x", producer_id=1, producer_epoch=0,
+                           committed=True), TXN),
+        ("TxnOffsetCommit", request(28, 3, transactional_id="x", group_id="g", producer_id=1,
+                                    producer_epoch=0, generation_id=-1, member_id="",
+                                    group_instance_id=None, topics=(
+            part(28, 3, "TxnOffsetCommitRequestTopic", name="t", partitions=(
+                part(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0,
+                     committed_offset=0, committed_leader_epoch=-1,
+                     committed_metadata=""),)),)), TXN),
+        ("DescribeProducers", request(61, 0, topics=(
+            part(61, 0, "TopicRequest", name="t", partition_indexes=(0,)),)), TOPIC),
+        ("DescribeTransactions", request(65, 0, transactional_ids=("x",)), TXN),
     ]  # fmt: skip
 
 
