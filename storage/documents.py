@@ -4,7 +4,8 @@ Every small JSON object sparklog stores (log commits, group state, heartbeats,
 connector state) is written as ``{"sum":"<xxh3 hex>","c":<body>}``: valid JSON
 whose body bytes are checksummed, so damage that still parses is caught too,
 and read by :func:`parse_document`, which names the file in the
-``CorruptRecordError`` it raises (DESIGN.md §3).  Documents written before the
+``CorruptRecordError`` it raises (docs/architecture.md, "Storage format 2").
+Documents written before the
 envelope existed (plain JSON objects) are still read.
 
 Versioned documents (``<prefix>/<v:020d>.json``, written create-only) change by

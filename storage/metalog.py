@@ -7,7 +7,8 @@ naming the newest snapshot, so opening a log costs one hint, one snapshot and
 at most ``snapshot_interval`` commits, never a listing (except when the hint is
 missing or damaged).
 
-Integrity (DESIGN.md §3): every commit and snapshot carries an xxh3 checksum
+Integrity (docs/architecture.md, "Storage format 2"): every commit and snapshot
+carries an xxh3 checksum
 verified on read; a damaged file is a :class:`CorruptRecordError` naming it,
 never a parse error.  A version missing in the middle of a log (a later one
 exists) is detected by readers, and writers probe the version after the one
@@ -44,7 +45,12 @@ from sparklog.errors import (
 )
 from sparklog.retry import LostRace, is_retriable, until_won
 from sparklog.storage.clock import now_ms
-from sparklog.storage.documents import encode_document, is_enveloped, parse_document
+from sparklog.storage.documents import (
+    encode_document,
+    is_enveloped,
+    parse_document,
+    version_key,
+)
 from sparklog.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -69,10 +75,6 @@ SNAPSHOT_TAIL_BYTES = 256 * 1024
 _TRAILER = struct.Struct("<QQ4s")  # header checksum, header length, magic
 
 Commit = dict[str, Any]
-
-
-def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
-    return f"{prefix}/{version:020d}{suffix}"
 
 
 # -- the file formats --------------------------------------------------------------------

@@ -400,7 +400,6 @@ class Producer:
         self._buffered_bytes = 0
         self._flush_requested = 0
         self._flushed = 0
-        self._inflight = False
         self._closed = False
         self._layouts: dict[str, tuple[int, int, float]] = {}
         self._sticky = StickyPartitioner()
