@@ -138,3 +138,40 @@ def test_a_log_commit_that_keeps_losing_gives_up_with_the_same_error(monkeypatch
     with pytest.raises(CommitConflictError, match=r"log .*: commit: gave up after \d+ lost races"):
         topic.append(0, make_batch([b"b"]))
     assert len(commits) > 1
+
+
+def test_the_broker_client_retries_through_the_one_loop(monkeypatch) -> None:
+    """NOT_LEADER drops cached leaders between attempts; group errors are the caller's to
+    handle; an unknown outcome is retried only for idempotent calls."""
+    from sparklog.client.transports.flight_client import BrokerClient
+    from sparklog.errors import CommitStateUnknownError, NotLeaderError, RebalanceInProgressError
+
+    monkeypatch.setattr(retry.time, "sleep", lambda s: None)
+    client = BrokerClient("127.0.0.1:9", retry_timeout_ms=60_000)
+    try:
+        cleared: list[int] = []
+        client._meta["t"] = "cached"  # type: ignore[assignment]
+
+        def flaky_leader() -> str:
+            cleared.append(len(client._meta))
+            if len(cleared) < 3:
+                client._meta["t"] = "cached"  # type: ignore[assignment]
+                raise NotLeaderError("moved")
+            return "done"
+
+        assert client._retrying(flaky_leader) == "done"
+        assert cleared == [1, 0, 0]  # each retry started with the cache dropped
+
+        rebalancing = Flaky(5, RebalanceInProgressError("join again"))
+        with pytest.raises(RebalanceInProgressError):
+            client._retrying(rebalancing)
+        assert rebalancing.calls == 1
+
+        unknown = Flaky(2, CommitStateUnknownError("answer lost"))
+        with pytest.raises(CommitStateUnknownError):
+            client._retrying(unknown)
+        assert unknown.calls == 1
+        unknown = Flaky(2, CommitStateUnknownError("answer lost"))
+        assert client._retrying(unknown, idempotent=True) == "done" and unknown.calls == 3
+    finally:
+        client.close()
