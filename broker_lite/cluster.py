@@ -1,6 +1,7 @@
 """Cluster membership and partition leadership: registrations in the metadata log, leases.
 
-Brokers learn each other from the cluster metadata log (DESIGN.md §4): a
+Brokers learn each other from the cluster metadata log (docs/architecture.md,
+"The control plane"): a
 starting broker appends a ``broker_registered`` record (its id, addresses and
 a fresh incarnation), a stopping one ``broker_unregistered``; nobody lists.
 Each broker renews ``cluster/brokers/<id>.json`` every ``lease_interval_ms``,
@@ -24,7 +25,7 @@ weight ``hash(topic, s, broker)`` (:func:`leaders_of`), and a partition's leader
 is its shard's (partition p is in shard p mod ``commit.shards``), so every
 broker that sees the same live set derives the same map with no coordination.
 Views can disagree briefly (while a death propagates); the leader epochs in
-the shard logs make that safe (DESIGN.md §3-4).
+the shard logs make that safe (docs/architecture.md, "Storage format 2" and "The control plane").
 """
 
 from __future__ import annotations
@@ -373,7 +374,8 @@ class Cluster:
             )
         return live
 
-    # -- leadership per shard (DESIGN.md §4): partition p is in shard p mod shards ----------
+    # -- leadership per shard (docs/architecture.md, "The control plane") ------------------
+    # partition p is in shard p mod shards
     def note_shards(self, topic: str, shards: int) -> None:
         """Remember how many shards ``topic`` has (fixed at creation)."""
         with self._lock:

@@ -1,4 +1,4 @@
-"""TLS and users on the Flight listener (``flight_security_protocol``), DESIGN.md §7.
+"""TLS and users on the Flight listener (``flight_security_protocol``), docs/security.md.
 
 ``SSL``/``SASL_SSL`` serve ``grpc+tls://`` with the Kafka listener's
 certificate keys (``ssl_certfile``, ``ssl_keyfile``; ``ssl_client_auth`` with

@@ -13,7 +13,7 @@ Every layer raises these classes; nothing is translated by module name or by
 message text. The Flight listener carries an error as its class name plus
 ``errno``, message and details (:func:`error_class` finds the class again).
 
-Two rules of DESIGN.md §1 live here:
+Two rules (docs/architecture.md, "Layers") live here:
 
 * a write whose outcome is unknown (the request was sent, the answer lost) is
   :class:`CommitStateUnknownError`: resolve it by re-reading, never by a blind
@@ -198,7 +198,7 @@ class SecurityDisabledError(SparklogError, errno=54, code="SECURITY_DISABLED", c
     """ACL requests: no authorizer is configured (``authorizer = ""``)."""
 
 
-# -- authentication and authorisation (DESIGN.md §7) ----------------------------------
+# -- authentication and authorisation (docs/security.md) ----------------------------------
 class AuthorizationError(SparklogError, code="AUTHORIZATION_FAILED"):
     """The principal may not do this; the subclass names the resource type."""
 

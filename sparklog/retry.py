@@ -1,17 +1,27 @@
-"""The one retry policy of sparklog (through tenacity): retriable errors only, with backoff.
+"""The one retry loop of sparklog: retriable errors only, exponential backoff with full jitter.
 
 Only errors whose ``retriable`` is true are retried (``SparklogError`` subclasses
-say so; nothing else is an outage). Programming errors and
-:class:`~sparklog.errors.CommitStateUnknownError` propagate at once. Backoff is
-exponential with full jitter, bounded by ``deadline_ms`` overall; the last error
-is re-raised as itself.
+say so; nothing else is an outage) unless the caller widens ``retry_if`` (an
+idempotent produce also retries an unknown outcome). Programming errors and
+:class:`~sparklog.errors.CommitStateUnknownError` propagate at once. The wait
+before attempt *n* + 1 is uniform in ``[0, min(backoff_max, backoff_initial * 2**(n-1))]``;
+the loop gives up (re-raising the last error as itself) at ``attempts_max`` or
+when the next wait would end past ``deadline_ms``. The first attempt runs
+without any set-up, so the uncontended path costs one call.
+
+One give-up error per condition: an optimistic write that keeps losing its race
+(:class:`LostRace`, retried by :func:`until_won`) surfaces as
+:class:`~sparklog.errors.CommitConflictError` whatever the document.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from sparklog.errors import CommitConflictError
 
 T = TypeVar("T")
 
@@ -26,50 +36,94 @@ def is_retriable(exc: BaseException) -> bool:
     return bool(getattr(exc, "retriable", False))
 
 
+class LostRace(CommitConflictError):
+    """One attempt of an optimistic write lost its race (another writer won the version).
+
+    Raised by an attempt to ask :func:`until_won` for another; never leaves it
+    (a give-up is a plain :class:`~sparklog.errors.CommitConflictError`)."""
+
+
+def backoff_s(attempt: int, initial_ms: float, max_ms: float) -> float:
+    """The wait after failed attempt ``attempt`` (1-based): full jitter under an exponential cap."""
+    cap_ms = min(max_ms, initial_ms * 2 ** min(attempt - 1, 60))
+    return random.uniform(0, cap_ms) / 1000
+
+
 def retrying(
     call: Callable[[], T],
     *,
     deadline_ms: int = DEADLINE_MS,
     attempts_max: int | None = None,
-    backoff_initial_ms: int = BACKOFF_INITIAL_MS,
-    backoff_max_ms: int = BACKOFF_MAX_MS,
+    backoff_initial_ms: float = BACKOFF_INITIAL_MS,
+    backoff_max_ms: float = BACKOFF_MAX_MS,
     retry_if: Callable[[BaseException], bool] = is_retriable,
     before_retry: Callable[[BaseException], None] | None = None,
+    sleep: Callable[[float], object] | None = None,
 ) -> T:
     """Call ``call`` until it returns, a non-retriable error, ``attempts_max`` or the deadline.
 
     ``before_retry`` runs after the backoff sleep and before the next attempt
     (refresh metadata or re-read state there, so the next attempt uses a fresh view).
+    ``sleep`` (default :func:`time.sleep`, looked up per call) is injectable: tests
+    count and measure the waits without a clock.
     """
-    # imported here, not with the module: tenacity (with asyncio) costs ~0.1 s, paid by
-    # every process that imports sparklog.storage (e.g. each streaming query's runner)
-    import tenacity
-
-    stop: tenacity.stop.stop_base = tenacity.stop_after_delay(deadline_ms / 1000)
-    if attempts_max is not None:
-        stop = stop | tenacity.stop_after_attempt(attempts_max)
-
-    failed: list[BaseException] = []
-
-    def attempt() -> T:
-        if failed and before_retry is not None:
-            before_retry(failed[-1])
+    deadline = time.monotonic() + deadline_ms / 1000
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return call()
         except BaseException as exc:
-            failed.append(exc)
-            raise
-
-    retryer = tenacity.Retrying(
-        stop=stop,
-        wait=tenacity.wait_random_exponential(
-            multiplier=backoff_initial_ms / 1000, max=backoff_max_ms / 1000
-        ),
-        retry=tenacity.retry_if_exception(retry_if),
-        reraise=True,
-        sleep=time.sleep,
-    )
-    return retryer(attempt)
+            if not retry_if(exc) or (attempts_max is not None and attempt >= attempts_max):
+                raise
+            wait = backoff_s(attempt, backoff_initial_ms, backoff_max_ms)
+            if time.monotonic() + wait > deadline:
+                raise
+            (sleep or time.sleep)(wait)
+            if before_retry is not None:
+                before_retry(exc)
 
 
-__all__ = ["is_retriable", "retrying"]
+def until_won(
+    call: Callable[[], T],
+    *,
+    what: str,
+    attempts_max: int,
+    deadline_ms: int = DEADLINE_MS,
+    backoff_initial_ms: float = 1,
+    backoff_max_ms: float = 200,
+    retry_if: Callable[[BaseException], bool] | None = None,
+    before_retry: Callable[[BaseException], None] | None = None,
+    sleep: Callable[[float], object] | None = None,
+) -> T:
+    """Retry an optimistic write whose attempts raise :class:`LostRace` when another wins.
+
+    Gives up with :class:`~sparklog.errors.CommitConflictError` naming ``what``
+    (the same error for every document); ``retry_if`` widens what else is retried
+    (e.g. :func:`is_retriable` for store outages); other errors propagate as themselves.
+    """
+    lost = 0
+
+    def retry(exc: BaseException) -> bool:
+        nonlocal lost
+        if isinstance(exc, LostRace):
+            lost += 1
+            return True
+        return retry_if is not None and retry_if(exc)
+
+    try:
+        return retrying(
+            call,
+            deadline_ms=deadline_ms,
+            attempts_max=attempts_max,
+            backoff_initial_ms=backoff_initial_ms,
+            backoff_max_ms=backoff_max_ms,
+            retry_if=retry,
+            before_retry=before_retry,
+            sleep=sleep,
+        )
+    except LostRace as exc:
+        raise CommitConflictError(f"{what}: gave up after {lost} lost races ({exc})") from None
+
+
+__all__ = ["LostRace", "backoff_s", "is_retriable", "retrying", "until_won"]

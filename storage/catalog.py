@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
-#: The storage formats this code reads and writes (DESIGN.md §3).
+#: The storage formats this code reads and writes (docs/architecture.md, "Storage format 2").
 STORAGE_FORMAT = 2
 KNOWN_FORMATS = (2,)
 #: Topic config keys that cannot change after creation.

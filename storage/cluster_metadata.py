@@ -2,7 +2,7 @@
 
 Kafka keeps topics, brokers, credentials, ACLs, quotas and transaction state in
 KRaft's ``__cluster_metadata`` log and answers from the controller's memory;
-sparklog keeps them in one log on the root (DESIGN.md §4)::
+sparklog keeps them in one log on the root (docs/architecture.md, "The control plane")::
 
     <root>/cluster/metadata/log/<v:020d>.json       commits {"records": [...]}, checksummed
     <root>/cluster/metadata/log/<v:020d>.snapshot   the whole image every K versions

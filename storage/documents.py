@@ -4,7 +4,8 @@ Every small JSON object sparklog stores (log commits, group state, heartbeats,
 connector state) is written as ``{"sum":"<xxh3 hex>","c":<body>}``: valid JSON
 whose body bytes are checksummed, so damage that still parses is caught too,
 and read by :func:`parse_document`, which names the file in the
-``CorruptRecordError`` it raises (DESIGN.md §3).  Documents written before the
+``CorruptRecordError`` it raises (docs/architecture.md, "Storage format 2").
+Documents written before the
 envelope existed (plain JSON objects) are still read.
 
 Versioned documents (``<prefix>/<v:020d>.json``, written create-only) change by
@@ -20,7 +21,8 @@ from typing import Any
 
 import xxhash
 
-from sparklog.errors import CommitConflictError, CorruptionError
+from sparklog.errors import CorruptionError
+from sparklog.retry import LostRace, until_won
 from sparklog.storage.objectstore import ObjectStore
 
 Doc = dict[str, Any]
@@ -107,15 +109,20 @@ class VersionedDocument:
     def update(self, change: Callable[[Doc | None], Doc | None], attempts: int = 20) -> Doc | None:
         """Apply ``change`` to the newest version and write the result as the next one.
 
-        ``change`` returning None means "nothing to write".  Retries on races.
+        ``change`` returning None means "nothing to write".  A lost race re-reads and
+        retries with backoff (:func:`sparklog.retry.until_won`); after ``attempts`` lost
+        races it raises :class:`~sparklog.errors.CommitConflictError`.
         """
-        for _ in range(attempts):
+
+        def attempt() -> Doc | None:
             version, doc = self.latest()
             new = change(doc)
             if new is None:
                 return doc
-            if self.write(version + 1, new):
-                return new
-        raise CommitConflictError(
-            f"could not update {self.store.url}/{self.prefix}: too many races"
+            if not self.write(version + 1, new):
+                raise LostRace(f"version {version + 1} was created by another writer")
+            return new
+
+        return until_won(
+            attempt, what=f"update of {self.store.url}/{self.prefix}", attempts_max=attempts
         )

@@ -1,4 +1,4 @@
-"""Shard logs (storage format 2, DESIGN.md §3) and the partition views over them.
+"""Shard logs and the partition views over them (docs/architecture.md, "Storage format 2").
 
 A topic's partitions share ``commit.shards`` shard logs; partition p belongs to
 shard ``p % shards``.  Shard s's commits are

@@ -7,7 +7,8 @@ naming the newest snapshot, so opening a log costs one hint, one snapshot and
 at most ``snapshot_interval`` commits, never a listing (except when the hint is
 missing or damaged).
 
-Integrity (DESIGN.md §3): every commit and snapshot carries an xxh3 checksum
+Integrity (docs/architecture.md, "Storage format 2"): every commit and snapshot
+carries an xxh3 checksum
 verified on read; a damaged file is a :class:`CorruptRecordError` naming it,
 never a parse error.  A version missing in the middle of a log (a later one
 exists) is detected by readers, and writers probe the version after the one
@@ -26,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import struct
 import threading
 import time
@@ -41,12 +41,16 @@ from sparklog.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     CorruptRecordError,
-    SparklogError,
     StoreUnavailableError,
 )
-from sparklog.retry import is_retriable, retrying
+from sparklog.retry import LostRace, is_retriable, until_won
 from sparklog.storage.clock import now_ms
-from sparklog.storage.documents import encode_document, is_enveloped, parse_document
+from sparklog.storage.documents import (
+    encode_document,
+    is_enveloped,
+    parse_document,
+    version_key,
+)
 from sparklog.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -71,10 +75,6 @@ SNAPSHOT_TAIL_BYTES = 256 * 1024
 _TRAILER = struct.Struct("<QQ4s")  # header checksum, header length, magic
 
 Commit = dict[str, Any]
-
-
-def version_key(prefix: str, version: int, suffix: str = ".json") -> str:
-    return f"{prefix}/{version:020d}{suffix}"
 
 
 # -- the file formats --------------------------------------------------------------------
@@ -242,7 +242,7 @@ class IndexedStateCodec(StateCodec[S], Protocol[S]):
     def restore_indexed(self, snapshot: IndexedSnapshot) -> S: ...
 
 
-class _LostRace(CommitConflictError):
+class _LostRace(LostRace):
     """Another writer created the version first (retried after a re-read)."""
 
 
@@ -525,28 +525,20 @@ class MetaLog(Generic[S]):
 
         try:
             with self._lock:
-                try:  # the uncontended path: no retry machinery
-                    return attempt()
-                except SparklogError as exc:
-                    if not is_retriable(exc):
-                        raise
-                # Back off, then re-read right before the next attempt (never a stale view).
-                time.sleep(random.random() * 0.002)
-                self._refresh()
-                return retrying(
+                # the first attempt runs at once; each retry backs off (full jitter), then
+                # re-reads right before it (never a stale view), so committers do not starve
+                return until_won(
                     attempt,
+                    what=f"log {self.name}: commit",
+                    attempts_max=self.commit_attempts + 1,
                     deadline_ms=self.commit_deadline_ms,
-                    attempts_max=self.commit_attempts,
-                    backoff_initial_ms=1,
+                    backoff_initial_ms=2,
                     backoff_max_ms=200,
+                    retry_if=is_retriable,
                     before_retry=self._refresh_before_retry,
                 )
         except _OutcomeUnknown as exc:
             raise CommitStateUnknownError(str(exc)) from exc
-        except _LostRace:
-            raise CommitConflictError(
-                f"log {self.name}: gave up after {self.commit_attempts} lost commit races"
-            ) from None
 
     def _refresh_before_retry(self, exc: BaseException) -> None:
         if isinstance(exc, SnapshotGoneError):

@@ -1,4 +1,4 @@
-"""The record model (DESIGN.md §2) as Arrow schemas, and input normalisation.
+"""The record model (docs/architecture.md, "storage/") as Arrow schemas, and input normalisation.
 
 A record is Kafka's: key and value bytes (nullable), a millisecond timestamp and
 headers.  Offsets are never stored by writers; they are added when reading.

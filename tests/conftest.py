@@ -8,8 +8,29 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import leftovers
 from tests.support.brokers import Cluster
 from tests.support.s3 import MotoS3
+
+leftovers.track()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left() -> Iterator[None]:
+    """At the end of the run, fail loudly if a process the suite started still runs.
+
+    (Set up first, so torn down last: after every other fixture has stopped its
+    processes.) The leftovers are named, then stopped by pid."""
+    yield
+    left = leftovers.still_running()
+    if left:
+        leftovers.stop(left)
+        listing = "\n".join(f"  pid {pid}: {command}" for pid, command in sorted(left.items()))
+        pytest.fail(
+            f"{len(left)} process(es) started by the tests were still running at the end "
+            f"of the run (now stopped); a fixture does not stop what it starts:\n{listing}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +63,8 @@ def s3_root_spec(moto_s3: MotoS3) -> tuple[str, dict]:
 def broker(tmp_path) -> Iterator[Cluster]:
     """One broker on a fresh file root."""
     cluster = Cluster(tmp_path, f"file://{tmp_path}/broker-root")
-    cluster.start(1)
-    try:
+    try:  # a broker that fails to start is stopped too
+        cluster.start(1)
         cluster.wait_live(1)
         yield cluster
     finally:
@@ -54,9 +75,9 @@ def broker(tmp_path) -> Iterator[Cluster]:
 def two_brokers(tmp_path) -> Iterator[Cluster]:
     """Two brokers sharing a file root (for failover)."""
     cluster = Cluster(tmp_path, f"file://{tmp_path}/broker-root")
-    cluster.start(1)
-    cluster.start(2)
-    try:
+    try:  # a broker that fails to start is stopped too
+        cluster.start(1)
+        cluster.start(2)
         cluster.wait_live(2)
         yield cluster
     finally:

@@ -1,4 +1,4 @@
-"""``sparklog users``: SCRAM users in a root's cluster metadata log (DESIGN.md §7).
+"""``sparklog users``: SCRAM users in a root's cluster metadata log (docs/security.md).
 
 As ``kafka-configs --alter --add-config 'SCRAM-SHA-256=[password=...]'
 --entity-type users``, but the password is read from a file (``-`` for stdin),

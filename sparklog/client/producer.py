@@ -400,7 +400,6 @@ class Producer:
         self._buffered_bytes = 0
         self._flush_requested = 0
         self._flushed = 0
-        self._inflight = False
         self._closed = False
         self._layouts: dict[str, tuple[int, int, float]] = {}
         self._sticky = StickyPartitioner()
@@ -721,8 +720,6 @@ class Producer:
     def _send_topic_or_raise(self, topic: str, parts: dict[int, _Buffer]) -> None:
         arrow = {p: [c.to_arrow() for c in buf.chunks] for p, buf in parts.items()}
         idempotent = self.config["enable_idempotence"]
-        deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000
-        backoff_s = self.config["retry_backoff_ms"] / 1000
         attempts = 0
         outcome_open: SparklogError | None = None
         counts = {p: sum(c.count for c in buf.chunks) for p, buf in parts.items()}
@@ -732,38 +729,43 @@ class Producer:
             identity = ProducerIdentity(
                 pid, epoch, {p: self._sequences.get(TopicPartition(topic, p), 0) for p in parts}
             )
-        while True:
-            try:
-                results = self._backend.produce(
+
+        def retry_if(exc: BaseException) -> bool:
+            nonlocal attempts, outcome_open
+            if not isinstance(exc, SparklogError):
+                return False
+            attempts += 1
+            # idempotent: an unknown outcome is resolved by sending the same sequences again
+            unknown = idempotent and isinstance(exc, CommitStateUnknownError)
+            outcome_open = exc if unknown else outcome_open
+            return exc.retriable or unknown or (isinstance(exc, UnknownTopicError) and attempts < 3)
+
+        def before_retry(exc: BaseException) -> None:
+            log.info("produce to %s failed (%s); retry %d", topic, exc, attempts)
+
+        try:
+            results = retrying(
+                lambda: self._backend.produce(
                     topic,
                     arrow,
                     acks=self.config["acks"],
                     producer=identity,
                     compression=self.config["compression"],
-                )
-                break
-            except SparklogError as exc:
-                attempts += 1
-                # idempotent: an unknown outcome is resolved by sending the same sequences again
-                unknown = idempotent and isinstance(exc, CommitStateUnknownError)
-                outcome_open = exc if unknown else outcome_open
-                retriable = (
-                    exc.retriable
-                    or unknown
-                    or (isinstance(exc, UnknownTopicError) and attempts < 3)
-                )
-                if retriable and attempts <= self.config["retries"] and time.monotonic() < deadline:
-                    log.info("produce to %s failed (%s); retry %d", topic, exc, attempts)
-                    time.sleep(min(backoff_s * 2 ** (attempts - 1), _MAX_BACKOFF_S))
-                    continue
-                # never "failed" for records an earlier attempt may have committed
-                self._fail(
-                    parts, outcome_open if exc.retriable and outcome_open else exc, idempotent
-                )
-                return
-            except Exception as exc:  # never let the sender die silently
-                self._fail(parts, SparklogError(f"produce to {topic!r} failed: {exc}"), idempotent)
-                return
+                ),
+                deadline_ms=self.config["delivery_timeout_ms"],
+                attempts_max=self.config["retries"] + 1,
+                backoff_initial_ms=self.config["retry_backoff_ms"],
+                backoff_max_ms=_MAX_BACKOFF_S * 1000,
+                retry_if=retry_if,
+                before_retry=before_retry,
+            )
+        except SparklogError as exc:
+            # never "failed" for records an earlier attempt may have committed
+            self._fail(parts, outcome_open if exc.retriable and outcome_open else exc, idempotent)
+            return
+        except Exception as exc:  # never let the sender die silently
+            self._fail(parts, SparklogError(f"produce to {topic!r} failed: {exc}"), idempotent)
+            return
         self._complete(topic, parts, results, counts, identity)
 
     def _fail(self, parts: dict[int, _Buffer], exc: BaseException, idempotent: bool) -> None:

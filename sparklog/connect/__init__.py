@@ -1,4 +1,4 @@
-"""Connectors (DESIGN.md §9): topics into Delta tables, PostgreSQL changes into topics.
+"""Connectors (docs/connect.md): topics into Delta tables, PostgreSQL changes into topics.
 
 * :mod:`sparklog.connect.delta`: exactly-once appends and merges of Arrow tables into a
   Delta table through delta-rs, deduplicated by Delta's app transaction ids; Spark's side

@@ -40,13 +40,13 @@ from sparklog.errors import (
     InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidRequestError,
-    KafkaStorageError,
     RebalanceInProgressError,
     SparklogError,
     UnknownMemberError,
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
+from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import (
     VersionedDocument,
@@ -145,24 +145,31 @@ class _StateDoc:
     def update(
         self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50
     ) -> dict[str, Any]:
-        """Apply ``change`` to the newest state and write it as the next version."""
-        for _ in range(attempts):
+        """Apply ``change`` to the newest state and write it as the next version.
+
+        A lost race drops the cache, backs off and re-reads (:func:`sparklog.retry.until_won`);
+        after ``attempts`` lost races it raises :class:`~sparklog.errors.CommitConflictError`.
+        """
+
+        def attempt() -> dict[str, Any]:
             version, doc = self.read()
             old_generation = doc.get("generation", 0)
             new = change(doc)
             if new is None:
                 return doc
-            if self.versions.write(version + 1, new):
-                self._cache = (version + 1, _copy(new), time.monotonic())
-                if new.get("generation", 0) > old_generation:
-                    # a rebalance started: from now on the group's log refuses offset
-                    # commits of older generations (in the create-only step itself)
-                    self.offsets.set_generation(self.group, int(new["generation"]))
-                if (version + 1) % KEEP_VERSIONS == 0:
-                    self._prune(version + 1)
-                return new
-            self._cache = None
-        raise KafkaStorageError(f"group {self.group!r}: too many concurrent state changes")
+            if not self.versions.write(version + 1, new):
+                self._cache = None
+                raise LostRace(f"version {version + 1} was written by another coordinator")
+            self._cache = (version + 1, _copy(new), time.monotonic())
+            if new.get("generation", 0) > old_generation:
+                # a rebalance started: from now on the group's log refuses offset
+                # commits of older generations (in the create-only step itself)
+                self.offsets.set_generation(self.group, int(new["generation"]))
+            if (version + 1) % KEEP_VERSIONS == 0:
+                self._prune(version + 1)
+            return new
+
+        return until_won(attempt, what=f"group {self.group!r}: state change", attempts_max=attempts)
 
     def _prune(self, newest: int) -> None:
         try:
@@ -213,30 +220,34 @@ class _MemoryStateDoc(_StateDoc):
     def update(
         self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50
     ) -> dict[str, Any]:
-        with self._lock:
-            for _ in range(attempts):
-                version, current = self._loaded()
-                doc = _copy(current)
-                new = change(doc)
-                if new is None:
-                    return doc
-                durable = (
-                    any(current.get(k) != new.get(k) for k in DURABLE_KEYS)
-                    or set(current["members"]) != set(new["members"])
-                    or (current["state"] != new["state"] and new["state"] in (STABLE, EMPTY))
-                )
-                if not durable:
-                    self._state = (version, _copy(new))
-                    return new
-                if self.versions.write(version + 1, new):
-                    self._state = (version + 1, _copy(new))
-                    if new.get("generation", 0) > current.get("generation", 0):
-                        self.offsets.set_generation(self.group, int(new["generation"]))
-                    if (version + 1) % KEEP_VERSIONS == 0:
-                        self._prune(version + 1)
-                    return new
+        def attempt() -> dict[str, Any]:
+            version, current = self._loaded()
+            doc = _copy(current)
+            new = change(doc)
+            if new is None:
+                return doc
+            durable = (
+                any(current.get(k) != new.get(k) for k in DURABLE_KEYS)
+                or set(current["members"]) != set(new["members"])
+                or (current["state"] != new["state"] and new["state"] in (STABLE, EMPTY))
+            )
+            if not durable:
+                self._state = (version, _copy(new))
+                return new
+            if not self.versions.write(version + 1, new):
                 self._state = None  # another coordinator wrote: re-read, apply again
-            raise KafkaStorageError(f"group {self.group!r}: too many concurrent state changes")
+                raise LostRace(f"version {version + 1} was written by another coordinator")
+            self._state = (version + 1, _copy(new))
+            if new.get("generation", 0) > current.get("generation", 0):
+                self.offsets.set_generation(self.group, int(new["generation"]))
+            if (version + 1) % KEEP_VERSIONS == 0:
+                self._prune(version + 1)
+            return new
+
+        with self._lock:
+            return until_won(
+                attempt, what=f"group {self.group!r}: state change", attempts_max=attempts
+            )
 
 
 class GroupCoordinator:

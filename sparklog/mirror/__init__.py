@@ -1,4 +1,4 @@
-"""Geo-replication: mirror links copy topics between roots with their offsets (DESIGN.md §9).
+"""Geo-replication: mirror links copy topics between roots with their offsets (docs/mirroring.md).
 
 :mod:`~sparklog.mirror.links` keeps link definitions in the destination's metadata log,
 :mod:`~sparklog.mirror.copier` copies from a sparklog root (segment objects, no decode),

@@ -3,7 +3,7 @@
 A link is one keyed ``mirror_link`` record (key: the link's name, value: the
 definition below, or null once deleted), so every broker and client of the
 destination sees the same links from its metadata image, and a change is one
-create-only append (DESIGN.md §4, §9).
+create-only append (docs/architecture.md, "The control plane"; docs/mirroring.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kafka's ACL model: bindings, filters and the authoriser's decision (DESIGN.md §7).
+"""Kafka's ACL model: bindings, filters and the authoriser's decision (docs/security.md).
 
 A binding is Kafka's: resource type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID),
 pattern type (LITERAL, with ``*`` for every name, or PREFIXED), resource name,

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pyarrow as pa
@@ -27,6 +26,7 @@ from sparklog.errors import (
 )
 from sparklog.storage import make_batch, open_root
 from tests.support.brokers import REPO
+from tests.support.waiting import wait_for
 
 
 def values_of(batches: list[pa.RecordBatch]) -> list:
@@ -100,10 +100,11 @@ def test_produce_fetch_round_trip(any_root, cluster_on):
         conn.close()
         # acks=0: answered before the commit, committed all the same
         assert client.produce("events", 0, make_batch([b"fire"]), acks=0).base_offset == -1
-        deadline = time.monotonic() + 30
-        while client.list_offsets("events", 0, "latest") < 21:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(
+            lambda: client.list_offsets("events", 0, "latest") >= 21,
+            timeout_s=30,
+            what="the acks=0 record committed",
+        )
 
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics").read()
         text = metrics.decode()
@@ -271,9 +272,11 @@ def test_sigterm_flushes_and_releases_lease(file_root, cluster_on):
         )
         producer.start()
         url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
-        deadline = time.monotonic() + 30
-        while "sparklog_produce_waiting 1.0" not in urllib.request.urlopen(url).read().decode():
-            assert time.monotonic() < deadline, "the produce never reached the broker"
+        wait_for(
+            lambda: "sparklog_produce_waiting 1.0" in urllib.request.urlopen(url).read().decode(),
+            timeout_s=30,
+            what="the produce to reach the broker",
+        )
         # the produce is waiting in the linger when SIGTERM arrives: it is flushed and acked
         assert broker.terminate() == 0
         producer.join(timeout=30)

@@ -1,4 +1,5 @@
-"""Imports point one way (DESIGN.md §1), found by reading every module's import statements.
+"""Imports point one way (docs/architecture.md, "Layers"), found by reading every module's
+import statements.
 
 * nothing under ``sparklog/`` imports the top-level names ``storage`` or
   ``broker_lite`` (only ``sparklog.storage`` / ``sparklog.broker_lite``), so a

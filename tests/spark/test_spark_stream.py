@@ -231,7 +231,7 @@ def test_groups_commit_offsets_and_new_queries_start_there(spark, spark_root, tm
 def test_kafka_group_id_records_progress_but_new_queries_start_at_starting_offsets(
     spark, tmp_path
 ) -> None:
-    """kafka.group.id keeps Kafka's meaning (DESIGN.md 6): it never moves a new query's start."""
+    """kafka.group.id keeps Kafka's meaning (docs/spark.md): it never moves a new query's start."""
     url = f"file://{tmp_path}/root"
     root = open_root(url)
     fill(root, "t", partitions=2, batches=1, per_batch=10)

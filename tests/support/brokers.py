@@ -106,6 +106,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited: {self.log_text()}")
             time.sleep(0.05)
+        self.kill()  # never leave a broker that did not start running
         raise RuntimeError(f"broker {self.broker_id} did not start: {self.log_text()}")
 
     def log_text(self) -> str:

@@ -33,7 +33,7 @@ from sparklog.client.types import (
     PartitionDescription,
     TopicDescription,
 )
-from sparklog.errors import ConfigError, UnknownTopicError
+from sparklog.errors import ConfigError
 from sparklog.storage.catalog import LogRoot, open_root
 
 if TYPE_CHECKING:
@@ -98,16 +98,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         return topic
 
     def _log(self, name: str, partition: int) -> tuple[PartitionLog, threading.Lock]:
-        topic = self._topic(name)
-        try:
-            log = topic.partition(partition)
-        except UnknownTopicError:
-            raise
-        except Exception as exc:
-            if getattr(exc, "code", "") == "UNKNOWN_TOPIC":
-                log = self._topic(name, refresh=True).partition(partition)
-            else:
-                raise
+        log = self._topic(name).partition(partition)
         return log, self._shard_lock(name, log.shard.shard)
 
     def _shard_lock(self, topic: str, shard: int) -> threading.Lock:
@@ -164,7 +155,8 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     ) -> dict[int, ProduceResult]:
         """Write ONE object for the flush, then ONE commit per shard touched.
 
-        The same two steps as a broker's flush (DESIGN.md §3): requests per flush
+        The same two steps as a broker's flush (docs/architecture.md, "Storage format
+        2"): requests per flush
         do not grow with the partition count, and each shard's partitions land
         together or not at all.  An idempotent producer's batch of each partition
         carries its own sequence, so a retried flush is recognised per partition.
@@ -173,13 +165,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
 
         compression = compression or "none"
         handle = self._topic(topic)
-        try:
-            staged = self._write(handle, parts, compression)
-        except Exception as exc:
-            if getattr(exc, "code", "") != "UNKNOWN_TOPIC":
-                raise
-            handle = self._topic(topic, refresh=True)  # partitions added or topic recreated
-            staged = self._write(handle, parts, compression)
+        staged = self._write(handle, parts, compression)
         results = {p: ProduceResult(-1, 0) for p in parts if p not in staged}  # empty input
         producers = None
         if producer is not None:

@@ -9,11 +9,9 @@ ILLEGAL_GENERATION, UNKNOWN_MEMBER) are raised to the caller, who must re-join.
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -38,6 +36,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
+from sparklog.retry import retrying
 from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
 
@@ -73,20 +72,6 @@ _REFUSED_BEFORE_WRITE = (
     InvalidRequestError,
     InvalidRecordError,
 )
-
-
-@dataclass
-class _Backoff:
-    deadline: float
-    delay_s: float = 0.02
-    attempts: int = field(default=0)
-
-    def sleep_or_raise(self, err: SparklogError) -> None:
-        self.attempts += 1
-        if time.monotonic() + self.delay_s > self.deadline:
-            raise err
-        time.sleep(self.delay_s * (0.5 + random.random()))
-        self.delay_s = min(self.delay_s * 2, 1.0)
 
 
 def parse_bootstrap(bootstrap: str) -> list[str]:
@@ -243,17 +228,24 @@ class BrokerClient:
         ``idempotent`` calls (a produce with producer id and sequences) also
         retry an unknown outcome: the same sequences are deduplicated by the log.
         """
-        backoff = _Backoff(time.monotonic() + self.retry_timeout_ms / 1000)
-        while True:
-            try:
-                return call()
-            except SparklogError as err:
-                unknown = idempotent and isinstance(err, CommitStateUnknownError)
-                if (not err.retriable and not unknown) or isinstance(err, GroupError):
-                    raise
-                if isinstance(err, NotLeaderError | BrokerNotAvailableError):
-                    self._meta.clear()
-                backoff.sleep_or_raise(err)
+
+        def retry_if(err: BaseException) -> bool:
+            if not isinstance(err, SparklogError) or isinstance(err, GroupError):
+                return False
+            return err.retriable or (idempotent and isinstance(err, CommitStateUnknownError))
+
+        def before_retry(err: BaseException) -> None:
+            if isinstance(err, NotLeaderError | BrokerNotAvailableError):
+                self._meta.clear()  # the next attempt asks for the leader afresh
+
+        return retrying(
+            call,
+            deadline_ms=self.retry_timeout_ms,
+            backoff_initial_ms=20,
+            backoff_max_ms=1_000,
+            retry_if=retry_if,
+            before_retry=before_retry,
+        )
 
     def _any_broker(self, call: Callable[[flight.FlightClient], T]) -> T:
         """Run ``call`` on some reachable broker, trying the others on failure."""

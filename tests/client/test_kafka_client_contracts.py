@@ -1,4 +1,5 @@
-"""Regression tests for the client defects of issue 10, each in embedded and broker mode."""
+"""Kafka client contracts in embedded and broker mode: send timestamps, in-flight futures,
+commits on rebalance and close, key spreading, commit metadata, describe, compression, restarts."""
 
 from __future__ import annotations
 

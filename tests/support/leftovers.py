@@ -1,0 +1,66 @@
+"""Which child processes the test run started are still running (tracked by pid, never by name).
+
+:func:`track` wraps ``subprocess.Popen`` so every child the run starts is recorded;
+:func:`still_running` asks, per recorded pid, whether that child is alive
+(``waitpid(pid, WNOHANG)``: a child not yet reaped cannot have its pid reused, so
+the answer is about our process and no other); :func:`stop` ends them by pid.
+Grandchildren (a daemon a child forks off) are not seen: fixtures that start such
+trees stop them themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+#: pid -> the command line (shortened), for every child started through subprocess.Popen
+_started: dict[int, str] = {}
+_original_init = subprocess.Popen.__init__
+
+
+def track() -> None:
+    """Record every child process started from now on (idempotent)."""
+    if getattr(subprocess.Popen.__init__, "_sparklog_tracked", False):
+        return
+
+    def init(self: subprocess.Popen, *args: object, **kwargs: object) -> None:
+        _original_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        command = args[0] if args else kwargs.get("args")
+        text = " ".join(map(str, command)) if isinstance(command, list | tuple) else str(command)
+        _started[self.pid] = text[:200]
+
+    init._sparklog_tracked = True  # type: ignore[attr-defined]
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False  # already reaped (by Popen.wait/poll): it has ended
+    return done == 0
+
+
+def still_running() -> dict[int, str]:
+    """The children started by this run that are still running (pid -> command)."""
+    return {pid: command for pid, command in list(_started.items()) if _alive(pid)}
+
+
+def stop(pids: dict[int, str], grace_s: float = 10) -> None:
+    """SIGTERM these children by pid, then SIGKILL those still running after ``grace_s``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
