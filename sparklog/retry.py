@@ -1,4 +1,4 @@
-"""The one retry loop of sparklog: retriable errors only, exponential backoff with full jitter.
+"""The one retry loop of sparklog (tenacity's): retriable errors only, full-jitter backoff.
 
 Only errors whose ``retriable`` is true are retried (``SparklogError`` subclasses
 say so; nothing else is an outage) unless the caller widens ``retry_if`` (an
@@ -65,23 +65,88 @@ def retrying(
     ``before_retry`` runs after the backoff sleep and before the next attempt
     (refresh metadata or re-read state there, so the next attempt uses a fresh view).
     ``sleep`` (default :func:`time.sleep`, looked up per call) is injectable: tests
-    count and measure the waits without a clock.
+    count and measure the waits without a clock.  The loop is tenacity's; the
+    first attempt runs before it is built (and before tenacity is imported, which
+    costs ~0.1 s, paid by every process that imports sparklog.storage).
     """
     deadline = time.monotonic() + deadline_ms / 1000
-    attempt = 0
-    while True:
-        attempt += 1
+    try:
+        return call()
+    except BaseException as exc:
+        if not retry_if(exc) or (attempts_max is not None and attempts_max <= 1):
+            raise
+        first = exc
+    return _retry_after_first_failure(
+        call,
+        first,
+        deadline=deadline,
+        attempts_max=attempts_max,
+        backoff_initial_ms=backoff_initial_ms,
+        backoff_max_ms=backoff_max_ms,
+        retry_if=retry_if,
+        before_retry=before_retry,
+        sleep=sleep or time.sleep,
+    )
+
+
+def _retry_after_first_failure(
+    call: Callable[[], T],
+    first: BaseException,
+    *,
+    deadline: float,
+    attempts_max: int | None,
+    backoff_initial_ms: float,
+    backoff_max_ms: float,
+    retry_if: Callable[[BaseException], bool],
+    before_retry: Callable[[BaseException], None] | None,
+    sleep: Callable[[float], object],
+) -> T:
+    """Attempts 2.. of :func:`retrying`, through tenacity (``first`` failed attempt 1)."""
+    import tenacity
+
+    last = [first]
+
+    def attempt() -> T:
+        if before_retry is not None:
+            before_retry(last[0])  # every attempt here follows a failure
         try:
             return call()
         except BaseException as exc:
-            if not retry_if(exc) or (attempts_max is not None and attempt >= attempts_max):
-                raise
-            wait = backoff_s(attempt, backoff_initial_ms, backoff_max_ms)
-            if time.monotonic() + wait > deadline:
-                raise
-            (sleep or time.sleep)(wait)
-            if before_retry is not None:
-                before_retry(exc)
+            last[0] = exc
+            raise
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        # tenacity counts from this loop's first attempt, which is the call's second
+        return backoff_s(state.attempt_number + 1, backoff_initial_ms, backoff_max_ms)
+
+    def out_of_time(state: tenacity.RetryCallState) -> bool:
+        # tenacity computes the upcoming wait before it asks: no wait may end past the deadline
+        return time.monotonic() + (state.upcoming_sleep or 0.0) > deadline
+
+    stop: tenacity.stop.stop_base = tenacity.stop_any(out_of_time)  # type: ignore[arg-type]
+    if attempts_max is not None:
+        stop = stop | tenacity.stop_after_attempt(attempts_max - 1)
+    first_wait = backoff_s(1, backoff_initial_ms, backoff_max_ms)
+    if time.monotonic() + first_wait > deadline:
+        raise first
+    sleep(first_wait)
+    retryer = tenacity.Retrying(
+        stop=stop,
+        wait=wait,
+        retry=tenacity.retry_if_exception(retry_if),
+        reraise=True,
+        sleep=_sleeper(sleep),
+    )
+    return retryer(attempt)
+
+
+def _sleeper(sleep: Callable[[float], object]) -> Callable[[float], None]:
+    """``sleep`` as tenacity types it (its result, if any, is not used)."""
+
+    def wait(seconds: float) -> None:
+        sleep(seconds)
+
+    return wait
 
 
 def until_won(
