@@ -31,6 +31,7 @@ from sparklog.errors import (
     InvalidRecordError,
     KafkaTimeoutError,
     SparklogError,
+    UnknownServerError,
     UnknownTopicError,
 )
 from sparklog.retry import retrying
@@ -714,7 +715,10 @@ class Producer:
             self._fail(parts, error, self.config["enable_idempotence"])
         except Exception as exc:
             log.exception("producer sender failed for topic %s", topic)
-            failure = SparklogError(f"produce to {topic!r} failed: {type(exc).__name__}: {exc}")
+            failure = UnknownServerError(
+                f"produce to {topic!r} failed: {type(exc).__name__}: {exc}"
+            )
+            failure.__cause__ = exc
             self._fail(parts, failure, self.config["enable_idempotence"])
 
     def _send_topic_or_raise(self, topic: str, parts: dict[int, _Buffer]) -> None:
@@ -763,8 +767,13 @@ class Producer:
             # never "failed" for records an earlier attempt may have committed
             self._fail(parts, outcome_open if exc.retriable and outcome_open else exc, idempotent)
             return
-        except Exception as exc:  # never let the sender die silently
-            self._fail(parts, SparklogError(f"produce to {topic!r} failed: {exc}"), idempotent)
+        except Exception as exc:  # a bug: logged with its traceback, its cause kept
+            log.exception("producer sender failed for topic %s", topic)
+            failure = UnknownServerError(
+                f"produce to {topic!r} failed: {type(exc).__name__}: {exc}"
+            )
+            failure.__cause__ = exc
+            self._fail(parts, failure, idempotent)
             return
         self._complete(topic, parts, results, counts, identity)
 

@@ -332,3 +332,31 @@ def test_two_cli_group_consumers_print_each_record_once(tmp_path):
     printed = [json.loads(line) for out in outputs for line in out.read_text().splitlines()]
     offsets = [(r["partition"], r["offset"]) for r in printed]
     assert len(offsets) == 4000 and len(set(offsets)) == 4000
+
+
+def test_a_bug_under_send_reaches_the_caller_with_its_cause_and_is_logged(tmp_path, caplog):
+    """A programming error below the producer (here a backend whose produce has a bug: a
+    stand-in, since sparklog's own backends have none we know of) is not an outage: the
+    record's error keeps the original exception as its cause, and the traceback is logged."""
+    from sparklog.client.transports import open_backend
+    from sparklog.errors import UnknownServerError
+
+    backend = open_backend(f"file://{tmp_path}/root", {}, create=True)
+    backend.create_topic("t", 1, {})
+
+    def broken_produce(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    backend.produce = broken_produce  # type: ignore[method-assign]
+    with (
+        caplog.at_level("ERROR", logger="sparklog.client.producer"),
+        Producer(backend=backend, retries=0) as producer,
+    ):
+        future = producer.send("t", b"v", partition=0)
+        producer.flush()
+        with pytest.raises(UnknownServerError) as info:
+            future.get(timeout=10)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert not info.value.retriable
+    logged = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ZeroDivisionError]
+    assert logged, "the bug's traceback is logged"
