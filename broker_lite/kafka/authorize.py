@@ -641,6 +641,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     61: _describe_producers,
     65: _describe_transactions,
     66: _list_transactions,
+    68: _group_whole("READ"),
 }
 
 

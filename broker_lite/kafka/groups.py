@@ -38,6 +38,7 @@ from sparklog.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
     SparklogError,
+    UnsupportedVersionError,
 )
 from sparklog.topic_partition import TopicPartition
 
@@ -323,18 +324,55 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(16, ctx.api_version)
     group_cls = nested(cls, "ListedGroup")
     wanted = set(getattr(request, "states_filter", ()) or ())
+    # v5 (KIP-848): every group here is a classic one; Kafka matches types case-insensitively
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     out = []
     try:
+        if types and CLASSIC not in types:
+            return make(cls, throttle_time=0, error_code=0, groups=())
         for group in ctx.broker.groups.list_groups():
             doc = ctx.broker.coordinator.group_state(group)  # any broker lists every group
             if wanted and doc["state"] not in wanted:
                 continue
             out.append(
-                make(group_cls, group_id=group, protocol_type=CONSUMER, group_state=doc["state"])
+                make(
+                    group_cls,
+                    group_id=group,
+                    protocol_type=CONSUMER,
+                    group_state=doc["state"],
+                    group_type=CLASSIC,
+                )
             )
     except SparklogError as exc:
         return make(cls, throttle_time=0, error_code=errno_of(exc), groups=())
     return make(cls, throttle_time=0, error_code=0, groups=tuple(out))
+
+
+CLASSIC = "classic"
+CONSUMER_PROTOCOL_REFUSAL = (
+    "sparklog serves only the classic group protocol (JoinGroup/SyncGroup/Heartbeat); "
+    "KIP-848's group.protocol=consumer is not implemented: set group.protocol=classic"
+)
+
+
+def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+    """KIP-848's heartbeat, refused so a ``group.protocol=consumer`` client fails at once.
+
+    Without this API advertised, librdkafka's consumer waits for it without a word
+    outside its debug log; answered with UNSUPPORTED_VERSION it raises a fatal consumer
+    error (it reports the code; the message is for clients that show it).
+    """
+    cls = load_response_schema(68, ctx.api_version)
+    return make(
+        cls,
+        throttle_time=0,
+        error_code=UnsupportedVersionError.errno,
+        error_message=CONSUMER_PROTOCOL_REFUSAL,
+        member_id=None,
+        member_epoch=-1,
+        heartbeat_interval=0,
+        assignment=None,
+    )
 
 
 def handle_delete_groups(ctx: Any, request: Any) -> Any:

@@ -79,12 +79,12 @@ _APIS = [
     Api(8, "OffsetCommit", 0, 9, offsets.handle_offset_commit),
     Api(9, "OffsetFetch", 0, 9, offsets.handle_offset_fetch),
     Api(10, "FindCoordinator", 0, 5, coordinators.handle_find_coordinator),
-    Api(11, "JoinGroup", 0, 7, groups.handle_join_group),
+    Api(11, "JoinGroup", 0, 9, groups.handle_join_group),
     Api(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
     Api(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
-    Api(16, "ListGroups", 0, 4, groups.handle_list_groups),
+    Api(16, "ListGroups", 0, 5, groups.handle_list_groups),
     Api(17, "SaslHandshake", 1, 1, sasl.handle_sasl_handshake),
     Api(18, "ApiVersions", 0, 3, api_versions),
     Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
@@ -126,5 +126,6 @@ _APIS = [
     Api(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
     Api(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
     Api(66, "ListTransactions", 0, 1, transactions.handle_list_transactions),
+    Api(68, "ConsumerGroupHeartbeat", 0, 1, groups.handle_consumer_group_heartbeat),
 ]
 API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}
