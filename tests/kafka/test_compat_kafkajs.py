@@ -3,10 +3,10 @@
 kafkajs commits -2 for every partition; the listener stores it as given (as Kafka)
 and kafkajs' admin reads it back (before item 5 the commit was INVALID_REQUEST and
 kafkajs hung).  What readers of the group then do with -2 is
-``test_compat_offsets.py``'s (librdkafka).  Runs where ``node``
-resolves ``kafkajs`` (``npm install kafkajs`` somewhere on ``NODE_PATH``, or
-``SPARKLOG_KAFKAJS_DIR`` naming a directory with ``node_modules/kafkajs``);
-skipped with the reason otherwise.
+``test_compat_offsets.py``'s (librdkafka).  kafkajs is installed
+by the test from the committed lock (tests/kafka/js/package-lock.json, ``npm ci``
+into build/kafkajs; ``SPARKLOG_KAFKAJS_DIR`` names another install); skipped,
+saying why, only where node and npm are missing.
 """
 
 from __future__ import annotations
@@ -29,23 +29,38 @@ TOPIC = "js-resets"
 GROUP = "js-reset-me"
 
 
+#: kafkajs at the version tests/kafka/js/package-lock.json pins, installed on first use
+KAFKAJS_DIR = pathlib.Path(__file__).resolve().parents[2] / "build" / "kafkajs"
+
+
 def node_env() -> dict[str, str]:
     env = dict(os.environ)
-    where = os.environ.get("SPARKLOG_KAFKAJS_DIR")
-    if where:
-        extra = str(pathlib.Path(where) / "node_modules")
-        env["NODE_PATH"] = os.pathsep.join(p for p in (extra, env.get("NODE_PATH")) if p)
+    where = os.environ.get("SPARKLOG_KAFKAJS_DIR") or str(KAFKAJS_DIR)
+    extra = str(pathlib.Path(where) / "node_modules")
+    env["NODE_PATH"] = os.pathsep.join(p for p in (extra, env.get("NODE_PATH")) if p)
     return env
 
 
-def kafkajs_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not installed"
-    found = subprocess.run(
-        ["node", "-e", "require.resolve('kafkajs')"], env=node_env(), capture_output=True
+def install_kafkajs() -> str | None:
+    """Install the pinned kafkajs (npm ci from the committed lock) unless node resolves it;
+    the reason if it cannot be had."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return "node/npm are not installed"
+    resolve = ["node", "-e", "require.resolve('kafkajs')"]
+    if subprocess.run(resolve, env=node_env(), capture_output=True).returncode == 0:
+        return None
+    KAFKAJS_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(SCRIPT.parent / name, KAFKAJS_DIR / name)
+    done = subprocess.run(
+        ["npm", "ci", "--silent", "--no-audit", "--no-fund"],
+        cwd=KAFKAJS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    if found.returncode != 0:
-        return "kafkajs is not resolvable by node (npm install kafkajs; SPARKLOG_KAFKAJS_DIR)"
+    if done.returncode != 0:
+        return f"npm ci of kafkajs failed: {done.stderr.strip()[-300:]}"
     return None
 
 
@@ -53,7 +68,7 @@ def kafkajs_missing() -> str | None:
 def test_kafkajs_reset_offsets_earliest_commits_minus_2(
     one_broker: Cluster,
 ) -> None:
-    missing = kafkajs_missing()
+    missing = install_kafkajs()
     if missing:
         pytest.skip(missing)
     bootstrap = one_broker.kafka_bootstrap
