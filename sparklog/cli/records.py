@@ -196,8 +196,7 @@ def produce(
             }
         )
     else:
-        parts = f"{len(counts)} partition{'s' if len(counts) != 1 else ''}"
-        say(f"produced {total} records to {topic} ({parts})")
+        say(f"produced {plural(total, 'record')} to {topic} ({plural(len(counts), 'partition')})")
 
 
 def _progress(total_bytes: int) -> Any:

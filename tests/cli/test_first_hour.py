@@ -533,3 +533,9 @@ def test_the_tab_default_reads_in_consume_help(tmp_path):
     result = _run_in(tmp_path, "consume", "--help")
     [line] = [line for line in result.out.splitlines() if "--separator" in line]
     assert "[default: (tab)]" in line
+
+
+def test_counts_read_as_english(local):
+    assert local("produce", "t", "-p", "0", input="a\n").out == (
+        "produced 1 record to t (1 partition)\n"
+    )
