@@ -532,7 +532,7 @@ class MetaLog(Generic[S]):
                     what=f"log {self.name}: commit",
                     attempts_max=self.commit_attempts + 1,
                     deadline_ms=self.commit_deadline_ms,
-                    backoff_initial_ms=2,
+                    backoff_initial_ms=1,
                     backoff_max_ms=200,
                     retry_if=is_retriable,
                     before_retry=self._refresh_before_retry,

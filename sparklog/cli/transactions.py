@@ -17,7 +17,7 @@ from sparklog.cli.state import state
 transactions_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="List, describe and abort Kafka transactions (kafka-transactions).",
+    help="List, describe and abort Kafka transactions.",
 )
 TRANSACTIONAL_ID = typer.Argument(..., metavar="TRANSACTIONAL_ID", help="Transactional id")
 
@@ -53,7 +53,7 @@ def transactions_list(ctx: typer.Context) -> None:
 
 @transactions_app.command("describe")
 def transactions_describe(ctx: typer.Context, transactional_id: str = TRANSACTIONAL_ID) -> None:
-    """Show a transactional id's state, timeout and the partitions of its transaction."""
+    """Show a transactional id's state, timeout and partitions."""
     st = state(ctx)
     with st.admin() as admin:
         doc = _doc(transactional_id, admin.describe_transaction(transactional_id))
@@ -72,7 +72,10 @@ def transactions_describe(ctx: typer.Context, transactional_id: str = TRANSACTIO
 
 @transactions_app.command("abort")
 def transactions_abort(ctx: typer.Context, transactional_id: str = TRANSACTIONAL_ID) -> None:
-    """Abort a transactional id's open transaction (a hanging one); its producer is fenced."""
+    """Abort a transactional id's open (hanging) transaction.
+
+    Its producer is fenced.
+    """
     st = state(ctx)
     with st.admin() as admin:
         admin.abort_transaction(transactional_id)

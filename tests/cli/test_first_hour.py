@@ -67,6 +67,10 @@ COMMANDS = [
     ["quotas", "describe"],
     ["log"],
     ["log", "check"],
+    ["transactions"],
+    ["transactions", "list"],
+    ["transactions", "describe"],
+    ["transactions", "abort"],
 ]
 
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 
 #: pid -> the command line (shortened), for every child started through subprocess.Popen
@@ -28,12 +29,26 @@ def track() -> None:
 
     def init(self: subprocess.Popen, *args: object, **kwargs: object) -> None:
         _original_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        if _started_by_pyspark_gateway():
+            return  # the Spark session's JVM: it lives as long as this process, by design
         command = args[0] if args else kwargs.get("args")
         text = " ".join(map(str, command)) if isinstance(command, list | tuple) else str(command)
         _started[self.pid] = text[:200]
 
     init._sparklog_tracked = True  # type: ignore[attr-defined]
     subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+
+
+def _started_by_pyspark_gateway() -> bool:
+    """True when the Popen being made comes from pyspark's own JVM launcher (known by the
+    calling module, not by a command name): one JVM per Python process, shared by every
+    session of the run, which pyspark ends when the process exits."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "pyspark.java_gateway":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _alive(pid: int) -> bool:
