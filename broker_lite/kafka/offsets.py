@@ -118,6 +118,12 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
         )
     except SparklogError as exc:
         error = errno_of(exc)
+    return commit_response(cls, topic_cls, part_cls, request.topics, error)
+
+
+def commit_response(cls: type, topic_cls: type, part_cls: type, topics: Any, error: int) -> Any:
+    """An offset commit's answer (OffsetCommit, TxnOffsetCommit): ``error`` for every
+    partition of ``topics`` (a commit lands whole or not at all)."""
     return make(
         cls,
         throttle_time=0,
@@ -130,7 +136,7 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
                     for p in t.partitions
                 ),
             )
-            for t in request.topics
+            for t in topics
         ),
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
+from sparklog.broker_lite.kafka.offsets import commit_response
 from sparklog.broker_lite.transactions.markers import transactions_view
 from sparklog.errors import SparklogError, UnknownTopicOrPartitionError
 
@@ -114,21 +115,7 @@ def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         code = 0
     except SparklogError as exc:
         code = errno_of(exc)
-    return make(
-        cls,
-        throttle_time=0,
-        topics=tuple(
-            make(
-                topic_cls,
-                name=t.name,
-                partitions=tuple(
-                    make(part_cls, partition_index=p.partition_index, error_code=code)
-                    for p in t.partitions
-                ),
-            )
-            for t in request.topics
-        ),
-    )
+    return commit_response(cls, topic_cls, part_cls, request.topics, code)
 
 
 def handle_end_txn(ctx: Any, request: Any) -> Any:
