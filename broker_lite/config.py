@@ -394,19 +394,6 @@ def _check_security(values: Mapping[str, Any]) -> None:
             'SASL_PLAINTEXT, SSL) or authorizer = "acl", or allow_insecure_listener = true '
             "(SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
         )
-    if (
-        values["authorizer"]
-        and not values["allow_insecure_listener"]
-        and not values["flight_security_protocol"].startswith("SASL_")
-        and not _loopback(values["listen"].rpartition(":")[0])
-    ):
-        raise InvalidConfigError(
-            f"config key 'listen' = {values['listen']!r} is not a loopback address, and the "
-            "Flight listener does not authenticate clients (flight_security_protocol = "
-            'PLAINTEXT), so it would bypass the ACLs of authorizer = "acl"; set '
-            'flight_security_protocol = "SASL_SSL", listen on 127.0.0.1, or set '
-            "allow_insecure_listener = true to accept that"
-        )
     flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
     if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):
         raise InvalidConfigError(
