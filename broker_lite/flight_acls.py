@@ -75,6 +75,10 @@ ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
     "list_transactions": lambda args: [],
     # Kafka's kafka-transactions abort writes markers (WriteTxnMarkers): a cluster action
     "abort_transaction": _cluster("ALTER"),
+    # Kafka's AlterUserScramCredentials / DescribeUserScramCredentials
+    "set_scram_credential": _cluster("ALTER"),
+    "delete_scram_credential": _cluster("ALTER"),
+    "list_users": _cluster("DESCRIBE"),
 }
 
 
@@ -103,9 +107,11 @@ class Caller:
     def check(self, operation: str, resource_type: str, name: str) -> None:
         """Raise the resource type's authorisation error (Kafka's code) unless allowed."""
         if not self.allowed(operation, resource_type, name):
-            raise DENIED[resource_type](
-                f"{self.principal}: {resource_type.lower().replace('_', ' ')} {name!r}: not "
-                f"authorized to {operation.lower().replace('_', ' ')}"
+            refusal = DENIED[resource_type]
+            raise refusal(
+                f"{refusal.code}: {self.principal} may not "
+                f"{operation.lower().replace('_', ' ')} {resource_type.lower().replace('_', ' ')} "
+                f"{name!r} (no ACL allows it)"
             )
 
     def check_all(self, checks: Iterable[Check]) -> None:

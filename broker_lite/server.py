@@ -54,6 +54,7 @@ from sparklog.errors import (
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
+from sparklog.security import users
 from sparklog.storage import LogRoot
 from sparklog.topic_partition import TopicPartition
 
@@ -227,6 +228,13 @@ class FlightBroker(flight.FlightServerBase):
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id
             ),
+            "set_scram_credential": lambda user, mechanism, **salted: users.set_salted(
+                broker.root.metadata, user, mechanism, **salted
+            ),
+            "delete_scram_credential": lambda user, mechanism: users.delete(
+                broker.root.metadata, user, mechanism
+            ),
+            "list_users": lambda: users.users(broker.root.metadata.image()),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]

@@ -12,6 +12,10 @@ alice may not describe.
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +25,7 @@ from sparklog import Admin, Consumer, Producer
 from sparklog.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    SaslAuthenticationFailedError,
     SparklogError,
     TopicAuthorizationFailedError,
 )
@@ -174,3 +179,40 @@ def test_aborting_a_transaction_is_a_cluster_action(secured: Cluster) -> None:
         return True
 
     wait_for(allowed, timeout_s=30, what="ALTER on the cluster applied")
+
+
+def _cli_as(
+    who: dict[str, str], cluster: Cluster, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "SPARKLOG_SECURITY_PROTOCOL": who["security_protocol"],
+        "SPARKLOG_SASL_PLAIN_USERNAME": who["sasl_plain_username"],
+        "SPARKLOG_SASL_PLAIN_PASSWORD": who["sasl_plain_password"],
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", cluster.address, *args],
+        input=stdin, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_users_are_managed_through_a_broker_by_a_cluster_alterer(secured: Cluster) -> None:
+    made = _cli_as(OPS, secured, "users", "create", "dave", "--password-file", "-",
+                   "-m", "SCRAM-SHA-512", stdin="dave-pw")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    dave = {**OPS, "sasl_plain_username": "dave", "sasl_plain_password": "dave-pw"}
+    with Admin(secured.address, **dave) as admin:  # dave logs in (he may describe nothing)
+        assert "offsets-of" not in admin.list_topics()
+    refused = _cli_as(dave, secured, "users", "create", "frank", "--password-file", "-",
+                      stdin="frank-pw")  # fmt: skip
+    assert refused.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    listed = _cli_as(OPS, secured, "-o", "json", "users", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert {"user": "dave", "mechanisms": [{"mechanism": "SCRAM-SHA-512", "iterations": 4096}]} in (
+        json.loads(listed.stdout)
+    )
+    assert "dave-pw" not in listed.stdout and "stored_key" not in listed.stdout
+    gone = _cli_as(OPS, secured, "users", "delete", "dave")
+    assert gone.returncode == 0, gone.stderr
+    with pytest.raises(SaslAuthenticationFailedError), Admin(secured.address, **dave) as admin:
+        admin.list_topics()
