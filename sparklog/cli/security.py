@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 users_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Create, delete, list SCRAM users (on a root or through a broker).",
+    help="Create, delete, list SCRAM users (root or broker).",
 )
 
 USER = typer.Argument(..., metavar="NAME", help="User name (the principal is User:NAME)")
