@@ -46,6 +46,14 @@ from sparklog.errors import (
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
+from sparklog.groups.consumer_groups import (
+    ConsumerGroupProtocol,
+    Heartbeat,
+    HeartbeatAnswer,
+    has_members,
+    is_consumer_group,
+    refuse_classic_join,
+)
 from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import (
@@ -183,7 +191,16 @@ class _StateDoc:
 #: state keys whose change is written to the root by an in-memory coordinator (what a new
 #: coordinator needs to restore the group), besides the member set and a group becoming
 #: Stable or Empty; joins' flags and deadlines stay in memory
-DURABLE_KEYS = ("generation", "assignment", "opaque_assignment", "leader", "protocol")
+#: (a KIP-848 group's ``consumer`` part changes only on joins, leaves and epochs: all durable)
+DURABLE_KEYS = (
+    "generation",
+    "assignment",
+    "opaque_assignment",
+    "leader",
+    "protocol",
+    "type",
+    "consumer",
+)
 
 
 class _MemoryStateDoc(_StateDoc):
@@ -274,8 +291,16 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 0,
         poll_ms: int = 50,
         in_memory: bool = False,
+        consumer_session_timeout_ms: int = 45_000,
+        consumer_heartbeat_interval_ms: int = 5_000,
     ) -> None:
         self.root = root
+        #: KIP-848 groups (``group.protocol=consumer``): their own state machine, same documents
+        self.consumer = ConsumerGroupProtocol(
+            self,
+            session_timeout_ms=consumer_session_timeout_ms,
+            heartbeat_interval_ms=consumer_heartbeat_interval_ms,
+        )
         self.in_memory = in_memory
         #: in memory: (group, member) -> last heartbeat (ms)
         self._beats: dict[tuple[str, str], int] = {}
@@ -413,6 +438,8 @@ class GroupCoordinator:
         heartbeat file while the leader is alive: the leader's heartbeats read
         everyone's, so a round of heartbeats costs O(members) reads, not O(members²).
         """
+        if is_consumer_group(doc):
+            return self.consumer.maintain(group, doc, now)
         changed = False
         # Kafka expires a silent member in every state: a crashed member must not hold a
         # rebalance others started until its rebalance timeout (members waiting in a join
@@ -611,6 +638,7 @@ class GroupCoordinator:
             now = _now_ms()
             took_over[0] = False
             self._maintain(group, doc, now)
+            refuse_classic_join(doc)  # a KIP-848 group with members takes no classic member
             members = doc["members"]
             self._check_fenced(doc, member)
             if group_instance_id:
@@ -807,8 +835,9 @@ class GroupCoordinator:
         metadata: str = "",
     ) -> None:
         """Commit next-offsets-to-read.  ``generation=-1, member_id=''`` for a group with no
-        members (a standalone consumer or the Spark source); stale generations are refused."""
-        self._check_member_id(member_id)
+        members (a standalone consumer or the Spark source); stale generations are refused.
+        A KIP-848 member commits with its member epoch as ``generation``; its member id is
+        the client's own (librdkafka's is base64), so the classic id rule does not apply."""
         try:
             clean = {TopicPartition(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
         except (TypeError, ValueError):
@@ -818,12 +847,17 @@ class GroupCoordinator:
         # negative offsets are stored as given, as Kafka does (kafkajs' resetOffsets
         # commits -2 = earliest); readers treat them as no commit or a logical offset
         doc = self._current(group)
+        consumer_group = is_consumer_group(doc)
+        if not consumer_group:
+            self._check_member_id(member_id)
         if generation < 0 and not member_id:
-            if doc["members"]:
+            if has_members(doc):
                 raise UnknownMemberError(
                     f"group {group!r} has active members; commit with a member id and the "
                     "current generation"
                 )
+        elif consumer_group:  # KIP-848: the member's epoch, checked in memory
+            self.consumer.check_member(doc, member_id, generation)
         else:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == COMPLETING:
@@ -839,9 +873,25 @@ class GroupCoordinator:
             clean,
             metadata=metadata,
             topic_ids=topic_ids,
-            generation=generation if member_id else None,
+            generation=generation if member_id and not consumer_group else None,
             member_id=member_id,
         )
+
+    def consumer_group_heartbeat(self, group: str, request: Heartbeat) -> HeartbeatAnswer:
+        """KIP-848's ConsumerGroupHeartbeat (:mod:`sparklog.groups.consumer_groups`)."""
+        return self.consumer.heartbeat(request)
+
+    def consumer_group_describe(self, group: str) -> dict[str, Any]:
+        """KIP-848's ConsumerGroupDescribe of one group (GROUP_ID_NOT_FOUND if classic)."""
+        if group not in self.list_groups():
+            raise GroupIdNotFoundError(f"Group {group} not found.")
+        return self.consumer.describe(self._current(group))
+
+    def check_consumer_member(self, group: str, member_id: str, member_epoch: int) -> None:
+        """OffsetFetch v9's member check: a KIP-848 group's member at its current epoch."""
+        doc = self._current(group)
+        if is_consumer_group(doc) and member_id:
+            self.consumer.check_member(doc, member_id, member_epoch)
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
         return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
@@ -873,6 +923,19 @@ class GroupCoordinator:
             }
             for m, v in sorted(doc["members"].items())
         ]
+        if is_consumer_group(doc):  # KIP-848 members: subscriptions and owned partitions
+            found = doc["consumer"]["members"]
+            beats = self._last_heartbeats(group, list(found))
+            members = [
+                {
+                    "member_id": m,
+                    "topics": v["topic_names"] + ([v["topic_regex"]] if v["topic_regex"] else []),
+                    "assignment": [[t, p] for t, p in v["assigned"]],
+                    "last_heartbeat_ms": beats.get(m, 0),
+                    "session_timeout_ms": self.consumer.session_timeout_ms,
+                }
+                for m, v in sorted(found.items())
+            ]
         offsets = []
         for (topic, partition), committed in sorted(self.fetch_offsets(group).items()):
             hwm: int | None
@@ -892,9 +955,11 @@ class GroupCoordinator:
             )
         return {
             "group": group,
-            "state": doc["state"] if doc["members"] or doc["generation"] else EMPTY,
-            "generation": doc["generation"],
-            "protocol": doc["protocol"],
+            "state": doc["state"] if has_members(doc) or doc["generation"] else EMPTY,
+            "generation": doc["consumer"]["group_epoch"]
+            if is_consumer_group(doc)
+            else doc["generation"],
+            "protocol": doc["consumer"]["assignor"] if is_consumer_group(doc) else doc["protocol"],
             "leader": doc["leader"],
             "members": members,
             "offsets": offsets,
@@ -903,10 +968,9 @@ class GroupCoordinator:
     def delete_group(self, group: str) -> None:
         """Remove an empty group's state and committed offsets."""
         doc = self._current(group)
-        if doc["members"]:
+        if has_members(doc):
             raise InvalidRequestError(
-                f"group {group!r} has {len(doc['members'])} active members; only empty groups "
-                "can be deleted"
+                f"group {group!r} has active members; only empty groups can be deleted"
             )
         self.root.groups.delete(group)
         self._docs.pop(group, None)

@@ -1,0 +1,414 @@
+"""KIP-848's consumer group protocol (``group.protocol=consumer``) on the Kafka listener.
+
+confluent-kafka's consumer with server-side assignment: it joins and reads,
+members split partitions with incremental handovers (no partition owned twice,
+no record lost or read twice when offsets are committed), a SIGKILLed member is
+expelled after the broker's session timeout, the client's
+``group.remote.assignor`` picks ``range`` or ``uniform``, a classic member is
+refused from a consumer group, and the AdminClient describes it through
+ConsumerGroupDescribe.  Raw frames check the reconciliation steps themselves
+and OffsetCommit/OffsetFetch v9's member epochs (issue 24).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.consumer_group_heartbeat.v1.request import (
+    ConsumerGroupHeartbeatRequest,
+    TopicPartitions,
+)
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_fetch.v9.request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+)
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from tests.kafka.wire import Connection
+from tests.support.brokers import Cluster
+from tests.support.waiting import wait_for
+
+SESSION_MS = 3_000
+#: a short session and heartbeat, so an expiry and each reconciliation step are quick
+KIP848_CONFIG = {
+    "consumer_group_session_timeout_ms": SESSION_MS,
+    "consumer_group_heartbeat_interval_ms": 200,
+}
+
+
+@pytest.fixture
+def broker(kafka_cluster: Cluster) -> Cluster:
+    kafka_cluster.start(0, **KIP848_CONFIG)
+    return kafka_cluster
+
+
+def _topic(cluster: Cluster, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+
+
+def _produce(cluster: Cluster, topic: str, values: list[str], partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+def _consumer(cluster: Cluster, group: str, **extra: Any) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def _assigned(consumer: Consumer) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+
+
+def _group() -> str:
+    return f"kip848-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_consumer_joins_and_reads_everything(broker: Cluster) -> None:
+    _topic(broker, "events", 4)
+    values = [f"v{i}" for i in range(40)]
+    _produce(broker, "events", values, 4)
+    consumer = _consumer(broker, _group())
+    seen: list[str] = []
+    try:
+        consumer.subscribe(["events"])
+
+        def read_all() -> bool:
+            msg = consumer.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                seen.append(msg.value().decode())
+            return len(seen) >= len(values)
+
+        wait_for(read_all, 30, "every record read")
+        assert sorted(seen) == sorted(values)
+        assert _assigned(consumer) == {("events", p) for p in range(4)}
+    finally:
+        consumer.close()
+
+
+def test_a_second_member_takes_half_without_loss_duplicates_or_overlap(broker: Cluster) -> None:
+    _topic(broker, "orders", 4)
+    group = _group()
+    first_half = [f"a{i}" for i in range(40)]
+    _produce(broker, "orders", first_half, 4)
+    one, two = _consumer(broker, group), _consumer(broker, group)
+    read: dict[tuple[int, int], str] = {}
+    duplicates: list[tuple[int, int]] = []
+
+    def poll(consumer: Consumer) -> None:
+        msg = consumer.poll(0.05)
+        if msg is not None and msg.error() is None:
+            key = (msg.partition(), msg.offset())
+            if key in read:
+                duplicates.append(key)
+            read[key] = msg.value().decode()
+            consumer.commit(message=msg, asynchronous=False)
+        # never one partition with two owners, at any moment
+        assert not (_assigned(one) & _assigned(two)), (_assigned(one), _assigned(two))
+
+    try:
+        one.subscribe(["orders"])
+        wait_for(lambda: (poll(one), len(read) >= 20)[1], 30, "the first member reading")
+        two.subscribe(["orders"])
+        second_half = [f"b{i}" for i in range(40)]
+        _produce(broker, "orders", second_half, 4)
+
+        def split() -> bool:
+            poll(one)
+            poll(two)
+            return len(_assigned(one)) == 2 and len(_assigned(two)) == 2
+
+        wait_for(split, 30, "two members with two partitions each")
+        everything = sorted(first_half + second_half)
+        wait_for(
+            lambda: (poll(one), poll(two), sorted(read.values()) == everything)[2],
+            30,
+            "every record read once",
+        )
+        assert duplicates == []
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_killed_member_is_expelled_after_its_session(broker: Cluster, tmp_path: Path) -> None:
+    _topic(broker, "jobs", 4)
+    group = _group()
+    member = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.kafka.member",
+            broker.kafka_bootstrap,
+            group,
+            "jobs",
+            str(tmp_path),
+            "victim",
+            "consumer",
+        ]
+    )
+    survivor = _consumer(broker, group)
+    try:
+        assignment = tmp_path / "victim.assignment"
+        wait_for(
+            lambda: assignment.exists() and assignment.read_text() == "[0, 1, 2, 3]",
+            30,
+            "the subprocess member owning every partition",
+        )
+        survivor.subscribe(["jobs"])
+        wait_for(lambda: (survivor.poll(0.1), len(_assigned(survivor)) == 2)[1], 30, "a split")
+        member.send_signal(signal.SIGKILL)
+        member.wait(10)
+        wait_for(
+            lambda: (survivor.poll(0.1), len(_assigned(survivor)) == 4)[1],
+            SESSION_MS / 1000 + 15,
+            "the dead member's partitions reassigned",
+        )
+        values = [f"after{i}" for i in range(8)]
+        _produce(broker, "jobs", values, 4)
+        seen: list[str] = []
+
+        def read() -> bool:
+            msg = survivor.poll(0.1)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value().decode())
+            return set(values) <= set(seen)
+
+        wait_for(read, 30, "the survivor reading every partition")
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait(10)
+        survivor.close()
+
+
+def _owners(consumers: list[Consumer]) -> list[set[tuple[str, int]]]:
+    for consumer in consumers:
+        consumer.poll(0.05)
+    return [_assigned(c) for c in consumers]
+
+
+@pytest.mark.parametrize("assignor", ["range", "uniform"])
+def test_the_client_chooses_the_server_assignor(broker: Cluster, assignor: str) -> None:
+    _topic(broker, "left", 3)
+    _topic(broker, "right", 3)
+    group = _group()
+    consumers = [_consumer(broker, group, **{"group.remote.assignor": assignor}) for _ in "ab"]
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    try:
+        consumers[0].subscribe(["left", "right"])
+        wait_for(lambda: len(_owners(consumers[:1])[0]) == 6, 30, "one member with all six")
+        consumers[1].subscribe(["left", "right"])
+        owners = wait_for(
+            lambda: (
+                lambda o: (
+                    o
+                    if sorted(len(s) for s in o) == [2, 4] or [len(s) for s in o] == [3, 3]
+                    else None
+                )
+            )(_owners(consumers)),
+            30,
+            "the partitions split",
+        )
+        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        assert described.type == ConsumerGroupType.CONSUMER
+        if assignor == "range":
+            # range: per topic, contiguous ranges; both topics split the same way
+            for owned in owners:
+                left = {p for t, p in owned if t == "left"}
+                assert left == {p for t, p in owned if t == "right"} and left
+        else:
+            # uniform: balanced, moving as little as possible from the first member's
+            assert [len(s) for s in owners] == [3, 3]
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> None:
+    _topic(broker, "mixed", 2)
+    group = _group()
+    modern = _consumer(broker, group)
+    classic = Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+        }
+    )
+    errors: list[int] = []
+    try:
+        modern.subscribe(["mixed"])
+        wait_for(lambda: (modern.poll(0.1), len(_assigned(modern)) == 2)[1], 30, "joined")
+        classic.subscribe(["mixed"])
+
+        def refused() -> bool:
+            msg = classic.poll(0.2)
+            modern.poll(0)
+            if msg is not None and msg.error() is not None:
+                errors.append(msg.error().code())
+            return KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors
+
+        wait_for(refused, 30, "the classic member refused")
+        assert len(_assigned(modern)) == 2
+    finally:
+        classic.close()
+        modern.close()
+
+
+def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster) -> None:
+    _topic(broker, "shown", 2)
+    group = _group()
+    consumer = _consumer(broker, group, **{"client.id": "shown-client"})
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    try:
+        consumer.subscribe(["shown"])
+        wait_for(lambda: (consumer.poll(0.1), len(_assigned(consumer)) == 2)[1], 30, "joined")
+        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        assert described.type == ConsumerGroupType.CONSUMER
+        assert str(described.state.name) == "STABLE"
+        [member] = described.members
+        assert member.client_id == "shown-client"
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {
+            ("shown", 0),
+            ("shown", 1),
+        }
+    finally:
+        consumer.close()
+
+
+# -- raw frames: the reconciliation steps and v9 offsets -------------------------------------
+def _heartbeat(conn: Connection, group: str, member: str, epoch: int, **fields: Any) -> Any:
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=GroupId(group),
+        member_id=member,
+        member_epoch=i32(epoch),
+        rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=30_000 if epoch == 0 else -1)),
+        topic_partitions=fields.pop("owned", None),
+        **fields,
+    )
+    return conn.call(request)
+
+
+def _partitions(answer: Any) -> list[int]:
+    assert answer.assignment is not None
+    return sorted(p for t in answer.assignment.topic_partitions for p in t.partitions)
+
+
+def _owned(answer: Any, partitions: list[int]) -> tuple[TopicPartitions, ...]:
+    topic_id = answer.assignment.topic_partitions[0].topic_id
+    return (TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in partitions)),)
+
+
+@pytest.fixture
+def conn(broker: Cluster) -> Iterator[Connection]:
+    connection = Connection(broker.kafka_bootstrap)
+    yield connection
+    connection.close()
+
+
+def test_a_partition_is_revoked_before_it_is_assigned_again(
+    broker: Cluster, conn: Connection
+) -> None:
+    _topic(broker, "steps", 2)
+    group = _group()
+    first = _heartbeat(
+        conn, group, "m-one", 0, subscribed_topic_names=(TopicName("steps"),), owned=()
+    )
+    assert first.error_code.value == 0 and first.member_epoch == 1
+    assert _partitions(first) == [0, 1]
+    second = _heartbeat(
+        conn, group, "m-two", 0, subscribed_topic_names=(TopicName("steps"),), owned=()
+    )
+    assert second.member_epoch == 2 and _partitions(second) == []  # p1 is still m-one's
+    revoking = _heartbeat(conn, group, "m-one", 1, owned=_owned(first, [0, 1]))
+    assert revoking.member_epoch == 1 and _partitions(revoking) == [0]
+    waiting = _heartbeat(conn, group, "m-two", 2, owned=())
+    assert waiting.assignment is None or _partitions(waiting) == []
+    acked = _heartbeat(conn, group, "m-one", 1, owned=_owned(first, [0]))
+    assert acked.member_epoch == 2
+    given = _heartbeat(conn, group, "m-two", 2, owned=())
+    assert _partitions(given) == [1]
+    # an epoch the coordinator never gave is fenced (the previous one is tolerated, as
+    # Kafka does, for an answer that was lost); OffsetCommit v9 checks epochs too
+    assert _heartbeat(conn, group, "m-one", 7, owned=()).error_code.value == 110
+
+    def commit(member: str, epoch: int) -> int:
+        answer = conn.call(
+            OffsetCommitRequest(
+                group_id=GroupId(group),
+                generation_id_or_member_epoch=i32(epoch),
+                member_id=member,
+                group_instance_id=None,
+                topics=(
+                    OffsetCommitRequestTopic(
+                        name=TopicName("steps"),
+                        partitions=(
+                            OffsetCommitRequestPartition(
+                                partition_index=i32(1),
+                                committed_offset=i64(0),
+                                committed_leader_epoch=i32(-1),
+                                committed_metadata=None,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        return int(answer.topics[0].partitions[0].error_code.value)
+
+    assert commit("m-two", 2) == 0
+    assert commit("m-two", 1) == 113  # STALE_MEMBER_EPOCH
+    assert commit("nobody", 2) == 25  # UNKNOWN_MEMBER_ID
+
+    def fetch(member: str, epoch: int) -> int:
+        answer = conn.call(
+            OffsetFetchRequest(
+                groups=(
+                    OffsetFetchRequestGroup(
+                        group_id=GroupId(group),
+                        member_id=member,
+                        member_epoch=i32(epoch),
+                        topics=None,
+                    ),
+                ),
+                require_stable=False,
+            )
+        )
+        return int(answer.groups[0].error_code.value)
+
+    assert fetch("m-two", 2) == 0
+    assert fetch("m-two", 1) == 113
+    left = _heartbeat(conn, group, "m-one", -1)
+    assert left.member_epoch == -1
+    # with m-one gone, m-two moves to the new epoch and gets everything
+    rest = _heartbeat(conn, group, "m-two", 2, owned=_owned(given, [1]))
+    assert rest.member_epoch == 3 and _partitions(rest) == [0, 1]
