@@ -262,6 +262,8 @@ class ConsumerGroupProtocol:
                     entry = members.pop(holder)
                     entry["member_epoch"] = entry["previous_member_epoch"]
                     members[member] = entry
+                    if holder in group["target"]:
+                        group["target"][member] = group["target"].pop(holder)
                     self._forget_beat(request.group, holder)
                     return entry, True, False
             new = entry is None or entry["member_epoch"] != 0

@@ -52,15 +52,22 @@ KIP848_CONFIG = {
 }
 
 
-@pytest.fixture
-def broker(kafka_cluster: Cluster) -> Cluster:
-    kafka_cluster.start(0, **KIP848_CONFIG)
-    return kafka_cluster
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One broker for the module (each test has its own topics and groups): fast."""
+    workdir = tmp_path_factory.mktemp("kip848")
+    cluster = Cluster(workdir, f"file://{workdir}/root")
+    cluster.start(0, **KIP848_CONFIG)
+    yield cluster
+    cluster.stop_all()
 
 
-def _topic(cluster: Cluster, name: str, partitions: int) -> None:
+def _topic(cluster: Cluster, base: str, partitions: int) -> str:
+    """A new topic named ``base`` plus a unique suffix (the broker is shared)."""
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    return name
 
 
 def _produce(cluster: Cluster, topic: str, values: list[str], partitions: int) -> None:
@@ -92,13 +99,13 @@ def _group() -> str:
 
 
 def test_a_consumer_joins_and_reads_everything(broker: Cluster) -> None:
-    _topic(broker, "events", 4)
+    events = _topic(broker, "events", 4)
     values = [f"v{i}" for i in range(40)]
-    _produce(broker, "events", values, 4)
+    _produce(broker, events, values, 4)
     consumer = _consumer(broker, _group())
     seen: list[str] = []
     try:
-        consumer.subscribe(["events"])
+        consumer.subscribe([events])
 
         def read_all() -> bool:
             msg = consumer.poll(0.2)
@@ -109,16 +116,16 @@ def test_a_consumer_joins_and_reads_everything(broker: Cluster) -> None:
 
         wait_for(read_all, 30, "every record read")
         assert sorted(seen) == sorted(values)
-        assert _assigned(consumer) == {("events", p) for p in range(4)}
+        assert _assigned(consumer) == {(events, p) for p in range(4)}
     finally:
         consumer.close()
 
 
 def test_a_second_member_takes_half_without_loss_duplicates_or_overlap(broker: Cluster) -> None:
-    _topic(broker, "orders", 4)
+    orders = _topic(broker, "orders", 4)
     group = _group()
     first_half = [f"a{i}" for i in range(40)]
-    _produce(broker, "orders", first_half, 4)
+    _produce(broker, orders, first_half, 4)
     one, two = _consumer(broker, group), _consumer(broker, group)
     read: dict[tuple[int, int], str] = {}
     duplicates: list[tuple[int, int]] = []
@@ -135,11 +142,11 @@ def test_a_second_member_takes_half_without_loss_duplicates_or_overlap(broker: C
         assert not (_assigned(one) & _assigned(two)), (_assigned(one), _assigned(two))
 
     try:
-        one.subscribe(["orders"])
+        one.subscribe([orders])
         wait_for(lambda: (poll(one), len(read) >= 20)[1], 30, "the first member reading")
-        two.subscribe(["orders"])
+        two.subscribe([orders])
         second_half = [f"b{i}" for i in range(40)]
-        _produce(broker, "orders", second_half, 4)
+        _produce(broker, orders, second_half, 4)
 
         def split() -> bool:
             poll(one)
@@ -160,7 +167,7 @@ def test_a_second_member_takes_half_without_loss_duplicates_or_overlap(broker: C
 
 
 def test_a_killed_member_is_expelled_after_its_session(broker: Cluster, tmp_path: Path) -> None:
-    _topic(broker, "jobs", 4)
+    jobs = _topic(broker, "jobs", 4)
     group = _group()
     member = subprocess.Popen(
         [
@@ -169,7 +176,7 @@ def test_a_killed_member_is_expelled_after_its_session(broker: Cluster, tmp_path
             "tests.kafka.member",
             broker.kafka_bootstrap,
             group,
-            "jobs",
+            jobs,
             str(tmp_path),
             "victim",
             "consumer",
@@ -183,7 +190,7 @@ def test_a_killed_member_is_expelled_after_its_session(broker: Cluster, tmp_path
             30,
             "the subprocess member owning every partition",
         )
-        survivor.subscribe(["jobs"])
+        survivor.subscribe([jobs])
         wait_for(lambda: (survivor.poll(0.1), len(_assigned(survivor)) == 2)[1], 30, "a split")
         member.send_signal(signal.SIGKILL)
         member.wait(10)
@@ -193,7 +200,7 @@ def test_a_killed_member_is_expelled_after_its_session(broker: Cluster, tmp_path
             "the dead member's partitions reassigned",
         )
         values = [f"after{i}" for i in range(8)]
-        _produce(broker, "jobs", values, 4)
+        _produce(broker, jobs, values, 4)
         seen: list[str] = []
 
         def read() -> bool:
@@ -218,15 +225,15 @@ def _owners(consumers: list[Consumer]) -> list[set[tuple[str, int]]]:
 
 @pytest.mark.parametrize("assignor", ["range", "uniform"])
 def test_the_client_chooses_the_server_assignor(broker: Cluster, assignor: str) -> None:
-    _topic(broker, "left", 3)
-    _topic(broker, "right", 3)
+    left_topic = _topic(broker, "left", 3)
+    right_topic = _topic(broker, "right", 3)
     group = _group()
     consumers = [_consumer(broker, group, **{"group.remote.assignor": assignor}) for _ in "ab"]
     admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
     try:
-        consumers[0].subscribe(["left", "right"])
+        consumers[0].subscribe([left_topic, right_topic])
         wait_for(lambda: len(_owners(consumers[:1])[0]) == 6, 30, "one member with all six")
-        consumers[1].subscribe(["left", "right"])
+        consumers[1].subscribe([left_topic, right_topic])
         owners = wait_for(
             lambda: (
                 lambda o: (
@@ -243,8 +250,8 @@ def test_the_client_chooses_the_server_assignor(broker: Cluster, assignor: str) 
         if assignor == "range":
             # range: per topic, contiguous ranges; both topics split the same way
             for owned in owners:
-                left = {p for t, p in owned if t == "left"}
-                assert left == {p for t, p in owned if t == "right"} and left
+                left = {p for t, p in owned if t == left_topic}
+                assert left == {p for t, p in owned if t == right_topic} and left
         else:
             # uniform: balanced, moving as little as possible from the first member's
             assert [len(s) for s in owners] == [3, 3]
@@ -254,7 +261,7 @@ def test_the_client_chooses_the_server_assignor(broker: Cluster, assignor: str) 
 
 
 def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> None:
-    _topic(broker, "mixed", 2)
+    mixed = _topic(broker, "mixed", 2)
     group = _group()
     modern = _consumer(broker, group)
     classic = Consumer(
@@ -266,9 +273,9 @@ def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> N
     )
     errors: list[int] = []
     try:
-        modern.subscribe(["mixed"])
+        modern.subscribe([mixed])
         wait_for(lambda: (modern.poll(0.1), len(_assigned(modern)) == 2)[1], 30, "joined")
-        classic.subscribe(["mixed"])
+        classic.subscribe([mixed])
 
         def refused() -> bool:
             msg = classic.poll(0.2)
@@ -285,12 +292,12 @@ def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> N
 
 
 def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster) -> None:
-    _topic(broker, "shown", 2)
+    shown = _topic(broker, "shown", 2)
     group = _group()
     consumer = _consumer(broker, group, **{"client.id": "shown-client"})
     admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
     try:
-        consumer.subscribe(["shown"])
+        consumer.subscribe([shown])
         wait_for(lambda: (consumer.poll(0.1), len(_assigned(consumer)) == 2)[1], 30, "joined")
         described = admin.describe_consumer_groups([group])[group].result(timeout=30)
         assert described.type == ConsumerGroupType.CONSUMER
@@ -298,8 +305,8 @@ def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster)
         [member] = described.members
         assert member.client_id == "shown-client"
         assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {
-            ("shown", 0),
-            ("shown", 1),
+            (shown, 0),
+            (shown, 1),
         }
     finally:
         consumer.close()
@@ -338,15 +345,15 @@ def conn(broker: Cluster) -> Iterator[Connection]:
 def test_a_partition_is_revoked_before_it_is_assigned_again(
     broker: Cluster, conn: Connection
 ) -> None:
-    _topic(broker, "steps", 2)
+    steps = _topic(broker, "steps", 2)
     group = _group()
     first = _heartbeat(
-        conn, group, "m-one", 0, subscribed_topic_names=(TopicName("steps"),), owned=()
+        conn, group, "m-one", 0, subscribed_topic_names=(TopicName(steps),), owned=()
     )
     assert first.error_code.value == 0 and first.member_epoch == 1
     assert _partitions(first) == [0, 1]
     second = _heartbeat(
-        conn, group, "m-two", 0, subscribed_topic_names=(TopicName("steps"),), owned=()
+        conn, group, "m-two", 0, subscribed_topic_names=(TopicName(steps),), owned=()
     )
     assert second.member_epoch == 2 and _partitions(second) == []  # p1 is still m-one's
     revoking = _heartbeat(conn, group, "m-one", 1, owned=_owned(first, [0, 1]))
@@ -370,7 +377,7 @@ def test_a_partition_is_revoked_before_it_is_assigned_again(
                 group_instance_id=None,
                 topics=(
                     OffsetCommitRequestTopic(
-                        name=TopicName("steps"),
+                        name=TopicName(steps),
                         partitions=(
                             OffsetCommitRequestPartition(
                                 partition_index=i32(1),
@@ -412,3 +419,102 @@ def test_a_partition_is_revoked_before_it_is_assigned_again(
     # with m-one gone, m-two moves to the new epoch and gets everything
     rest = _heartbeat(conn, group, "m-two", 2, owned=_owned(given, [1]))
     assert rest.member_epoch == 3 and _partitions(rest) == [0, 1]
+
+
+def test_a_regex_subscription_picks_up_new_topics(broker: Cluster) -> None:
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    one = _topic(broker, f"{prefix}-one", 1)
+    other = _topic(broker, "other", 1)
+    consumer = _consumer(broker, _group(), **{"topic.metadata.refresh.interval.ms": 500})
+    try:
+        consumer.subscribe([f"^{prefix}-.*"])  # librdkafka sends v1's subscribed_topic_regex
+        wait_for(lambda: (consumer.poll(0.1), _assigned(consumer) == {(one, 0)})[1], 30, "rx")
+        _topic(broker, f"{prefix}-two", 2)
+        wait_for(
+            lambda: (consumer.poll(0.1), len(_assigned(consumer)) == 3)[1],
+            30,
+            "the new matching topic assigned",
+        )
+        assert (other, 0) not in _assigned(consumer)
+    finally:
+        consumer.close()
+
+
+def test_the_group_survives_a_coordinator_restart(broker: Cluster) -> None:
+    durable = _topic(broker, "durable", 2)
+    group = _group()
+    before = [f"b{i}" for i in range(10)]
+    _produce(broker, durable, before, 2)
+    consumer = _consumer(broker, group)
+    read: list[str] = []
+
+    def poll() -> None:
+        msg = consumer.poll(0.1)
+        if msg is not None and msg.error() is None:
+            read.append(msg.value().decode())
+            consumer.commit(message=msg, asynchronous=False)
+
+    try:
+        consumer.subscribe([durable])
+        wait_for(lambda: (poll(), len(read) == len(before))[1], 30, "the first records")
+        broker.kill(0)  # the coordinator dies without a word; its successor restores
+        broker.restart(0)
+        after = [f"a{i}" for i in range(10)]
+        _produce(broker, durable, after, 2)
+        wait_for(lambda: (poll(), len(read) >= len(before + after))[1], 45, "after the restart")
+        assert sorted(read) == sorted(before + after)  # nothing lost, nothing read twice
+    finally:
+        consumer.close()
+
+
+def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
+    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.list_groups.v5.request import ListGroupsRequest
+
+    from sparklog.broker_lite.kafka.groups import encode_subscription
+
+    said = _topic(broker, "said", 1)
+    classic = _group()
+    joined = conn.call(
+        JoinGroupRequest(
+            group_id=GroupId(classic),
+            session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(
+                JoinGroupRequestProtocol(name="range", metadata=encode_subscription([said])),
+            ),
+            reason=None,
+        )
+    )
+    assert joined.error_code.value == 0
+    names = (TopicName(said),)
+    refused = _heartbeat(conn, classic, "m", 0, subscribed_topic_names=names, owned=())
+    assert refused.error_code.value == 69  # GROUP_ID_NOT_FOUND
+    assert refused.error_message == f"Group {classic} is not a consumer group."
+    group = _group()
+    bad = _heartbeat(conn, group, "m", 0, subscribed_topic_regex="\\p{L}+", owned=())
+    assert bad.error_code.value == 128 and "\\p{L}+" in bad.error_message
+    odd = _heartbeat(
+        conn, group, "m", 0, subscribed_topic_names=names, server_assignor="x", owned=()
+    )
+    assert odd.error_code.value == 112 and "uniform" in odd.error_message
+    # a static member leaves with -2 and comes back under a new member id: same partitions
+    first = _heartbeat(
+        conn, group, "s1", 0, subscribed_topic_names=names, owned=(), instance_id="pod-a"
+    )
+    assert _partitions(first) == [0]
+    twin = _heartbeat(
+        conn, group, "s2", 0, subscribed_topic_names=names, owned=(), instance_id="pod-a"
+    )
+    assert twin.error_code.value == 111  # UNRELEASED_INSTANCE_ID
+    assert _heartbeat(conn, group, "s1", -2, instance_id="pod-a").member_epoch == -2
+    back = _heartbeat(
+        conn, group, "s2", 0, subscribed_topic_names=names, owned=(), instance_id="pod-a"
+    )
+    assert back.member_epoch == first.member_epoch and _partitions(back) == [0]
+    listed = conn.call(ListGroupsRequest(types_filter=("Consumer",)))
+    assert (group, "consumer") in [(g.group_id, g.group_type) for g in listed.groups]
+    assert classic not in [g.group_id for g in listed.groups]
