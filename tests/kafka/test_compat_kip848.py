@@ -468,10 +468,11 @@ def test_the_group_survives_a_coordinator_restart(broker: Cluster) -> None:
 
 
 def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
     from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
     from kio.schema.list_groups.v5.request import ListGroupsRequest
 
-    from sparklog.broker_lite.kafka.groups import encode_subscription
+    from sparklog.broker_lite.kafka.groups import decode_assignment, encode_subscription
 
     said = _topic(broker, "said", 1)
     classic = _group()
@@ -515,6 +516,18 @@ def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
         conn, group, "s2", 0, subscribed_topic_names=names, owned=(), instance_id="pod-a"
     )
     assert back.member_epoch == first.member_epoch and _partitions(back) == [0]
+    # DescribeGroups (the classic API) shows the consumer group as its layout can
+    described = conn.call(
+        DescribeGroupsRequest(groups=(GroupId(group),), include_authorized_operations=False)
+    )
+    [shown] = described.groups
+    assert (shown.error_code.value, shown.group_state, shown.protocol_data) == (
+        0,
+        "Stable",
+        "uniform",
+    )
+    assert [m.member_id for m in shown.members] == ["s2"]
+    assert decode_assignment(shown.members[0].member_assignment) == [(said, 0)]
     listed = conn.call(ListGroupsRequest(types_filter=("Consumer",)))
     assert (group, "consumer") in [(g.group_id, g.group_type) for g in listed.groups]
     assert classic not in [g.group_id for g in listed.groups]
