@@ -531,3 +531,23 @@ def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
     listed = conn.call(ListGroupsRequest(types_filter=("Consumer",)))
     assert (group, "consumer") in [(g.group_id, g.group_type) for g in listed.groups]
     assert classic not in [g.group_id for g in listed.groups]
+
+
+def test_new_partitions_are_assigned(broker: Cluster, conn: Connection) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    grown = _topic(broker, "grown", 1)
+    group = _group()
+    names = (TopicName(grown),)
+    first = _heartbeat(conn, group, "m", 0, subscribed_topic_names=names, owned=())
+    assert _partitions(first) == [0]
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    admin.create_partitions([NewPartitions(grown, 3)])[grown].result(timeout=30)
+    more = wait_for(
+        lambda: (lambda a: a if a.assignment is not None else None)(
+            _heartbeat(conn, group, "m", first.member_epoch, owned=_owned(first, [0]))
+        ),
+        30,
+        "the new partitions in an answer",
+    )
+    assert more.member_epoch > first.member_epoch and _partitions(more) == [0, 1, 2]
