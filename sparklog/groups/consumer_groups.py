@@ -195,7 +195,11 @@ class ConsumerGroupProtocol:
 
         if request.member_epoch >= 0:
             self.coordinator._touch(request.group, member)  # before: a sweep must not expire it
-        state.update(change)
+        try:
+            state.update(change)
+        except (UnknownMemberIdError, GroupIdNotFoundError):
+            self._forget_beat(request.group, member)  # not a member: remember no heartbeat
+            raise
         return answer[0]
 
     def _validate(self, request: Heartbeat) -> None:

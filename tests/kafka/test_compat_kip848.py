@@ -551,3 +551,26 @@ def test_new_partitions_are_assigned(broker: Cluster, conn: Connection) -> None:
         "the new partitions in an answer",
     )
     assert more.member_epoch > first.member_epoch and _partitions(more) == [0, 1, 2]
+
+
+def test_describe_consumer_groups_still_describes_classic_groups(broker: Cluster) -> None:
+    """ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND for a classic group, as Kafka does,
+    and librdkafka then asks DescribeGroups: a classic group is described as before."""
+    plain = _topic(broker, "plain", 1)
+    group = _group()
+    classic = Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+        }
+    )
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    try:
+        classic.subscribe([plain])
+        wait_for(lambda: (classic.poll(0.1), len(classic.assignment()) == 1)[1], 30, "joined")
+        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        assert described.type == ConsumerGroupType.CLASSIC
+        assert len(described.members) == 1
+    finally:
+        classic.close()
