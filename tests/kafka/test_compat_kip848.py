@@ -292,13 +292,27 @@ def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> N
 
 
 def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster) -> None:
+    """A consumer group through ConsumerGroupDescribe; a classic group next to it is
+    still described (GROUP_ID_NOT_FOUND from ConsumerGroupDescribe, as Kafka answers,
+    makes librdkafka ask DescribeGroups)."""
     shown = _topic(broker, "shown", 2)
-    group = _group()
+    group, old_group = _group(), _group()
     consumer = _consumer(broker, group, **{"client.id": "shown-client"})
+    classic = Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": old_group,
+            "group.protocol": "classic",
+        }
+    )
     admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
     try:
         consumer.subscribe([shown])
+        classic.subscribe([shown])
         wait_for(lambda: (consumer.poll(0.1), len(_assigned(consumer)) == 2)[1], 30, "joined")
+        wait_for(lambda: (classic.poll(0.1), len(_assigned(classic)) == 2)[1], 30, "classic")
+        old = admin.describe_consumer_groups([old_group])[old_group].result(timeout=30)
+        assert old.type == ConsumerGroupType.CLASSIC and len(old.members) == 1
         described = admin.describe_consumer_groups([group])[group].result(timeout=30)
         assert described.type == ConsumerGroupType.CONSUMER
         assert str(described.state.name) == "STABLE"
@@ -309,6 +323,7 @@ def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster)
             (shown, 1),
         }
     finally:
+        classic.close()
         consumer.close()
 
 
@@ -551,26 +566,3 @@ def test_new_partitions_are_assigned(broker: Cluster, conn: Connection) -> None:
         "the new partitions in an answer",
     )
     assert more.member_epoch > first.member_epoch and _partitions(more) == [0, 1, 2]
-
-
-def test_describe_consumer_groups_still_describes_classic_groups(broker: Cluster) -> None:
-    """ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND for a classic group, as Kafka does,
-    and librdkafka then asks DescribeGroups: a classic group is described as before."""
-    plain = _topic(broker, "plain", 1)
-    group = _group()
-    classic = Consumer(
-        {
-            "bootstrap.servers": broker.kafka_bootstrap,
-            "group.id": group,
-            "group.protocol": "classic",
-        }
-    )
-    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
-    try:
-        classic.subscribe([plain])
-        wait_for(lambda: (classic.poll(0.1), len(classic.assignment()) == 1)[1], 30, "joined")
-        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
-        assert described.type == ConsumerGroupType.CLASSIC
-        assert len(described.members) == 1
-    finally:
-        classic.close()
