@@ -15,10 +15,10 @@ converges on its target one heartbeat at a time (Kafka's CurrentAssignmentBuilde
   partition is never owned by two members at once.
 
 The state is the ``consumer`` part of the group's state document, changed
-through :meth:`GroupCoordinator._doc(group).update` like a classic group's, so
+through :meth:`GroupCoordinator.state_doc(group).update` like a classic group's, so
 an in-memory coordinator writes each change (rare: joins, leaves, epochs) to the
 root and a new coordinator restores it; heartbeat times stay in memory
-(``GroupCoordinator._touch``), and restored members get one session timeout to
+(``GroupCoordinator.touch``), and restored members get one session timeout to
 come back.  Classic and consumer members never share a group (Kafka's
 ``group.consumer.migration.policy=disabled``): a heartbeat to a classic group
 with members is GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members
@@ -162,7 +162,7 @@ class ConsumerGroupProtocol:
         """Apply one heartbeat to the group and answer it (see the module's docstring)."""
         self._validate(request)
         member = request.member_id or uuid.uuid4().hex  # v0 lets the coordinator name it
-        state = self.coordinator._doc(request.group)
+        state = self.coordinator.state_doc(request.group)
         answer: list[HeartbeatAnswer] = []
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
@@ -194,11 +194,12 @@ class ConsumerGroupProtocol:
             return doc
 
         if request.member_epoch >= 0:
-            self.coordinator._touch(request.group, member)  # before: a sweep must not expire it
+            self.coordinator.touch(request.group, member)  # before: a sweep must not expire it
         try:
             state.update(change)
         except (UnknownMemberIdError, GroupIdNotFoundError):
-            self._forget_beat(request.group, member)  # not a member: remember no heartbeat
+            # not a member: keep no heartbeat time for it
+            self.coordinator.forget_heartbeat(request.group, member)
             raise
         return answer[0]
 
@@ -268,7 +269,7 @@ class ConsumerGroupProtocol:
                     members[member] = entry
                     if holder in group["target"]:
                         group["target"][member] = group["target"].pop(holder)
-                    self._forget_beat(request.group, holder)
+                    self.coordinator.forget_heartbeat(request.group, holder)
                     return entry, True, False
             new = entry is None or entry["member_epoch"] != 0
             if new:
@@ -343,7 +344,7 @@ class ConsumerGroupProtocol:
         existing = list(self.coordinator.root.list_topics()) if regex else []
         subscriptions = {m: self._subscribed_topics(e, existing) for m, e in members.items()}
         wanted = {t for ts in subscriptions.values() for t in ts}
-        counts = {t: n for t, n in self.coordinator._partition_counts(wanted).items() if n}
+        counts = {t: n for t, n in self.coordinator.partition_counts(wanted).items() if n}
         if changed or counts != group["topics"]:
             group["topics"] = counts
             group["group_epoch"] += 1
@@ -447,12 +448,9 @@ class ConsumerGroupProtocol:
         for member in gone:
             group["members"].pop(member, None)
             group["target"].pop(member, None)
-            self._forget_beat(doc["group"], member)
+            self.coordinator.forget_heartbeat(doc["group"], member)
         if gone:
             self._refresh_target(doc, changed=True)
-
-    def _forget_beat(self, group: str, member: str) -> None:
-        self.coordinator._beats.pop((group, member), None)
 
     def maintain(self, group_id: str, doc: dict[str, Any], now: int) -> bool:
         """Expire silent members (any state) and members that never revoked; True if changed."""
@@ -460,7 +458,7 @@ class ConsumerGroupProtocol:
         members = list(group["members"])
         if not members:
             return False
-        beats = self.coordinator._last_heartbeats(group_id, members)
+        beats = self.coordinator.last_heartbeats(group_id, members)
         gone = [
             m
             for m in members

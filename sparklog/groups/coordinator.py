@@ -310,8 +310,9 @@ class GroupCoordinator:
         self.poll_ms = poll_ms
         self._docs: dict[str, _StateDoc] = {}
 
-    # -- plumbing ----------------------------------------------------------
-    def _doc(self, group: str) -> _StateDoc:
+    # -- plumbing (shared with the KIP-848 protocol, consumer_groups.py) ---------
+    def state_doc(self, group: str) -> _StateDoc:
+        """The group's state document (in memory at a broker, else over storage)."""
         validate_group_name(group)
         doc = self._docs.get(group)
         if doc is None:
@@ -330,14 +331,23 @@ class GroupCoordinator:
     def _heartbeat_key(self, group: str, member_id: str) -> str:
         return f"{group_key(group)}/members/{member_id}.json"
 
-    def _touch(self, group: str, member_id: str) -> None:
+    def touch(self, group: str, member_id: str) -> None:
+        """Note that ``member_id`` is alive now (memory, or its heartbeat file)."""
         if self.in_memory:
             self._beats[(group, member_id)] = _now_ms()
             return
         data = encode_document({"ms": _now_ms()})
         self.root.store.put(self._heartbeat_key(group, member_id), data)
 
-    def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+    def forget_heartbeat(self, group: str, member_id: str) -> None:
+        """Drop a member's heartbeat (it left, or was never a member)."""
+        if self.in_memory:
+            self._beats.pop((group, member_id), None)
+        else:
+            self.root.store.delete(self._heartbeat_key(group, member_id))
+
+    def last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+        """Each member's last heartbeat (ms); restored members count from the load."""
         if self.in_memory:
             state = self._docs.get(group)
             since = state.loaded_ms if isinstance(state, _MemoryStateDoc) else 0
@@ -350,7 +360,8 @@ class GroupCoordinator:
             out[member] = int(parse_document(raw, f"heartbeat {key}").get("ms", 0)) if raw else 0
         return out
 
-    def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+    def partition_counts(self, topics: set[str]) -> dict[str, int]:
+        """Partitions per topic (0 for a topic that does not exist)."""
         counts = {}
         for topic in sorted(topics):
             try:
@@ -417,7 +428,7 @@ class GroupCoordinator:
 
     def _compute_assignment(self, doc: dict[str, Any]) -> dict[str, list[list[Any]]]:
         subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
-        counts = self._partition_counts({t for ts in subscriptions.values() for t in ts})
+        counts = self.partition_counts({t for ts in subscriptions.values() for t in ts})
         previous = {
             m: [TopicPartition(str(t), int(p)) for t, p in tps]
             for m, tps in doc.get("previous_assignment", {}).items()
@@ -448,10 +459,10 @@ class GroupCoordinator:
             watched = list(doc["members"])
             leader = doc["leader"]
             if not self.in_memory and caller not in (None, leader) and leader in doc["members"]:
-                leader_beat = self._last_heartbeats(group, [leader]).get(leader, 0)
+                leader_beat = self.last_heartbeats(group, [leader]).get(leader, 0)
                 if now - leader_beat <= doc["members"][leader]["session_timeout_ms"]:
                     watched = []  # the live leader sweeps the others
-            beats = self._last_heartbeats(group, watched) if watched else {}
+            beats = self.last_heartbeats(group, watched) if watched else {}
             gone = [
                 m
                 for m in watched
@@ -470,7 +481,7 @@ class GroupCoordinator:
     def _current(self, group: str, caller: str | None = None) -> dict[str, Any]:
         """The group's state after expiring members and finishing due rebalances (as seen by
         member ``caller``, if a member asks: see :meth:`_maintain`)."""
-        state = self._doc(group)
+        state = self.state_doc(group)
 
         def change(doc: dict[str, Any]) -> dict[str, Any] | None:
             return doc if self._maintain(group, doc, _now_ms(), caller) else None
@@ -601,7 +612,7 @@ class GroupCoordinator:
         FENCED_INSTANCE_ID); in a stable group, with the same subscription and not the
         it keeps that member's assignment with no rebalance.
         """
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
         self._check_timeouts(session_timeout_ms, rebalance_timeout_ms)
         opaque = None
@@ -631,7 +642,7 @@ class GroupCoordinator:
             )
         new_member = not member_id
         member = member_id or f"member-{uuid.uuid4().hex[:16]}"
-        self._touch(group, member)
+        self.touch(group, member)
         took_over: list[bool] = [False]  # the last attempt kept a static member's place
 
         def join(doc: dict[str, Any]) -> dict[str, Any]:
@@ -682,7 +693,7 @@ class GroupCoordinator:
         last_touch = time.monotonic()
         while True:
             if self.in_memory:
-                self._touch(group, member)  # waiting here is being alive (see below)
+                self.touch(group, member)  # waiting here is being alive (see below)
             doc = self._current(group, member)
             if member not in doc["members"]:
                 raise UnknownMemberError(
@@ -698,7 +709,7 @@ class GroupCoordinator:
             # every look (a slow state write must not expire it); over storage, a PUT
             # every third of its session
             if time.monotonic() - last_touch > session_timeout_ms / 3000:
-                self._touch(group, member)
+                self.touch(group, member)
                 last_touch = time.monotonic()
             time.sleep(self.poll_ms / 1000)
 
@@ -722,7 +733,7 @@ class GroupCoordinator:
     ) -> tuple[list[TopicPartition], bytes | None]:
         """:meth:`sync_group` for Kafka clients: also the member's opaque assignment bytes
         (None when the coordinator assigned); a Kafka leader supplies everyone's."""
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
         given = None
         if assignment is not None:
@@ -771,7 +782,7 @@ class GroupCoordinator:
                 raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             self._check_generation(doc, generation, member_id)
             if doc["state"] == STABLE:
-                self._touch(group, member_id)
+                self.touch(group, member_id)
                 mine = [
                     TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])
                 ]
@@ -787,15 +798,15 @@ class GroupCoordinator:
         if member_id not in doc["members"]:
             raise UnknownMemberError(f"member {member_id!r} is not in group {group!r}")
         if doc["state"] == PREPARING:
-            self._touch(group, member_id)
+            self.touch(group, member_id)
             raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
         self._check_generation(doc, generation, member_id)
-        self._touch(group, member_id)
+        self.touch(group, member_id)
 
     def leave_group(self, group: str, member_id: str, group_instance_id: str | None = None) -> None:
         """Leave at once (no session timeout wait); the others rebalance.  A static member
         may be named by its ``group_instance_id`` alone (Kafka's LeaveGroup v3+)."""
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
 
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -821,10 +832,7 @@ class GroupCoordinator:
             return doc
 
         state.update(leave)
-        if self.in_memory:
-            self._beats.pop((group, member_id), None)
-        else:
-            self.root.store.delete(self._heartbeat_key(group, member_id))
+        self.forget_heartbeat(group, member_id)
 
     def commit_offsets(
         self,
@@ -898,7 +906,7 @@ class GroupCoordinator:
 
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
-        self._doc(group)
+        self.state_doc(group)
         found = self.root.groups.fetch(group)
         return {tp: (c.offset, c.metadata) for tp, c in found.items()}
 
@@ -912,7 +920,7 @@ class GroupCoordinator:
     def describe_group(self, group: str) -> dict[str, Any]:
         """State, generation, members with assignments, and lag per committed partition."""
         doc = self._current(group)
-        beats = self._last_heartbeats(group, list(doc["members"]))
+        beats = self.last_heartbeats(group, list(doc["members"]))
         members = [
             {
                 "member_id": m,
@@ -925,7 +933,7 @@ class GroupCoordinator:
         ]
         if is_consumer_group(doc):  # KIP-848 members: subscriptions and owned partitions
             found = doc["consumer"]["members"]
-            beats = self._last_heartbeats(group, list(found))
+            beats = self.last_heartbeats(group, list(found))
             members = [
                 {
                     "member_id": m,
