@@ -469,15 +469,34 @@ def test_the_group_survives_a_coordinator_restart(broker: Cluster) -> None:
             read.append(msg.value().decode())
             consumer.commit(message=msg, asynchronous=False)
 
+    def members() -> tuple[int, list[tuple[str, int]]]:
+        """The group's epoch and each member's epoch (ConsumerGroupDescribe)."""
+        from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+
+        conn = Connection(broker.kafka_bootstrap)
+        try:
+            [found] = conn.call(
+                ConsumerGroupDescribeRequest(
+                    group_ids=(GroupId(group),), include_authorized_operations=False
+                )
+            ).groups
+        finally:
+            conn.close()
+        return found.group_epoch, sorted((m.member_id, m.member_epoch) for m in found.members)
+
     try:
         consumer.subscribe([durable])
         wait_for(lambda: (poll(), len(read) == len(before))[1], 30, "the first records")
+        known = members()
         broker.kill(0)  # the coordinator dies without a word; its successor restores
         broker.restart(0)
         after = [f"a{i}" for i in range(10)]
         _produce(broker, durable, after, 2)
         wait_for(lambda: (poll(), len(read) >= len(before + after))[1], 45, "after the restart")
         assert sorted(read) == sorted(before + after)  # nothing lost, nothing read twice
+        # restored, not rejoined: the same member at the same epochs (a member expelled
+        # and back would have moved the group's epoch on twice)
+        assert members() == known
     finally:
         consumer.close()
 
