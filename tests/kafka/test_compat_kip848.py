@@ -585,3 +585,25 @@ def test_new_partitions_are_assigned(broker: Cluster, conn: Connection) -> None:
         "the new partitions in an answer",
     )
     assert more.member_epoch > first.member_epoch and _partitions(more) == [0, 1, 2]
+
+
+def test_a_member_silent_while_revoking_is_expelled(broker: Cluster, conn: Connection) -> None:
+    """Session timeouts hold in every state: a member that dies owing a revocation
+    (the group Reconciling) is expelled after its session, and its partitions move."""
+    stuck = _topic(broker, "stuck", 2)
+    group = _group()
+    names = (TopicName(stuck),)
+    first = _heartbeat(conn, group, "dies", 0, subscribed_topic_names=names, owned=())
+    assert _partitions(first) == [0, 1]
+    second = _heartbeat(conn, group, "lives", 0, subscribed_topic_names=names, owned=())
+    assert _partitions(second) == []
+    owing = _heartbeat(conn, group, "dies", first.member_epoch, owned=_owned(first, [0, 1]))
+    assert _partitions(owing) == [0]  # told to give one up; it never answers again
+
+    def everything() -> Any:
+        answer = _heartbeat(conn, group, "lives", second.member_epoch, owned=())
+        assert answer.error_code.value == 0
+        return answer if answer.assignment and _partitions(answer) == [0, 1] else None
+
+    taken = wait_for(everything, SESSION_MS / 1000 + 15, "the silent member's partitions")
+    assert taken.member_epoch > second.member_epoch
