@@ -312,6 +312,22 @@ class BrokerConfig:
         default=0,
         metadata=about("Wait for more members when an empty group gets its first", integer(0)),
     )
+    consumer_group_session_timeout_ms: int = field(
+        default=45_000,
+        metadata=about(
+            "KIP-848 groups: a member silent this long is expelled (Kafka's "
+            "group.consumer.session.timeout.ms)",
+            integer(1),
+        ),
+    )
+    consumer_group_heartbeat_interval_ms: int = field(
+        default=5_000,
+        metadata=about(
+            "KIP-848 groups: how often members are told to heartbeat (Kafka's "
+            "group.consumer.heartbeat.interval.ms)",
+            integer(1),
+        ),
+    )
     group_poll_ms: int = field(
         default=50,
         metadata=about("How often a waiting join or sync re-reads group state", integer(1)),
@@ -363,6 +379,13 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
         raise InvalidConfigError(
             f"config key 'lease_timeout_ms' = {values['lease_timeout_ms']} is not accepted; "
             f"accepted: more than lease_interval_ms ({values['lease_interval_ms']})"
+        )
+    session = values["consumer_group_session_timeout_ms"]
+    if values["consumer_group_heartbeat_interval_ms"] >= session:
+        raise InvalidConfigError(
+            "config key 'consumer_group_heartbeat_interval_ms' = "
+            f"{values['consumer_group_heartbeat_interval_ms']} is not accepted; accepted: less "
+            f"than consumer_group_session_timeout_ms ({session})"
         )
     if values["group_max_session_timeout_ms"] < values["group_min_session_timeout_ms"]:
         raise InvalidConfigError(
