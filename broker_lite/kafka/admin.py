@@ -205,7 +205,26 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     for resource in request.resources:
         error, message, entries = 0, None, []
         try:
-            if resource.resource_type == TOPIC:
+            if resource.resource_type == TOPIC and consumer_offsets.is_topic(
+                resource.resource_name
+            ):
+                entries = [
+                    make(
+                        entry_cls,
+                        name=name,
+                        value=value,
+                        read_only=True,
+                        is_default=True,
+                        config_source=SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for name, value in consumer_offsets.CONFIGS
+                    if resource.configuration_keys is None or name in resource.configuration_keys
+                ]
+            elif resource.resource_type == TOPIC:
                 info = ctx.broker.topic(resource.resource_name).info
                 ctx.broker.topic(resource.resource_name).reload()
                 info = ctx.broker.topic(resource.resource_name).info

@@ -72,6 +72,8 @@ EPOCH_MS = 1_577_836_800_000
 SLOT_BITS = 20
 #: the groups' commits are read again at most this often
 CACHE_MS = 1_000
+#: what DescribeConfigs answers for the view (read-only): Kafka's topic is compacted
+CONFIGS = (("cleanup.policy", "compact"),)
 #: a single-partition fetch at the head re-checks this often while it long-polls
 POLL_S = 0.1
 
