@@ -204,65 +204,44 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     results = []
     for resource in request.resources:
         error, message, entries = 0, None, []
+
+        def entry(name: str, value: str | None, read_only: bool, source: int) -> Any:
+            return make(
+                entry_cls,
+                name=name,
+                value=value,
+                read_only=read_only,
+                is_default=source == SOURCE_DEFAULT,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=(),
+                config_type=0,
+                documentation=None,
+            )
+
+        wanted = resource.configuration_keys
         try:
             if resource.resource_type == TOPIC and consumer_offsets.is_topic(
                 resource.resource_name
             ):
                 entries = [
-                    make(
-                        entry_cls,
-                        name=name,
-                        value=value,
-                        read_only=True,
-                        is_default=True,
-                        config_source=SOURCE_DEFAULT,
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
-                    )
+                    entry(name, value, True, SOURCE_DEFAULT)
                     for name, value in consumer_offsets.CONFIGS
-                    if resource.configuration_keys is None or name in resource.configuration_keys
+                    if wanted is None or name in wanted
                 ]
             elif resource.resource_type == TOPIC:
-                info = ctx.broker.topic(resource.resource_name).info
                 ctx.broker.topic(resource.resource_name).reload()
                 info = ctx.broker.topic(resource.resource_name).info
-                wanted = resource.configuration_keys
                 for name, value in sorted(info.effective_config.items()):
                     if wanted is not None and name not in wanted:
                         continue
-                    explicit = name in info.config
-                    entries.append(
-                        make(
-                            entry_cls,
-                            name=name,
-                            value=_text(value),
-                            read_only=False,
-                            is_default=not explicit,
-                            config_source=SOURCE_TOPIC if explicit else SOURCE_DEFAULT,
-                            is_sensitive=False,
-                            synonyms=(),
-                            config_type=0,
-                            documentation=None,
-                        )
-                    )
+                    source = SOURCE_TOPIC if name in info.config else SOURCE_DEFAULT
+                    entries.append(entry(name, _text(value), False, source))
             elif resource.resource_type == BROKER:
                 entries = [
-                    make(
-                        entry_cls,
-                        name=name,
-                        value=value,
-                        read_only=True,
-                        is_default=False,
-                        config_source=SOURCE_STATIC_BROKER,
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
-                    )
+                    entry(name, value, True, SOURCE_STATIC_BROKER)
                     for name, value in broker_configs(ctx.broker, resource.resource_name)
-                    if resource.configuration_keys is None or name in resource.configuration_keys
+                    if wanted is None or name in wanted
                 ]
             else:
                 raise InvalidRequestError(

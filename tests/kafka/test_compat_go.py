@@ -2,10 +2,10 @@
 
 sarama 1.22 (golang-github-shopify-sarama-dev) and kafka-go 0.2
 (golang-github-segmentio-kafka-go-dev) are built offline from /usr/share/gocode
-(``GO111MODULE=off``) into build/go by the test; the programs are
-tests/kafka/go/*/main.go and print what they saw as JSON.  Skipped, saying why,
-where ``go`` or the libraries are missing (.ci/system-packages installs them
-where it can).
+(``GO111MODULE=off``) into build/go by the test; the program is
+tests/kafka/go/clients (``clients sarama|kafka-go ...``) and prints what it saw
+as JSON.  Skipped, saying why, where ``go`` or the libraries are missing
+(.ci/system-packages installs them where it can).
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = pathlib.Path(__file__).parent / "go"
 BUILD = REPO / "build" / "go"
 GOCODE = pathlib.Path("/usr/share/gocode")
-LIBRARIES = {
-    "sarama_check": GOCODE / "src/github.com/Shopify/sarama",
-    "kafkago_check": GOCODE / "src/github.com/segmentio/kafka-go",
-}
+LIBRARIES = (
+    GOCODE / "src/github.com/Shopify/sarama",
+    GOCODE / "src/github.com/segmentio/kafka-go",
+)
 
 
-def build(program: str) -> pathlib.Path:
-    """The program built from tests/kafka/go/<program> (skips the test, saying why, where
-    Go or the Debian library is missing)."""
+def build() -> pathlib.Path:
+    """tests/kafka/go/clients built (skips the test, saying why, where Go or a Debian
+    library is missing)."""
     if shutil.which("go") is None:
         pytest.skip("go is not installed (Debian: golang-go; .ci/system-packages)")
-    if not LIBRARIES[program].is_dir():
-        pytest.skip(f"{LIBRARIES[program]} is missing (.ci/system-packages installs it)")
+    for library in LIBRARIES:
+        if not library.is_dir():
+            pytest.skip(f"{library} is missing (.ci/system-packages installs it)")
     BUILD.mkdir(parents=True, exist_ok=True)
-    out = BUILD / program
+    out = BUILD / "clients"
     env = dict(
         os.environ,
         GOPATH=str(GOCODE),
@@ -48,7 +49,7 @@ def build(program: str) -> pathlib.Path:
         GOCACHE=str(BUILD / "cache"),
     )
     done = subprocess.run(
-        ["go", "build", "-o", str(out), f"./tests/kafka/go/{program}"],
+        ["go", "build", "-o", str(out), "./tests/kafka/go/clients"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -66,11 +67,13 @@ def run(program: pathlib.Path, *args: str) -> object:
 
 
 def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Cluster) -> None:
-    program = build("sarama_check")
+    program = build()
     bootstrap = one_broker.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("go-sarama", 1, 1)])["go-sarama"].result(timeout=30)
-    seen = run(program, "-brokers", bootstrap, "-topic", "go-sarama", "-group", "go-group")
+    seen = run(
+        program, "sarama", "-brokers", bootstrap, "-topic", "go-sarama", "-group", "go-group"
+    )
     assert isinstance(seen, dict)
     assert seen["topics"]["go-sarama"] == 1  # ListTopics (Metadata v0, DescribeConfigs v0)
     assert "retention.ms" in seen["configs"]  # DescribeConfig
@@ -79,9 +82,9 @@ def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Clu
 
 
 def test_kafka_go_produces_and_fetches(one_broker: Cluster) -> None:
-    program = build("kafkago_check")
+    program = build()
     bootstrap = one_broker.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("go-kafka-go", 1, 1)])["go-kafka-go"].result(timeout=30)
-    values = run(program, "-brokers", bootstrap, "-topic", "go-kafka-go")
+    values = run(program, "kafka-go", "-brokers", bootstrap, "-topic", "go-kafka-go")
     assert values == [f"go-{i}" for i in range(5)]

@@ -1,17 +1,13 @@
-// sarama_check runs Debian's sarama 1.22 against a broker's Kafka listener and prints
-// what it saw as one JSON object (tests/kafka/test_compat_go.py reads it):
-// ListTopics and DescribeConfig (admin), a SyncProducer, a consumer group that
-// consumes what was produced and commits it with sarama's default OffsetCommit v1,
-// and the commit read back (OffsetFetch).
 package main
+
+// sarama 1.22: ListTopics and DescribeConfig (admin), a SyncProducer, a consumer group
+// that consumes what was produced and commits it with sarama's default OffsetCommit v1,
+// and the commit read back (OffsetFetch).
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/Shopify/sarama"
@@ -37,19 +33,7 @@ func (h *handler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerG
 	return nil
 }
 
-func fail(what string, err error) {
-	fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
-	os.Exit(1)
-}
-
-func main() {
-	brokers := flag.String("brokers", "", "bootstrap HOST:PORT list, comma-separated")
-	topic := flag.String("topic", "", "an existing topic of one partition")
-	group := flag.String("group", "", "the consumer group")
-	count := flag.Int("count", 5, "records to produce and consume")
-	flag.Parse()
-	addrs := strings.Split(*brokers, ",")
-
+func runSarama(addrs []string, topic, group string, count int) map[string]interface{} {
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V0_10_2_0 // the lowest sarama's consumer groups accept
 	cfg.Producer.Return.Successes = true
@@ -72,7 +56,7 @@ func main() {
 		partitions[name] = detail.NumPartitions
 	}
 	out["topics"] = partitions
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: *topic})
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic})
 	if err != nil {
 		fail("DescribeConfig", err)
 	}
@@ -86,15 +70,15 @@ func main() {
 	if err != nil {
 		fail("producer", err)
 	}
-	for i := 0; i < *count; i++ {
-		msg := &sarama.ProducerMessage{Topic: *topic, Value: sarama.StringEncoder(fmt.Sprintf("v%d", i))}
+	for i := 0; i < count; i++ {
+		msg := &sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(fmt.Sprintf("v%d", i))}
 		if _, _, err := producer.SendMessage(msg); err != nil {
 			fail("SendMessage", err)
 		}
 	}
 	producer.Close()
 
-	consumers, err := sarama.NewConsumerGroup(addrs, *group, cfg)
+	consumers, err := sarama.NewConsumerGroup(addrs, group, cfg)
 	if err != nil {
 		fail("consumer group", err)
 	}
@@ -103,11 +87,11 @@ func main() {
 			fmt.Fprintf(os.Stderr, "consumer group error: %v\n", err)
 		}
 	}()
-	h := &handler{want: *count, done: make(chan struct{})}
+	h := &handler{want: count, done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	go func() {
 		for ctx.Err() == nil {
-			if err := consumers.Consume(ctx, []string{*topic}, h); err != nil {
+			if err := consumers.Consume(ctx, []string{topic}, h); err != nil {
 				fmt.Fprintf(os.Stderr, "Consume: %v\n", err)
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -116,7 +100,7 @@ func main() {
 	select {
 	case <-h.done:
 	case <-ctx.Done():
-		fail("consuming", fmt.Errorf("%d of %d records in 60 s", h.seen, *count))
+		fail("consuming", fmt.Errorf("%d of %d records in 60 s", h.seen, count))
 	}
 	cancel()
 	if err := consumers.Close(); err != nil { // the session's end flushes the marked offsets
@@ -124,17 +108,15 @@ func main() {
 	}
 	out["consumed"] = h.seen
 
-	fetched, err := admin.ListConsumerGroupOffsets(*group, map[string][]int32{*topic: {0}})
+	fetched, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: {0}})
 	if err != nil {
 		fail("ListConsumerGroupOffsets", err)
 	}
-	block := fetched.GetBlock(*topic, 0)
+	block := fetched.GetBlock(topic, 0)
 	if block == nil {
-		fail("ListConsumerGroupOffsets", fmt.Errorf("no answer for %s/0", *topic))
+		fail("ListConsumerGroupOffsets", fmt.Errorf("no answer for %s/0", topic))
 	}
 	out["committed"] = block.Offset
 	admin.Close()
-	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
-		fail("output", err)
-	}
+	return out
 }
