@@ -9,15 +9,18 @@ expire timestamps), not with the broker's own encoder.
 
 from __future__ import annotations
 
+import pathlib
 import struct
 import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from sparklog.security import acls, users
+from sparklog.storage.catalog import open_root
 from tests.kafka.wire import Connection
 from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
@@ -176,3 +179,41 @@ def test_groups_commits_are_served_as_a_read_only_internal_topic(kafka_cluster: 
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].exception(timeout=30).args[0].code()
         == KafkaError.TOPIC_ALREADY_EXISTS
     )
+
+
+def test_acls_apply_to_the_derived_topic(tmp_path: pathlib.Path) -> None:
+    """With ``authorizer = "acl"`` the view is a topic like any other: Describe to see it
+    and list its offsets (Read to fetch it), as Kafka asks for its ``__consumer_offsets``."""
+    root = f"file://{tmp_path}/root"
+    metadata = open_root(root, create=True).metadata
+    passwords = {"monitor": "monitor-pw", "mallory": "mallory-pw"}
+    for user, password in passwords.items():
+        users.create(metadata, user, "SCRAM-SHA-256", password)
+    acls.create(
+        metadata, [acls.binding("TOPIC", TOPIC, "User:monitor", op) for op in ("DESCRIBE", "READ")]
+    )
+    cluster = Cluster(tmp_path, root)
+    try:
+        cluster.start(0, kafka_security_protocol="SASL_PLAINTEXT", authorizer="acl", **SETTLE)
+
+        def config(user: str) -> dict[str, Any]:
+            return {
+                "bootstrap.servers": cluster.kafka_bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": user,
+                "sasl.password": passwords[user],
+            }
+
+        monitor, mallory = AdminClient(config("monitor")), AdminClient(config("mallory"))
+        earliest = {KafkaTopicPartition(TOPIC, 0): OffsetSpec.earliest()}
+        found = monitor.list_offsets(earliest)[KafkaTopicPartition(TOPIC, 0)]
+        assert found.result(timeout=30).offset == 0
+        assert TOPIC in monitor.list_topics(timeout=30).topics
+        assert TOPIC not in mallory.list_topics(timeout=30).topics
+        named = mallory.list_topics(TOPIC, timeout=30).topics[TOPIC]
+        assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        refused = mallory.list_offsets(earliest)[KafkaTopicPartition(TOPIC, 0)]
+        assert refused.exception(timeout=30) is not None
+    finally:
+        cluster.stop_all()
