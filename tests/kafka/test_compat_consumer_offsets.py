@@ -16,7 +16,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from sparklog.security import acls, users
@@ -172,9 +180,25 @@ def test_groups_commits_are_served_as_a_read_only_internal_topic(kafka_cluster: 
         admin.delete_topics([TOPIC])[TOPIC],
         admin.create_partitions([NewPartitions(TOPIC, 60)])[TOPIC],
         admin.delete_records([KafkaTopicPartition(TOPIC, 0, 1)])[KafkaTopicPartition(TOPIC, 0)],
+        *admin.incremental_alter_configs(
+            [
+                ConfigResource(
+                    "topic",
+                    TOPIC,
+                    incremental_configs=[
+                        ConfigEntry(
+                            "retention.ms", "1", incremental_operation=AlterConfigOpType.SET
+                        )
+                    ],
+                )
+            ]
+        ).values(),
     ):
         error = future.exception(timeout=30)
         assert error is not None and error.args[0].code() == KafkaError.TOPIC_EXCEPTION, error
+    described = admin.describe_configs([ConfigResource("topic", TOPIC)])
+    (entries,) = [f.result(timeout=30) for f in described.values()]
+    assert entries["cleanup.policy"].value == "compact" and entries["cleanup.policy"].is_read_only
     assert (
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].exception(timeout=30).args[0].code()
         == KafkaError.TOPIC_ALREADY_EXISTS
