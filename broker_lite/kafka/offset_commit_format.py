@@ -61,29 +61,3 @@ class OffsetCommit:
             + _INT64.pack(self.commit_ms)
             + _INT64.pack(-1)
         )
-
-
-def decode(key: bytes, value: bytes) -> OffsetCommit:
-    """The inverse of :meth:`OffsetCommit.key` and :meth:`OffsetCommit.value` (tests and
-    tools; raises ValueError for anything else)."""
-    try:
-        at = 0
-        (version,) = _INT16.unpack_from(key, at)
-        if version not in (0, 1):
-            raise ValueError(f"key version {version} is not an offset commit")
-        at += 2
-        fields: list[str] = []
-        for _ in range(2):
-            (size,) = _INT16.unpack_from(key, at)
-            fields.append(key[at + 2 : at + 2 + size].decode("utf-8"))
-            at += 2 + size
-        (partition,) = _INT32.unpack_from(key, at)
-        (value_version, offset) = struct.unpack_from(">hq", value, 0)
-        if value_version not in (0, 1):
-            raise ValueError(f"value version {value_version} is not decoded here")
-        (size,) = _INT16.unpack_from(value, 10)
-        metadata = value[12 : 12 + size].decode("utf-8")
-        (commit_ms,) = _INT64.unpack_from(value, 12 + size)
-    except struct.error as exc:
-        raise ValueError(f"not an offset commit record: {exc}") from None
-    return OffsetCommit(fields[0], fields[1], partition, offset, metadata, commit_ms)

@@ -98,6 +98,7 @@ def get(port: int, path: str) -> Any:
         return None
 
 
+@pytest.mark.slow
 def test_burrow_lists_a_group_and_its_lag(
     kafka_cluster: Cluster, zookeeper: FakeZooKeeper, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from sparklog.broker_lite.kafka.consumer_offsets import partition_for
 from sparklog.security import acls, users
 from sparklog.storage.catalog import open_root
 from tests.kafka.wire import Connection
@@ -37,15 +38,14 @@ TOPIC = "__consumer_offsets"
 SETTLE = {"consumer_offsets_settle_ms": 300}
 
 
-def java_partition(group: str) -> int:
-    """Kafka's abs(groupId.hashCode()) % 50, written out for the test."""
-    h = 0
-    for unit in struct.unpack(
-        f">{len(group.encode('utf-16-be')) // 2}H", group.encode("utf-16-be")
-    ):
-        h = (31 * h + unit) % 2**32
-    signed = h - 2**32 if h >= 2**31 else h
-    return abs(signed) % 50
+def test_groups_are_placed_by_kafkas_hash() -> None:
+    """Java's String.hashCode values: "hello" 99162322, "abc" 96354,
+    "polygenelubricants" Integer.MIN_VALUE (Kafka's Utils.abs makes it 0), an emoji
+    two UTF-16 units (0xD83D * 31 + 0xDE00)."""
+    assert partition_for("hello") == 99162322 % 50
+    assert partition_for("abc") == 96354 % 50
+    assert partition_for("polygenelubricants") == 0
+    assert partition_for("\U0001f600") == (0xD83D * 31 + 0xDE00) % 50
 
 
 def read_string(data: bytes, at: int) -> tuple[str, int]:
@@ -141,7 +141,7 @@ def test_groups_commits_are_served_as_a_read_only_internal_topic(kafka_cluster: 
     assert len(described.partitions) == 50
     assert TOPIC in admin.list_topics(timeout=30).topics
 
-    partition = java_partition(group)
+    partition = partition_for(group)
     first = read_all(bootstrap, partition, 2)
     assert sorted(record for _, record in first) == [
         (group, "orders", 0, 3, ""),

@@ -66,6 +66,7 @@ def run(program: pathlib.Path, *args: str) -> object:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Cluster) -> None:
     program = build()
     bootstrap = one_broker.kafka_bootstrap
@@ -81,6 +82,7 @@ def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Clu
     assert seen["committed"] == 5  # OffsetCommit v1 stored, read back with OffsetFetch
 
 
+@pytest.mark.slow
 def test_kafka_go_produces_and_fetches(one_broker: Cluster) -> None:
     program = build()
     bootstrap = one_broker.kafka_bootstrap
