@@ -47,7 +47,9 @@ def zookeeper() -> Iterator[FakeZooKeeper]:
     server.stop()
 
 
-def start_burrow(workdir: Path, kafka: str, zookeeper: str, http_port: int) -> Any:
+def start_burrow(
+    workdir: Path, kafka: str, zookeeper: str, http_port: int, kafka_version: str
+) -> Any:
     binary = shutil.which("Burrow") or shutil.which("burrow")
     if binary is None:
         pytest.skip("Burrow is not installed (Debian: burrow; .ci/system-packages)")
@@ -64,7 +66,7 @@ timeout=6
 root-path="/burrow"
 [client-profile.sparklog]
 client-id="burrow-test"
-kafka-version="1.0.0"
+kafka-version="{kafka_version}"
 [cluster.local]
 class-name="kafka"
 servers=["{kafka}"]
@@ -99,9 +101,13 @@ def get(port: int, path: str) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kafka_version", ["0.8.2", "1.0.0"])
 def test_burrow_lists_a_group_and_its_lag(
-    kafka_cluster: Cluster, zookeeper: FakeZooKeeper, tmp_path: Path
+    kafka_cluster: Cluster, zookeeper: FakeZooKeeper, tmp_path: Path, kafka_version: str
 ) -> None:
+    """Burrow's client profile picks sarama's protocol versions: 0.8.2
+    reads with Fetch v0 and ListOffsets v0 (message sets of magic 0), 1.0.0 with record
+    batches."""
     kafka_cluster.start(0, consumer_offsets_settle_ms=300)
     bootstrap = kafka_cluster.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -112,7 +118,7 @@ def test_burrow_lists_a_group_and_its_lag(
     assert producer.flush(30) == 0
 
     port = free_port()
-    burrow = start_burrow(tmp_path / "burrow", bootstrap, zookeeper.address, port)
+    burrow = start_burrow(tmp_path / "burrow", bootstrap, zookeeper.address, port, kafka_version)
     log = tmp_path / "burrow" / "burrow.log"
     try:
 
