@@ -29,7 +29,8 @@ nor re-reads):
   ``consumer_offsets_settle_ms`` old (broker key, default 5 s), and the high
   watermark is the first offset of that instant, so nothing can later appear
   below a position a reader has reached.  This holds while a commit reaches the
-  root within that time less ``CACHE_MS`` of its stamp and the brokers' clocks
+  root within that time less the view's cache period (``CACHE_MS``, at most
+  half the settle time) of its stamp and the brokers' clocks
   agree within that margin (the group log stamps commits with the committing
   broker's clock);
 * **log start offset**: 0, as a compacted topic's; earliest is 0.
@@ -70,7 +71,8 @@ TOPIC_ID = uuid.uuid5(uuid.NAMESPACE_URL, "sparklog:topic:__consumer_offsets")
 EPOCH_MS = 1_577_836_800_000
 #: records one partition can hold per millisecond of commit time
 SLOT_BITS = 20
-#: the groups' commits are read again at most this often
+#: the groups' commits are read again at most this often (and at most every half
+#: settle time, so a commit that reached the root in time is in the view when served)
 CACHE_MS = 1_000
 #: what DescribeConfigs answers for the view (read-only): Kafka's topic is compacted
 CONFIGS = (("cleanup.policy", "compact"),)
@@ -127,9 +129,9 @@ class _View:
         self.read_at = -float(10**18)
         self.partitions: dict[int, list[Record]] = {}
 
-    def records(self, broker: Any, partition: int) -> list[Record]:
+    def records(self, broker: Any, partition: int, max_age_ms: float) -> list[Record]:
         with self.lock:
-            if time.monotonic() * 1000 - self.read_at >= CACHE_MS:
+            if time.monotonic() * 1000 - self.read_at >= max_age_ms:
                 self.partitions = _derive(broker)
                 self.read_at = time.monotonic() * 1000
             return self.partitions.get(partition, [])
@@ -183,8 +185,10 @@ def _check(partition: int) -> None:
 def settled(broker: Any, partition: int, now: int | None = None) -> tuple[list[Record], int]:
     """The partition's records below the high watermark, and the high watermark."""
     _check(partition)
-    hwm = high_watermark(int(broker.config.consumer_offsets_settle_ms), now)
-    return [r for r in _view(broker).records(broker, partition) if r.offset < hwm], hwm
+    settle_ms = int(broker.config.consumer_offsets_settle_ms)
+    hwm = high_watermark(settle_ms, now)
+    found = _view(broker).records(broker, partition, min(CACHE_MS, settle_ms / 2))
+    return [r for r in found if r.offset < hwm], hwm
 
 
 def _batches(records: list[Record], max_bytes: int) -> bytes:
