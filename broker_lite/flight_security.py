@@ -9,9 +9,8 @@ listener; a wrong or missing one is refused with UNAUTHENTICATED.  A checked
 (user, password) pair is remembered by its digest while the user's credential
 is unchanged, so a call costs one hash, not a PBKDF2.
 
-Authorisation: with ``authorizer = "acl"`` only super users may call the Flight
-listener (its calls are not mapped to ACL operations yet); Kafka clients get
-the per-resource checks.
+Authorisation (``authorizer = "acl"``) is per call and resource, as on the
+Kafka listener: :mod:`sparklog.broker_lite.flight_acls`.
 """
 
 from __future__ import annotations
@@ -100,14 +99,6 @@ class BasicAuth(flight.ServerMiddlewareFactory):
                 "(security_protocol SASL_PLAINTEXT or SASL_SSL, sasl_plain_username, "
                 "sasl_plain_password); the one given was missing or wrong"
             )
-        if self.config.authorizer == "acl":
-            supers = {p.strip() for p in str(self.config.super_users).split(";") if p.strip()}
-            if principal not in supers:
-                raise flight.FlightUnauthorizedError(
-                    f"CLUSTER_AUTHORIZATION_FAILED: {principal} may not call the Flight "
-                    'listener (with authorizer = "acl" only super users may; Kafka '
-                    "clients get per-resource ACLs)"
-                )
         return _Authenticated(principal)
 
 

@@ -29,6 +29,9 @@ ROUTED = frozenset(
         "delete_group",
         "delete_offsets",
         "group_state",
+        "consumer_group_heartbeat",
+        "consumer_group_describe",
+        "check_consumer_member",
     }
 )
 

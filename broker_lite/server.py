@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.broker_state import report_damage
 from sparklog.broker_lite.config import BrokerConfig, load_config
@@ -53,6 +54,7 @@ from sparklog.errors import (
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
+from sparklog.security import users
 from sparklog.storage import LogRoot
 from sparklog.topic_partition import TopicPartition
 
@@ -226,6 +228,13 @@ class FlightBroker(flight.FlightServerBase):
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id
             ),
+            "set_scram_credential": lambda user, mechanism, **salted: users.set_salted(
+                broker.root.metadata, user, mechanism, **salted
+            ),
+            "delete_scram_credential": lambda user, mechanism: users.delete(
+                broker.root.metadata, user, mechanism
+            ),
+            "list_users": lambda: users.users(broker.root.metadata.image()),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]
@@ -308,7 +317,10 @@ class FlightBroker(flight.FlightServerBase):
                     f"unknown action {name!r}; accepted: {', '.join(sorted(self.actions))}"
                 )
             body = wire.body(action.body.to_pybytes() if action.body is not None else b"")
-            return wire.encode_result(handler(**wire.parse(wire.ACTIONS[name], body)))
+            args = wire.parse(wire.ACTIONS[name], body)
+            who = flight_acls.caller(self.broker, context)
+            flight_acls.check_action(who, name, args, self.broker.root.list_topics)
+            return wire.encode_result(flight_acls.filter_result(who, name, args, handler(**args)))
 
         with self._connection_slot(name, context):
             payload = self._guard(name, run)
@@ -359,6 +371,9 @@ class FlightBroker(flight.FlightServerBase):
 
         def run() -> bytes:
             command = wire.parse(wire.PRODUCE, wire.body(descriptor.command or b""))
+            who = flight_acls.caller(self.broker, context)
+            if who is not None:
+                who.check("WRITE", "TOPIC", str(command["topic"]))
             default_partition = command["partition"]
             items: list[tuple[int, pa.RecordBatch]] = []
             size = 0
@@ -433,6 +448,9 @@ class FlightBroker(flight.FlightServerBase):
     ) -> flight.FlightDataStream:
         def run() -> flight.FlightDataStream:
             request = wire.parse(wire.FETCH, wire.body(ticket.ticket))
+            who = flight_acls.caller(self.broker, context)
+            if who is not None:
+                who.check("READ", "TOPIC", str(request["topic"]))
             batches, hwm, lso, schema = self.broker.fetch(
                 request["topic"],
                 request["partition"],
@@ -487,6 +505,9 @@ class FlightBroker(flight.FlightServerBase):
             else:
                 command = wire.body(descriptor.command or b"")
                 name = wire.parse(wire.FLIGHT_INFO, command)["topic"]
+            who = flight_acls.caller(self.broker, context)
+            if who is not None:
+                who.check("DESCRIBE", "TOPIC", name)
             meta = self.broker.metadata([name])
             return self._flight_info(name, meta["topics"][name])
 
@@ -496,7 +517,11 @@ class FlightBroker(flight.FlightServerBase):
     def list_flights(
         self, context: flight.ServerCallContext, criteria: bytes
     ) -> Iterator[flight.FlightInfo]:
-        meta = self._guard("list_flights", lambda: self.broker.metadata(None))
+        def run() -> dict[str, Any]:
+            who = flight_acls.caller(self.broker, context)
+            return flight_acls.filter_result(who, "metadata", {}, self.broker.metadata(None))
+
+        meta = self._guard("list_flights", run)
         for name, topic in meta["topics"].items():
             yield self._flight_info(name, topic)
 

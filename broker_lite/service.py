@@ -71,6 +71,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             poll_ms=config.group_poll_ms,
             in_memory=True,
+            consumer_session_timeout_ms=config.consumer_group_session_timeout_ms,
+            consumer_heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
         )
         self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
         #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)

@@ -488,6 +488,37 @@ class GroupSubscribedToTopicError(
     """Offsets of a topic that active members of the group consume cannot be deleted."""
 
 
+# KIP-848 (the consumer group protocol, ConsumerGroupHeartbeat)
+class FencedMemberEpochError(GroupError, errno=110, code="FENCED_MEMBER_EPOCH", canonical=True):
+    """A KIP-848 member's epoch is not the coordinator's: it must rejoin with epoch 0."""
+
+
+class UnreleasedInstanceIdError(
+    GroupError, errno=111, code="UNRELEASED_INSTANCE_ID", canonical=True
+):
+    """A KIP-848 static member joins with an instance id a live member still holds."""
+
+
+class UnsupportedAssignorError(GroupError, errno=112, code="UNSUPPORTED_ASSIGNOR", canonical=True):
+    """A KIP-848 member asks for a server-side assignor the coordinator does not have."""
+
+
+class StaleMemberEpochError(
+    CommitFailedError, errno=113, code="STALE_MEMBER_EPOCH", canonical=True
+):
+    """An offset commit or fetch carries an epoch that is not the KIP-848 member's current one."""
+
+
+class InvalidRegularExpressionError(
+    GroupError,
+    InvalidConfigurationError,
+    errno=128,
+    code="INVALID_REGULAR_EXPRESSION",
+    canonical=True,
+):
+    """A KIP-848 subscription regex the coordinator cannot compile."""
+
+
 # -- the Spark data source (format("sparklog")) ----------------------------------------------
 # Spark wraps these in its own exceptions, keeping the message; so every message names the
 # offending option, column or range and what is accepted.

@@ -333,12 +333,23 @@ def _find_coordinator(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, coordinators=tuple(response.coordinators) + extra)
 
 
-def _describe_groups(handler: Handler, ctx: Any, request: Any) -> Any:
-    keep = tuple(g for g in request.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
-    denied = [g for g in request.groups if g not in keep]
+def _describe_group_list(name: str) -> Callable[[Handler, Any, Any], Any]:
+    """DescribeGroups (``groups``) and ConsumerGroupDescribe (``group_ids``): groups the
+    principal may not describe are answered GROUP_AUTHORIZATION_FAILED."""
+
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        return _describe_groups(handler, ctx, request, name)
+
+    return guard
+
+
+def _describe_groups(handler: Handler, ctx: Any, request: Any, name: str = "groups") -> Any:
+    asked = getattr(request, name)
+    keep = tuple(g for g in asked if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
+    denied = [g for g in asked if g not in keep]
     if not denied:
         return handler(ctx, request)
-    response = handler(ctx, _replace(request, groups=keep))
+    response = handler(ctx, _replace(request, **{name: keep}))
     group_cls = nested(_response_cls(ctx), "DescribedGroup")
     extra = tuple(
         blank(group_cls, group_id=g, error_code=GROUP_DENIED, authorized_operations=-(2**31))
@@ -642,6 +653,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     65: _describe_transactions,
     66: _list_transactions,
     68: _group_whole("READ"),
+    69: _describe_group_list("group_ids"),
 }
 
 

@@ -38,11 +38,13 @@ from sparklog.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
     SparklogError,
-    UnsupportedVersionError,
 )
+from sparklog.groups.consumer_groups import is_consumer_group
 from sparklog.topic_partition import TopicPartition
 
 CONSUMER = "consumer"
+#: ListGroups v5's group types: classic (JoinGroup/SyncGroup) and consumer (KIP-848)
+CLASSIC = "classic"
 
 
 # -- Kafka's consumer protocol (the opaque bytes, decoded for the coordinator) ----------
@@ -285,6 +287,9 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
         except SparklogError as exc:
             out.append(_no_group(group_cls, group, "", errno_of(exc)))
             continue
+        if is_consumer_group(doc):  # KIP-848: shown as the classic layout can show it
+            out.append(_consumer_group(group_cls, member_cls, doc))
+            continue
         members = []
         for member, entry in sorted(doc["members"].items()):
             metadata = (entry.get("metadata") or {}).get(doc["protocol"])
@@ -320,19 +325,47 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, groups=tuple(out))
 
 
+def _consumer_group(group_cls: type, member_cls: type, doc: dict[str, Any]) -> Any:
+    """A KIP-848 group in DescribeGroups: its state, assignor and members, each with its
+    subscription and owned partitions in the consumer protocol's encoding."""
+    found = doc["consumer"]
+    return make(
+        group_cls,
+        error_code=0,
+        group_id=doc["group"],
+        group_state=doc["state"],
+        protocol_type=CONSUMER,
+        protocol_data=found["assignor"],
+        members=tuple(
+            make(
+                member_cls,
+                member_id=member,
+                group_instance_id=entry.get("instance_id"),
+                client_id=entry.get("client_id") or member,
+                client_host=entry.get("client_host", ""),
+                member_metadata=encode_subscription(list(entry["topic_names"])),
+                member_assignment=encode_assignment(
+                    [TopicPartition(str(t), int(p)) for t, p in entry["assigned"]]
+                ),
+            )
+            for member, entry in sorted(found["members"].items())
+        ),
+        authorized_operations=-2147483648,
+    )
+
+
 def handle_list_groups(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(16, ctx.api_version)
     group_cls = nested(cls, "ListedGroup")
     wanted = set(getattr(request, "states_filter", ()) or ())
-    # v5 (KIP-848): every group here is a classic one; Kafka matches types case-insensitively
+    # v5 (KIP-848): classic or consumer; Kafka matches types case-insensitively
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     out = []
     try:
-        if types and CLASSIC not in types:
-            return make(cls, throttle_time=0, error_code=0, groups=())
         for group in ctx.broker.groups.list_groups():
             doc = ctx.broker.coordinator.group_state(group)  # any broker lists every group
-            if wanted and doc["state"] not in wanted:
+            kind = CONSUMER if is_consumer_group(doc) else CLASSIC
+            if (wanted and doc["state"] not in wanted) or (types and kind not in types):
                 continue
             out.append(
                 make(
@@ -340,39 +373,12 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
                     group_id=group,
                     protocol_type=CONSUMER,
                     group_state=doc["state"],
-                    group_type=CLASSIC,
+                    group_type=kind,
                 )
             )
     except SparklogError as exc:
         return make(cls, throttle_time=0, error_code=errno_of(exc), groups=())
     return make(cls, throttle_time=0, error_code=0, groups=tuple(out))
-
-
-CLASSIC = "classic"
-CONSUMER_PROTOCOL_REFUSAL = (
-    "sparklog serves only the classic group protocol (JoinGroup/SyncGroup/Heartbeat); "
-    "KIP-848's group.protocol=consumer is not implemented: set group.protocol=classic"
-)
-
-
-def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
-    """KIP-848's heartbeat, refused so a ``group.protocol=consumer`` client fails at once.
-
-    Without this API advertised, librdkafka's consumer waits for it without a word
-    outside its debug log; answered with UNSUPPORTED_VERSION it raises a fatal consumer
-    error (it reports the code; the message is for clients that show it).
-    """
-    cls = load_response_schema(68, ctx.api_version)
-    return make(
-        cls,
-        throttle_time=0,
-        error_code=UnsupportedVersionError.errno,
-        error_message=CONSUMER_PROTOCOL_REFUSAL,
-        member_id=None,
-        member_epoch=-1,
-        heartbeat_interval=0,
-        assignment=None,
-    )
 
 
 def handle_delete_groups(ctx: Any, request: Any) -> Any:

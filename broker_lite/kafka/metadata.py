@@ -15,7 +15,7 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka import auto_create, consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
-from sparklog.errors import LeaderNotAvailableError, SparklogError
+from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
 from sparklog.storage.catalog import validate_topic_name
 
 CLUSTER_ID = "sparklog"
@@ -44,6 +44,24 @@ def controller_id(brokers: dict[int, tuple[str, int]]) -> int:
     return min(brokers) if brokers else -1
 
 
+def _named_by_id(broker: Any, topics: Any) -> tuple[list[str], list[uuid.UUID]]:
+    """Metadata v10+ topics asked for by id alone (KIP-848 clients look up the ids their
+    assignment names): (the names of those found, the ids not found)."""
+    from sparklog.broker_lite.kafka import topic_ids  # it imports this module
+
+    names, unknown = [], []
+    for t in topics:
+        topic_id = getattr(t, "topic_id", None)
+        if t.name is not None or topic_id is None or topic_id.int == 0:
+            continue
+        name = topic_ids.name_of(broker, topic_id)
+        if name is None:
+            unknown.append(topic_id)
+        else:
+            names.append(name)
+    return names, unknown
+
+
 def handle_metadata(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(3, ctx.api_version)
     broker_cls = nested(cls, "MetadataResponseBroker")
@@ -55,6 +73,8 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         wanted: list[str] = [*broker.root.list_topics(), consumer_offsets.TOPIC]
     else:
         wanted = [t.name for t in request.topics if t.name is not None]
+    by_id, unknown_ids = _named_by_id(broker, request.topics or ())
+    wanted += [n for n in by_id if n not in wanted]
     known = set(broker.root.list_topics())
     if request.topics and getattr(request, "allow_auto_topic_creation", True):
         known = auto_create.create_missing(broker, wanted, known)  # Kafka's auto-creation
@@ -62,7 +82,17 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         found = broker.metadata([n for n in wanted if n in known])["topics"]
     except SparklogError:
         found = {}  # a damaged topic among them: answer one by one, each with its error
-    topics = []
+    topics = [
+        make(
+            topic_cls,
+            error_code=UnknownTopicIdError.errno,
+            name=None,
+            topic_id=topic_id,
+            is_internal=False,
+            partitions=(),
+        )
+        for topic_id in unknown_ids
+    ]
     for name in wanted:
         if consumer_offsets.is_topic(name):
             topics.append(_consumer_offsets(topic_cls, partition_cls, brokers))

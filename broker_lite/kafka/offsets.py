@@ -209,7 +209,9 @@ def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
     part_cls = nested(cls, "OffsetFetchResponsePartitions")
     groups = []
     for g in request.groups:
-        error, found = _committed(ctx, g.group_id, g.topics)
+        error, found = _checked_member(ctx, g)
+        if not error:
+            error, found = _committed(ctx, g.group_id, g.topics)
         groups.append(
             make(
                 group_cls,
@@ -219,3 +221,16 @@ def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
             )
         )
     return make(cls, throttle_time=0, groups=tuple(groups))
+
+
+def _checked_member(ctx: Any, group: Any) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """OffsetFetch v9 (KIP-848): a member id and epoch, if given, are checked as Kafka
+    checks them (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH) for a consumer group."""
+    member = getattr(group, "member_id", None)
+    if not member:
+        return 0, {}
+    try:
+        ctx.broker.groups.check_consumer_member(group.group_id, member, int(group.member_epoch))
+    except SparklogError as exc:
+        return errno_of(exc), {}
+    return 0, {}

@@ -34,9 +34,11 @@ from sparklog.broker_lite.kafka.records import (
 from sparklog.broker_lite.kafka.transactions import init_transactional
 from sparklog.broker_lite.produce import ProduceItem
 from sparklog.errors import (
+    InvalidProducerEpochError,
     InvalidRecordError,
     InvalidRequiredAcksError,
     MessageSizeTooLargeError,
+    ProducerFencedError,
     SparklogError,
     UnknownTopicOrPartitionError,
 )
@@ -253,6 +255,10 @@ def handle_produce(ctx: Any, request: Any) -> Any:
             if isinstance(job, BaseException):
                 raise job
             base_offset, append_ms = job
+        except ProducerFencedError as exc:
+            # Kafka (2.7 on) answers a Produce from an older epoch INVALID_PRODUCER_EPOCH, so
+            # the client can abort its transaction; PRODUCER_FENCED comes from the coordinator
+            error, message = int(InvalidProducerEpochError.errno), str(exc)
         except SparklogError as exc:
             error, message = errno_of(exc), str(exc)
         except Exception as exc:  # a bug must not kill the connection of everyone's batch

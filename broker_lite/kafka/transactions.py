@@ -15,10 +15,27 @@ from kio.index import load_response_schema
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.offsets import commit_response
 from sparklog.broker_lite.transactions.markers import transactions_view
-from sparklog.errors import SparklogError, UnknownTopicOrPartitionError
+from sparklog.errors import (
+    InvalidProducerEpochError,
+    ProducerFencedError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+)
 
 #: Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of a refused AddPartitionsToTxn
 OPERATION_NOT_ATTEMPTED = 55
+
+#: the first version of each transaction API whose client knows PRODUCER_FENCED (KIP-588);
+#: older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them (kafkajs 2.2
+#: sends AddPartitionsToTxn v1 and reports code 90 as an unknown error)
+PRODUCER_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def txn_errno(ctx: Any, api_key: int, exc: BaseException) -> int:
+    """Kafka's error code for ``exc`` in the answer to ``api_key`` at the request's version."""
+    if isinstance(exc, ProducerFencedError) and ctx.api_version < PRODUCER_FENCED_SINCE[api_key]:
+        return int(InvalidProducerEpochError.errno)
+    return errno_of(exc)
 
 
 def init_transactional(ctx: Any, request: Any) -> Any:
@@ -33,7 +50,11 @@ def init_transactional(ctx: Any, request: Any) -> Any:
         )
     except SparklogError as exc:
         return make(
-            cls, throttle_time=0, error_code=errno_of(exc), producer_id=-1, producer_epoch=-1
+            cls,
+            throttle_time=0,
+            error_code=txn_errno(ctx, 22, exc),
+            producer_id=-1,
+            producer_epoch=-1,
         )
     return make(
         cls,
@@ -58,12 +79,12 @@ def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
             wanted,
         )
         refused = any(e is not None for e in found.values())
+        untouched = OPERATION_NOT_ATTEMPTED if refused else 0
         codes = {
-            tp: errno_of(e) if e is not None else (OPERATION_NOT_ATTEMPTED if refused else 0)
-            for tp, e in found.items()
+            tp: txn_errno(ctx, 24, e) if e is not None else untouched for tp, e in found.items()
         }
     except SparklogError as exc:
-        codes = {tp: errno_of(exc) for tp in wanted}
+        codes = {tp: txn_errno(ctx, 24, exc) for tp in wanted}
     by_topic: dict[str, list[Any]] = {}
     for (topic, p), code in codes.items():
         by_topic.setdefault(topic, []).append(
@@ -91,7 +112,7 @@ def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = errno_of(exc)
+        code = txn_errno(ctx, 25, exc)
     return make(cls, throttle_time=0, error_code=code)
 
 
@@ -114,7 +135,7 @@ def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = errno_of(exc)
+        code = txn_errno(ctx, 28, exc)
     return commit_response(cls, topic_cls, part_cls, request.topics, code)
 
 
@@ -129,7 +150,7 @@ def handle_end_txn(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = errno_of(exc)
+        code = txn_errno(ctx, 26, exc)
     return make(cls, throttle_time=0, error_code=code)
 
 

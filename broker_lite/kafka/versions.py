@@ -18,6 +18,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from sparklog.broker_lite.kafka import (
     acl_apis,
     admin,
+    consumer_group_apis,
     coordinators,
     fetch,
     groups,
@@ -126,6 +127,7 @@ _APIS = [
     Api(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
     Api(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
     Api(66, "ListTransactions", 0, 1, transactions.handle_list_transactions),
-    Api(68, "ConsumerGroupHeartbeat", 0, 1, groups.handle_consumer_group_heartbeat),
+    Api(68, "ConsumerGroupHeartbeat", 0, 1, consumer_group_apis.handle_consumer_group_heartbeat),
+    Api(69, "ConsumerGroupDescribe", 0, 1, consumer_group_apis.handle_consumer_group_describe),
 ]
 API_TABLE: dict[int, Api] = {a.key: a for a in _APIS}

@@ -3,8 +3,9 @@
 As ``kafka-configs --alter --add-config 'SCRAM-SHA-256=[password=...]'
 --entity-type users``, but the password is read from a file (``-`` for stdin),
 never from the command line, so it is not in shell history, ``ps`` or a log.
-The commands work on a storage root (``--address`` a path or URL); a broker
-takes the same change through Kafka's AlterUserScramCredentials.
+The commands work on a storage root (``--address`` a path or URL) or through a
+broker (an address host:port, with the CLI's SASL settings for a user allowed
+Alter on the cluster), which Kafka clients reach through AlterUserScramCredentials.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 users_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Create, delete, list SCRAM users (on a storage root).",
+    help="Create, delete, list SCRAM users (root or broker).",
 )
 
 USER = typer.Argument(..., metavar="NAME", help="User name (the principal is User:NAME)")
@@ -39,9 +40,9 @@ def _metadata(st: CliState, *, create: bool) -> ClusterMetadata:
     address = parse_address(st.address)
     if address.root is None:
         raise ConfigError(
-            f"sparklog users needs a storage root as --address (got the broker address "
-            f"{address.text!r}); against a broker, use a Kafka admin client's "
-            "AlterUserScramCredentials"
+            f"this command needs a storage root as --address (got the broker address "
+            f"{address.text!r}); against a broker, use a Kafka admin client's CreateAcls, "
+            "DeleteAcls or AlterClientQuotas"
         )
     return open_root(address.root, st.storage_options or None, create=create).metadata
 
@@ -96,19 +97,16 @@ def users_create(
 
     PLAIN logins check the same credential as SCRAM ones.
     """
-    from sparklog.security import users
-
     st = state(ctx)
     password = _read_password(password_file)
-    metadata = _metadata(st, create=True)
-    done = []
-    for m in _mechanisms(mechanism):
-        users.create(metadata, name, m, password, iterations)
-        done.append(m)
+    chosen = _mechanisms(mechanism)
+    with st.admin(create=True) as admin:
+        for m in chosen:
+            admin.create_user(name, password, m, iterations)
     if st.json:
-        print_json({"user": name, "mechanisms": done})
+        print_json({"user": name, "mechanisms": chosen})
     else:
-        say(f"User:{name}: {', '.join(done)} credential set")
+        say(f"User:{name}: {', '.join(chosen)} credential set")
 
 
 @users_app.command("delete")
@@ -121,13 +119,11 @@ def users_delete(
     ] = None,
 ) -> None:
     """Delete a user's credentials (every mechanism unless --mechanism)."""
-    from sparklog.security import users
-
     st = state(ctx)
-    metadata = _metadata(st, create=False)
     deleted: list[str] = []
-    for m in _mechanisms(mechanism) if mechanism else [None]:
-        deleted += users.delete(metadata, name, m)
+    with st.admin() as admin:
+        for m in _mechanisms(mechanism) if mechanism else [None]:
+            deleted += admin.delete_user(name, m)
     if st.json:
         print_json({"user": name, "deleted": deleted})
     else:
@@ -137,11 +133,9 @@ def users_delete(
 @users_app.command("list")
 def users_list(ctx: typer.Context) -> None:
     """List users and their SCRAM mechanisms (never a password or hash)."""
-    from sparklog.security import users
-
     st = state(ctx)
-    metadata = _metadata(st, create=False)
-    found = users.users(metadata.image())
+    with st.admin() as admin:
+        found = admin.list_users()
     if st.json:
         print_json(
             [

@@ -180,6 +180,30 @@ class Admin:
         kafka-transactions abort does for a hanging transaction."""
         self._backend.abort_transaction(transactional_id)
 
+    # -- SCRAM users ---------------------------------------------------------------
+    def create_user(
+        self,
+        name: str,
+        password: str,
+        mechanism: str = "SCRAM-SHA-256",
+        iterations: int = 4096,
+    ) -> None:
+        """Create ``name`` (the principal ``User:name``) or set its password, as Kafka's
+        AlterUserScramCredentials: salted and hashed here, the password is never sent."""
+        from sparklog.security import users
+
+        self._backend.set_scram_credential(
+            name, mechanism, users.salted(mechanism, password, iterations)
+        )
+
+    def delete_user(self, name: str, mechanism: str | None = None) -> list[str]:
+        """Delete the user's credentials (one mechanism's, or all); the mechanisms deleted."""
+        return self._backend.delete_scram_credential(name, mechanism)
+
+    def list_users(self) -> dict[str, list[tuple[str, int]]]:
+        """user -> [(mechanism, iterations)]: never a password or hash."""
+        return self._backend.list_users()
+
     # -- groups -------------------------------------------------------------------
     def list_groups(self) -> list[str]:
         return sorted(self._backend.list_groups())

@@ -46,6 +46,14 @@ from sparklog.errors import (
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
+from sparklog.groups.consumer_groups import (
+    ConsumerGroupProtocol,
+    Heartbeat,
+    HeartbeatAnswer,
+    has_members,
+    is_consumer_group,
+    refuse_classic_join,
+)
 from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import (
@@ -183,7 +191,16 @@ class _StateDoc:
 #: state keys whose change is written to the root by an in-memory coordinator (what a new
 #: coordinator needs to restore the group), besides the member set and a group becoming
 #: Stable or Empty; joins' flags and deadlines stay in memory
-DURABLE_KEYS = ("generation", "assignment", "opaque_assignment", "leader", "protocol")
+#: (a KIP-848 group's ``consumer`` part changes only on joins, leaves and epochs: all durable)
+DURABLE_KEYS = (
+    "generation",
+    "assignment",
+    "opaque_assignment",
+    "leader",
+    "protocol",
+    "type",
+    "consumer",
+)
 
 
 class _MemoryStateDoc(_StateDoc):
@@ -274,8 +291,16 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 0,
         poll_ms: int = 50,
         in_memory: bool = False,
+        consumer_session_timeout_ms: int = 45_000,
+        consumer_heartbeat_interval_ms: int = 5_000,
     ) -> None:
         self.root = root
+        #: KIP-848 groups (``group.protocol=consumer``): their own state machine, same documents
+        self.consumer = ConsumerGroupProtocol(
+            self,
+            session_timeout_ms=consumer_session_timeout_ms,
+            heartbeat_interval_ms=consumer_heartbeat_interval_ms,
+        )
         self.in_memory = in_memory
         #: in memory: (group, member) -> last heartbeat (ms)
         self._beats: dict[tuple[str, str], int] = {}
@@ -285,8 +310,9 @@ class GroupCoordinator:
         self.poll_ms = poll_ms
         self._docs: dict[str, _StateDoc] = {}
 
-    # -- plumbing ----------------------------------------------------------
-    def _doc(self, group: str) -> _StateDoc:
+    # -- plumbing (shared with the KIP-848 protocol, consumer_groups.py) ---------
+    def state_doc(self, group: str) -> _StateDoc:
+        """The group's state document (in memory at a broker, else over storage)."""
         validate_group_name(group)
         doc = self._docs.get(group)
         if doc is None:
@@ -305,14 +331,23 @@ class GroupCoordinator:
     def _heartbeat_key(self, group: str, member_id: str) -> str:
         return f"{group_key(group)}/members/{member_id}.json"
 
-    def _touch(self, group: str, member_id: str) -> None:
+    def touch(self, group: str, member_id: str) -> None:
+        """Note that ``member_id`` is alive now (memory, or its heartbeat file)."""
         if self.in_memory:
             self._beats[(group, member_id)] = _now_ms()
             return
         data = encode_document({"ms": _now_ms()})
         self.root.store.put(self._heartbeat_key(group, member_id), data)
 
-    def _last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+    def forget_heartbeat(self, group: str, member_id: str) -> None:
+        """Drop a member's heartbeat (it left, or was never a member)."""
+        if self.in_memory:
+            self._beats.pop((group, member_id), None)
+        else:
+            self.root.store.delete(self._heartbeat_key(group, member_id))
+
+    def last_heartbeats(self, group: str, members: Sequence[str]) -> dict[str, int]:
+        """Each member's last heartbeat (ms); restored members count from the load."""
         if self.in_memory:
             state = self._docs.get(group)
             since = state.loaded_ms if isinstance(state, _MemoryStateDoc) else 0
@@ -325,7 +360,8 @@ class GroupCoordinator:
             out[member] = int(parse_document(raw, f"heartbeat {key}").get("ms", 0)) if raw else 0
         return out
 
-    def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+    def partition_counts(self, topics: set[str]) -> dict[str, int]:
+        """Partitions per topic (0 for a topic that does not exist)."""
         counts = {}
         for topic in sorted(topics):
             try:
@@ -392,7 +428,7 @@ class GroupCoordinator:
 
     def _compute_assignment(self, doc: dict[str, Any]) -> dict[str, list[list[Any]]]:
         subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
-        counts = self._partition_counts({t for ts in subscriptions.values() for t in ts})
+        counts = self.partition_counts({t for ts in subscriptions.values() for t in ts})
         previous = {
             m: [TopicPartition(str(t), int(p)) for t, p in tps]
             for m, tps in doc.get("previous_assignment", {}).items()
@@ -413,6 +449,8 @@ class GroupCoordinator:
         heartbeat file while the leader is alive: the leader's heartbeats read
         everyone's, so a round of heartbeats costs O(members) reads, not O(members²).
         """
+        if is_consumer_group(doc):
+            return self.consumer.maintain(group, doc, now)
         changed = False
         # Kafka expires a silent member in every state: a crashed member must not hold a
         # rebalance others started until its rebalance timeout (members waiting in a join
@@ -421,10 +459,10 @@ class GroupCoordinator:
             watched = list(doc["members"])
             leader = doc["leader"]
             if not self.in_memory and caller not in (None, leader) and leader in doc["members"]:
-                leader_beat = self._last_heartbeats(group, [leader]).get(leader, 0)
+                leader_beat = self.last_heartbeats(group, [leader]).get(leader, 0)
                 if now - leader_beat <= doc["members"][leader]["session_timeout_ms"]:
                     watched = []  # the live leader sweeps the others
-            beats = self._last_heartbeats(group, watched) if watched else {}
+            beats = self.last_heartbeats(group, watched) if watched else {}
             gone = [
                 m
                 for m in watched
@@ -443,7 +481,7 @@ class GroupCoordinator:
     def _current(self, group: str, caller: str | None = None) -> dict[str, Any]:
         """The group's state after expiring members and finishing due rebalances (as seen by
         member ``caller``, if a member asks: see :meth:`_maintain`)."""
-        state = self._doc(group)
+        state = self.state_doc(group)
 
         def change(doc: dict[str, Any]) -> dict[str, Any] | None:
             return doc if self._maintain(group, doc, _now_ms(), caller) else None
@@ -574,7 +612,7 @@ class GroupCoordinator:
         FENCED_INSTANCE_ID); in a stable group, with the same subscription and not the
         it keeps that member's assignment with no rebalance.
         """
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
         self._check_timeouts(session_timeout_ms, rebalance_timeout_ms)
         opaque = None
@@ -604,13 +642,14 @@ class GroupCoordinator:
             )
         new_member = not member_id
         member = member_id or f"member-{uuid.uuid4().hex[:16]}"
-        self._touch(group, member)
+        self.touch(group, member)
         took_over: list[bool] = [False]  # the last attempt kept a static member's place
 
         def join(doc: dict[str, Any]) -> dict[str, Any]:
             now = _now_ms()
             took_over[0] = False
             self._maintain(group, doc, now)
+            refuse_classic_join(doc)  # a KIP-848 group with members takes no classic member
             members = doc["members"]
             self._check_fenced(doc, member)
             if group_instance_id:
@@ -654,7 +693,7 @@ class GroupCoordinator:
         last_touch = time.monotonic()
         while True:
             if self.in_memory:
-                self._touch(group, member)  # waiting here is being alive (see below)
+                self.touch(group, member)  # waiting here is being alive (see below)
             doc = self._current(group, member)
             if member not in doc["members"]:
                 raise UnknownMemberError(
@@ -670,7 +709,7 @@ class GroupCoordinator:
             # every look (a slow state write must not expire it); over storage, a PUT
             # every third of its session
             if time.monotonic() - last_touch > session_timeout_ms / 3000:
-                self._touch(group, member)
+                self.touch(group, member)
                 last_touch = time.monotonic()
             time.sleep(self.poll_ms / 1000)
 
@@ -694,7 +733,7 @@ class GroupCoordinator:
     ) -> tuple[list[TopicPartition], bytes | None]:
         """:meth:`sync_group` for Kafka clients: also the member's opaque assignment bytes
         (None when the coordinator assigned); a Kafka leader supplies everyone's."""
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
         given = None
         if assignment is not None:
@@ -743,7 +782,7 @@ class GroupCoordinator:
                 raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             self._check_generation(doc, generation, member_id)
             if doc["state"] == STABLE:
-                self._touch(group, member_id)
+                self.touch(group, member_id)
                 mine = [
                     TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])
                 ]
@@ -759,15 +798,15 @@ class GroupCoordinator:
         if member_id not in doc["members"]:
             raise UnknownMemberError(f"member {member_id!r} is not in group {group!r}")
         if doc["state"] == PREPARING:
-            self._touch(group, member_id)
+            self.touch(group, member_id)
             raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
         self._check_generation(doc, generation, member_id)
-        self._touch(group, member_id)
+        self.touch(group, member_id)
 
     def leave_group(self, group: str, member_id: str, group_instance_id: str | None = None) -> None:
         """Leave at once (no session timeout wait); the others rebalance.  A static member
         may be named by its ``group_instance_id`` alone (Kafka's LeaveGroup v3+)."""
-        state = self._doc(group)
+        state = self.state_doc(group)
         self._check_member_id(member_id)
 
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -793,10 +832,7 @@ class GroupCoordinator:
             return doc
 
         state.update(leave)
-        if self.in_memory:
-            self._beats.pop((group, member_id), None)
-        else:
-            self.root.store.delete(self._heartbeat_key(group, member_id))
+        self.forget_heartbeat(group, member_id)
 
     def commit_offsets(
         self,
@@ -807,8 +843,9 @@ class GroupCoordinator:
         metadata: str = "",
     ) -> None:
         """Commit next-offsets-to-read.  ``generation=-1, member_id=''`` for a group with no
-        members (a standalone consumer or the Spark source); stale generations are refused."""
-        self._check_member_id(member_id)
+        members (a standalone consumer or the Spark source); stale generations are refused.
+        A KIP-848 member commits with its member epoch as ``generation``; its member id is
+        the client's own (librdkafka's is base64), so the classic id rule does not apply."""
         try:
             clean = {TopicPartition(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
         except (TypeError, ValueError):
@@ -818,12 +855,17 @@ class GroupCoordinator:
         # negative offsets are stored as given, as Kafka does (kafkajs' resetOffsets
         # commits -2 = earliest); readers treat them as no commit or a logical offset
         doc = self._current(group)
+        consumer_group = is_consumer_group(doc)
+        if not consumer_group:
+            self._check_member_id(member_id)
         if generation < 0 and not member_id:
-            if doc["members"]:
+            if has_members(doc):
                 raise UnknownMemberError(
                     f"group {group!r} has active members; commit with a member id and the "
                     "current generation"
                 )
+        elif consumer_group:  # KIP-848: the member's epoch, checked in memory
+            self.consumer.check_member(doc, member_id, generation)
         else:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == COMPLETING:
@@ -839,16 +881,32 @@ class GroupCoordinator:
             clean,
             metadata=metadata,
             topic_ids=topic_ids,
-            generation=generation if member_id else None,
+            generation=generation if member_id and not consumer_group else None,
             member_id=member_id,
         )
+
+    def consumer_group_heartbeat(self, group: str, request: Heartbeat) -> HeartbeatAnswer:
+        """KIP-848's ConsumerGroupHeartbeat (:mod:`sparklog.groups.consumer_groups`)."""
+        return self.consumer.heartbeat(request)
+
+    def consumer_group_describe(self, group: str) -> dict[str, Any]:
+        """KIP-848's ConsumerGroupDescribe of one group (GROUP_ID_NOT_FOUND if classic)."""
+        if group not in self.list_groups():
+            raise GroupIdNotFoundError(f"Group {group} not found.")
+        return self.consumer.describe(self._current(group))
+
+    def check_consumer_member(self, group: str, member_id: str, member_epoch: int) -> None:
+        """OffsetFetch v9's member check: a KIP-848 group's member at its current epoch."""
+        doc = self._current(group)
+        if is_consumer_group(doc) and member_id:
+            self.consumer.check_member(doc, member_id, member_epoch)
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
         return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
 
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
-        self._doc(group)
+        self.state_doc(group)
         found = self.root.groups.fetch(group)
         return {tp: (c.offset, c.metadata) for tp, c in found.items()}
 
@@ -862,7 +920,7 @@ class GroupCoordinator:
     def describe_group(self, group: str) -> dict[str, Any]:
         """State, generation, members with assignments, and lag per committed partition."""
         doc = self._current(group)
-        beats = self._last_heartbeats(group, list(doc["members"]))
+        beats = self.last_heartbeats(group, list(doc["members"]))
         members = [
             {
                 "member_id": m,
@@ -873,6 +931,19 @@ class GroupCoordinator:
             }
             for m, v in sorted(doc["members"].items())
         ]
+        if is_consumer_group(doc):  # KIP-848 members: subscriptions and owned partitions
+            found = doc["consumer"]["members"]
+            beats = self.last_heartbeats(group, list(found))
+            members = [
+                {
+                    "member_id": m,
+                    "topics": v["topic_names"] + ([v["topic_regex"]] if v["topic_regex"] else []),
+                    "assignment": [[t, p] for t, p in v["assigned"]],
+                    "last_heartbeat_ms": beats.get(m, 0),
+                    "session_timeout_ms": self.consumer.session_timeout_ms,
+                }
+                for m, v in sorted(found.items())
+            ]
         offsets = []
         for (topic, partition), committed in sorted(self.fetch_offsets(group).items()):
             hwm: int | None
@@ -892,9 +963,11 @@ class GroupCoordinator:
             )
         return {
             "group": group,
-            "state": doc["state"] if doc["members"] or doc["generation"] else EMPTY,
-            "generation": doc["generation"],
-            "protocol": doc["protocol"],
+            "state": doc["state"] if has_members(doc) or doc["generation"] else EMPTY,
+            "generation": doc["consumer"]["group_epoch"]
+            if is_consumer_group(doc)
+            else doc["generation"],
+            "protocol": doc["consumer"]["assignor"] if is_consumer_group(doc) else doc["protocol"],
             "leader": doc["leader"],
             "members": members,
             "offsets": offsets,
@@ -903,10 +976,9 @@ class GroupCoordinator:
     def delete_group(self, group: str) -> None:
         """Remove an empty group's state and committed offsets."""
         doc = self._current(group)
-        if doc["members"]:
+        if has_members(doc):
             raise InvalidRequestError(
-                f"group {group!r} has {len(doc['members'])} active members; only empty groups "
-                "can be deleted"
+                f"group {group!r} has active members; only empty groups can be deleted"
             )
         self.root.groups.delete(group)
         self._docs.pop(group, None)

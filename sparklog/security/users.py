@@ -8,6 +8,8 @@ its in-memory image; the CLI (``sparklog users``) writes on a root.
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 from sparklog.errors import InvalidRequestError, ResourceNotFoundError
@@ -48,6 +50,44 @@ def set_credential(metadata: ClusterMetadata, user: str, mechanism: str, value: 
     scram.check_mechanism(mechanism)
     record: Record = {"type": "scram_credential", "key": key(user, mechanism), "value": value}
     metadata.append(lambda image: [record])
+
+
+def set_salted(
+    metadata: ClusterMetadata,
+    user: str,
+    mechanism: str,
+    *,
+    iterations: int,
+    salt: str,
+    salted_password: str,
+) -> None:
+    """Set a credential from a client's salt and salted password (base64), as Kafka's
+    AlterUserScramCredentials: the password itself never leaves the client."""
+    scram.check_mechanism(mechanism)
+    scram.check_iterations(iterations)
+    try:
+        raw_salt = base64.b64decode(salt, validate=True)
+        raw_salted = base64.b64decode(salted_password, validate=True)
+    except ValueError:
+        raise InvalidRequestError("salt and salted_password must be base64") from None
+    if not raw_salt or not raw_salted:
+        raise InvalidRequestError("salt and salted_password must not be empty")
+    value = scram.credential_from_salted(mechanism, raw_salted, raw_salt, iterations)
+    set_credential(metadata, user, mechanism, value)
+
+
+def salted(mechanism: str, password: str, iterations: int) -> dict[str, Any]:
+    """The fields of :func:`set_salted` for ``password`` with a new random salt."""
+    scram.check_mechanism(mechanism)
+    scram.check_iterations(iterations)
+    salt = os.urandom(scram.SALT_BYTES)
+    return {
+        "iterations": iterations,
+        "salt": base64.b64encode(salt).decode(),
+        "salted_password": base64.b64encode(
+            scram.salted_password(mechanism, password, salt, iterations)
+        ).decode(),
+    }
 
 
 def create(

@@ -11,57 +11,16 @@ saying why, only where node and npm are missing.
 
 from __future__ import annotations
 
-import json
-import os
-import pathlib
-import shutil
-import subprocess
-
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.brokers import Cluster
+from tests.support.kafkajs import install_kafkajs, run_script
 from tests.support.waiting import wait_for
 
-SCRIPT = pathlib.Path(__file__).parent / "js" / "reset_offsets.js"
 TOPIC = "js-resets"
 GROUP = "js-reset-me"
-
-
-#: kafkajs at the version tests/kafka/js/package-lock.json pins, installed on first use
-KAFKAJS_DIR = pathlib.Path(__file__).resolve().parents[2] / "build" / "kafkajs"
-
-
-def node_env() -> dict[str, str]:
-    env = dict(os.environ)
-    where = os.environ.get("SPARKLOG_KAFKAJS_DIR") or str(KAFKAJS_DIR)
-    extra = str(pathlib.Path(where) / "node_modules")
-    env["NODE_PATH"] = os.pathsep.join(p for p in (extra, env.get("NODE_PATH")) if p)
-    return env
-
-
-def install_kafkajs() -> str | None:
-    """Install the pinned kafkajs (npm ci from the committed lock) unless node resolves it;
-    the reason if it cannot be had."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return "node/npm are not installed"
-    resolve = ["node", "-e", "require.resolve('kafkajs')"]
-    if subprocess.run(resolve, env=node_env(), capture_output=True).returncode == 0:
-        return None
-    KAFKAJS_DIR.mkdir(parents=True, exist_ok=True)
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy(SCRIPT.parent / name, KAFKAJS_DIR / name)
-    done = subprocess.run(
-        ["npm", "ci", "--silent", "--no-audit", "--no-fund"],
-        cwd=KAFKAJS_DIR,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode != 0:
-        return f"npm ci of kafkajs failed: {done.stderr.strip()[-300:]}"
-    return None
 
 
 @pytest.mark.slow
@@ -102,13 +61,5 @@ def test_kafkajs_reset_offsets_earliest_commits_minus_2(
     finally:
         consumer.close()
 
-    done = subprocess.run(
-        ["node", str(SCRIPT), bootstrap, TOPIC, GROUP],
-        env=node_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer = run_script("reset_offsets.js", bootstrap, TOPIC, GROUP, timeout_s=120)
     assert answer["offsets"] == [[0, "-2"]]  # stored as kafkajs committed it

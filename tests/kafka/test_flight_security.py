@@ -18,7 +18,6 @@ import pytest
 from sparklog import Admin, Consumer, Producer
 from sparklog.errors import (
     BrokerNotAvailableError,
-    ClusterAuthorizationFailedError,
     SaslAuthenticationFailedError,
 )
 from sparklog.security import users
@@ -109,31 +108,3 @@ def test_the_cli_takes_the_settings_from_the_environment(
     )  # fmt: skip
     assert listed.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in listed.stderr
     assert "not-it" not in listed.stderr
-
-
-def test_with_an_acl_authorizer_only_super_users_call_flight(
-    tmp_path: pathlib.Path,
-    certs: dict[str, str],  # noqa: F811
-) -> None:
-    root = f"file://{tmp_path}/root"
-    metadata = open_root(root, create=True).metadata
-    users.create(metadata, "alice", "SCRAM-SHA-256", "alice-pw")
-    users.create(metadata, "ops", "SCRAM-SHA-256", "ops-pw")
-    cluster = Cluster(tmp_path, root)
-    cluster.start(
-        0,
-        flight_security_protocol="SASL_PLAINTEXT",
-        authorizer="acl",
-        super_users="User:ops",
-    )
-    try:
-        plain = {"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "ops",
-                 "sasl_plain_password": "ops-pw"}  # fmt: skip
-        with Admin(cluster.address, **plain) as admin:
-            admin.create_topic("t", 1)
-        alice = {**plain, "sasl_plain_username": "alice", "sasl_plain_password": "alice-pw"}
-        refused = Admin(cluster.address, **alice)
-        with pytest.raises(ClusterAuthorizationFailedError), refused as admin:
-            admin.list_topics()
-    finally:
-        cluster.stop_all()

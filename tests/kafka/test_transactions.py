@@ -6,6 +6,7 @@ consumers read with ``isolation.level`` read_committed and read_uncommitted.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import select
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.brokers import Cluster
+from tests.support.kafkajs import install_kafkajs, run_script
 
 #: librdkafka's "end of partition" event code
 PARTITION_EOF = -191
@@ -279,7 +281,6 @@ def _cli(*args: str) -> str:
 
 
 def test_cli_lists_describes_and_aborts_a_hanging_transaction(one_broker: Cluster) -> None:
-    import json
 
     bootstrap = one_broker.kafka_bootstrap
     create(bootstrap, "hang", 1)
@@ -538,3 +539,20 @@ def test_describe_and_list_transactions_and_describe_producers_over_the_wire(
     finally:
         conn.close()
     producer.abort_transaction(30)
+
+
+@pytest.mark.slow
+def test_kafkajs_transactional_producer_commits_aborts_and_is_fenced(one_broker: Cluster) -> None:
+    missing = install_kafkajs()
+    if missing:
+        pytest.skip(missing)
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "txn-js", 1)
+    answer = run_script("transactions.js", bootstrap, "txn-js", "t-kafkajs")
+    # the zombie's send is refused once the second producer has initialised, with the code
+    # kafkajs knows (it sends AddPartitionsToTxn v1, from before PRODUCER_FENCED existed)
+    assert answer["fenced"] == "INVALID_PRODUCER_EPOCH", answer
+    committed, _ = read_all(bootstrap, "txn-js", 1, "read_committed")
+    assert committed == [b"committed-0", b"committed-1", b"committed-2", b"after-fencing"]
+    everything, _ = read_all(bootstrap, "txn-js", 1, "read_uncommitted")
+    assert b"aborted-0" in everything and b"aborted-1" in everything

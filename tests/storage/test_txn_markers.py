@@ -2,8 +2,8 @@
 
 A hypothesis test interleaves transactional producers (appends, commits,
 aborts), plain producers, retention (DeleteRecords up to the last stable
-offset) and reopenings of the log (snapshots every few commits), on file and
-memory roots, and checks what Kafka promises a read_committed reader: it never
+offset) and reopenings of the log (snapshots every few commits), on file, memory
+and S3 (moto) roots, and checks what Kafka promises a read_committed reader: it never
 sees an aborted or open record, it sees every committed one, control records
 take offsets but are never returned, and the last stable offset never goes back.
 """
@@ -20,6 +20,7 @@ from sparklog.errors import InvalidTxnStateError
 from sparklog.storage import ProducerBatch, make_batch, open_root
 from sparklog.storage.maintenance import delete_records
 from sparklog.storage.txn_markers import Marker, aborted_between, drop_aborted
+from tests.support.s3 import MotoS3
 
 # (kind, producer 0-2): kinds: "txn" write, "commit", "abort", "plain" write, "reopen"
 operation = st.tuples(
@@ -58,8 +59,26 @@ def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops
         if kind == "memory"
         else f"file://{tmp_path_factory.mktemp('txn')}"
     )
-    open_root(url, snapshot_interval=3).create_topic("t", 1)
-    topic = open_root(url, snapshot_interval=3).topic("t")
+    _check_read_committed(url, {}, ops)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(operation, min_size=1, max_size=20))
+def test_read_committed_sees_exactly_the_committed_records_on_s3(moto_s3: MotoS3, ops) -> None:
+    """The same on S3 (moto's server through s3fs): conditional creates, listings, snapshots."""
+    _check_read_committed(moto_s3.fresh_root(), moto_s3.storage_options, ops)
+
+
+def _check_read_committed(url: str, options: dict, ops: list[tuple[str, int]]) -> None:
+    def reopen():
+        return open_root(url, options, snapshot_interval=3)
+
+    reopen().create_topic("t", 1)
+    topic = reopen().topic("t")
     writers = [Writer(1000 + i) for i in range(3)]
     committed: list[tuple[bytes, int]] = []
     aborted: set[bytes] = set()
@@ -69,7 +88,7 @@ def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops
     for kind, who in ops:
         w = writers[who]
         if kind == "reopen":
-            topic = open_root(url, snapshot_interval=3).topic("t")
+            topic = reopen().topic("t")
         elif kind == "plain":
             value = f"plain-{plain}".encode()
             plain += 1
@@ -114,7 +133,7 @@ def test_read_committed_sees_exactly_the_committed_records(tmp_path_factory, ops
             assert lso == hwm
             assert sorted(values) == sorted(v for v, o in committed if o >= start)
     # control records take offsets, and are never returned as records
-    log = open_root(url).topic("t").partition(0)
+    log = open_root(url, options).topic("t").partition(0)
     if log.log_start_offset == 0:
         everything = log.read(0)
         assert log.high_watermark == everything.num_rows + controls

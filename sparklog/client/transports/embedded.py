@@ -34,6 +34,7 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import ConfigError
+from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
 
 if TYPE_CHECKING:
@@ -269,6 +270,15 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         raise ConfigError(
             "aborting a transaction writes markers through a broker: give --address host:port"
         )
+
+    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
+        users.set_salted(self.root.metadata, user, mechanism, **salted)
+
+    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
+        return users.delete(self.root.metadata, user, mechanism)
+
+    def list_users(self) -> dict[str, list[tuple[str, int]]]:
+        return users.users(self.root.metadata.image())
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)

@@ -161,6 +161,15 @@ class BrokerBackend(TopicCalls, GroupCalls):
     def abort_transaction(self, transactional_id: str) -> None:
         self.client.abort_transaction(transactional_id)
 
+    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
+        self.client.set_scram_credential(user, mechanism, salted)
+
+    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
+        return self.client.delete_scram_credential(user, mechanism)
+
+    def list_users(self) -> dict[str, list[tuple[str, int]]]:
+        return self.client.list_users()
+
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

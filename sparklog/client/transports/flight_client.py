@@ -619,6 +619,17 @@ class BrokerClient:
     def abort_transaction(self, transactional_id: str) -> None:
         self._action("abort_transaction", transactional_id=transactional_id)
 
+    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
+        self._action("set_scram_credential", user=user, mechanism=mechanism, **salted)
+
+    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
+        deleted = self._action("delete_scram_credential", user=user, mechanism=mechanism)
+        return [str(m) for m in deleted]
+
+    def list_users(self) -> dict[str, list[tuple[str, int]]]:
+        found = self._action("list_users")
+        return {str(u): [(str(m), int(i)) for m, i in creds] for u, creds in found.items()}
+
     def describe_group(self, group: str) -> dict[str, Any]:
         return dict(self._group_action("describe_group", group=group))
 

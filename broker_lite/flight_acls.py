@@ -1,0 +1,179 @@
+"""ACL checks of Flight calls (``authorizer = "acl"``), mapped to Kafka's operations.
+
+Each Flight call is checked as the Kafka API that does the same thing is
+(docs/security.md lists the mapping): a produce (DoPut) needs WRITE on its
+topic, a fetch (DoGet) READ, ``create_topic`` CREATE on the cluster or the
+topic, a group call READ on its group, and so on.  Listing calls leave out what
+the principal may not describe, as Kafka's Metadata and ListGroups do.  The
+principal is the Flight user (basic auth, ``flight_security_protocol`` SASL_*)
+or ``User:ANONYMOUS``; the host is the caller's address.  Without an
+authorizer every call is allowed, as on the Kafka listener.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.flight as flight
+
+from sparklog.security.acls import ANONYMOUS, DENIED, authorize, super_users
+
+#: (operation, resource type, resource name) the caller must be allowed
+Check = tuple[str, str, str]
+CLUSTER = ("CLUSTER", "kafka-cluster")
+
+
+def _topic(op: str, field: str = "topic") -> Callable[[Mapping[str, Any]], list[Check]]:
+    return lambda args: [(op, "TOPIC", str(args[field]))]
+
+
+def _group(op: str) -> Callable[[Mapping[str, Any]], list[Check]]:
+    return lambda args: [(op, "GROUP", str(args["group"]))]
+
+
+def _cluster(op: str) -> Callable[[Mapping[str, Any]], list[Check]]:
+    return lambda args: [(op, *CLUSTER)]
+
+
+def _commit(args: Mapping[str, Any]) -> list[Check]:
+    topics = sorted({str(item[0]) for item in args.get("offsets") or [] if item})
+    return [("READ", "GROUP", str(args["group"])), *(("READ", "TOPIC", t) for t in topics)]
+
+
+def _delete_offsets(args: Mapping[str, Any]) -> list[Check]:
+    topics = sorted({str(item[0]) for item in args.get("partitions") or [] if item})
+    return [("DELETE", "GROUP", str(args["group"])), *(("READ", "TOPIC", t) for t in topics)]
+
+
+def _metadata(args: Mapping[str, Any]) -> list[Check]:
+    # asked by name: each must be describable; all topics: filtered (``FILTERS``)
+    return [("DESCRIBE", "TOPIC", str(t)) for t in args.get("topics") or []]
+
+
+#: what each action (wire.ACTIONS) needs, from its parsed arguments; as Kafka's KafkaApis
+ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
+    "metadata": _metadata,
+    "describe_cluster": _cluster("DESCRIBE"),
+    "list_topics": lambda args: [],
+    "alter_topic_config": _topic("ALTER_CONFIGS", "name"),
+    "add_partitions": _topic("ALTER", "name"),
+    "delete_topic": _topic("DELETE", "name"),
+    "list_offsets": _topic("DESCRIBE"),
+    "delete_records": _topic("DELETE"),
+    "join_group": _group("READ"),
+    "sync_group": _group("READ"),
+    "heartbeat": _group("READ"),
+    "leave_group": _group("READ"),
+    "commit_offsets": _commit,
+    "fetch_offsets": _group("DESCRIBE"),
+    "list_groups": lambda args: [],
+    "describe_group": _group("DESCRIBE"),
+    "delete_group": _group("DELETE"),
+    "delete_offsets": _delete_offsets,
+    "list_transactions": lambda args: [],
+    # Kafka's kafka-transactions abort writes markers (WriteTxnMarkers): a cluster action
+    "abort_transaction": _cluster("ALTER"),
+    # Kafka's AlterUserScramCredentials / DescribeUserScramCredentials
+    "set_scram_credential": _cluster("ALTER"),
+    "delete_scram_credential": _cluster("ALTER"),
+    "list_users": _cluster("DESCRIBE"),
+}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a Flight call, and the broker's ACL settings at that moment."""
+
+    principal: str
+    host: str
+    acls: tuple[Mapping[str, str], ...]
+    supers: frozenset[str]
+    allow_if_no_acl: bool
+
+    def allowed(self, operation: str, resource_type: str, name: str) -> bool:
+        return authorize(
+            self.acls,
+            self.principal,
+            self.host,
+            operation,
+            resource_type,
+            name,
+            supers=set(self.supers),
+            allow_if_no_acl=self.allow_if_no_acl,
+        )
+
+    def check(self, operation: str, resource_type: str, name: str) -> None:
+        """Raise the resource type's authorisation error (Kafka's code) unless allowed."""
+        if not self.allowed(operation, resource_type, name):
+            refusal = DENIED[resource_type]
+            raise refusal(
+                f"{refusal.code}: {self.principal} may not "
+                f"{operation.lower().replace('_', ' ')} {resource_type.lower().replace('_', ' ')} "
+                f"{name!r} (no ACL allows it)"
+            )
+
+    def check_all(self, checks: Iterable[Check]) -> None:
+        for check in checks:
+            self.check(*check)
+
+
+def caller(broker: Any, context: flight.ServerCallContext) -> Caller | None:
+    """The call's :class:`Caller`, or None without an authorizer (everything allowed)."""
+    config = broker.config
+    if str(config.authorizer) != "acl":
+        return None
+    auth = context.get_middleware("auth")
+    principal = getattr(auth, "principal", None) or ANONYMOUS
+    peer = context.peer()  # "ipv4:127.0.0.1:54321", "ipv6:[::1]:54321"
+    host = peer.partition(":")[2].rpartition(":")[0].strip("[]") or "*"
+    return Caller(
+        principal,
+        host,
+        tuple(broker.root.metadata.image().acls.values()),
+        frozenset(super_users(config)),
+        bool(config.allow_everyone_if_no_acl_found),
+    )
+
+
+def check_action(
+    who: Caller | None,
+    name: str,
+    args: Mapping[str, Any],
+    topic_names: Callable[[], Iterable[str]],
+) -> None:
+    """Refuse ``name`` with Kafka's authorisation code unless ``who`` may call it."""
+    if who is None:
+        return
+    if name == "create_topic":  # Kafka: CREATE on the cluster, or on the topic
+        topic = str(args["name"])
+        if not who.allowed("CREATE", *CLUSTER):
+            who.check("CREATE", "TOPIC", topic)
+        return
+    if name == "init_producer_id":  # Kafka (KIP-679): IDEMPOTENT_WRITE, or WRITE on any topic
+        if who.allowed("IDEMPOTENT_WRITE", *CLUSTER):
+            return
+        if not any(who.allowed("WRITE", "TOPIC", t) for t in topic_names()):
+            who.check("IDEMPOTENT_WRITE", *CLUSTER)
+        return
+    who.check_all(ACTION_CHECKS[name](args))
+
+
+def filter_result(who: Caller | None, name: str, args: Mapping[str, Any], result: Any) -> Any:
+    """A listing action's ``result`` without what ``who`` may not describe."""
+    if who is None:
+        return result
+    if name == "metadata" and not args.get("topics"):
+        topics = result["topics"]
+        kept = {t: v for t, v in topics.items() if who.allowed("DESCRIBE", "TOPIC", t)}
+        return {**result, "topics": kept}
+    if name == "list_topics":
+        return [t for t in result if who.allowed("DESCRIBE", "TOPIC", str(t))]
+    if name == "list_groups":
+        return [g for g in result if who.allowed("DESCRIBE", "GROUP", str(g))]
+    if name == "list_transactions":
+        return {t: v for t, v in result.items() if who.allowed("DESCRIBE", "TRANSACTIONAL_ID", t)}
+    if name == "fetch_offsets":
+        return [row for row in result if who.allowed("DESCRIBE", "TOPIC", str(row[0]))]
+    return result
