@@ -78,6 +78,7 @@ def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Clu
     assert isinstance(seen, dict)
     assert seen["topics"]["go-sarama"] == 1  # ListTopics (Metadata v0, DescribeConfigs v0)
     assert "retention.ms" in seen["configs"]  # DescribeConfig
+    assert seen["acls"] == 0  # DescribeAcls v0 decoded (SECURITY_DISABLED, no bindings)
     assert seen["consumed"] == 5
     assert seen["committed"] == 5  # OffsetCommit v1 stored, read back with OffsetFetch
 

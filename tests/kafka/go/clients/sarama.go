@@ -1,6 +1,6 @@
 package main
 
-// sarama 1.22: ListTopics and DescribeConfig (admin), a SyncProducer, a consumer group
+// sarama 1.22: ListTopics, DescribeConfig and ListAcls (admin), a SyncProducer, a consumer group
 // that consumes what was produced and commits it with sarama's default OffsetCommit v1,
 // and the commit read back (OffsetFetch).
 
@@ -65,6 +65,18 @@ func runSarama(addrs []string, topic, group string, count int) map[string]interf
 		configs[e.Name] = e.Value
 	}
 	out["configs"] = configs
+	// DescribeAcls v0 (sarama does not look at the answer's error code: a body it could
+	// not decode is the failure to catch)
+	filter := sarama.AclFilter{
+		ResourceType:   sarama.AclResourceAny,
+		Operation:      sarama.AclOperationAny,
+		PermissionType: sarama.AclPermissionAny,
+	}
+	acls, err := admin.ListAcls(filter)
+	if err != nil {
+		fail("ListAcls", err)
+	}
+	out["acls"] = len(acls)
 
 	producer, err := sarama.NewSyncProducer(addrs, cfg)
 	if err != nil {
