@@ -205,6 +205,14 @@ class BrokerConfig:
             integer(1),
         ),
     )
+    consumer_offsets_settle_ms: int = field(
+        default=5_000,
+        metadata=about(
+            "How old an offset commit must be before the derived __consumer_offsets topic "
+            "serves it (larger than a commit's write time plus the brokers' clock skew)",
+            integer(1),
+        ),
+    )
     broker_id: int = field(
         default=0, metadata=about("This broker's id, unique in the cluster", integer(0))
     )

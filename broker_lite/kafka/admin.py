@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import (
@@ -64,6 +65,7 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
                 count = int(ctx.broker.config.num_partitions)
             config = {c.name: c.value for c in topic.configs if c.value is not None}
             validate_topic_name(topic.name)
+            consumer_offsets.refuse_create(topic.name)
             if not request.validate_only:
                 made = ctx.broker.create_topic(topic.name, count, config)
                 topic_id = topic_uuid(made.get("topic_id", ""))
@@ -97,7 +99,7 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     for name, topic_id in named:
         error, message, found = outcome(partial(_topic_name, ctx.broker, name, topic_id))
         if not error:
-            error, message, _ = outcome(partial(ctx.broker.delete_topic, found))
+            error, message, _ = outcome(partial(_delete_topic, ctx.broker, found))
         results.append(
             make(
                 result_cls,
@@ -108,6 +110,11 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
             )
         )
     return make(cls, throttle_time=0, responses=tuple(results))
+
+
+def _delete_topic(broker: Any, name: str) -> None:
+    consumer_offsets.refuse_write(name, "DeleteTopics")
+    broker.delete_topic(name)
 
 
 def _topic_name(broker: Any, name: str | None, topic_id: uuid.UUID) -> str:
@@ -125,6 +132,7 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
     result_cls = nested(cls, "CreatePartitionsTopicResult")
 
     def add(topic: Any) -> None:
+        consumer_offsets.refuse_write(topic.name, "CreatePartitions")
         if topic.assignments:
             raise InvalidRequestError("manual replica assignments are not accepted")
         if not request.validate_only:
@@ -146,7 +154,7 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             error, _, low = outcome(
-                partial(ctx.broker.delete_records, t.name, int(p.partition_index), int(p.offset))
+                partial(_delete_records, ctx.broker, t.name, int(p.partition_index), int(p.offset))
             )
             parts.append(
                 make(
@@ -158,6 +166,11 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
             )
         topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
     return make(cls, throttle_time=0, topics=tuple(topics))
+
+
+def _delete_records(broker: Any, topic: str, partition: int, offset: int) -> int:
+    consumer_offsets.refuse_write(topic, "DeleteRecords")
+    return int(broker.delete_records(topic, partition, offset))
 
 
 def broker_configs(broker: Any, name: str) -> list[tuple[str, str]]:
@@ -191,46 +204,44 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     results = []
     for resource in request.resources:
         error, message, entries = 0, None, []
+
+        def entry(name: str, value: str | None, read_only: bool, source: int) -> Any:
+            return make(
+                entry_cls,
+                name=name,
+                value=value,
+                read_only=read_only,
+                is_default=source == SOURCE_DEFAULT,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=(),
+                config_type=0,
+                documentation=None,
+            )
+
+        wanted = resource.configuration_keys
         try:
-            if resource.resource_type == TOPIC:
-                info = ctx.broker.topic(resource.resource_name).info
+            if resource.resource_type == TOPIC and consumer_offsets.is_topic(
+                resource.resource_name
+            ):
+                entries = [
+                    entry(name, value, True, SOURCE_DEFAULT)
+                    for name, value in consumer_offsets.CONFIGS
+                    if wanted is None or name in wanted
+                ]
+            elif resource.resource_type == TOPIC:
                 ctx.broker.topic(resource.resource_name).reload()
                 info = ctx.broker.topic(resource.resource_name).info
-                wanted = resource.configuration_keys
                 for name, value in sorted(info.effective_config.items()):
                     if wanted is not None and name not in wanted:
                         continue
-                    explicit = name in info.config
-                    entries.append(
-                        make(
-                            entry_cls,
-                            name=name,
-                            value=_text(value),
-                            read_only=False,
-                            is_default=not explicit,
-                            config_source=SOURCE_TOPIC if explicit else SOURCE_DEFAULT,
-                            is_sensitive=False,
-                            synonyms=(),
-                            config_type=0,
-                            documentation=None,
-                        )
-                    )
+                    source = SOURCE_TOPIC if name in info.config else SOURCE_DEFAULT
+                    entries.append(entry(name, _text(value), False, source))
             elif resource.resource_type == BROKER:
                 entries = [
-                    make(
-                        entry_cls,
-                        name=name,
-                        value=value,
-                        read_only=True,
-                        is_default=False,
-                        config_source=SOURCE_STATIC_BROKER,
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
-                    )
+                    entry(name, value, True, SOURCE_STATIC_BROKER)
                     for name, value in broker_configs(ctx.broker, resource.resource_name)
-                    if resource.configuration_keys is None or name in resource.configuration_keys
+                    if wanted is None or name in wanted
                 ]
             else:
                 raise InvalidRequestError(
@@ -264,6 +275,7 @@ def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
                     "(topic); brokers are configured by conf/broker.toml"
                 )
             name = resource.resource_name
+            consumer_offsets.refuse_write(name, "altering its configs")
             updates: dict[str, Any] = {}
             remove: list[str] = []
             current = ctx.broker.topic(name).info.config

@@ -17,8 +17,9 @@ from typing import Any
 from sparklog.errors import SparklogError, TopicAlreadyExistsError
 from sparklog.storage.catalog import validate_topic_name
 
-#: Kafka's internal topics: never auto-created as ordinary topics (a monitor asking for
-#: ``__consumer_offsets`` would get an empty user topic instead of "unknown")
+#: Kafka's internal topics: never auto-created as ordinary topics (``__consumer_offsets``
+#: is served as a read-only view of the group logs by
+#: :mod:`~sparklog.broker_lite.kafka.consumer_offsets`; ``__transaction_state`` is unknown)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import topic_ids
+from sparklog.broker_lite.kafka import consumer_offsets, topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.records import encode_batch, encode_control_batch
 from sparklog.broker_lite.transactions.markers import transactions_view
@@ -95,6 +95,8 @@ def _read(
     committed: bool = False,
 ) -> tuple[int, int, int, bytes, int]:
     """(error, high watermark, log start offset, encoded records, last stable offset)."""
+    if consumer_offsets.is_topic(topic):  # the derived, read-only view of the group logs
+        return consumer_offsets.read(broker, partition, offset, max_bytes, wait_ms)
     try:
         stable = transactions_view(broker, topic, partition)
         if committed and offset >= stable[1]:

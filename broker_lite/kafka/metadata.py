@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import auto_create
+from sparklog.broker_lite.kafka import auto_create, consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
 from sparklog.storage.catalog import validate_topic_name
@@ -70,7 +70,7 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     brokers = kafka_brokers(broker)
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        wanted: list[str] = broker.root.list_topics()
+        wanted: list[str] = [*broker.root.list_topics(), consumer_offsets.TOPIC]
     else:
         wanted = [t.name for t in request.topics if t.name is not None]
     by_id, unknown_ids = _named_by_id(broker, request.topics or ())
@@ -94,6 +94,9 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         for topic_id in unknown_ids
     ]
     for name in wanted:
+        if consumer_offsets.is_topic(name):
+            topics.append(_consumer_offsets(topic_cls, partition_cls, brokers))
+            continue
         try:
             if name not in known:
                 validate_topic_name(name)  # Kafka: INVALID_TOPIC_EXCEPTION for such a name
@@ -149,6 +152,34 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         cluster_id=CLUSTER_ID,
         controller_id=controller_id(brokers),
         topics=tuple(topics),
+    )
+
+
+def _consumer_offsets(topic_cls: type, partition_cls: type, brokers: dict[int, Any]) -> Any:
+    """The derived internal topic (:mod:`~sparklog.broker_lite.kafka.consumer_offsets`)."""
+    partitions = []
+    for p in range(consumer_offsets.PARTITIONS):
+        leader = consumer_offsets.leader_of(p, list(brokers))
+        nodes = (leader,) if leader >= 0 else ()
+        partitions.append(
+            make(
+                partition_cls,
+                error_code=0 if leader >= 0 else LeaderNotAvailableError.errno,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=-1,
+                replica_nodes=nodes,
+                isr_nodes=nodes,
+                offline_replicas=(),
+            )
+        )
+    return make(
+        topic_cls,
+        error_code=0,
+        name=consumer_offsets.TOPIC,
+        topic_id=consumer_offsets.TOPIC_ID,
+        is_internal=True,
+        partitions=tuple(partitions),
     )
 
 

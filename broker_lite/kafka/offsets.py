@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
+from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.errors import InvalidRequestError, SparklogError
 
@@ -27,6 +28,8 @@ LATEST_TIERED = -5
 
 def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(offset, timestamp) Kafka answers for one ListOffsets partition."""
+    if consumer_offsets.is_topic(topic):
+        return consumer_offsets.list_offset(broker, partition, timestamp)
     if timestamp == LATEST:
         return broker.list_offsets(topic, partition, "latest"), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):

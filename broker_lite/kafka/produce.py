@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import auto_create
+from sparklog.broker_lite.kafka import auto_create, consumer_offsets
 from sparklog.broker_lite.kafka.fetch import remember_produced
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.records import (
@@ -122,6 +122,7 @@ def _produce_topic(
     batcher writes them in one object; errors stay per partition.
     """
     try:
+        consumer_offsets.refuse_write(topic, "Produce")
         topic_obj = broker.topic(topic)
     except UnknownTopicOrPartitionError as exc:
         if not auto_create.enabled(broker):

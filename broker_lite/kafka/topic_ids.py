@@ -12,6 +12,7 @@ import threading
 import uuid
 from typing import Any
 
+from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import SparklogError
 
@@ -21,6 +22,8 @@ _names: dict[uuid.UUID, str] = {}
 
 def id_of(broker: Any, name: str) -> uuid.UUID:
     """The Kafka topic id of ``name`` (the zero UUID if it has none)."""
+    if consumer_offsets.is_topic(name):
+        return consumer_offsets.TOPIC_ID
     try:
         return topic_uuid(broker.topic(name).info.topic_id)
     except SparklogError:
@@ -29,6 +32,8 @@ def id_of(broker: Any, name: str) -> uuid.UUID:
 
 def name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
     """The name of the live topic with ``topic_id``, or None."""
+    if topic_id == consumer_offsets.TOPIC_ID:
+        return consumer_offsets.TOPIC
     with _lock:
         known = _names.get(topic_id)
     if known is not None and id_of(broker, known) == topic_id:
