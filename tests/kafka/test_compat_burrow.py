@@ -4,10 +4,10 @@ read-only ``__consumer_offsets`` (issue 24 item 7).
 The test writes Burrow's config: one cluster and one consumer module pointing at
 a sparklog broker's Kafka port, its HTTP server on a free loopback port, and
 in-memory storage.  Burrow 1.2 cannot run without ZooKeeper (for its own locks;
-there is no setting to turn it off), so it is given the in-process stand-in of
-tests/support/fake_zookeeper.py.  Before the topic existed Burrow exited at start
-(``failed to get partition count``).  Skipped, saying why, where Burrow is
-missing.
+there is no setting to turn it off), so it is given a real one: Debian's
+ZooKeeper server (tests/support/zookeeper.py), one for the module.  Before the
+topic existed Burrow exited at start (``failed to get partition count``).
+Skipped, saying why, where Burrow or ZooKeeper is missing.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support import zookeeper as zk
 from tests.support.brokers import Cluster
-from tests.support.fake_zookeeper import FakeZooKeeper
 from tests.support.waiting import wait_for
 
 TOPIC = "burrow-watched"
@@ -40,11 +40,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def zookeeper() -> Iterator[FakeZooKeeper]:
-    server = FakeZooKeeper().start()
-    yield server
-    server.stop()
+@pytest.fixture(scope="module")
+def zookeeper() -> Iterator[str]:
+    """A ZooKeeper server's ``host:port`` (skipped, saying why, where it cannot run)."""
+    missing = zk.why_unavailable()
+    if missing:
+        pytest.skip(missing)
+    with zk.running_zookeeper() as address:
+        yield address
 
 
 def start_burrow(
@@ -103,7 +106,7 @@ def get(port: int, path: str) -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize("kafka_version", ["0.8.2", "1.0.0"])
 def test_burrow_lists_a_group_and_its_lag(
-    kafka_cluster: Cluster, zookeeper: FakeZooKeeper, tmp_path: Path, kafka_version: str
+    kafka_cluster: Cluster, zookeeper: str, tmp_path: Path, kafka_version: str
 ) -> None:
     """Burrow's client profile picks sarama's protocol versions: 0.8.2
     reads with Fetch v0 and ListOffsets v0 (message sets of magic 0), 1.0.0 with record
@@ -118,7 +121,7 @@ def test_burrow_lists_a_group_and_its_lag(
     assert producer.flush(30) == 0
 
     port = free_port()
-    burrow = start_burrow(tmp_path / "burrow", bootstrap, zookeeper.address, port, kafka_version)
+    burrow = start_burrow(tmp_path / "burrow", bootstrap, zookeeper, port, kafka_version)
     log = tmp_path / "burrow" / "burrow.log"
     try:
 
