@@ -14,7 +14,7 @@ with a given schema, or the raw ``value`` bytes), then the record's ``_key``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,8 @@ class DeltaForeachBatch:
     mode: Mode = "append"
     partition_by: Sequence[str] = ()
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    #: called with (batch id, the batch's rows) after each batch is committed to the table
+    on_progress: Callable[[int, Any], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.value_format not in VALUE_FORMATS:
@@ -77,8 +79,10 @@ class DeltaForeachBatch:
                 "%s: batch %d already in the table (app %s)", self.table, batch_id, self.app_id
             )
             return
-        rows = delta_rows(df, self.value_format, self.value_schema)
-        target.write(rows.toArrow(), batch_id)
+        rows = delta_rows(df, self.value_format, self.value_schema).toArrow()
+        target.write(rows, batch_id)
+        if self.on_progress is not None:
+            self.on_progress(batch_id, rows)
 
 
 def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = None) -> Any:
