@@ -56,13 +56,14 @@ def _version() -> str:
 
 
 def peek_changes(
-    conn: Any, slot: str, publication: str, max_changes: int
+    conn: Any, slot: str, publication: str, max_changes: int | None, upto: str | None = None
 ) -> tuple[str, list[tuple[str, bytes]]]:
-    """(the server's flushed WAL position, the slot's messages up to it): nothing consumed.
+    """(the end read to, the slot's messages up to it): nothing consumed.
 
-    Whole transactions only: the server checks ``max_changes`` after each commit.
+    The end is ``upto`` or else the server's flushed WAL position. Whole transactions
+    only: the server checks ``max_changes`` (None: no limit) after each commit.
     """
-    end = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
+    end = upto or conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
         "%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",

@@ -137,7 +137,7 @@ class _Table:
         return [c for c in self.columns if c.key]
 
 
-def _connect(dsn: str, **kwargs: Any) -> Any:
+def connection(dsn: str, **kwargs: Any) -> Any:
     require("psycopg")
     import psycopg
 
@@ -175,7 +175,7 @@ class PostgresSource:
 
     def check(self) -> dict[tuple[str, str], _Table]:
         """Check the server and tables up front; each problem is one line naming it."""
-        with _connect(self.config.dsn) as conn:
+        with connection(self.config.dsn) as conn:
             wal_level = conn.execute("SHOW wal_level").fetchone()[0]
             if wal_level != "logical":
                 raise ConnectorConfigError(
@@ -243,6 +243,14 @@ class PostgresSource:
                 f"publication {self.config.publication!r} exists but does not publish {missing}"
             )
 
+    def ensure_slot(self, conn: Any) -> None:
+        """The publication and the slot, created if missing (no snapshot: the Spark source's)."""
+        self._ensure_publication(conn)
+        if not self._slot_exists(conn):
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.config.slot,)
+            )
+
     def _slot_exists(self, conn: Any) -> bool:
         return (
             conn.execute(
@@ -271,7 +279,7 @@ class PostgresSource:
         )
         stop = stop or threading.Event()
         try:
-            with _connect(self.config.dsn) as conn:
+            with connection(self.config.dsn) as conn:
                 self._ensure_publication(conn)
                 if not (done.get("snapshot_done") and self._slot_exists(conn)):
                     self._snapshot(conn, tables)
@@ -318,7 +326,7 @@ class PostgresSource:
             log.info("slot %s created at %s; snapshot %s", slot, point, snapshot)
             from psycopg import IsolationLevel
 
-            with _connect(self.config.dsn) as snap:
+            with connection(self.config.dsn) as snap:
                 snap.autocommit = False
                 snap.isolation_level = IsolationLevel.REPEATABLE_READ
                 snap.read_only = True
@@ -445,7 +453,7 @@ class PostgresSource:
 
 def slot_status(dsn: str, slot: str) -> dict[str, Any]:
     """A slot's confirmed LSN and how many WAL bytes it is behind the server (its lag)."""
-    with _connect(dsn) as conn:
+    with connection(dsn) as conn:
         row = conn.execute(
             "SELECT confirmed_flush_lsn::text, active, "
             "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint "
@@ -465,7 +473,7 @@ def slot_status(dsn: str, slot: str) -> dict[str, Any]:
 
 def drop(dsn: str, slot: str, publication: str) -> None:
     """Drop the connector's slot and publication (the slot otherwise keeps WAL forever)."""
-    with _connect(dsn) as conn:
+    with connection(dsn) as conn:
         if conn.execute(
             "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone():
