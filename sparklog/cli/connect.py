@@ -129,6 +129,9 @@ def delta_sink(
     max_offsets: int | None = typer.Option(
         None, "--max-offsets-per-trigger", metavar="N", min=1, help="Records per micro-batch"
     ),
+    writer: str = typer.Option(
+        "auto", "--writer", metavar="WRITER", help="auto, delta-rs, delta-spark (needs its jars)"
+    ),
     once: bool = typer.Option(False, "--once", help="Land what is there, then stop"),
     metrics_listen: str = typer.Option(
         "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
@@ -145,6 +148,7 @@ def delta_sink(
         "checkpoint": checkpoint,
         "table_option": list(table_option or ()),
         "max_offsets_per_trigger": max_offsets,
+        "writer": writer,
     }
     _run_delta_sink(ctx, name or f"delta-{topic}", settings, once, metrics_listen)
 
@@ -169,6 +173,7 @@ def _run_delta_sink(
         mode=settings.get("mode") or "append",
         partition_by=tuple(settings.get("partition_by") or ()),
         storage_options=table_options,
+        writer=settings.get("writer") or "auto",
     )
     checkpoint = settings.get("checkpoint")
     if checkpoint is None:
@@ -207,6 +212,7 @@ def _run_delta_sink(
 
     def work(stop: threading.Event) -> str:
         spark = delta_sink_session(f"sparklog-{name}")
+        connector_state.save(root, name, writer=sink.resolved_writer(spark))
         query = start_delta_sink(
             spark,
             sink,
