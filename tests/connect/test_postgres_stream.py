@@ -3,7 +3,8 @@
 Three tables change (tests/connect/pg_history.py) while the query runs, then while
 it is stopped; restarted on its checkpoint it goes on from the slot. The topics
 hold every change once (by LSN and key) and replay to the tables, and the slot is
-confirmed up to the last batch Spark committed, not before.
+confirmed up to the last batch Spark committed, not before. Missing options and
+an unknown table fail the query with the connector's message naming them.
 """
 
 from __future__ import annotations
@@ -92,3 +93,26 @@ def test_changes_stream_into_topics_once_across_a_restart(
     assert first_end <= confirmed_lsn(postgres) <= committed_end(checkpoint)
     ops = check_topics_mirror_tables(open_root(url), postgres)
     assert ops["r"] == 0 and ops["c"] + ops["u"] + ops["d"] == history.changes
+
+
+def test_bad_settings_fail_the_query_naming_them(
+    spark,  # noqa: F811
+    postgres: Postgres,
+    tmp_path: Path,
+) -> None:
+    def failure(**options: str) -> str:
+        reader = spark.readStream.format("sparklog-postgres")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = reader.load().writeStream.format("console").start()
+        try:
+            with pytest.raises(Exception) as failed:  # Spark wraps the connector error
+                query.awaitTermination(120)
+        finally:
+            query.stop()
+        return str(failed.value)
+
+    url = f"file://{tmp_path}/root"
+    assert "needs option(s) ['dsn', 'prefix']" in failure(root=url, tables="t")
+    unknown = failure(root=url, tables="nosuch", prefix="bad", dsn=postgres.dsn)
+    assert "table public.nosuch not found in database 'postgres'" in unknown
