@@ -1,8 +1,10 @@
-"""``sparklog connect``: run connectors (delta-sink, postgres-source) and list their state.
+"""``sparklog connect``: run connectors (delta-sink, postgres-source), list, stop them.
 
 Connectors read and write the storage root directly (the global ``--address`` must
-name a root, not a broker). Each records its settings and milestones in the root
-(:mod:`sparklog.connect.state`), which ``list`` and ``status`` show. Settings are
+name a root, not a broker). Each records its definition (its settings, passwords
+redacted), progress and status in the root (:mod:`sparklog.connect.state`), which
+``list`` and ``status`` show and ``run NAME`` starts again; ``stop NAME`` records a
+stop request there, which the running connector sees within a second. Settings are
 checked before anything starts: a wrong host, an unknown table or topic, a bad
 value format is one ``error:`` line.
 """
@@ -10,13 +12,18 @@ value format is one ``error:`` line.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError, ConnectorConfigError
+from sparklog.errors import ConfigError, ConnectorConfigError, ConnectorError
 
 connect_app = typer.Typer(
     no_args_is_help=True,
@@ -24,8 +31,13 @@ connect_app = typer.Typer(
     help="Connectors: topic to Delta table, PostgreSQL to topics.",
 )
 
+DELTA_SINK, POSTGRES_SOURCE = "delta-sink", "postgres-source"
+_METRICS_HELP = "Serve Prometheus /metrics (progress, lag)"
+#: a storage option whose name has one of these is a secret: never stored in the root
+_SECRET_WORDS = ("SECRET", "PASSWORD", "TOKEN", "ACCESS_KEY", "SESSION")
 
-def _root(ctx: typer.Context) -> Any:
+
+def _root(ctx: typer.Context, *, create: bool | None = None) -> Any:
     from sparklog.client.address import parse_address
     from sparklog.storage import open_root
 
@@ -36,7 +48,7 @@ def _root(ctx: typer.Context) -> Any:
             "connectors read and write the storage root: give it as --address (a path, "
             "file://, s3://), not a broker's host:port"
         )
-    return open_root(url, st.storage_options)
+    return open_root(url, st.storage_options, create=create)
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -49,7 +61,40 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-@connect_app.command("delta-sink")
+def _metrics(listen: str) -> Any:
+    if not listen:
+        return None
+    from sparklog.connect.metrics import ConnectorMetrics
+
+    metrics = ConnectorMetrics()
+    port = metrics.serve(listen)
+    logging.getLogger("sparklog.connect").info("metrics on port %d", port)
+    return metrics
+
+
+def _supervised(root: Any, name: str, work: Callable[[threading.Event], str]) -> None:
+    """Run ``work(stop)`` as the connector ``name``: status recorded, stop requests watched.
+
+    ``work`` has validated its settings before calling here; it returns its summary line.
+    """
+    from sparklog.connect import state as connector_state
+
+    stop = threading.Event()
+    connector_state.mark_running(root, name)
+    connector_state.watch_stop(root, name, stop)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            summary = work(stop)
+    except BaseException as exc:
+        connector_state.mark_stopped(root, name, "failed", error=str(exc).splitlines()[0][:500])
+        raise
+    finally:
+        stop.set()  # ends the watcher
+    connector_state.mark_stopped(root, name)
+    say(summary)
+
+
+@connect_app.command(DELTA_SINK)
 def delta_sink(
     ctx: typer.Context,
     topic: str = typer.Option(..., "--topic", metavar="TOPIC", help="Topic to land"),
@@ -84,24 +129,53 @@ def delta_sink(
     max_offsets: int | None = typer.Option(
         None, "--max-offsets-per-trigger", metavar="N", min=1, help="Records per micro-batch"
     ),
+    writer: str = typer.Option(
+        "auto", "--writer", metavar="WRITER", help="auto, delta-rs, delta-spark (needs its jars)"
+    ),
     once: bool = typer.Option(False, "--once", help="Land what is there, then stop"),
+    metrics_listen: str = typer.Option(
+        "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
+    ),
 ) -> None:
     """Land a topic in a Delta table, exactly-once."""
+    settings = {
+        "topic": topic,
+        "table": table,
+        "value_format": value_format,
+        "value_schema": value_schema,
+        "mode": mode,
+        "partition_by": list(partition_by or ()),
+        "checkpoint": checkpoint,
+        "table_option": list(table_option or ()),
+        "max_offsets_per_trigger": max_offsets,
+        "writer": writer,
+    }
+    _run_delta_sink(ctx, name or f"delta-{topic}", settings, once, metrics_listen)
+
+
+def _run_delta_sink(
+    ctx: typer.Context, name: str, settings: dict[str, Any], once: bool, metrics_listen: str
+) -> None:
     from sparklog.connect import state as connector_state
+    from sparklog.connect.sink_progress import SinkProgress
     from sparklog.spark.delta_sink import DeltaForeachBatch, delta_sink_session, start_delta_sink
 
     root = _root(ctx)
+    topic, table = settings["topic"], settings["table"]
     root.describe_topic(topic)  # an unknown topic: one line naming it
-    name = connector_state.validate_name(name or f"delta-{topic}")
+    name = connector_state.validate_name(name)
+    table_options = _pairs(settings.get("table_option"), "--table-option")
     sink = DeltaForeachBatch(
         table,
         app_id=name,
-        value_format=value_format,
-        value_schema=value_schema,
-        mode=mode,  # type: ignore[arg-type]
-        partition_by=tuple(partition_by or ()),
-        storage_options=_pairs(table_option, "--table-option"),
+        value_format=settings.get("value_format") or "auto",
+        value_schema=settings.get("value_schema"),
+        mode=settings.get("mode") or "append",
+        partition_by=tuple(settings.get("partition_by") or ()),
+        storage_options=table_options,
+        writer=settings.get("writer") or "auto",
     )
+    checkpoint = settings.get("checkpoint")
     if checkpoint is None:
         if "://" in table and not table.startswith("file://"):
             raise ConnectorConfigError(
@@ -109,29 +183,57 @@ def delta_sink(
                 "of the query reaches)"
             )
         checkpoint = table.removeprefix("file://").rstrip("/") + "/_sparklog_checkpoint"
+    stored = {
+        **settings,
+        "checkpoint": checkpoint,
+        "table_option": [
+            f"{k}={v}"
+            for k, v in table_options.items()
+            if not any(word in k.upper() for word in _SECRET_WORDS)
+        ],
+    }
+    previous = (connector_state.load(root, name) or {}).get("progress") or {}
+    metrics = _metrics(metrics_listen)
+    progress = SinkProgress(root, name, topic, metrics, previous.get("applied_offsets"))
+    sink.on_progress = progress
     connector_state.save(
-        root, name, kind="delta-sink", topic=topic, table=table, checkpoint=checkpoint, mode=mode
+        root,
+        name,
+        kind=DELTA_SINK,
+        topic=topic,
+        table=table,
+        checkpoint=checkpoint,
+        mode=sink.mode,
+        config=stored,
     )
-    spark = delta_sink_session(f"sparklog-{name}")
     st = state(ctx)
     options = {"root": root.url}
     options.update(_flatten("storage", st.storage_options))
-    query = start_delta_sink(
-        spark,
-        sink,
-        topic=topic,
-        source_options=options,
-        checkpoint=checkpoint,
-        once=once,
-        max_offsets_per_trigger=max_offsets,
-    )
-    try:
-        query.awaitTermination()
-    finally:
-        if query.isActive:
-            query.stop()
-    version = sink.target.committed_version()
-    say(f"{name}: {topic} -> {table}, last batch {version if version is not None else '-'}")
+
+    def work(stop: threading.Event) -> str:
+        spark = delta_sink_session(f"sparklog-{name}")
+        connector_state.save(root, name, writer=sink.resolved_writer(spark))
+        query = start_delta_sink(
+            spark,
+            sink,
+            topic=topic,
+            source_options=options,
+            checkpoint=checkpoint,
+            once=once,
+            max_offsets_per_trigger=settings.get("max_offsets_per_trigger"),
+        )
+        try:
+            while not query.awaitTermination(1):
+                if stop.is_set():
+                    query.stop()
+        finally:
+            if query.isActive:
+                query.stop()
+            progress.save()
+        version = sink.target.committed_version()
+        return f"{name}: {topic} -> {table}, last batch {version if version is not None else '-'}"
+
+    _supervised(root, name, work)
 
 
 def _flatten(prefix: str, value: Any) -> dict[str, str]:
@@ -143,7 +245,7 @@ def _flatten(prefix: str, value: Any) -> dict[str, str]:
     return {prefix: str(value)}
 
 
-@connect_app.command("postgres-source")
+@connect_app.command(POSTGRES_SOURCE)
 def postgres_source(
     ctx: typer.Context,
     table: Annotated[list[str], typer.Option("--table", metavar="SCHEMA.TABLE", help="Repeatable")],
@@ -159,28 +261,140 @@ def postgres_source(
         "precise", "--decimal-handling", metavar="MODE", help="precise, double, string"
     ),
     once: bool = typer.Option(False, "--once", help="Snapshot and changes so far, then stop"),
+    metrics_listen: str = typer.Option(
+        "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
+    ),
 ) -> None:
     """Capture PostgreSQL tables' changes into topics."""
+    settings = {
+        "dsn": dsn,
+        "table": list(table),
+        "prefix": prefix,
+        "slot": slot or "",
+        "publication": publication or "",
+        "partitions": partitions,
+        "decimal_handling": decimal_handling,
+    }
+    _run_postgres_source(ctx, name or prefix, settings, once, metrics_listen)
+
+
+def _run_postgres_source(
+    ctx: typer.Context, name: str, settings: dict[str, Any], once: bool, metrics_listen: str
+) -> None:
     from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
 
     config = PostgresSourceConfig(
-        dsn,
-        list(table),
-        prefix,
-        name=name or "",
-        slot=slot or "",
-        publication=publication or "",
-        partitions=partitions,
-        decimal_handling=decimal_handling,
+        settings["dsn"],
+        list(settings["table"]),
+        settings["prefix"],
+        name=name,
+        slot=settings.get("slot") or "",
+        publication=settings.get("publication") or "",
+        partitions=int(settings.get("partitions") or 1),
+        decimal_handling=settings.get("decimal_handling") or "precise",
     )
-    source = PostgresSource(_root(ctx), config)
-    with contextlib.suppress(KeyboardInterrupt):
-        source.run(until_caught_up=once)
-    stats = source.stats
-    say(
-        f"{config.name}: {stats['snapshot_rows']} snapshot rows, {stats['changes']} change "
-        f"records in {stats['transactions']} transactions ({stats['skipped']} already written)"
-    )
+    root = _root(ctx)
+    source = PostgresSource(root, config, metrics=_metrics(metrics_listen))
+    source.check()  # every setting against the server before the status says running
+
+    def work(stop: threading.Event) -> str:
+        source.run(until_caught_up=once, stop=stop)
+        stats = source.stats
+        return (
+            f"{config.name}: {stats['snapshot_rows']} snapshot rows, {stats['changes']} change "
+            f"records in {stats['transactions']} transactions ({stats['skipped']} already "
+            "written)"
+        )
+
+    _supervised(root, config.name, work)
+
+
+def _definition(root: Any, name: str) -> dict[str, Any]:
+    from sparklog.connect import state as connector_state
+
+    doc = connector_state.load(root, name)
+    if doc is None:
+        known = connector_state.names(root)
+        raise ConfigError(f"no connector {name!r} in this root; known: {known or 'none'}")
+    return dict(doc)
+
+
+@connect_app.command("run")
+def connect_run(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., metavar="NAME"),
+    dsn: str | None = typer.Option(
+        None, "--dsn", metavar="DSN", help="postgres-source: the connection (with its password)"
+    ),
+    once: bool = typer.Option(False, "--once", help="Catch up, then stop"),
+    metrics_listen: str = typer.Option(
+        "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
+    ),
+) -> None:
+    """Run a connector from its definition in the root."""
+    doc = _definition(_root(ctx, create=False), name)
+    settings = doc.get("config")
+    kind = doc.get("kind")
+    if not isinstance(settings, dict) or kind not in (DELTA_SINK, POSTGRES_SOURCE):
+        raise ConfigError(
+            f"connector {name!r} has no stored definition (kind {kind!r}); start it once with "
+            f"'sparklog connect {DELTA_SINK}' or '{POSTGRES_SOURCE}'"
+        )
+    if kind == DELTA_SINK:
+        if dsn is not None:
+            raise ConfigError(f"--dsn is for a {POSTGRES_SOURCE}; {name!r} is a {kind}")
+        _run_delta_sink(ctx, name, settings, once, metrics_listen)
+        return
+    from sparklog.connect.state import without_redacted_password
+
+    settings = {**settings, "dsn": dsn or without_redacted_password(settings["dsn"])}
+    _run_postgres_source(ctx, name, settings, once, metrics_listen)
+
+
+@connect_app.command("stop")
+def connect_stop(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., metavar="NAME"),
+    timeout_s: float = typer.Option(
+        60, "--timeout", metavar="SECONDS", min=0, help="How long to wait for it to stop"
+    ),
+) -> None:
+    """Ask a running connector to stop, and wait."""
+    from sparklog.connect import state as connector_state
+
+    root = _root(ctx, create=False)
+    doc = _definition(root, name)
+    if doc.get("status") != "running" or _dead_here(doc):
+        say(f"{name} is not running (status {doc.get('status') or 'unknown'})")
+        return
+    connector_state.request_stop(root, name)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        doc = connector_state.load(root, name) or {}
+        if doc.get("status") != "running" or _dead_here(doc):
+            say(f"{name} stopped (status {doc.get('status')})")
+            return
+        if time.monotonic() >= deadline:
+            raise ConnectorError(
+                f"{name} did not stop within {timeout_s:g} s (pid {doc.get('pid')} on "
+                f"{doc.get('host')}); the stop request stays recorded"
+            )
+        time.sleep(0.2)
+
+
+def _dead_here(doc: dict[str, Any]) -> bool:
+    """True if the connector's recorded process ran on this host and is gone (was killed)."""
+    import socket
+
+    if doc.get("host") != socket.gethostname() or not doc.get("pid"):
+        return False
+    try:
+        os.kill(int(doc["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @connect_app.command("list")
@@ -188,16 +402,21 @@ def connect_list(ctx: typer.Context) -> None:
     """Connectors that recorded state in this root."""
     from sparklog.connect import state as connector_state
 
-    root = _root(ctx)
+    root = _root(ctx, create=False)
     docs = [connector_state.load(root, n) or {"name": n} for n in connector_state.names(root)]
     if state(ctx).json:
         print_json(docs)
         return
     rows = [
-        (d.get("name"), d.get("kind"), ", ".join(d.get("topics") or [d.get("topic", "")]))
+        (
+            d.get("name"),
+            d.get("kind"),
+            d.get("status") or "-",
+            ", ".join(d.get("topics") or [d.get("topic", "")]),
+        )
         for d in docs
     ]
-    print_table(None, ["name", "kind", "topics"], rows)
+    print_table(None, ["name", "kind", "status", "topics"], rows)
 
 
 @connect_app.command("status")
@@ -208,23 +427,23 @@ def connect_status(
         None, "--dsn", metavar="DSN", help="postgres-source: the connection (for the slot's lag)"
     ),
 ) -> None:
-    """A connector's settings and progress."""
-    from sparklog.connect import state as connector_state
-
-    root = _root(ctx)
-    doc = connector_state.load(root, name)
-    if doc is None:
-        known = connector_state.names(root)
-        raise ConfigError(f"no connector {name!r} in this root; known: {known or 'none'}")
-    status = dict(doc)
-    if doc.get("kind") == "delta-sink":
+    """A connector's settings, progress and lag."""
+    root = _root(ctx, create=False)
+    status = _definition(root, name)
+    if status.get("status") == "running" and _dead_here(status):
+        status["status"] = "dead"  # killed: it could not record that it stopped
+    progress = status.get("progress") or {}
+    if status.get("kind") == DELTA_SINK:
         from sparklog.connect.delta import DeltaTarget
+        from sparklog.connect.sink_progress import records_behind, topic_ends
 
-        status["last_batch"] = DeltaTarget(doc["table"], name).committed_version()
-    elif doc.get("kind") == "postgres-source" and dsn:
+        status["last_batch"] = DeltaTarget(status["table"], name).committed_version()
+        ends = topic_ends(root, status["topic"])
+        status["records_behind"] = records_behind(ends, progress.get("applied_offsets") or {})
+    elif status.get("kind") == POSTGRES_SOURCE and dsn:
         from sparklog.connect.postgres import slot_status
 
-        status.update(slot_status(dsn, doc["slot"]))
+        status.update(slot_status(dsn, status["slot"]))
     if state(ctx).json:
         print_json(status)
         return

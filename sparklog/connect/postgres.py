@@ -29,29 +29,26 @@ Debezium does (:mod:`sparklog.connect.pg_types`).
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sparklog.connect import require, state
-from sparklog.connect.pg_types import DECIMAL_MODES, Converter
-from sparklog.connect.pgoutput import (
-    Begin,
-    Change,
-    Column,
-    Commit,
-    Relation,
-    decode,
-    int_to_lsn,
-    lsn_to_int,
+from sparklog.connect.changes import (
+    ChangeDecoder,
+    ChangeRecord,
+    Transaction,
+    advance,
+    partition_of,
+    peek_changes,
 )
-from sparklog.errors import ConnectorConfigError, ConnectorError
+from sparklog.connect.metrics import ConnectorMetrics
+from sparklog.connect.pg_types import DECIMAL_MODES
+from sparklog.connect.pgoutput import Column, int_to_lsn, lsn_to_int
+from sparklog.errors import ConnectorConfigError
 from sparklog.storage import LogRoot, make_batch
 
 log = logging.getLogger(__name__)
@@ -109,6 +106,18 @@ class PostgresSourceConfig:
                 f"{', '.join(DECIMAL_MODES)}"
             )
 
+    def definition(self) -> dict[str, Any]:
+        """The settings ``connect run NAME`` starts the connector again with (no password)."""
+        return {
+            "dsn": state.redact(self.dsn),
+            "table": list(self.tables),
+            "prefix": self.prefix,
+            "slot": self.slot,
+            "publication": self.publication,
+            "partitions": self.partitions,
+            "decimal_handling": self.decimal_handling,
+        }
+
     @property
     def qualified_tables(self) -> list[tuple[str, str]]:
         return [tuple(t.split(".")) if "." in t else ("public", t) for t in self.tables]  # type: ignore[misc]
@@ -128,32 +137,7 @@ class _Table:
         return [c for c in self.columns if c.key]
 
 
-@dataclass
-class _Record:
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    ts_ms: int
-
-
-@dataclass
-class _Transaction:
-    xid: int
-    end_lsn: int
-    records: list[_Record] = field(default_factory=list)
-
-
-@functools.cache
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"sparklog-{version('sparklog')}"
-    except PackageNotFoundError:
-        return "sparklog"
-
-
-def _connect(dsn: str, **kwargs: Any) -> Any:
+def connection(dsn: str, **kwargs: Any) -> Any:
     require("psycopg")
     import psycopg
 
@@ -169,21 +153,29 @@ def _connect(dsn: str, **kwargs: Any) -> Any:
 class PostgresSource:
     """The connector: :meth:`run` snapshots (once) then streams changes into the topics."""
 
-    def __init__(self, root: LogRoot, config: PostgresSourceConfig) -> None:
+    def __init__(
+        self,
+        root: LogRoot,
+        config: PostgresSourceConfig,
+        metrics: ConnectorMetrics | None = None,
+    ) -> None:
         config.validate()
         self.root = root
         self.config = config
         self.app_id = f"{KIND}:{config.name}"
-        self.converter = Converter(config.decimal_handling)
+        self.decoder = ChangeDecoder(config.prefix, "", config.decimal_handling)
         self.stats = {"snapshot_rows": 0, "changes": 0, "transactions": 0, "skipped": 0}
-        self._relations: dict[int, Relation] = {}
-        self._db = ""
+        self.metrics = metrics
+        #: the slot's last confirmed LSN and the WAL bytes the server had beyond it
+        self.last_lsn: int | None = None
+        self.lag_bytes = 0
+        self._progress_saves = state.Throttled()
 
     # -- checks and setup -------------------------------------------------------------------
 
     def check(self) -> dict[tuple[str, str], _Table]:
         """Check the server and tables up front; each problem is one line naming it."""
-        with _connect(self.config.dsn) as conn:
+        with connection(self.config.dsn) as conn:
             wal_level = conn.execute("SHOW wal_level").fetchone()[0]
             if wal_level != "logical":
                 raise ConnectorConfigError(
@@ -199,7 +191,7 @@ class PostgresSource:
                     f"PostgreSQL role {user!r} lacks the REPLICATION attribute "
                     f"(ALTER ROLE {user} REPLICATION)"
                 )
-            self._db = conn.execute("SELECT current_database()").fetchone()[0]
+            self.decoder.db = conn.execute("SELECT current_database()").fetchone()[0]
             return {(s, t): self._table(conn, s, t) for s, t in self.config.qualified_tables}
 
     def _table(self, conn: Any, schema: str, table: str) -> _Table:
@@ -219,7 +211,7 @@ class PostgresSource:
         ).fetchall()
         if not rows:
             raise ConnectorConfigError(
-                f"table {schema}.{table} not found in database {self._db!r} (or not a table)"
+                f"table {schema}.{table} not found in database {self.decoder.db!r} (or not a table)"
             )
         return _Table(schema, table, tuple(Column(n, o, m, bool(k)) for n, o, m, k in rows))
 
@@ -251,6 +243,14 @@ class PostgresSource:
                 f"publication {self.config.publication!r} exists but does not publish {missing}"
             )
 
+    def ensure_slot(self, conn: Any) -> None:
+        """The publication and the slot, created if missing (no snapshot: the Spark source's)."""
+        self._ensure_publication(conn)
+        if not self._slot_exists(conn):
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.config.slot,)
+            )
+
     def _slot_exists(self, conn: Any) -> bool:
         return (
             conn.execute(
@@ -275,20 +275,34 @@ class PostgresSource:
             topics=[self.config.topic_of(s, t) for s, t in self.config.qualified_tables],
             slot=self.config.slot,
             publication=self.config.publication,
+            config=self.config.definition(),
         )
-        with _connect(self.config.dsn) as conn:
-            self._ensure_publication(conn)
-            if not (done.get("snapshot_done") and self._slot_exists(conn)):
-                self._snapshot(conn, tables)
-            while stop is None or not stop.is_set():
-                progressed = self.poll(conn)
-                if until_caught_up and not progressed:
-                    return
-                if not progressed:
-                    if stop is not None:
+        stop = stop or threading.Event()
+        try:
+            with connection(self.config.dsn) as conn:
+                self._ensure_publication(conn)
+                if not (done.get("snapshot_done") and self._slot_exists(conn)):
+                    self._snapshot(conn, tables)
+                while not stop.is_set():
+                    progressed = self.poll(conn)
+                    if until_caught_up and not progressed:
+                        return
+                    if not progressed:
                         stop.wait(self.config.poll_interval_s)
-                    else:
-                        time.sleep(self.config.poll_interval_s)
+        finally:
+            self.save_progress(force=True)
+
+    def progress(self) -> dict[str, Any]:
+        """What ``connect status`` shows: records written, last LSN, lag in WAL bytes."""
+        return {
+            **self.stats,
+            "last_lsn": None if self.last_lsn is None else int_to_lsn(self.last_lsn),
+            "lag_bytes": self.lag_bytes,
+        }
+
+    def save_progress(self, force: bool = False) -> None:
+        if force or self._progress_saves.due():
+            state.save(self.root, self.config.name, progress=self.progress())
 
     def _snapshot(self, conn: Any, tables: dict[tuple[str, str], _Table]) -> None:
         import psycopg
@@ -312,7 +326,7 @@ class PostgresSource:
             log.info("slot %s created at %s; snapshot %s", slot, point, snapshot)
             from psycopg import IsolationLevel
 
-            with _connect(self.config.dsn) as snap:
+            with connection(self.config.dsn) as snap:
                 snap.autocommit = False
                 snap.isolation_level = IsolationLevel.REPEATABLE_READ
                 snap.read_only = True
@@ -341,11 +355,17 @@ class PostgresSource:
                     break
                 records = []
                 for row in rows:
-                    source = self._source(table.schema, table.table, now, xid, lsn, "true")
-                    key, value = self._event("r", table.columns, None, row, source, now)
-                    records.append(_Record(topic, key, value, now))
+                    records.append(
+                        self.decoder.snapshot_record(
+                            table.schema, table.table, table.columns, row, xid=xid, lsn=lsn, now=now
+                        )
+                    )
                 self._produce(topic, records, txn=None)
                 self.stats["snapshot_rows"] += len(rows)
+                if self.metrics is not None:
+                    self.metrics.source_progress(
+                        self.config.name, records=0, snapshot_rows=len(rows), lsn=None, lag_bytes=0
+                    )
         log.info(
             "snapshot of %s.%s written (last table: %s)", table.schema, table.table, last_table
         )
@@ -354,14 +374,11 @@ class PostgresSource:
 
     def poll(self, conn: Any) -> int:
         """Write the slot's next transactions and confirm them; how many transactions."""
-        end = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
-        rows = conn.execute(
-            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
-            "%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",
-            (self.config.slot, end, self.config.max_changes, self.config.publication),
-        ).fetchall()
-        transactions = list(self._transactions(rows))
-        self._write_transactions(transactions)
+        end, rows = peek_changes(
+            conn, self.config.slot, self.config.publication, self.config.max_changes
+        )
+        transactions = list(self.decoder.transactions(rows))
+        written = self._write_transactions(transactions)
         if transactions:
             confirm = int_to_lsn(transactions[-1].end_lsn)
         elif not rows:
@@ -369,104 +386,26 @@ class PostgresSource:
         else:
             confirm = None
         if confirm is not None:
-            conn.execute(
-                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.config.slot, confirm)
+            advance(conn, self.config.slot, confirm)
+            self.last_lsn = lsn_to_int(confirm)
+        if self.last_lsn is not None:
+            self.lag_bytes = max(0, lsn_to_int(end) - self.last_lsn)
+        if self.metrics is not None:
+            self.metrics.source_progress(
+                self.config.name,
+                records=written,
+                snapshot_rows=0,
+                lsn=self.last_lsn,
+                lag_bytes=self.lag_bytes,
             )
+        self.save_progress()
         return len(transactions)
 
-    def _transactions(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[_Transaction]:
-        current: _Transaction | None = None
-        begin: Begin | None = None
-        for lsn_text, data in rows:
-            message = decode(data)
-            if isinstance(message, Begin):
-                begin = message
-                current = _Transaction(message.xid, 0)
-            elif isinstance(message, Relation):
-                self._relations[message.oid] = message
-            elif isinstance(message, Change) and current is not None and begin is not None:
-                current.records.extend(self._change_records(message, lsn_to_int(lsn_text), begin))
-            elif isinstance(message, Commit) and current is not None:
-                current.end_lsn = message.end_lsn
-                yield current
-                current = begin = None
-
-    def _change_records(self, change: Change, lsn: int, begin: Begin) -> list[_Record]:
-        relation = self._relations.get(change.relation_oid)
-        if relation is None:
-            raise ConnectorError(
-                f"pgoutput: change for relation {change.relation_oid} before its Relation message"
-            )
-        topic = self.config.topic_of(relation.schema, relation.table)
-        commit_ms = begin.commit_ts_us // 1000
-        now = int(time.time() * 1000)
-        source = self._source(relation.schema, relation.table, commit_ms, begin.xid, lsn, "false")
-        old = change.old
-        if old is not None and change.old_is_key:
-            # a key-only old tuple: Debezium's ``before`` has the key columns, others null
-            old = tuple(v if c.key else None for v, c in zip(old, relation.columns, strict=False))
-        key, value = self._event(change.op, relation.columns, old, change.new, source, now)
-        records = [_Record(topic, key, value, commit_ms)]
-        if change.op == "d":
-            records.append(_Record(topic, key, None, commit_ms))  # tombstone
-        return records
-
-    def _source(
-        self, schema: str, table: str, ts_ms: int, xid: int, lsn: int, snapshot: str
-    ) -> dict[str, Any]:
-        return {
-            "version": _version(),
-            "connector": "postgresql",
-            "name": self.config.prefix,
-            "ts_ms": ts_ms,
-            "snapshot": snapshot,
-            "db": self._db,
-            "sequence": json.dumps([None, str(lsn)]),
-            "schema": schema,
-            "table": table,
-            "txId": xid,
-            "lsn": lsn,
-            "xmin": None,
-        }
-
-    def _row(self, columns: tuple[Column, ...], values: Any) -> dict[str, Any] | None:
-        if values is None:
-            return None
-        return {
-            c.name: self.converter.value(v, c.type_oid, c.typmod)
-            for c, v in zip(columns, values, strict=False)
-        }
-
-    def _event(
-        self,
-        op: str,
-        columns: tuple[Column, ...],
-        old: Any,
-        new: Any,
-        source: dict[str, Any],
-        now: int,
-    ) -> tuple[bytes | None, bytes]:
-        before, after = self._row(columns, old), self._row(columns, new)
-        image = after if after is not None else before
-        keys = [c.name for c in columns if c.key]
-        key = None
-        if keys and image is not None:
-            key = json.dumps({k: image[k] for k in keys}, separators=(",", ":")).encode()
-        value = {
-            "before": before,
-            "after": after,
-            "source": source,
-            "op": op,
-            "ts_ms": now,
-            "transaction": None,
-        }
-        return key, json.dumps(value, separators=(",", ":")).encode()
-
-    def _write_transactions(self, transactions: list[_Transaction]) -> int:
+    def _write_transactions(self, transactions: list[Transaction]) -> int:
         """Write each topic's records of these transactions, skipping what the topic has."""
         if not transactions:
             return 0
-        by_topic: dict[str, list[tuple[int, _Record]]] = {}
+        by_topic: dict[str, list[tuple[int, ChangeRecord]]] = {}
         for txn in transactions:
             for record in txn.records:
                 by_topic.setdefault(record.topic, []).append((txn.end_lsn, record))
@@ -480,7 +419,7 @@ class PostgresSource:
             }
             fresh = []
             for end_lsn, record in items:
-                if markers[self._partition(record.key, topic.partitions)] >= end_lsn:
+                if markers[partition_of(record.key, topic.partitions)] >= end_lsn:
                     self.stats["skipped"] += 1
                 else:
                     fresh.append(record)
@@ -489,21 +428,15 @@ class PostgresSource:
         self.stats["transactions"] += len(transactions)
         return written
 
-    @staticmethod
-    def _partition(key: bytes | None, partitions: int) -> int:
-        if partitions == 1 or key is None:
-            return 0
-        from sparklog.client.partitioner import partition_for_key
-
-        return partition_for_key(key, partitions)
-
-    def _produce(self, topic_name: str, records: list[_Record], txn: tuple[str, int] | None) -> int:
+    def _produce(
+        self, topic_name: str, records: list[ChangeRecord], txn: tuple[str, int] | None
+    ) -> int:
         if not records:
             return 0
         topic = self.root.topic(topic_name)
-        parts: dict[int, list[_Record]] = {}
+        parts: dict[int, list[ChangeRecord]] = {}
         for record in records:
-            parts.setdefault(self._partition(record.key, topic.partitions), []).append(record)
+            parts.setdefault(partition_of(record.key, topic.partitions), []).append(record)
         topic.produce(
             {
                 p: make_batch(
@@ -520,7 +453,7 @@ class PostgresSource:
 
 def slot_status(dsn: str, slot: str) -> dict[str, Any]:
     """A slot's confirmed LSN and how many WAL bytes it is behind the server (its lag)."""
-    with _connect(dsn) as conn:
+    with connection(dsn) as conn:
         row = conn.execute(
             "SELECT confirmed_flush_lsn::text, active, "
             "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint "
@@ -540,7 +473,7 @@ def slot_status(dsn: str, slot: str) -> dict[str, Any]:
 
 def drop(dsn: str, slot: str, publication: str) -> None:
     """Drop the connector's slot and publication (the slot otherwise keeps WAL forever)."""
-    with _connect(dsn) as conn:
+    with connection(dsn) as conn:
         if conn.execute(
             "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone():

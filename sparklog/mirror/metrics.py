@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
     from sparklog.mirror.copier import StepReport
@@ -69,8 +69,6 @@ class MirrorMetrics:
 
     def serve(self, listen: str) -> int:
         """Serve /metrics on ``host:port`` (port 0: any free one); return the port."""
-        host, _, port = listen.rpartition(":")
-        server, _thread = start_http_server(
-            int(port), addr=host or "127.0.0.1", registry=self.registry
-        )
-        return int(server.server_port)
+        from sparklog.metrics_http import serve
+
+        return serve(self.registry, listen)

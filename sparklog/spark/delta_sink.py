@@ -14,12 +14,13 @@ with a given schema, or the raw ``value`` bytes), then the record's ``_key``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.connect.delta import METADATA_COLUMNS, MODES, DeltaTarget, Mode
 from sparklog.errors import ConnectorConfigError
+from sparklog.spark.delta_writers import resolve_writer, validate_writer, write_with_delta_spark
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,11 @@ class DeltaForeachBatch:
     mode: Mode = "append"
     partition_by: Sequence[str] = ()
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    #: ``auto`` (delta-spark where its jars are loaded, else delta-rs), ``delta-rs``,
+    #: ``delta-spark`` (sparklog/spark/delta_writers.py)
+    writer: str = "auto"
+    #: called with (batch id, the batch's rows) after each batch is committed to the table
+    on_progress: Callable[[int, Any], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.value_format not in VALUE_FORMATS:
@@ -62,6 +68,8 @@ class DeltaForeachBatch:
                 f"Delta sink mode {self.mode!r} not accepted; accepted: {', '.join(MODES)}"
             )
         self.partition_by = tuple(self.partition_by)
+        validate_writer(self.writer)
+        self._resolved: str | None = None
 
     @property
     def target(self) -> DeltaTarget:
@@ -69,7 +77,28 @@ class DeltaForeachBatch:
             self.table, self.app_id, self.mode, self.partition_by, dict(self.storage_options)
         )
 
+    def resolved_writer(self, spark: Any) -> str:
+        """The writer this sink uses in ``spark``'s session (looked up once)."""
+        if self._resolved is None:
+            self._resolved = resolve_writer(spark, self.writer)
+            log.info("%s: Delta writer %s", self.table, self._resolved)
+        return self._resolved
+
     def __call__(self, df: Any, batch_id: int) -> None:
+        if self.resolved_writer(df.sparkSession) == "delta-spark":
+            rows = delta_rows(df, self.value_format, self.value_schema)
+            write_with_delta_spark(
+                rows,
+                self.table,
+                app_id=self.app_id,
+                batch_id=batch_id,
+                mode=self.mode,
+                partition_by=tuple(self.partition_by),
+                value_columns=[c for c in rows.columns if c not in METADATA_COLUMNS],
+            )
+            if self.on_progress is not None:
+                self.on_progress(batch_id, rows.select(*METADATA_COLUMNS).toArrow())
+            return
         target = self.target
         done = target.committed_version()
         if done is not None and done >= batch_id:
@@ -77,8 +106,10 @@ class DeltaForeachBatch:
                 "%s: batch %d already in the table (app %s)", self.table, batch_id, self.app_id
             )
             return
-        rows = delta_rows(df, self.value_format, self.value_schema)
-        target.write(rows.toArrow(), batch_id)
+        rows = delta_rows(df, self.value_format, self.value_schema).toArrow()
+        target.write(rows, batch_id)
+        if self.on_progress is not None:
+            self.on_progress(batch_id, rows)
 
 
 def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = None) -> Any:

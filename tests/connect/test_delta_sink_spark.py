@@ -128,6 +128,23 @@ def test_bad_settings_are_refused_naming_them(spark, tmp_path: Path) -> None:  #
         DeltaForeachBatch(str(tmp_path / "t"), app_id="a", mode="merge")  # type: ignore[arg-type]
 
 
+def test_without_delta_spark_jars_the_delta_rs_writer_is_chosen(spark, tmp_path: Path) -> None:  # noqa: F811
+    """Only the detection and the choice run here: no delta-spark jars can be downloaded."""
+    from sparklog.spark.delta_writers import DELTA_CLASS, has_jvm_class
+
+    assert has_jvm_class(spark, "org.apache.spark.sql.SparkSession")  # the lookup works
+    assert not has_jvm_class(spark, DELTA_CLASS)  # and delta-spark is not loaded here
+    table = str(tmp_path / "t")
+    assert DeltaForeachBatch(table, app_id="a").resolved_writer(spark) == "delta-rs"
+    assert DeltaForeachBatch(table, app_id="a", writer="delta-rs").resolved_writer(spark) == (
+        "delta-rs"
+    )
+    with pytest.raises(ConnectorConfigError, match="'delta-spark' asked for, but io.delta"):
+        DeltaForeachBatch(table, app_id="a", writer="delta-spark").resolved_writer(spark)
+    with pytest.raises(ConnectorConfigError, match="Delta writer 'spark' not accepted"):
+        DeltaForeachBatch(table, app_id="a", writer="spark")
+
+
 def test_postgres_table_mirrored_into_delta_through_a_topic(
     spark,  # noqa: F811
     postgres,

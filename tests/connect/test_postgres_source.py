@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +22,22 @@ import pytest
 from sparklog.connect.postgres import PostgresSource, PostgresSourceConfig
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import open_root
+from tests.connect.pg_history import (
+    REPO,
+    TABLES,
+    History,
+    check_topics_mirror_tables,
+    create_tables,
+    records,
+    sql,
+    start_connector,
+)
 from tests.support.postgres import Postgres
 from tests.support.waiting import wait_for
 
 psycopg = pytest.importorskip("psycopg")
 
 KILLS = int(os.environ.get("SPARKLOG_CONNECT_KILLS", "5"))
-REPO = Path(__file__).resolve().parents[2]
-
-
-def sql(pg: Postgres, *statements: str) -> None:
-    with psycopg.connect(pg.dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def records(root: Any, topic: str) -> list[dict[str, Any]]:
-    t = root.topic(topic)
-    out = []
-    for p in range(t.partitions):
-        out.extend(t.partition(p).read(0).to_pylist())
-    return out
 
 
 def test_types_are_written_as_debezium_maps_them(postgres: Postgres, tmp_path: Path) -> None:
@@ -148,55 +141,9 @@ def test_bad_settings_are_one_line_naming_them(postgres: Postgres, tmp_path: Pat
     ]
 
 
-TABLES = ("alpha", "beta", "gamma")
-
-
-class History:
-    """The row changes the test made, to compare with what the topics hold."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(28)
-        self.live: dict[str, set[int]] = {t: set() for t in TABLES}
-        self.next_id = 0
-        self.changes = 0
-
-    def round(self, pg: Postgres, transactions: int = 12) -> None:
-        with psycopg.connect(pg.dsn, autocommit=False) as conn:
-            for _ in range(transactions):
-                for table in self.rng.sample(TABLES, 2):
-                    self._change(conn, table)
-                conn.commit()
-
-    def _change(self, conn: Any, table: str) -> None:
-        live = self.live[table]
-        for _ in range(10):
-            self.next_id += 1
-            conn.execute(
-                f"INSERT INTO {table} VALUES (%s, %s, %s)", (self.next_id, f"n{self.next_id}", 0)
-            )
-            live.add(self.next_id)
-        picked = self.rng.sample(sorted(live), 4)
-        for row in picked[:3]:
-            conn.execute(
-                f"UPDATE {table} SET qty = qty + 1, name = name || '+' WHERE id = %s", (row,)
-            )
-        conn.execute(f"DELETE FROM {table} WHERE id = %s", (picked[3],))
-        live.discard(picked[3])
-        self.changes += 14
-
-
-def start_connector(root_url: str, pg: Postgres, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sparklog.cli", "-a", root_url, "connect", "postgres-source",
-         "--dsn", pg.dsn, "--prefix", "shop", "--partitions", "2",
-         *(a for t in TABLES for a in ("--table", t)), *extra],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
 @pytest.mark.slow
 def test_killed_connector_captures_every_change_once(postgres: Postgres, tmp_path: Path) -> None:
-    sql(postgres, *(f"CREATE TABLE {t} (id int PRIMARY KEY, name text, qty int)" for t in TABLES))
+    create_tables(postgres)
     history = History()
     history.round(postgres, transactions=10)  # rows before the connector: the snapshot's
     snapshot_rows = sum(len(v) for v in history.live.values())
@@ -225,27 +172,6 @@ def test_killed_connector_captures_every_change_once(postgres: Postgres, tmp_pat
     last = start_connector(url, postgres, "--once")
     assert last.wait(timeout=120) == 0, last.stdout.read()
 
-    events: list[tuple[int, str, bytes]] = []
-    for table in TABLES:
-        state: dict[bytes, Any] = {}
-        for record in records(root, f"shop.public.{table}"):
-            if record["value"] is None:
-                assert record["key"] not in state  # a tombstone follows its delete
-                continue
-            event = json.loads(record["value"])
-            events.append((event["source"]["lsn"], event["op"], record["key"]))
-            if event["op"] == "d":
-                del state[record["key"]]
-            else:
-                state[record["key"]] = event["after"]
-        with psycopg.connect(postgres.dsn) as conn:
-            rows = conn.execute(f"SELECT id, name, qty FROM {table}").fetchall()
-        expected = {
-            json.dumps({"id": i}, separators=(",", ":")).encode(): (i, n, q) for i, n, q in rows
-        }
-        assert {k: (v["id"], v["name"], v["qty"]) for k, v in state.items()} == expected
-    duplicated = [e for e, n in Counter(events).items() if n > 1]
-    assert not duplicated, duplicated[:5]
-    ops = Counter(op for _, op, _ in events)
+    ops = check_topics_mirror_tables(root, postgres)
     assert ops["r"] == snapshot_rows
     assert ops["c"] + ops["u"] + ops["d"] == history.changes - history_before

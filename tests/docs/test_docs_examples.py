@@ -141,14 +141,19 @@ def test_not_run_examples_say_why(doc):
         assert block.skip_reason is None or len(block.skip_reason) > 5, block
 
 
-def test_documented_metric_names_are_the_exposed_ones():
-    """docs/operations.md names each metric as /metrics exposes it (counters end in _total)."""
+@pytest.mark.parametrize("doc", ["operations.md", "connect.md"])
+def test_documented_metric_names_are_the_exposed_ones(doc):
+    """The docs name each metric as /metrics exposes it (counters end in _total)."""
     from sparklog.broker_lite.metrics import Metrics
+    from sparklog.connect.metrics import ConnectorMetrics
 
+    registry = {"operations.md": Metrics, "connect.md": ConnectorMetrics}[doc]().registry
     exposed: set[str] = set()
-    for family in Metrics().registry.collect():
+    for family in registry.collect():
         exposed.add(family.name + "_total" if family.type == "counter" else family.name)
-    text = (REPO / "docs" / "operations.md").read_text()
+    text = (REPO / "docs" / doc).read_text()
     documented = set(re.findall(r"`(sparklog_[a-z_]+)`", text))
     assert documented, "the metrics table moved?"
     assert sorted(documented - exposed) == []
+    if doc == "connect.md":
+        assert sorted(exposed - documented) == []

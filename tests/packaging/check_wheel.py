@@ -14,6 +14,7 @@ def problems(wheel: str) -> list[str]:
     found: list[str] = []
     for required in (
         "pyspark_sparklog.py",
+        "pyspark_sparklog_postgres.py",
         "sparklog/__init__.py",
         "sparklog/storage/objectstore.py",
         "sparklog/storage/log.py",
@@ -30,11 +31,14 @@ def problems(wheel: str) -> list[str]:
         for name in names
         if not name.split("/", 1)[0].endswith((".dist-info", ".data"))
     }
-    if tops != {"sparklog", "pyspark_sparklog.py", "sparklog_workers_python.pth"}:
-        found.append(
-            f"top-level names {sorted(tops)}; expected only sparklog, pyspark_sparklog and "
-            "sparklog_workers_python.pth"
-        )
+    expected = {
+        "sparklog",
+        "pyspark_sparklog.py",
+        "pyspark_sparklog_postgres.py",
+        "sparklog_workers_python.pth",
+    }
+    if tops != expected:
+        found.append(f"top-level names {sorted(tops)}; expected only {sorted(expected)}")
     return found
 
 

@@ -19,7 +19,9 @@ import pytest
 DEFERRED = ("pyarrow.compute", "fsspec", "s3fs", "botocore", "aiohttp", "tenacity")
 
 
-@pytest.mark.parametrize("module", ["sparklog.spark.source", "pyspark_sparklog"])
+@pytest.mark.parametrize(
+    "module", ["sparklog.spark.source", "pyspark_sparklog", "pyspark_sparklog_postgres"]
+)
 def test_data_source_import_defers_heavy_modules(module: str) -> None:
     script = (
         f"import json, sys; import {module}; "

@@ -29,7 +29,8 @@ def _modules() -> dict[str, Path]:
     for folder in ("storage", "broker_lite"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             found["sparklog." + ".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
-    found["pyspark_sparklog"] = ROOT / "spark_entry" / "pyspark_sparklog.py"
+    for entry in (ROOT / "spark_entry").glob("pyspark_sparklog*.py"):
+        found[entry.stem] = entry
     return found
 
 
@@ -76,7 +77,7 @@ def test_only_sparklog_spark_imports_pyspark() -> None:
         for name in _imports(module, path)
         if _within(name, "pyspark")
         and not _within(module, "sparklog.spark")
-        and module not in ("pyspark_sparklog", "sparklog.demo")
+        and module not in ("pyspark_sparklog", "pyspark_sparklog_postgres", "sparklog.demo")
     ]
     assert offenders == []
 

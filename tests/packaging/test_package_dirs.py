@@ -34,8 +34,9 @@ def _setuptools() -> dict:
 def test_every_package_folder_is_listed_and_nothing_is_a_link() -> None:
     mapping = {"sparklog.storage": "storage", "sparklog.broker_lite": "broker_lite"}
     assert _setuptools()["package-dir"] == {"": "spark_entry", "sparklog": "sparklog", **mapping}
-    assert [p.name for p in (ROOT / "spark_entry").iterdir() if p.suffix == ".py"] == [
-        "pyspark_sparklog.py"
+    assert sorted(p.name for p in (ROOT / "spark_entry").iterdir() if p.suffix == ".py") == [
+        "pyspark_sparklog.py",
+        "pyspark_sparklog_postgres.py",
     ]
     found = set()
     for top, installed in (("sparklog", "sparklog"), *((v, k) for k, v in mapping.items())):

@@ -32,7 +32,8 @@ def lay_out() -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for installed, source in LAYOUT.items():
         shutil.copytree(ROOT / source, TREE / installed, ignore=ignore, copy_function=shutil.copy2)
-    shutil.copy2(ROOT / "spark_entry" / "pyspark_sparklog.py", TREE / "pyspark_sparklog.py")
+    for entry in (ROOT / "spark_entry").glob("pyspark_sparklog*.py"):
+        shutil.copy2(entry, TREE / entry.name)
 
 
 def checkout_path(line: str) -> str:

@@ -50,7 +50,7 @@ def why_unavailable() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -82,22 +82,26 @@ def running_postgres() -> Iterator[Postgres]:
              "-E", "UTF8", "--no-sync", "--locale=C"],
             check=True, capture_output=True, **user,
         )  # fmt: skip
-        port = _free_port()
-        proc = subprocess.Popen(
-            [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={folder}",
-             "-c", "wal_level=logical", "-c", "max_replication_slots=10",
-             "-c", "max_wal_senders=10", "-c", "fsync=off",
-             "-c", "full_page_writes=off"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **user,
-        )  # fmt: skip
+        port = free_port()
+        # the server's log goes to a file: a pipe nobody drains fills up (logical decoding
+        # logs every slot read) and blocks the server's backends writing to it
+        server_log = folder / "server.log"
+        with open(server_log, "wb") as log_file:
+            proc = subprocess.Popen(
+                [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={folder}",
+                 "-c", "wal_level=logical", "-c", "max_replication_slots=10",
+                 "-c", "max_wal_senders=10", "-c", "fsync=off",
+                 "-c", "full_page_writes=off"],
+                stdout=subprocess.DEVNULL, stderr=log_file, **user,
+            )  # fmt: skip
         dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
 
         def accepting() -> bool:
             import psycopg
 
             if proc.poll() is not None:
-                raise AssertionError(f"postgres exited: {proc.stderr.read().decode()[-2000:]}")
+                raise AssertionError(f"postgres exited: {server_log.read_text()[-2000:]}")
             try:
                 psycopg.connect(dsn, connect_timeout=2).close()
             except psycopg.OperationalError:
