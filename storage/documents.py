@@ -106,12 +106,20 @@ class VersionedDocument:
         """Create version ``version``; False if another writer created it first."""
         return self.store.create(version_key(self.prefix, version), encode_document(doc))
 
-    def update(self, change: Callable[[Doc | None], Doc | None], attempts: int = 20) -> Doc | None:
+    def update(
+        self,
+        change: Callable[[Doc | None], Doc | None],
+        attempts: int = 20,
+        keep: int | None = None,
+    ) -> Doc | None:
         """Apply ``change`` to the newest version and write the result as the next one.
 
         ``change`` returning None means "nothing to write".  A lost race re-reads and
         retries with backoff (:func:`sparklog.retry.until_won`); after ``attempts`` lost
-        races it raises :class:`~sparklog.errors.CommitConflictError`.
+        races it raises :class:`~sparklog.errors.CommitConflictError`.  With ``keep``,
+        the version ``keep`` behind the new one is deleted, so a document written
+        often (a connector's progress) holds at most about ``keep`` versions and its
+        listing stays short.
         """
 
         def attempt() -> Doc | None:
@@ -121,6 +129,8 @@ class VersionedDocument:
                 return doc
             if not self.write(version + 1, new):
                 raise LostRace(f"version {version + 1} was created by another writer")
+            if keep is not None and version + 1 - keep >= 0:
+                self.store.delete(version_key(self.prefix, version + 1 - keep))
             return new
 
         return until_won(

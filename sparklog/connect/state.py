@@ -34,6 +34,10 @@ def validate_name(name: str) -> str:
     return name
 
 
+#: versions of a connector's state kept (it saves progress every few seconds)
+STATE_VERSIONS_KEPT = 8
+
+
 def _doc(root: LogRoot, name: str) -> VersionedDocument:
     return VersionedDocument(root.store, f"{PREFIX}/{validate_name(name)}")
 
@@ -49,7 +53,7 @@ def save(root: LogRoot, name: str, **fields: Any) -> Doc:
     def change(doc: Doc | None) -> Doc:
         return {**(doc or {}), **fields, "name": name, "updated_ms": int(time.time() * 1000)}
 
-    saved = _doc(root, name).update(change)
+    saved = _doc(root, name).update(change, keep=STATE_VERSIONS_KEPT)
     assert saved is not None
     return saved
 
