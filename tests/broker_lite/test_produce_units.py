@@ -42,7 +42,7 @@ def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
 
 
 def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():
-    cache = TailCache(max_bytes=10_000)
+    cache = TailCache(max_bytes=40_000)
     key = ("t", "id", 0)
     batch = make_batch([b"v" * 100] * 10)
     cache.add(key, 0, with_offsets([batch], 0))
@@ -55,7 +55,33 @@ def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():
     assert cache.get(key, 10, 1 << 20) is None and cache.get(key, 25, 1 << 20) is not None
     for i in range(100):  # far beyond the budget: old batches go
         cache.add(key, 35 + 10 * i, with_offsets([batch], 35 + 10 * i))
-    assert cache.size_bytes <= 10_000
+    assert cache.size_bytes <= 40_000
     assert cache.get(key, 35, 1 << 20) is None and cache.get(key, 1030, 1 << 20) is not None
     cache.trim(key, 2000)
     assert cache.get(key, 1030, 1 << 20) is None
+
+
+def _rss_anon_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+def test_tail_cache_memory_stays_near_its_budget_with_tiny_batches():
+    """Keyed producers over many partitions commit batches of a record or two: each
+    costs kilobytes beyond its data, so counting data alone let a 16 MiB budget hold
+    hundreds of MiB (the broker's RSS grew without bound in bench/soak.py)."""
+    budget = 16 << 20
+    cache = TailCache(max_bytes=budget)
+    before = _rss_anon_bytes()
+    offsets = [0] * 64
+    for i in range(60_000):
+        partition = i % 64
+        batch = with_offsets([make_batch([b"v" * 100, b"w" * 100])], offsets[partition])
+        cache.add(("t", "id", partition), offsets[partition], batch)
+        offsets[partition] += 2
+    grown = _rss_anon_bytes() - before
+    assert cache.size_bytes <= budget
+    assert grown < 3 * budget, f"the cache holds {grown >> 20} MiB for a 16 MiB budget"
