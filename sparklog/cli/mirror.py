@@ -34,7 +34,7 @@ def _root(ctx: typer.Context, command: str) -> Any:
     url = parse_address(st.address).root if st.address else None
     if not url:
         raise ConfigError(
-            f"mirror {command} copies into the destination root: give it as --address (a "
+            f"mirror {command} works on the destination root: give it as --address (a "
             "path, file://, s3://), not a broker's host:port (a broker runs links itself: "
             "broker key mirror_links)"
         )
@@ -158,6 +158,40 @@ def promote(ctx: typer.Context, topic: str = typer.Argument(..., metavar="TOPIC"
         mirror = admin.promote_mirror_topic(topic)
     link = mirror.get("link")
     say(f"promoted {topic}: writable at its next offset, no longer mirrored by link {link}")
+
+
+@mirror_app.command("reverse")
+def reverse(
+    ctx: typer.Context,
+    link: str = typer.Argument(..., metavar="LINK"),
+    name: str = typer.Option("", "--name", metavar="NAME", help="Reverse link (LINK-back)"),
+    source_option: Annotated[
+        list[str] | None,
+        typer.Option("--source-option", metavar="K=V", help="Option to read this root from there"),
+    ] = None,
+) -> None:
+    """Fail back after a promote: the reverse link on LINK's source.
+
+    Mirrors this root's promoted topics back to LINK's source (a root), from where the
+    copy ended; refuses if that source has records past those ends.
+    """
+    from sparklog.mirror.copier import reverse as reverse_link
+    from sparklog.mirror.links import get_link
+    from sparklog.storage_options import parse_storage_options
+
+    root = _root(ctx, "reverse")
+    back, topics = reverse_link(
+        root, link, name=name, source_options=parse_storage_options(source_option or [])
+    )
+    old = get_link(root, link)
+    if state(ctx).json:
+        print_json({"link": back.name, "on": old.source, "source": back.source, "topics": topics})
+        return
+    say(
+        f"created mirror link {back.name} on {old.source} (source {back.source}, topics "
+        f"{back.topics!r}); mirror topics there now: {', '.join(topics) or 'none yet'}. "
+        f"Run it there: sparklog -a {old.source} mirror run {back.name}"
+    )
 
 
 @mirror_app.command("run")
