@@ -116,6 +116,8 @@ def describe(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")
     )
     if "source_error" in out:
         say(f"source unreachable: {out['source_error']}")
+    for why in out.get("stopped", {}).values():
+        say(f"stopped: {why}")
     columns = ["topic", "partition", "source_end", "mirror_end", "lag_records", "lag_seconds"]
     rows = [[p[c] for c in columns] for p in out["partitions"]]
     if rows:

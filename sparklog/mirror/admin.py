@@ -67,6 +67,8 @@ def describe(root: LogRoot, name: str) -> dict[str, Any]:
             source = KafkaMirror(root, found)
             try:
                 lags = source.lag()
+                if source.stopped:
+                    out["stopped"] = dict(source.stopped)
             finally:
                 source.close()
         else:
