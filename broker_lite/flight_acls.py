@@ -87,6 +87,7 @@ ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
     "pause_mirror_link": _cluster("ALTER"),
     "delete_mirror_link": _cluster("ALTER"),
     "promote_mirror_topic": _cluster("ALTER"),
+    "reverse_mirror_link": _cluster("ALTER"),
 }
 
 

@@ -157,6 +157,11 @@ ACTIONS: dict[str, Request] = {
     "pause_mirror_link": (_NAME, Field("paused", bool)),
     "delete_mirror_link": (_NAME,),
     "promote_mirror_topic": (Field("topic", str),),
+    "reverse_mirror_link": (
+        _NAME,
+        Field("reverse_name", str, ""),
+        Field("source_options", dict, None),
+    ),
 }
 
 

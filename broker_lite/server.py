@@ -242,6 +242,7 @@ class FlightBroker(flight.FlightServerBase):
             "pause_mirror_link": lambda name, paused: mirror_admin.pause(broker.root, name, paused),
             "delete_mirror_link": lambda name: mirror_admin.delete(broker.root, name),
             "promote_mirror_topic": lambda topic: mirror_admin.promote(broker.root, topic),
+            "reverse_mirror_link": lambda **how: mirror_admin.reverse(broker.root, **how),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]

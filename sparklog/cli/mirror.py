@@ -34,7 +34,7 @@ def _root(ctx: typer.Context, command: str) -> Any:
     url = parse_address(st.address).root if st.address else None
     if not url:
         raise ConfigError(
-            f"mirror {command} works on the destination root: give it as --address (a "
+            f"mirror {command} copies into the destination root: give it as --address (a "
             "path, file://, s3://), not a broker's host:port (a broker runs links itself: "
             "broker key mirror_links)"
         )
@@ -177,22 +177,21 @@ def reverse(
     Mirrors this root's promoted topics back to LINK's source (a root), from where the
     copy ended; refuses if that source has records past those ends.
     """
-    from sparklog.mirror.copier import reverse as reverse_link
-    from sparklog.mirror.links import get_link
     from sparklog.storage_options import parse_storage_options
 
-    root = _root(ctx, "reverse")
-    back, topics = reverse_link(
-        root, link, name=name, source_options=parse_storage_options(source_option or [])
-    )
-    old = get_link(root, link)
-    if state(ctx).json:
-        print_json({"link": back.name, "on": old.source, "source": back.source, "topics": topics})
+    st = state(ctx)
+    with st.admin() as admin:
+        done = admin.reverse_mirror_link(
+            link, reverse_name=name, source_options=parse_storage_options(source_option or [])
+        )
+    if st.json:
+        print_json(done)
         return
+    topics = ", ".join(done["mirror_topics"]) or "none yet"
     say(
-        f"created mirror link {back.name} on {old.source} (source {back.source}, topics "
-        f"{back.topics!r}); mirror topics there now: {', '.join(topics) or 'none yet'}. "
-        f"Run it there: sparklog -a {old.source} mirror run {back.name}"
+        f"created mirror link {done['name']} on {done['on']} (source {done['source']}, topics "
+        f"{done['topics']!r}); its mirror topics there now: {topics}. Run it there: "
+        f"sparklog -a {done['on']} mirror run {done['name']}"
     )
 
 

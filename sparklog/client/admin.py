@@ -242,6 +242,19 @@ class Admin:
         """Stop mirroring ``topic`` and make it writable; its provenance afterwards."""
         return self._backend.promote_mirror_topic(topic)
 
+    def reverse_mirror_link(
+        self,
+        name: str,
+        *,
+        reverse_name: str = "",
+        source_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Fail back after a promote: create on the link's source (the old primary, a root)
+        the reverse link, continuing from where the copy ended (docs/mirroring.md)."""
+        return self._backend.reverse_mirror_link(
+            name, reverse_name=reverse_name, source_options=dict(source_options or {})
+        )
+
     # -- groups -------------------------------------------------------------------
     def list_groups(self) -> list[str]:
         return sorted(self._backend.list_groups())

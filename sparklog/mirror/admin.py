@@ -8,6 +8,7 @@ these on the broker's root (docs/mirroring.md).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparklog.mirror import links
@@ -51,6 +52,21 @@ def promote(root: LogRoot, topic: str) -> dict[str, Any]:
     from sparklog.mirror.copier import promote as promote_topic
 
     return dict(promote_topic(root, topic).mirror or {})
+
+
+def reverse(
+    root: LogRoot,
+    name: str,
+    reverse_name: str = "",
+    source_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fail back (:func:`sparklog.mirror.copier.reverse`): the reverse link, where it was
+    created (``on``: the old primary) and the topics turned into its mirror topics."""
+    from sparklog.mirror.copier import reverse as reverse_link
+
+    back, topics = reverse_link(root, name, name=reverse_name, source_options=source_options)
+    on = links.get_link(root, name).source
+    return {**link_doc(back), "on": on, "mirror_topics": topics}
 
 
 def describe(root: LogRoot, name: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Mirror links managed through a broker (its Flight actions), not the root: create,
-describe, pause/resume, promote and delete, and a `mirror run` on the root moving data
-with a link created that way."""
+describe, pause/resume, promote, reverse and delete, and a `mirror run` on the root moving
+data with a link created that way."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from sparklog.storage import open_root
 from tests.cli.test_cli import _runner
-from tests.mirror.support import assert_same, produce
+from tests.mirror.support import assert_same, produce, records
 
 
 def test_link_commands_through_a_broker(broker, tmp_path):
@@ -50,6 +50,15 @@ def test_link_commands_through_a_broker(broker, tmp_path):
     assert "no longer mirrored by link dr" in promoted.out
     mirror = open_root(broker.root).describe_topic("orders").mirror
     assert mirror["state"] == "promoted" and mirror["promoted_ends"] == {"0": 20, "1": 20}
+
+    # failing back through the broker: the reverse link is created on the old source
+    dest = open_root(broker.root)
+    dest.topic("orders").produce({0: records(0, 20, 3)})  # written after the failover
+    reversed_ = via_broker("mirror", "reverse", "dr")
+    assert f"created mirror link dr-back on {source.url}" in reversed_.out
+    on_source = _runner({}, ["--address", source.url])
+    assert "copied 3 records" in on_source("mirror", "run", "dr-back", "--once").out
+    assert assert_same(dest, source, "orders") == 43
 
     via_broker("mirror", "delete", "dr")
     assert "no mirror links" in via_broker("mirror", "list").out

@@ -299,6 +299,9 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
         return mirror_admin.promote(self.root, topic)
 
+    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
+        return mirror_admin.reverse(self.root, name, **how)
+
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)
         with lock:

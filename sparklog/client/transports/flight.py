@@ -188,6 +188,9 @@ class BrokerBackend(TopicCalls, GroupCalls):
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
         return self.client.promote_mirror_topic(topic)
 
+    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
+        return self.client.reverse_mirror_link(name, **how)
+
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

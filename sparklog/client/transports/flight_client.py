@@ -658,6 +658,11 @@ class BrokerClient:
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
         return dict(self._action("promote_mirror_topic", topic=topic))
 
+    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
+        import sparklog.mirror.links  # noqa: F401
+
+        return dict(self._action("reverse_mirror_link", timeout_s=120, name=name, **how))
+
     def describe_group(self, group: str) -> dict[str, Any]:
         return dict(self._group_action("describe_group", group=group))
 
