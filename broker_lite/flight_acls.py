@@ -79,6 +79,15 @@ ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
     "set_scram_credential": _cluster("ALTER"),
     "delete_scram_credential": _cluster("ALTER"),
     "list_users": _cluster("DESCRIBE"),
+    # Confluent's cluster-link APIs: ALTER on the cluster to change links (and to promote
+    # a mirror topic), DESCRIBE to read them
+    "create_mirror_link": _cluster("ALTER"),
+    "list_mirror_links": _cluster("DESCRIBE"),
+    "describe_mirror_link": _cluster("DESCRIBE"),
+    "pause_mirror_link": _cluster("ALTER"),
+    "delete_mirror_link": _cluster("ALTER"),
+    "promote_mirror_topic": _cluster("ALTER"),
+    "reverse_mirror_link": _cluster("ALTER"),
 }
 
 

@@ -143,6 +143,25 @@ ACTIONS: dict[str, Request] = {
     "delete_scram_credential": (Field("user", str), Field("mechanism", str, None)),
     # result: {user: [[mechanism, iterations], ...]}
     "list_users": (),
+    # mirror links in the metadata log (sparklog.mirror.admin: results are its documents)
+    "create_mirror_link": (
+        _NAME,
+        Field("source", str),
+        Field("topics", str),
+        Field("groups", str, ""),
+        Field("prefix", str, ""),
+        Field("source_options", dict, None),
+    ),
+    "list_mirror_links": (),
+    "describe_mirror_link": (_NAME,),
+    "pause_mirror_link": (_NAME, Field("paused", bool)),
+    "delete_mirror_link": (_NAME,),
+    "promote_mirror_topic": (Field("topic", str),),
+    "reverse_mirror_link": (
+        _NAME,
+        Field("reverse_name", str, ""),
+        Field("source_options", dict, None),
+    ),
 }
 
 

@@ -54,6 +54,7 @@ from sparklog.errors import (
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
+from sparklog.mirror import admin as mirror_admin
 from sparklog.security import users
 from sparklog.storage import LogRoot
 from sparklog.topic_partition import TopicPartition
@@ -235,6 +236,13 @@ class FlightBroker(flight.FlightServerBase):
                 broker.root.metadata, user, mechanism
             ),
             "list_users": lambda: users.users(broker.root.metadata.image()),
+            "create_mirror_link": lambda **link: mirror_admin.create(broker.root, **link),
+            "list_mirror_links": lambda: mirror_admin.list_all(broker.root),
+            "describe_mirror_link": lambda name: mirror_admin.describe(broker.root, name),
+            "pause_mirror_link": lambda name, paused: mirror_admin.pause(broker.root, name, paused),
+            "delete_mirror_link": lambda name: mirror_admin.delete(broker.root, name),
+            "promote_mirror_topic": lambda topic: mirror_admin.promote(broker.root, topic),
+            "reverse_mirror_link": lambda **how: mirror_admin.reverse(broker.root, **how),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]

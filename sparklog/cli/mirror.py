@@ -1,4 +1,4 @@
-"""``sparklog mirror``: mirror links onto this root (the global ``--address``, the destination).
+"""``sparklog mirror``: mirror links onto this cluster (the global ``--address``: the destination).
 
 Links live in the destination's cluster metadata log; ``mirror run LINK`` is the
 long-running copier; ``mirror promote TOPIC`` stops mirroring a topic and makes
@@ -20,11 +20,13 @@ mirror_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     help="Mirror topics between clusters, with offsets. The source is another root or a "
-    "Kafka cluster (kafka://host:port); the global --address is the destination root.",
+    "Kafka cluster (kafka://host:port); the global --address is the destination (a root "
+    "or a broker).",
 )
 
 
-def _root(ctx: typer.Context, *, create: bool = False) -> Any:
+def _root(ctx: typer.Context, command: str) -> Any:
+    """The destination root (``mirror run`` copies into it directly)."""
     from sparklog.client.address import parse_address
     from sparklog.storage import open_root
 
@@ -32,22 +34,11 @@ def _root(ctx: typer.Context, *, create: bool = False) -> Any:
     url = parse_address(st.address).root if st.address else None
     if not url:
         raise ConfigError(
-            "mirror links live in the destination root: give it as --address (a path, "
-            "file://, s3://), not a broker's host:port"
+            f"mirror {command} copies into the destination root: give it as --address (a "
+            "path, file://, s3://), not a broker's host:port (a broker runs links itself: "
+            "broker key mirror_links)"
         )
-    # only `mirror create` makes a missing root; the others refuse it (a typo'd address)
-    return open_root(url, st.storage_options, create=create)
-
-
-def _describe(link: Any) -> dict[str, Any]:
-    return {
-        "name": link.name,
-        "source": link.source,
-        "topics": link.topics,
-        "groups": link.groups,
-        "prefix": link.prefix,
-        "state": "paused" if link.paused else "active",
-    }
+    return open_root(url, st.storage_options, create=False)
 
 
 @mirror_app.command("create")
@@ -65,36 +56,38 @@ def create(
         typer.Option("--source-option", metavar="K=V", help="Source storage option (repeatable)"),
     ] = None,
 ) -> None:
-    """Create a mirror link on this root (the destination)."""
-    import time
-
-    from sparklog.mirror.links import create_link
+    """Create a mirror link on this cluster (the destination)."""
+    from sparklog.mirror.links import KAFKA_SCHEME
     from sparklog.storage_options import parse_storage_options
 
-    root = _root(ctx, create=True)
-    made = create_link(
-        root,
-        link,
-        source=source,
-        topics=topics,
-        groups=groups,
-        prefix=prefix,
-        source_options=parse_storage_options(source_option or []),
-        created_ms=int(time.time() * 1000),
-    )
-    if state(ctx).json:
-        print_json(_describe(made))
+    if not source.startswith(KAFKA_SCHEME):
+        from sparklog.storage.objectstore import normalize_url
+
+        source = normalize_url(source)  # a relative path is this shell's, not a broker's
+    st = state(ctx)
+    # only `mirror create` makes a missing root; the others refuse it (a typo'd address)
+    with st.admin(create=True) as admin:
+        made = admin.create_mirror_link(
+            link,
+            source=source,
+            topics=topics,
+            groups=groups,
+            prefix=prefix,
+            source_options=parse_storage_options(source_option or []),
+        )
+    if st.json:
+        print_json(made)
     else:
-        say(f"created mirror link {link}: {source} topics {topics!r} -> {root.url}")
+        say(f"created mirror link {link}: {made['source']} topics {topics!r} -> {st.address}")
 
 
 @mirror_app.command("list")
 def list_(ctx: typer.Context) -> None:
-    """List the mirror links of this root."""
-    from sparklog.mirror.links import list_links
-
-    links = [_describe(link) for link in list_links(_root(ctx))]
-    if state(ctx).json:
+    """List the mirror links of this cluster."""
+    st = state(ctx)
+    with st.admin() as admin:
+        links = admin.list_mirror_links()
+    if st.json:
         print_json(links)
     elif not links:
         say("no mirror links")
@@ -109,79 +102,51 @@ def describe(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")
 
     Reads the source to compute the lag; an unreachable source is reported, not fatal.
     """
-    from sparklog.mirror.copier import lag
-    from sparklog.mirror.links import get_link
-
-    root = _root(ctx)
-    found = get_link(root, link)
-    out = _describe(found)
-    try:
-        if found.kafka_source:
-            from sparklog.mirror.kafka_source import KafkaMirror
-
-            source = KafkaMirror(root, found)
-            try:
-                lags = source.lag()
-            finally:
-                source.close()
-        else:
-            lags = lag(root, found)
-        out["partitions"] = [
-            {
-                "topic": x.topic,
-                "partition": x.partition,
-                "source_end": x.source_end,
-                "mirror_end": x.mirror_end,
-                "lag_records": x.lag_records,
-                "lag_seconds": round(x.lag_seconds, 3),
-                "gaps": [list(g) for g in x.gaps],
-            }
-            for x in lags
-        ]
-    except (OSError, Exception) as exc:  # the source unreachable: say why, keep going
-        out["source_error"] = f"{type(exc).__name__}: {exc}"
-        out["partitions"] = []
-    if state(ctx).json:
+    st = state(ctx)
+    with st.admin() as admin:
+        out = admin.describe_mirror_link(link)
+    if st.json:
         print_json(out)
         return
     say(
-        f"link {found.name}: {found.source} topics {found.topics!r}"
-        + (f" groups {found.groups!r}" if found.groups else "")
-        + (f" prefix {found.prefix!r}" if found.prefix else "")
+        f"link {out['name']}: {out['source']} topics {out['topics']!r}"
+        + (f" groups {out['groups']!r}" if out["groups"] else "")
+        + (f" prefix {out['prefix']!r}" if out["prefix"] else "")
         + f" ({out['state']})"
     )
     if "source_error" in out:
         say(f"source unreachable: {out['source_error']}")
+    for why in out.get("stopped", {}).values():
+        say(f"stopped: {why}")
     columns = ["topic", "partition", "source_end", "mirror_end", "lag_records", "lag_seconds"]
     rows = [[p[c] for c in columns] for p in out["partitions"]]
     if rows:
         print_table(None, columns, rows)
 
 
+def _set_paused(ctx: typer.Context, link: str, paused: bool) -> None:
+    with state(ctx).admin() as admin:
+        admin.pause_mirror_link(link, paused)
+    say(f"{'paused' if paused else 'resumed'} mirror link {link}")
+
+
 @mirror_app.command("pause")
 def pause(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")) -> None:
     """Pause a link (its runner copies nothing until resumed)."""
-    from sparklog.mirror.links import set_paused
-
-    set_paused(_root(ctx), link, True)
-    say(f"paused mirror link {link}")
+    _set_paused(ctx, link, True)
 
 
 @mirror_app.command("resume")
 def resume(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")) -> None:
     """Resume a paused link."""
-    from sparklog.mirror.links import set_paused
-
-    set_paused(_root(ctx), link, False)
-    say(f"resumed mirror link {link}")
+    _set_paused(ctx, link, False)
 
 
 @mirror_app.command("delete")
 def delete(ctx: typer.Context, link: str = typer.Argument(..., metavar="LINK")) -> None:
     """Delete a link; its mirror topics stay read-only until promoted."""
-    from sparklog.mirror.links import delete_link
-
-    delete_link(_root(ctx), link)
+    with state(ctx).admin() as admin:
+        admin.delete_mirror_link(link)
     say(f"deleted mirror link {link}")
 
 
@@ -191,11 +156,43 @@ def promote(ctx: typer.Context, topic: str = typer.Argument(..., metavar="TOPIC"
 
     Stops mirroring TOPIC; producers write at its next offset.
     """
-    from sparklog.mirror.copier import promote as promote_topic
-
-    info = promote_topic(_root(ctx), topic)
-    link = (info.mirror or {}).get("link")
+    with state(ctx).admin() as admin:
+        mirror = admin.promote_mirror_topic(topic)
+    link = mirror.get("link")
     say(f"promoted {topic}: writable at its next offset, no longer mirrored by link {link}")
+
+
+@mirror_app.command("reverse")
+def reverse(
+    ctx: typer.Context,
+    link: str = typer.Argument(..., metavar="LINK"),
+    name: str = typer.Option("", "--name", metavar="NAME", help="Reverse link (LINK-back)"),
+    source_option: Annotated[
+        list[str] | None,
+        typer.Option("--source-option", metavar="K=V", help="Option to read this root from there"),
+    ] = None,
+) -> None:
+    """Fail back after a promote: the reverse link on LINK's source.
+
+    Mirrors this root's promoted topics back to LINK's source (a root), from where the
+    copy ended; refuses if that source has records past those ends.
+    """
+    from sparklog.storage_options import parse_storage_options
+
+    st = state(ctx)
+    with st.admin() as admin:
+        done = admin.reverse_mirror_link(
+            link, reverse_name=name, source_options=parse_storage_options(source_option or [])
+        )
+    if st.json:
+        print_json(done)
+        return
+    topics = ", ".join(done["mirror_topics"]) or "none yet"
+    say(
+        f"created mirror link {done['name']} on {done['on']} (source {done['source']}, topics "
+        f"{done['topics']!r}); its mirror topics there now: {topics}. Run it there: "
+        f"sparklog -a {done['on']} mirror run {done['name']}"
+    )
 
 
 @mirror_app.command("run")
@@ -220,9 +217,13 @@ def run(
     from sparklog.mirror.links import get_link
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    root = _root(ctx)
+    root = _root(ctx, "run")
     if once:
-        mirror = mirror_for(root, get_link(root, link))
+        found = get_link(root, link)
+        if found.paused:
+            say(f"mirror link {link} is paused: copied nothing (mirror resume {link})")
+            return
+        mirror = mirror_for(root, found)
         records = 0
         while True:
             report = mirror.step()

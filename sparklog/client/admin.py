@@ -204,6 +204,57 @@ class Admin:
         """user -> [(mechanism, iterations)]: never a password or hash."""
         return self._backend.list_users()
 
+    # -- mirror links (docs/mirroring.md) -------------------------------------------
+    def create_mirror_link(
+        self,
+        name: str,
+        *,
+        source: str,
+        topics: str,
+        groups: str = "",
+        prefix: str = "",
+        source_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Create a link on this cluster (the destination); its document."""
+        return self._backend.create_mirror_link(
+            name,
+            source=source,
+            topics=topics,
+            groups=groups,
+            prefix=prefix,
+            source_options=dict(source_options or {}),
+        )
+
+    def list_mirror_links(self) -> list[dict[str, Any]]:
+        return self._backend.list_mirror_links()
+
+    def describe_mirror_link(self, name: str) -> dict[str, Any]:
+        """The link and each mirror partition's lag (``source_error`` if unreachable)."""
+        return self._backend.describe_mirror_link(name)
+
+    def pause_mirror_link(self, name: str, paused: bool = True) -> dict[str, Any]:
+        return self._backend.pause_mirror_link(name, paused)
+
+    def delete_mirror_link(self, name: str) -> None:
+        self._backend.delete_mirror_link(name)
+
+    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
+        """Stop mirroring ``topic`` and make it writable; its provenance afterwards."""
+        return self._backend.promote_mirror_topic(topic)
+
+    def reverse_mirror_link(
+        self,
+        name: str,
+        *,
+        reverse_name: str = "",
+        source_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Fail back after a promote: create on the link's source (the old primary, a root)
+        the reverse link, continuing from where the copy ended (docs/mirroring.md)."""
+        return self._backend.reverse_mirror_link(
+            name, reverse_name=reverse_name, source_options=dict(source_options or {})
+        )
+
     # -- groups -------------------------------------------------------------------
     def list_groups(self) -> list[str]:
         return sorted(self._backend.list_groups())

@@ -44,7 +44,12 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.mirror.links import MirrorLink, UnknownMirrorLinkError, get_link
+from sparklog.mirror.links import (
+    MirrorLink,
+    MirrorLinkExistsError,
+    UnknownMirrorLinkError,
+    get_link,
+)
 
 if TYPE_CHECKING:
     from sparklog.mirror.metrics import MirrorMetrics
@@ -481,6 +486,107 @@ def promote(dest: LogRoot, topic: str) -> TopicInfo:
         # where the mirror's copy ended: what failing back must truncate the old primary to
         {**info.mirror, "state": "promoted", "promoted_ms": _now_ms(), "promoted_ends": ends},
     )
+
+
+def reverse(
+    dest: LogRoot,
+    link_name: str,
+    *,
+    name: str = "",
+    source_options: Mapping[str, Any] | None = None,
+) -> tuple[MirrorLink, list[str]]:
+    """Fail back: on ``link_name``'s source (the old primary, a root) create the reverse
+    link, whose source is ``dest``, with the same topic and group patterns; return it
+    and the old primary's topics that became its mirror topics.
+
+    Each topic the link promoted on ``dest`` becomes, at the old primary, a mirror topic
+    of the reverse link continuing from ``promoted_ends`` (the copy's ends at the
+    promotion): only what ``dest`` wrote since is copied back, with its offsets.  If the
+    old primary has records past those ends (written there and never mirrored), nothing
+    changes and the error names each partition and its offsets: they would be lost (no
+    truncation: docs/architecture.md).  ``source_options``: the reverse link's options
+    for reading ``dest``.
+    """
+    from sparklog.errors import InvalidConfigurationError
+    from sparklog.mirror.links import create_link
+    from sparklog.storage import open_root
+
+    link = get_link(dest, link_name)
+    if link.kafka_source or link.prefix:
+        raise InvalidConfigurationError(
+            f"mirror reverse {link_name}: the link "
+            + ("copies from a Kafka-protocol cluster" if link.kafka_source else "has a --prefix")
+            + "; accepted: a link from a sparklog root without a prefix (a prefixed link's "
+            "topics are written on both sides already: mirror back with a prefixed link)"
+        )
+    back_name = name or f"{link_name}-back"
+    old = open_root(link.source, link.source_options, create=False)
+    promoted = []
+    for topic in dest.list_topics():
+        info = dest.describe_topic(topic)
+        mirror = info.mirror or {}
+        if mirror.get("link") == link.name and mirror.get("state") == "promoted":
+            promoted.append(info)
+    if not promoted:
+        raise InvalidRequestError(
+            f"mirror reverse {link_name}: no topic of link {link_name!r} is promoted here; "
+            "promote them first (sparklog mirror promote TOPIC)"
+        )
+    unmirrored: list[str] = []
+    turned: list[TopicInfo] = []
+    for info in promoted:
+        mirror = info.mirror or {}
+        try:
+            theirs = old.describe_topic(mirror["source_topic"])
+        except UnknownTopicOrPartitionError:
+            continue  # gone at the old primary: the reverse link creates it
+        if (theirs.mirror or {}).get("link") == back_name:
+            continue  # reversed before
+        if theirs.mirrored or theirs.topic_id != mirror.get("source_topic_id"):
+            unmirrored.append(
+                f"{theirs.name} (a mirror topic there)"
+                if theirs.mirrored
+                else f"{theirs.name} (re-created there since it was mirrored)"
+            )
+            continue
+        handle = old.topic(theirs.name)
+        ends = mirror.get("promoted_ends") or {}
+        for p in range(theirs.partitions):
+            end = handle.partition(p).refresh().high_watermark
+            copied = int(ends.get(str(p), 0))
+            if end > copied:
+                unmirrored.append(f"{theirs.name}-{p} offsets {copied}-{end - 1}")
+        turned.append(info)
+    if unmirrored:
+        raise InvalidRequestError(
+            f"mirror reverse {link_name}: {old.url} has records that were never mirrored "
+            f"here (past the ends the promotion recorded): {', '.join(unmirrored)}; nothing "
+            "changed. Copy or drop them there (or delete the topic there: the reverse link "
+            "then copies it whole)"
+        )
+    back = MirrorLink(
+        name=back_name,
+        source=dest.url,
+        topics=link.topics,
+        groups=link.groups,
+        source_options=dict(source_options or {}),
+    )
+    for info in turned:  # read-only at the old primary from here on, filled from dest
+        old.set_mirror((info.mirror or {})["source_topic"], provenance(back, info))
+    try:
+        back = create_link(
+            old,
+            back.name,
+            source=back.source,
+            topics=back.topics,
+            groups=back.groups,
+            source_options=back.source_options,
+            created_ms=_now_ms(),
+        )
+    except MirrorLinkExistsError:
+        if get_link(old, back.name).source != back.source:
+            raise
+    return back, [(i.mirror or {})["source_topic"] for i in turned]
 
 
 def _now_ms() -> int:

@@ -13,6 +13,7 @@ destination's end, committed with the data: restarts neither skip nor repeat.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +28,18 @@ from sparklog.mirror.copier import (
 from sparklog.mirror.links import MirrorLink
 
 if TYPE_CHECKING:
-    from sparklog.storage import LogRoot, Segment, Topic
+    from sparklog.storage import LogRoot, Segment, Topic, TopicInfo
 
 #: A step fetches at most this many records per shard.
 STEP_MAX_RECORDS = 50_000
 #: The source topic configs a mirror topic follows (where sparklog knows them).
 FOLLOWED_CONFIGS = ("cleanup.policy", "retention.ms", "message.timestamp.type", "max.message.bytes")
 POLL_TIMEOUT_S = 1.0
+
+
+def _zero(topic_id: Any) -> bool:
+    """Kafka's null topic id (a source without ids answers it)."""
+    return str(topic_id) in ("AAAAAAAAAAAAAAAAAAAAAA", "00000000-0000-0000-0000-000000000000")
 
 
 class KafkaSourceError(SparklogError, code="MIRROR_SOURCE"):
@@ -59,6 +65,8 @@ class KafkaMirror:
 
         self.dest = dest
         self.link = link
+        #: mirror topic -> why it no longer follows its source (found by :meth:`lag`)
+        self.stopped: dict[str, str] = {}
         common = {"bootstrap.servers": link.bootstrap_servers, **link.source_options}
         self.admin = AdminClient(common)
         self.consumer = kafka.Consumer(
@@ -87,6 +95,38 @@ class KafkaMirror:
             if self.link.selects_topic(name) and t.error is None
         }
 
+    def topic_ids(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Each source topic's id (Metadata v10+ / DescribeTopicPartitions): a topic deleted
+        and re-created has a new one.  "" from a source without ids, None for a topic gone."""
+        from confluent_kafka import TopicCollection
+
+        wanted = sorted(names)
+        if not wanted:
+            return {}
+        out: dict[str, str | None] = {}
+        for name, future in self.admin.describe_topics(TopicCollection(wanted)).items():
+            try:
+                found = future.result(timeout=10)
+            except Exception:  # gone since it was listed: no copy this step
+                out[name] = None
+                continue
+            topic_id = found.topic_id
+            out[name] = "" if topic_id is None or _zero(topic_id) else str(topic_id)
+        return out
+
+    def reincarnated(self, info: TopicInfo, source_id: str | None) -> str:
+        """Why mirror topic ``info`` no longer follows its source (deleted and re-created:
+        another topic id), or "" if it does."""
+        mirrored = (info.mirror or {}).get("source_topic_id", "")
+        if not mirrored or not source_id or mirrored == source_id:
+            return ""
+        source = (info.mirror or {}).get("source_topic", info.name)
+        return (
+            f"source topic {source!r} was deleted and re-created (topic id {source_id}, "
+            f"mirrored id {mirrored}): mirroring of {info.name!r} stopped, its records and "
+            "offsets kept as they were; delete it (or promote it) to mirror the new topic"
+        )
+
     def _configs(self, topic: str) -> dict[str, Any]:
         from confluent_kafka.admin import ConfigResource
 
@@ -104,8 +144,12 @@ class KafkaMirror:
             out[key] = int(value) if key.endswith((".ms", ".bytes")) else value
         return out
 
-    def _ensure_topic(self, name: str, partitions: int, report: StepReport) -> Topic | None:
+    def _ensure_topic(
+        self, name: str, partitions: int, source_id: str | None, report: StepReport
+    ) -> Topic | None:
         dest_name = self.link.mirror_name(name)
+        if source_id is None:
+            return None  # deleted since it was listed: the next step sees what follows
         config = self._configs(name)
         try:
             info = self.dest.describe_topic(dest_name)
@@ -118,7 +162,7 @@ class KafkaMirror:
                     "link": self.link.name,
                     "source": self.link.source,
                     "source_topic": name,
-                    "source_topic_id": "",
+                    "source_topic_id": source_id,
                     "state": "mirroring",
                 },
             )
@@ -129,6 +173,12 @@ class KafkaMirror:
             return None
         if mirror.get("state") == "promoted":
             return None
+        why = self.reincarnated(info, source_id)
+        if why:
+            report.skipped[dest_name] = why
+            return None
+        if source_id and not mirror.get("source_topic_id"):  # mirrored before ids: adopt
+            info = self.dest.set_mirror(dest_name, {**mirror, "source_topic_id": source_id})
         if partitions > info.partitions:
             self.dest.add_partitions(dest_name, partitions)
         have = {k: v for k, v in info.config.items() if k in FOLLOWED_CONFIGS}
@@ -140,12 +190,14 @@ class KafkaMirror:
 
     def step(self, *, groups: bool = True) -> StepReport:
         report = StepReport()
-        for name, partitions in sorted(self.source_topics().items()):
-            dst = self._ensure_topic(name, partitions, report)
+        topics = self.source_topics()
+        ids = self.topic_ids(topics)
+        for name, partitions in sorted(topics.items()):
+            dst = self._ensure_topic(name, partitions, ids.get(name), report)
             if dst is None:
                 continue
             for shard in range(dst.shards):
-                self._copy_shard(name, dst, shard, report)
+                self._copy_shard(name, dst, shard, ids[name], report)
         if groups and self.link.groups:
             report.groups_synced = self.sync_groups()
         return report
@@ -156,8 +208,14 @@ class KafkaMirror:
         from confluent_kafka import TopicPartition
 
         mirrored = mirrored_topics(self.dest, self.link, self.source_topics())
+        ids = self.topic_ids(mirrored)
         out: list[PartitionLag] = []
+        self.stopped = {}
         for source, dst in sorted(mirrored.items()):
+            why = self.reincarnated(dst.info, ids.get(source))
+            if why:  # the source's watermarks are another topic's: no lag to show
+                self.stopped[dst.name] = why
+                continue
             for p in range(dst.partitions):
                 tp = TopicPartition(source, p)
                 _low, high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
@@ -195,7 +253,9 @@ class KafkaMirror:
             changed += sync_group(self.dest, self.link, group, committed, mirrored)
         return changed
 
-    def _copy_shard(self, source: str, dst: Topic, shard: int, report: StepReport) -> None:
+    def _copy_shard(
+        self, source: str, dst: Topic, shard: int, source_id: str | None, report: StepReport
+    ) -> None:
         import pyarrow as pa
         from confluent_kafka import TopicPartition
 
@@ -264,6 +324,10 @@ class KafkaMirror:
             first = msgs[0].offset()
             planned[p] = [replace(seg, base_offset=first, offset_span=last - first)]
         if not planned:
+            return
+        if self.topic_ids([source]).get(source) != source_id:
+            # re-created while it was fetched: what was read may be the new topic's; nothing
+            # is committed (the objects written are garbage) and the next step says why
             return
         results = dst.append_mirrored(planned, link=self.link.name, expected=ends)
         for p, result in results.items():

@@ -45,6 +45,13 @@ class MirrorMetrics:
             ["link"],
             registry=r,
         )
+        self.stopped = Gauge(
+            "sparklog_mirror_topic_stopped",
+            "1 while a mirror topic no longer follows its source (e.g. the source topic was "
+            "deleted and re-created); the reason is logged and in mirror describe",
+            ["link", "topic"],
+            registry=r,
+        )
         self.up = Gauge(
             "sparklog_mirror_up",
             "1 if the link's last step succeeded, 0 if it failed (position kept)",
@@ -59,6 +66,10 @@ class MirrorMetrics:
         self.objects.labels(link, "server").inc(server)
         self.objects.labels(link, "bytes").inc(report.objects_copied - server)
         self.bytes.labels(link).inc(report.bytes_copied)
+        for lag in report.lag:  # copied this step: following its source
+            self.stopped.labels(link, lag.topic).set(0)
+        for topic in report.skipped:
+            self.stopped.labels(link, topic).set(1)
         for lag in report.lag:
             labels = (link, lag.topic, str(lag.partition))
             self.lag_records.labels(*labels).set(lag.lag_records)

@@ -55,6 +55,7 @@ COMMANDS = [
     ["mirror", "resume"],
     ["mirror", "delete"],
     ["mirror", "promote"],
+    ["mirror", "reverse"],
     ["mirror", "run"],
     ["users"],
     ["users", "create"],

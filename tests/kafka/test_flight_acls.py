@@ -216,3 +216,36 @@ def test_users_are_managed_through_a_broker_by_a_cluster_alterer(secured: Cluste
     assert gone.returncode == 0, gone.stderr
     with pytest.raises(SaslAuthenticationFailedError), Admin(secured.address, **dave) as admin:
         admin.list_topics()
+
+
+def test_mirror_links_through_a_broker_need_alter_to_change_and_describe_to_read(
+    secured: Cluster, tmp_path
+) -> None:
+    users.create(open_root(secured.root).metadata, "erin", "SCRAM-SHA-256", "erin-pw")
+    erin = {**OPS, "sasl_plain_username": "erin", "sasl_plain_password": "erin-pw"}
+
+    def logs_in() -> bool:
+        try:
+            with Admin(secured.address, retry_timeout_ms=2000, **erin) as admin:
+                admin.list_topics()
+        except SaslAuthenticationFailedError:
+            return False  # the broker has not read the new user yet
+        return True
+
+    wait_for(logs_in, timeout_s=30, what="erin's credentials at the broker")
+    source = ("--source", f"file://{tmp_path}/src", "--topics", "orders")
+    for args in (("mirror", "list"), ("mirror", "create", "dr", *source)):
+        refused = _cli_as(erin, secured, *args)
+        assert refused.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    made = _cli_as(OPS, secured, "mirror", "create", "dr", *source)
+    assert made.returncode == 0, made.stderr
+    _grant(secured, acls.binding("CLUSTER", "kafka-cluster", "User:erin", "DESCRIBE"))
+    wait_for(
+        lambda: "dr" in _cli_as(erin, secured, "mirror", "list").stdout,
+        timeout_s=30,
+        what="DESCRIBE on the cluster applied",
+    )
+    paused = _cli_as(erin, secured, "mirror", "pause", "dr")  # a change: ALTER, not DESCRIBE
+    assert paused.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in paused.stderr
+    gone = _cli_as(OPS, secured, "mirror", "delete", "dr")
+    assert gone.returncode == 0, gone.stderr

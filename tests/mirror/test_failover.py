@@ -102,3 +102,62 @@ def test_failing_back_by_re_creating_the_topic_in_the_old_primary(tmp_path):
     report = to_west.step()
     assert report.records == 0 and report.topics_created == []
     assert west.list_topics() == ["orders"] and east.list_topics() == ["orders"]
+
+
+def _copy_all(root, link: str) -> int:
+    mirror = Mirror(root, get_link(root, link))
+    copied = 0
+    while (report := mirror.step()).records:
+        copied += report.records
+    return copied
+
+
+def _failed_over(tmp_path, rounds: int):
+    """Root A mirrored to root B by link "dr" (``rounds`` rounds of 2 partitions), promoted."""
+    a = open_root(f"file://{tmp_path}/a", {}, create=True)
+    b = open_root(f"file://{tmp_path}/b", {}, create=True)
+    a.create_topic("orders", partitions=2)
+    produce(a, "orders", 2, rounds=rounds)
+    create_link(b, "dr", source=a.url, topics="orders")
+    assert _copy_all(b, "dr") == rounds * 10
+    promote(b, "orders")
+    return a, b
+
+
+def test_mirror_reverse_copies_back_only_what_the_promoted_side_wrote(tmp_path):
+    import pytest
+
+    from sparklog.errors import PolicyViolationError
+    from sparklog.mirror.copier import reverse
+    from tests.mirror.support import assert_same, records
+
+    a, b = _failed_over(tmp_path, rounds=3)  # 15 a partition
+    b.topic("orders").produce({0: records(0, 15, 4), 1: records(1, 15, 2)})  # written on B
+
+    back, turned = reverse(b, "dr")
+    assert (back.name, back.source, back.topics, turned) == ("dr-back", b.url, "orders", ["orders"])
+    assert get_link(a, "dr-back").source == b.url
+    mirror = a.describe_topic("orders").mirror
+    assert mirror["link"] == "dr-back" and mirror["state"] == "mirroring"
+    with pytest.raises(PolicyViolationError, match="link 'dr-back'"):  # A is read-only now
+        a.topic("orders").produce({0: records(0, 99, 1)})
+
+    assert _copy_all(a, "dr-back") == 6  # only what B wrote, at B's offsets
+    assert assert_same(b, a, "orders") == 36
+    ends = {p: a.topic("orders").partition(p).refresh().high_watermark for p in range(2)}
+    assert ends == {0: 19, 1: 17}
+    assert reverse(b, "dr")[1] == []  # again: nothing more to turn, the link is there
+
+
+def test_mirror_reverse_refuses_records_the_old_primary_never_mirrored(tmp_path):
+    import pytest
+
+    from sparklog.errors import InvalidRequestError
+    from sparklog.mirror.copier import reverse
+    from tests.mirror.support import records
+
+    a, b = _failed_over(tmp_path, rounds=2)
+    a.topic("orders").produce({1: records(1, 10, 3)})  # A kept writing, never mirrored
+    with pytest.raises(InvalidRequestError, match=r"orders-1 offsets 10-12; nothing changed"):
+        reverse(b, "dr")
+    assert a.describe_topic("orders").mirror is None and a.metadata.image().mirror_links == {}

@@ -167,3 +167,59 @@ def test_a_kafka_source_mirror_killed_and_restarted_neither_skips_nor_repeats(br
     finally:
         mirror.close()
     assert assert_same(source, dest, "orders") == written[0]
+
+
+def test_a_source_topic_deleted_and_re_created_is_not_mixed_into_its_mirror(broker, tmp_path):
+    from sparklog.mirror.admin import describe
+    from sparklog.mirror.metrics import MirrorMetrics
+    from tests.mirror.support import table
+
+    source = open_root(broker.root, {})
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=2)  # 10 a partition
+    dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
+    create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
+    mirror = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        wait_for(lambda: mirror.step().records == 0, timeout_s=60, what="the first copy")
+        first_id = dest.describe_topic("orders").mirror["source_topic_id"]
+        assert first_id and first_id == mirror.topic_ids(["orders"])["orders"]
+        before = [table(dest, "orders", p) for p in range(2)]
+        assert [len(x) for x in before] == [10, 10]
+
+        # a new incarnation, longer than the old one: offsets 0-14 again, under a new id
+        source.delete_topic("orders")
+        source.create_topic("orders", partitions=2)
+        produce(source, "orders", 2, rounds=3)
+        seen: list = []
+
+        def stopped() -> bool:
+            report = mirror.step()
+            seen.append(report)
+            return "orders" in report.skipped
+
+        wait_for(stopped, timeout_s=60, what="the mirror to see the new topic id")
+        assert sum(r.records for r in seen) == 0
+        assert "deleted and re-created" in seen[-1].skipped["orders"]
+        assert "mirroring of 'orders' stopped" in seen[-1].skipped["orders"]
+        assert [table(dest, "orders", p) for p in range(2)] == before  # nothing mixed in
+
+        metrics = MirrorMetrics()
+        metrics.observe("migrate", seen[-1])
+        labels = {"link": "migrate", "topic": "orders"}
+        assert metrics.registry.get_sample_value("sparklog_mirror_topic_stopped", labels) == 1
+    finally:
+        mirror.close()
+    described = describe(dest, "migrate")
+    assert "deleted and re-created" in described["stopped"]["orders"]
+    assert described["partitions"] == []
+
+    # deleting the old mirror topic mirrors the new incarnation, from offset 0
+    dest.delete_topic("orders")
+    again = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        wait_for(lambda: again.step().records == 0, timeout_s=60, what="the new copy")
+    finally:
+        again.close()
+    assert assert_same(source, dest, "orders") == 30
+    assert dest.describe_topic("orders").mirror["source_topic_id"] != first_id

@@ -34,6 +34,7 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import ConfigError
+from sparklog.mirror import admin as mirror_admin
 from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
 
@@ -279,6 +280,27 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
 
     def list_users(self) -> dict[str, list[tuple[str, int]]]:
         return users.users(self.root.metadata.image())
+
+    def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
+        return mirror_admin.create(self.root, name, **link)
+
+    def list_mirror_links(self) -> list[dict[str, Any]]:
+        return mirror_admin.list_all(self.root)
+
+    def describe_mirror_link(self, name: str) -> dict[str, Any]:
+        return mirror_admin.describe(self.root, name)
+
+    def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
+        return mirror_admin.pause(self.root, name, paused)
+
+    def delete_mirror_link(self, name: str) -> None:
+        mirror_admin.delete(self.root, name)
+
+    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
+        return mirror_admin.promote(self.root, topic)
+
+    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
+        return mirror_admin.reverse(self.root, name, **how)
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)

@@ -170,6 +170,27 @@ class BrokerBackend(TopicCalls, GroupCalls):
     def list_users(self) -> dict[str, list[tuple[str, int]]]:
         return self.client.list_users()
 
+    def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
+        return self.client.create_mirror_link(name, **link)
+
+    def list_mirror_links(self) -> list[dict[str, Any]]:
+        return self.client.list_mirror_links()
+
+    def describe_mirror_link(self, name: str) -> dict[str, Any]:
+        return self.client.describe_mirror_link(name)
+
+    def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
+        return self.client.pause_mirror_link(name, paused)
+
+    def delete_mirror_link(self, name: str) -> None:
+        self.client.delete_mirror_link(name)
+
+    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
+        return self.client.promote_mirror_topic(topic)
+
+    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
+        return self.client.reverse_mirror_link(name, **how)
+
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}
