@@ -22,11 +22,13 @@ retriable THROTTLING_QUOTA_EXCEEDED.  Refusals are logged at most
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import json
 import logging
 import resource
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -662,6 +664,9 @@ def serve(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # an operator's view of a stuck broker, as a JVM's thread dump on SIGQUIT: every
+    # thread's stack to stderr on SIGUSR1 (docs/operations.md)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         while not stop.wait(0.5):
             pass

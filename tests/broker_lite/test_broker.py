@@ -331,3 +331,18 @@ def test_listen_port_in_use_is_a_clear_error(file_root, cluster_on, tmp_path):
     )
     assert proc.returncode == 2
     assert "cannot listen there" in proc.stderr.decode()
+
+
+def test_sigusr1_dumps_every_threads_stack_and_the_broker_keeps_serving(broker) -> None:
+    """docs/operations.md: ``kill -USR1`` on a stuck broker shows where each thread is."""
+    import signal
+
+    process = next(iter(broker.brokers.values()))
+    assert process.proc is not None
+    os.kill(process.proc.pid, signal.SIGUSR1)
+    wait_for(lambda: "most recent call first" in process.log_text(), timeout_s=30,
+             what="a stack dump in the broker's log")  # fmt: skip
+    assert process.alive
+    with BrokerClient(broker.bootstrap) as client:
+        client.create_topic("after-dump", 1)
+        assert "after-dump" in client.list_topics()
