@@ -32,6 +32,9 @@ from sparklog.storage.txn_markers import aborted_between, controls_between, drop
 
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
+#: what an entry holds besides its bytes (the key tuple, the bytes object's header, the
+#: LRU's node): counted, so tiny batches cannot hold several times the budget
+ENCODED_ENTRY_OVERHEAD_BYTES = 320
 
 
 class EncodedCache:
@@ -58,10 +61,10 @@ class EncodedCache:
             if key in self._items or len(value) > self.budget:
                 return
             self._items[key] = value
-            self.used += len(value)
+            self.used += len(value) + ENCODED_ENTRY_OVERHEAD_BYTES
             while self.used > self.budget:
                 _, old = self._items.popitem(last=False)
-                self.used -= len(old)
+                self.used -= len(old) + ENCODED_ENTRY_OVERHEAD_BYTES
 
 
 ENCODED = EncodedCache(ENCODED_CACHE_BYTES)

@@ -85,3 +85,16 @@ def test_tail_cache_memory_stays_near_its_budget_with_tiny_batches():
     grown = _rss_anon_bytes() - before
     assert cache.size_bytes <= budget
     assert grown < 3 * budget, f"the cache holds {grown >> 20} MiB for a 16 MiB budget"
+
+
+def test_encoded_batch_cache_counts_each_entrys_overhead():
+    """Encodings of one-record batches are a few dozen bytes: counted alone, a budget
+    held entries whose keys and headers cost several times the bytes."""
+    from sparklog.broker_lite.kafka.fetch import ENCODED_ENTRY_OVERHEAD_BYTES, EncodedCache
+
+    cache = EncodedCache(32 * 1024)
+    for offset in range(1000):
+        cache.put(("id", 0, offset, offset, 1, False), b"x" * 10)
+    kept = sum(cache.get(("id", 0, o, o, 1, False)) is not None for o in range(1000))
+    assert kept <= 32 * 1024 // (10 + ENCODED_ENTRY_OVERHEAD_BYTES)
+    assert cache.get(("id", 0, 999, 999, 1, False)) == b"x" * 10  # the newest stay
