@@ -99,8 +99,7 @@ def _read_all(bootstrap: str) -> list[bytes]:
     ended = [False]
 
     def read() -> bool:
-        msg = consumer.poll(0.5)
-        if msg is not None:
+        for msg in consumer.consume(1000, 0.5):
             if msg.error() is None:
                 got.append(msg.value())
             elif msg.error().code() == KafkaError._PARTITION_EOF:
