@@ -2,8 +2,8 @@
 
 kafkajs' ``admin.resetOffsets({earliest: true})`` commits -2 for every partition
 (its consumer then starts from the earliest offset); Kafka's coordinator stores
-any committed offset as given and OffsetFetch returns it.  Raw frames stand in
-for kafkajs (not installed here): it sends the same OffsetCommit.
+any committed offset as given and OffsetFetch returns it.  Raw frames send the
+OffsetCommit kafkajs sends; tests/kafka/test_compat_kafkajs.py runs kafkajs itself.
 """
 
 from __future__ import annotations
