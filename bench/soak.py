@@ -98,9 +98,15 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(timeout=60)
         threads = [
-            threading.Thread(target=produce, args=(bootstrap, args.rate, stop, counts)),
-            threading.Thread(target=consume, args=(bootstrap, "member-1", stop, counts)),
-            threading.Thread(target=consume, args=(bootstrap, "member-2", stop, counts)),
+            threading.Thread(
+                target=produce, args=(bootstrap, args.rate, stop, counts), daemon=True
+            ),
+            threading.Thread(
+                target=consume, args=(bootstrap, "member-1", stop, counts), daemon=True
+            ),
+            threading.Thread(
+                target=consume, args=(bootstrap, "member-2", stop, counts), daemon=True
+            ),
         ]
         for t in threads:
             t.start()
