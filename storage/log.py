@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -34,9 +35,9 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     SparklogError,
+    StagedObjectExpiredError,
 )
 from sparklog.storage import txn_markers
-from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
     DEFAULT_SNAPSHOT_INTERVAL,
@@ -611,7 +612,7 @@ class ShardLog(MetaLog[ShardState]):
         for segments in appends.values():
             for seg in segments:
                 if now - seg.created_ms > staged_max_age_ms:
-                    raise SparklogError(
+                    raise StagedObjectExpiredError(
                         f"staged object {seg.object_key} is older than {staged_max_age_ms} ms "
                         "and may be garbage-collected; write it again"
                     )

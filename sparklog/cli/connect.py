@@ -16,7 +16,7 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError, ConnectorConfigError
+from sparklog.errors import ConnectorConfigError, InvalidConfigurationError
 
 connect_app = typer.Typer(
     no_args_is_help=True,
@@ -32,7 +32,7 @@ def _root(ctx: typer.Context) -> Any:
     st = state(ctx)
     url = parse_address(st.address).root if st.address else None
     if not url:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             "connectors read and write the storage root: give it as --address (a path, "
             "file://, s3://), not a broker's host:port"
         )
@@ -44,7 +44,7 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"{flag} {item!r} not accepted; accepted: KEY=VALUE")
+            raise InvalidConfigurationError(f"{flag} {item!r} not accepted; accepted: KEY=VALUE")
         out[key] = value
     return out
 
@@ -215,7 +215,9 @@ def connect_status(
     doc = connector_state.load(root, name)
     if doc is None:
         known = connector_state.names(root)
-        raise ConfigError(f"no connector {name!r} in this root; known: {known or 'none'}")
+        raise InvalidConfigurationError(
+            f"no connector {name!r} in this root; known: {known or 'none'}"
+        )
     status = dict(doc)
     if doc.get("kind") == "delta-sink":
         from sparklog.connect.delta import DeltaTarget

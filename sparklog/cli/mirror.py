@@ -14,7 +14,8 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError
+from sparklog.clock import now_ms
+from sparklog.errors import InvalidConfigurationError
 
 mirror_app = typer.Typer(
     no_args_is_help=True,
@@ -31,7 +32,7 @@ def _root(ctx: typer.Context, *, create: bool = False) -> Any:
     st = state(ctx).check()
     url = parse_address(st.address).root if st.address else None
     if not url:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             "mirror links live in the destination root: give it as --address (a path, "
             "file://, s3://), not a broker's host:port"
         )
@@ -66,7 +67,6 @@ def create(
     ] = None,
 ) -> None:
     """Create a mirror link on this root (the destination)."""
-    import time
 
     from sparklog.mirror.links import create_link
     from sparklog.storage_options import parse_storage_options
@@ -80,7 +80,7 @@ def create(
         groups=groups,
         prefix=prefix,
         source_options=parse_storage_options(source_option or []),
-        created_ms=int(time.time() * 1000),
+        created_ms=now_ms(),
     )
     if state(ctx).json:
         print_json(_describe(made))

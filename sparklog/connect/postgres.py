@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.connect import require, state
 from sparklog.connect.pg_types import DECIMAL_MODES, Converter
 from sparklog.connect.pgoutput import (
@@ -332,7 +333,7 @@ class PostgresSource:
     ) -> None:
         columns = ", ".join(f'"{c.name}"::text' for c in table.columns)
         topic = self.config.topic_of(table.schema, table.table)
-        now = int(time.time() * 1000)
+        now = now_ms()
         with conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
             cur.execute(f'SELECT {columns} FROM "{table.schema}"."{table.table}"')
             while True:
@@ -399,7 +400,7 @@ class PostgresSource:
             )
         topic = self.config.topic_of(relation.schema, relation.table)
         commit_ms = begin.commit_ts_us // 1000
-        now = int(time.time() * 1000)
+        now = now_ms()
         source = self._source(relation.schema, relation.table, commit_ms, begin.xid, lsn, "false")
         old = change.old
         if old is not None and change.old_is_key:

@@ -10,9 +10,9 @@ connect list|status`` read them from any machine that reaches the root. Secrets
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import Doc, VersionedDocument
@@ -43,7 +43,7 @@ def save(root: LogRoot, name: str, **fields: Any) -> Doc:
     """Merge ``fields`` into the connector's state and write it as the next version."""
 
     def change(doc: Doc | None) -> Doc:
-        return {**(doc or {}), **fields, "name": name, "updated_ms": int(time.time() * 1000)}
+        return {**(doc or {}), **fields, "name": name, "updated_ms": now_ms()}
 
     saved = _doc(root, name).update(change)
     assert saved is not None
