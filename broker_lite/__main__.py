@@ -6,10 +6,12 @@ import argparse
 import sys
 
 from sparklog.broker_lite.server import serve
+from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, clock_ms: Clock = now_ms) -> int:
+    """Parse the command line and serve; ``clock_ms`` is the broker's wall clock."""
     parser = argparse.ArgumentParser(prog="python -m broker_lite", description=__doc__)
     parser.add_argument("--config", help="broker TOML file (conf/broker.toml documents keys)")
     parser.add_argument("--root", help="storage root URL (overrides the config)")
@@ -18,7 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-listen", help='Kafka protocol HOST:PORT ("" disables)')
     args = parser.parse_args(argv)
     try:
-        serve(args.config, args.root, args.listen, args.broker_id, args.kafka_listen)
+        serve(
+            args.config,
+            args.root,
+            args.listen,
+            args.broker_id,
+            args.kafka_listen,
+            clock_ms=clock_ms,
+        )
     except SparklogError as exc:
         print(f"broker_lite: {exc}", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ class AdminCalls(BrokerState):
                 raise InvalidRequestError(f"topic name {name!r} is not a string")
             try:
                 info = self.root.describe_topic(name)
-            except errors.CorruptionError as exc:
+            except errors.CorruptRecordError as exc:
                 if topics is not None:
                     raise  # asked for by name: the caller learns why it cannot have it
                 damaged[name] = str(exc)[:500]  # listing all topics: one bad one hides no other

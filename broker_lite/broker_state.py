@@ -26,7 +26,11 @@ from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import TopicBatcher
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
-from sparklog.errors import InvalidRequestError, NotLeaderError, UnknownTopicError
+from sparklog.errors import (
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, Topic
 from sparklog.storage.log import ShardLog
@@ -179,11 +183,11 @@ class BrokerState:
         if not 0 <= partition < topic.partitions:
             try:
                 topic.reload()
-            except errors.UnknownTopicError:
+            except errors.UnknownTopicOrPartitionError:
                 self._forget_topic(topic.name)
-                raise UnknownTopicError(f"topic {topic.name!r} was deleted") from None
+                raise UnknownTopicOrPartitionError(f"topic {topic.name!r} was deleted") from None
             if not 0 <= partition < topic.partitions:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {topic.name!r} has no partition {partition}; accepted: 0-"
                     f"{topic.partitions - 1}"
                 )
@@ -212,7 +216,7 @@ class BrokerState:
     def _check_leader(self, topic: str, partition: int) -> None:
         assert self.cluster is not None
         if self._stopping.is_set():
-            raise NotLeaderError(
+            raise NotLeaderOrFollowerError(
                 f"broker {self.config.broker_id} is shutting down", leader_location=""
             )
         if self.cluster.is_leader(topic, partition):
@@ -224,13 +228,13 @@ class BrokerState:
                 if leader
                 else ("no other live broker is known")
             )
-            raise NotLeaderError(
+            raise NotLeaderOrFollowerError(
                 f"broker {self.config.broker_id} lost its lease (storage unreachable?) and "
                 f"leads nothing; for {topic}-{partition} {known}",
                 leader_id=leader.broker_id if leader else -1,
                 leader_location=leader.location if leader else "",
             )
-        raise NotLeaderError(
+        raise NotLeaderOrFollowerError(
             f"broker {self.config.broker_id} does not lead {topic}-{partition}; broker "
             f"{leader.broker_id if leader else '?'} at {leader.location if leader else '?'} does",
             leader_id=leader.broker_id if leader else -1,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from sparklog.broker_lite.logs import fields
-from sparklog.storage.clock import now_ms
+from sparklog.clock import now_ms
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.cleaner")

@@ -35,7 +35,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker_lite.logs import fields
+from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.storage import LogRoot
 from sparklog.storage.cluster_metadata import MetadataImage, Record
@@ -55,8 +55,6 @@ LEASE_PREFIX = "cluster/brokers"
 #: registered brokers not yet fenced, so once a watcher fences its dead successor it
 #: watches the next one, and several deaths at once are fenced one after the other
 MONITORS = 1
-#: test-only: milliseconds added to this broker's wall clock (to show skew does not matter)
-CLOCK_OFFSET_ENV = "SPARKLOG_TEST_CLOCK_OFFSET_MS"
 
 
 @dataclass(frozen=True)
@@ -100,10 +98,6 @@ def rendezvous_weight(topic: str, partition: int, broker_id: int) -> int:
     return int.from_bytes(digest, "big")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000) + int(os.environ.get(CLOCK_OFFSET_ENV, "0") or 0)
-
-
 def _refuses_connections(location: str, timeout_s: float = 0.2) -> bool:
     """True only if ``host:port`` actively refuses a TCP connection (nobody listens there)."""
     host, _, port = location.rpartition(":")
@@ -140,9 +134,13 @@ class Cluster:
         force_leader: bool = False,
         probe_peers: bool = False,
         kafka_address: str | None = None,
+        clock_ms: Clock = now_ms,
     ) -> None:
         """``probe_peers``: check whether a suspect lease's address still accepts connections
-        (a serving broker sets it; a bare Cluster, with no server behind its location, not)."""
+        (a serving broker sets it; a bare Cluster, with no server behind its location, not).
+        ``clock_ms``: this broker's wall clock, stamped into its lease (injectable so tests
+        can show that a skewed clock changes nothing: peers never compare it with theirs)."""
+        self.clock_ms = clock_ms
         self.root = root
         self.probe_peers = probe_peers
         self.kafka_address = kafka_address
@@ -153,7 +151,7 @@ class Cluster:
         self.replication_factor = replication_factor
         self.force_leader = force_leader
         self.incarnation = uuid.uuid4().hex
-        self.started_ms = _now_ms()
+        self.started_ms = self.clock_ms()
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
         self._shards: dict[str, int] = {}  # topic -> commit.shards
@@ -225,7 +223,7 @@ class Cluster:
         lease = {
             "broker_id": self.broker_id,
             "location": self.location,
-            "renewed_ms": _now_ms(),
+            "renewed_ms": self.clock_ms(),
             "lease_timeout_ms": self.lease_timeout_ms,
             "incarnation": self.incarnation,
             "started_ms": self.started_ms,
@@ -370,7 +368,7 @@ class Cluster:
             live = dict(self._live)
         if self.healthy and self._registered_as_us(self.root.metadata.image()):
             live[self.broker_id] = BrokerInfo(
-                self.broker_id, self.location, _now_ms(), self.kafka_address
+                self.broker_id, self.location, self.clock_ms(), self.kafka_address
             )
         return live
 

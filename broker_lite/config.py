@@ -3,7 +3,7 @@
 Precedence, lowest first: the defaults below, the TOML file, ``SPARKLOG_<KEY>``
 environment variables (``SPARKLOG_LINGER_MS=2``), then explicit overrides
 (the CLI's ``--root``, ``--listen``, ``--id``).  A bad value raises
-:class:`~broker_lite.errors.InvalidConfigError` naming the key and what it accepts.
+:class:`~broker_lite.errors.InvalidConfigurationError` naming the key and what it accepts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigurationError
 from sparklog.settings import (
     BOOLEAN,
     TEXT,
@@ -370,7 +370,7 @@ KEYS: dict[str, Setting] = settings_of(BrokerConfig)
 def _check_consistency(values: Mapping[str, Any]) -> None:
     kafka_host = values["kafka_listen"].rpartition(":")[0]
     if kafka_host in ("0.0.0.0", "::", "[::]") and not values["kafka_advertised"]:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'kafka_listen' = {values['kafka_listen']!r} listens on every interface, "
             "so Kafka clients cannot be told where to connect; set 'kafka_advertised' "
             "(SPARKLOG_KAFKA_ADVERTISED) to the HOST:PORT clients should use"
@@ -378,25 +378,25 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
     _check_security(values)
     grace = values["gc_grace_ms"]
     if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'gc_grace_ms' = {grace} is not accepted; accepted: 0 (tests only) or "
             f">= {STAGED_OBJECT_MAX_AGE_MS} (the age past which a staged object is never "
             "committed)"
         )
     if values["lease_timeout_ms"] <= values["lease_interval_ms"]:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'lease_timeout_ms' = {values['lease_timeout_ms']} is not accepted; "
             f"accepted: more than lease_interval_ms ({values['lease_interval_ms']})"
         )
     session = values["consumer_group_session_timeout_ms"]
     if values["consumer_group_heartbeat_interval_ms"] >= session:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             "config key 'consumer_group_heartbeat_interval_ms' = "
             f"{values['consumer_group_heartbeat_interval_ms']} is not accepted; accepted: less "
             f"than consumer_group_session_timeout_ms ({session})"
         )
     if values["group_max_session_timeout_ms"] < values["group_min_session_timeout_ms"]:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             "config key 'group_max_session_timeout_ms' = "
             f"{values['group_max_session_timeout_ms']} is not accepted; accepted: at least "
             f"group_min_session_timeout_ms ({values['group_min_session_timeout_ms']})"
@@ -418,7 +418,7 @@ def _check_security(values: Mapping[str, Any]) -> None:
         and not values["allow_insecure_listener"]
         and not _loopback(listen.rpartition(":")[0])
     ):
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'kafka_listen' = {listen!r} is not a loopback address, and with "
             "kafka_security_protocol = PLAINTEXT and no authorizer anyone who reaches it may "
             "read, write and delete every topic; set kafka_security_protocol (SASL_SSL, "
@@ -427,23 +427,23 @@ def _check_security(values: Mapping[str, Any]) -> None:
         )
     flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
     if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'flight_security_protocol' = {values['flight_security_protocol']!r} "
             "needs ssl_certfile and ssl_keyfile (PEM files)"
         )
     if protocol in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'kafka_security_protocol' = {protocol!r} needs ssl_certfile and "
             "ssl_keyfile (PEM files)"
         )
     if values["ssl_client_auth"] != "none" and not values["ssl_cafile"]:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'ssl_client_auth' = {values['ssl_client_auth']!r} needs ssl_cafile "
             "(the CA that signs client certificates)"
         )
     for entry in values["super_users"].split(";"):
         if entry.strip() and not entry.strip().startswith("User:"):
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"config key 'super_users' entry {entry.strip()!r} is not accepted; accepted: "
                 "principals User:NAME separated by ';'"
             )
@@ -461,15 +461,17 @@ def load_config(
             with open(path, "rb") as f:
                 doc = tomllib.load(f)
         except FileNotFoundError:
-            raise InvalidConfigError(f"config file {str(path)!r} does not exist") from None
+            raise InvalidConfigurationError(f"config file {str(path)!r} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"config file {str(path)!r} is not valid TOML: {exc}"
             ) from None
         for name, raw in doc.items():
             key = KEYS.get(name)
             if key is None:
-                raise InvalidConfigError(unknown_key(name, "config key", KEYS, source=str(path)))
+                raise InvalidConfigurationError(
+                    unknown_key(name, "config key", KEYS, source=str(path))
+                )
             values[name] = key.parse(raw, source=str(path), label="config key")
     environ = os.environ if env is None else env
     for name, key in KEYS.items():
@@ -484,7 +486,7 @@ def load_config(
             continue
         key = KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(unknown_key(name, "config key", KEYS))
+            raise InvalidConfigurationError(unknown_key(name, "config key", KEYS))
         values[name] = key.parse(raw, source="override", label="config key")
     _check_consistency(values)
     return BrokerConfig(**values)

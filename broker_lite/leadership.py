@@ -100,7 +100,7 @@ class LeadershipRole(BrokerState):
         for name in storage_call(self.root.list_topics):
             try:
                 topic = self.topic(name)
-            except errors.CorruptionError as exc:
+            except errors.CorruptRecordError as exc:
                 self._report_damaged(name, exc)
                 continue
             except SparklogError:

@@ -30,7 +30,7 @@ from sparklog.errors import (
     InvalidRecordError,
     InvalidRequestError,
     InvalidTxnStateError,
-    NotLeaderError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     SparklogError,
@@ -202,7 +202,7 @@ class ProducePath(BrokerState):
             batcher = self._batchers.get(topic_name)
             if batcher is None:
                 if self._stopping.is_set():
-                    raise NotLeaderError("broker is shutting down", leader_location="")
+                    raise NotLeaderOrFollowerError("broker is shutting down", leader_location="")
                 batcher = TopicBatcher(
                     topic_name,
                     lambda runs: self._flush(topic_name, runs),
@@ -380,7 +380,7 @@ class ProducePath(BrokerState):
                         self._check_leader(topic.name, run.partition)
             except SparklogError:
                 raise
-        raise NotLeaderError(
+        raise NotLeaderOrFollowerError(
             f"{topic.name} shard {shard.key[2]}: leadership is contested; retry",
             leader_location="",
         )

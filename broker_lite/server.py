@@ -44,13 +44,14 @@ from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
+from sparklog.clock import Clock, now_ms
 from sparklog.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
-    InvalidConfigError,
+    InvalidConfigurationError,
     InvalidRequestError,
     MessageSizeTooLargeError,
-    NotLeaderError,
+    NotLeaderOrFollowerError,
     RebalanceInProgressError,
     SparklogError,
     ThrottlingQuotaExceededError,
@@ -277,7 +278,7 @@ class FlightBroker(flight.FlightServerBase):
             log.exception("unexpected error", extra=fields(method=method))
             err = UnknownServerError(f"internal error in {method}: {type(exc).__name__}: {exc}")
         self.broker.metrics.requests.labels(method, err.code).inc()
-        if not isinstance(err, NotLeaderError | RebalanceInProgressError):
+        if not isinstance(err, NotLeaderOrFollowerError | RebalanceInProgressError):
             self.refusals.refused(method, err.code, err.message)
         raise flight.FlightServerError(encode(err), extra_info=encode(err).encode())
 
@@ -545,16 +546,16 @@ def _raise_open_files_limit() -> None:
 
 
 def start_broker(
-    config: BrokerConfig, root: LogRoot | None = None
+    config: BrokerConfig, root: LogRoot | None = None, *, clock_ms: Clock = now_ms
 ) -> tuple[FlightBroker, Broker, int | None]:
     """Start a broker in this process; return (flight server, broker, metrics port)."""
-    broker = Broker(config, root)
+    broker = Broker(config, root, clock_ms=clock_ms)
     try:
         from sparklog.broker_lite.flight_security import scheme
 
         server = FlightBroker(broker, f"{scheme(config)}://{config.listen}")
     except (flight.FlightError, pa.ArrowException, OSError) as exc:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config key 'listen' = {config.listen!r}: cannot listen there ({exc}); accepted: "
             "a free HOST:PORT on this machine (port 0 picks one)"
         ) from None
@@ -566,7 +567,7 @@ def start_broker(
             metrics_port = broker.metrics.serve(config.metrics_listen)
         except OSError as exc:
             server.shutdown()
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"config key 'metrics_listen' = {config.metrics_listen!r}: cannot listen there "
                 f"({exc.strerror or exc}); accepted: a free HOST:PORT on this machine (each broker "
                 "on one host needs its own, e.g. SPARKLOG_METRICS_LISTEN=127.0.0.1:9816), port 0 "
@@ -581,7 +582,7 @@ def start_broker(
         except OSError as exc:
             server.shutdown()
             broker.metrics.stop()
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"config key 'kafka_listen' = {config.kafka_listen!r}: cannot listen there "
                 f"({exc}); accepted: a free HOST:PORT on this machine (port 0 picks one) or "
                 '"" to disable'
@@ -641,8 +642,11 @@ def serve(
     listen: str | None = None,
     broker_id: int | None = None,
     kafka_listen: str | None = None,
+    *,
+    clock_ms: Clock = now_ms,
 ) -> None:
-    """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``."""
+    """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``.
+    ``clock_ms``: the broker's wall clock (a test launcher skews it)."""
     overrides: dict[str, Any] = {
         "listen": listen,
         "broker_id": broker_id,
@@ -653,7 +657,9 @@ def serve(
     config = load_config(config_path, overrides)
     setup_logging(config.log_level, config.log_format, config.broker_id)
     _raise_open_files_limit()
-    server, broker, _ = start_broker(config, root if isinstance(root, LogRoot) else None)
+    server, broker, _ = start_broker(
+        config, root if isinstance(root, LogRoot) else None, clock_ms=clock_ms
+    )
     threading.Thread(
         target=_freeze_startup_heap, args=(server.kafka,), name="gc-freeze", daemon=True
     ).start()

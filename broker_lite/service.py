@@ -35,6 +35,7 @@ from sparklog.broker_lite.produce import TopicBatcher, commit_pool
 from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
+from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.retry import retrying
@@ -49,8 +50,12 @@ TRANSACTIONS_TICK_S = 1.0
 class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     """One broker: everything durable lives in ``root``; this holds caches and threads."""
 
-    def __init__(self, config: BrokerConfig, root: LogRoot | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, root: LogRoot | None = None, *, clock_ms: Clock = now_ms
+    ) -> None:
+        """``clock_ms``: the wall clock of this broker's lease (tests skew it)."""
         self.config = config
+        self.clock_ms = clock_ms
         # Topic metadata is answered from the cluster metadata log's image in memory;
         # the tick loop follows the log (metadata_max_staleness_ms=None: reads never probe).
         self.root = root or open_root(
@@ -116,6 +121,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             force_leader=self.config.force_leader,
             probe_peers=True,
             kafka_address=kafka_address,
+            clock_ms=self.clock_ms,
         )
         # the first renewal also opens the store's connections: give it a few tries
         storage_call(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
@@ -230,9 +236,9 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         for name, topic in cached.items():
             try:
                 topic.reload()
-            except errors.UnknownTopicError:
+            except errors.UnknownTopicOrPartitionError:
                 self._forget_topic(name)
-            except errors.CorruptionError as exc:
+            except errors.CorruptRecordError as exc:
                 self._forget_topic(name)
                 self._report_damaged(name, exc)
 
@@ -258,7 +264,6 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
 
     def remove_stale_temp_files(self) -> int:
-        from sparklog.storage.clock import now_ms
         from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 
         # leases and metadata live under cluster/; topics' folders are swept by their GC

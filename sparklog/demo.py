@@ -26,6 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.rule import Rule
 from rich.table import Table
 
+from sparklog.clock import now_ms
+
 INPUT_TOPIC = "clickstream"
 OUTPUT_TOPIC = "page-views-per-minute"
 GROUP = "demo-analytics"
@@ -171,7 +173,7 @@ class Demo:
         from sparklog import Producer
 
         self.step(f"producer: {self.records:,} page views keyed by user, through the broker")
-        start_ms = int(time.time() * 1000) - EVENT_SPAN_MS - 60_000
+        start_ms = now_ms() - EVENT_SPAN_MS - 60_000
         views = synthetic_views(self.records, start_ms)
         started = time.perf_counter()
         futures = []

@@ -177,6 +177,18 @@ class CommitStateUnknownError(SparklogError, errno=7, code="COMMIT_STATE_UNKNOWN
     """
 
 
+class IllegalStateError(SparklogError, code="ILLEGAL_STATE"):
+    """A call the object's state does not allow, such as using a closed producer, consumer
+    or broker client (Kafka's clients raise ``IllegalStateException``).  A programming
+    error, never retried."""
+
+
+class StagedObjectExpiredError(SparklogError, code="STAGED_OBJECT_EXPIRED"):
+    """A staged object is older than the staged-object limit when its commit comes: the
+    garbage collector may already have deleted it, so it is never committed.  Not
+    retriable as it is: write the records again (a new object) and commit that."""
+
+
 # -- the user's request ----------------------------------------------------------------------
 
 

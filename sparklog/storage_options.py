@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparklog.errors import ConfigError, SparklogError
+from sparklog.errors import InvalidConfigurationError, SparklogError
 
 ENV_STORAGE_PREFIX = "SPARKLOG_STORAGE_"
 #: the former broker-only spelling, refused
@@ -53,7 +53,7 @@ def set_storage_option(
     raw: str,
     *,
     key: str | None = None,
-    error: type[SparklogError] = ConfigError,
+    error: type[SparklogError] = InvalidConfigurationError,
 ) -> None:
     """Set one storage option in ``out`` (the one rule for env, CLI and Spark options).
 
@@ -76,7 +76,7 @@ def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[s
     """Storage options from ``SPARKLOG_STORAGE_<KEY>`` variables."""
     env = os.environ if environ is None else environ
     if REFUSED_ENV in env:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"environment variable {REFUSED_ENV} is not read; accepted: one variable per "
             f"storage option, {ENV_STORAGE_PREFIX}<KEY> with __ nesting (for example "
             f"{ENV_STORAGE_PREFIX}CLIENT_KWARGS__ENDPOINT_URL=http://127.0.0.1:9000, or "
@@ -96,7 +96,7 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"storage option {pair!r} is not key=value")
+            raise InvalidConfigurationError(f"storage option {pair!r} is not key=value")
         set_storage_option(out, key.strip().split("."), value, key=key.strip())
     return out
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
     InvalidConfigurationError,
@@ -38,7 +39,6 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.storage.clock import now_ms
 from sparklog.storage.cluster_metadata import (
     METADATA_LOG_PREFIX,
     ClusterMetadata,
@@ -278,7 +278,7 @@ class LogRoot:
         *,
         mirror: Mapping[str, Any] | None = None,
     ) -> TopicInfo:
-        """Create a topic; TopicExistsError if a live topic has the name.
+        """Create a topic; TopicAlreadyExistsError if a live topic has the name.
 
         ``mirror`` makes it a mirror topic (see :attr:`TopicInfo.mirror`): read-only to
         producers until promoted."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigurationError
 from sparklog.settings import Setting, choice, choice_set, integer, unknown_key
 
 TOPIC_CONFIG_KEYS: dict[str, Setting] = {
@@ -84,7 +84,9 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     for name, raw in (config or {}).items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(unknown_key(name, "topic config key", TOPIC_CONFIG_KEYS))
+            raise InvalidConfigurationError(
+                unknown_key(name, "topic config key", TOPIC_CONFIG_KEYS)
+            )
         out[name] = key.parse(raw, label="config")
     return out
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import xxhash
 
-from sparklog.errors import CorruptionError
+from sparklog.errors import CorruptRecordError
 from sparklog.retry import LostRace, until_won
 from sparklog.storage.objectstore import ObjectStore
 
@@ -48,7 +48,7 @@ def is_enveloped(raw: bytes) -> bool:
 
 
 def parse_document(raw: bytes, name: str) -> Doc:
-    """The JSON object stored in ``name``, checksum verified; CorruptionError naming the file."""
+    """The JSON object stored in ``name``, checksum verified; CorruptRecordError naming the file."""
     raw = bytes(raw)
     if is_enveloped(raw):
         if (
@@ -56,23 +56,23 @@ def parse_document(raw: bytes, name: str) -> Doc:
             or raw[_ENVELOPE_BODY_AT - len(_ENVELOPE_MID) : _ENVELOPE_BODY_AT] != _ENVELOPE_MID
             or not raw.endswith(b"}")
         ):
-            raise CorruptionError(f"{name} is damaged: a torn document ({len(raw)} bytes)")
+            raise CorruptRecordError(f"{name} is damaged: a torn document ({len(raw)} bytes)")
         body = raw[_ENVELOPE_BODY_AT:-1]
         if (
             xxhash.xxh3_64_hexdigest(body).encode()
             != raw[len(_ENVELOPE_HEAD) : len(_ENVELOPE_HEAD) + 16]
         ):
-            raise CorruptionError(f"{name} is damaged: it fails its checksum ({len(raw)} bytes)")
+            raise CorruptRecordError(f"{name} is damaged: it fails its checksum ({len(raw)} bytes)")
         raw = body
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptionError(
+        raise CorruptRecordError(
             f"{name} is damaged: not JSON ({type(exc).__name__}: {str(exc)[:200]}); "
             f"{len(raw)} bytes"
         ) from None
     if not isinstance(doc, dict):
-        raise CorruptionError(f"{name} is damaged: a {type(doc).__name__}, not a JSON object")
+        raise CorruptRecordError(f"{name} is damaged: a {type(doc).__name__}, not a JSON object")
     return doc
 
 

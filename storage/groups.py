@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
-from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.topic_partition import TopicPartition

@@ -14,51 +14,54 @@ batches, last write time), plus the shard's leader epoch and the Spark sink's
 ``(app id, version)`` markers.  Producers idle longer than
 ``producer.id.expiration.ms`` and markers older than ``marker.retention.ms``
 are dropped by the commit that notices them, so the state stays bounded.
+
+Three modules, one job each (Kafka's ``UnifiedLog`` / ``ProducerStateManager``
+seams): :mod:`sparklog.storage.producer_state` (idempotent producers' state and
+the one dedup rule), :mod:`sparklog.storage.shard_codec` (the shard state, how a
+commit changes it, snapshots) and this one (appending to a shard log, and the
+partition views over it).  ``ProducerBatch``, ``duplicate_of`` and ``LogState``
+stay importable from here.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
 import pyarrow as pa
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
-    ProducerFencedError,
     SparklogError,
+    StagedObjectExpiredError,
 )
 from sparklog.storage import txn_markers
-from sparklog.storage.clock import now_ms
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
     DEFAULT_SNAPSHOT_INTERVAL,
     Commit,
-    IndexedSnapshot,
-    LogStateBase,
     MetaLog,
     SnapshotGoneError,
-    blob_refs,
-    seal_indexed_snapshot,
 )
 from sparklog.storage.objectstore import ObjectStore
+from sparklog.storage.producer_state import (
+    DEFAULT_PRODUCER_EXPIRATION_MS,
+    ProducerBatch,
+    duplicate_of,
+)
 from sparklog.storage.records import OFFSET_FIELD, offset_column
-from sparklog.storage.segment_index import ChunkDirectory, SegmentIndex
-from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment, read_segment
+from sparklog.storage.segments import Segment, read_segment
+from sparklog.storage.shard_codec import LogState, ShardCodec, ShardState
 
-PRODUCER_RECENT_BATCHES = 5
 #: A staged object older than this is never committed, and GC never deletes an
 #: unreferenced object younger than it (its grace period must be at least this):
 #: generous, so a Spark batch whose tasks run for an hour still commits.
 STAGED_OBJECT_MAX_AGE_MS = 2 * 60 * 60 * 1000
-DEFAULT_PRODUCER_EXPIRATION_MS = 86_400_000
 DEFAULT_MARKER_RETENTION_MS = 7 * 86_400_000
 #: How often (at most) a writer looks for expired producers and markers.
 EXPIRY_CHECK_MS = 60_000
@@ -66,10 +69,6 @@ EXPIRY_CHECK_MS = 60_000
 READ_PROBE_SHARE_MS = 100
 #: An idle (long-polling) reader probes each shard log at most this often.
 IDLE_PROBE_INTERVAL_MS = 250
-#: Segments per chunk of a snapshot's segment table (the unit a reader reads on demand).
-SNAPSHOT_CHUNK_ROWS = 1024
-#: How a snapshot header describes a partition's chunks: one list per column.
-CHUNK_COLUMNS = ("start", "end", "xxh3", "first", "stop", "rows", "max_ts")
 
 __all__ = [
     "DEFAULT_COMMIT_ATTEMPTS",
@@ -85,7 +84,6 @@ __all__ = [
     "ShardLog",
     "duplicate_of",
 ]
-
 SchemaResolver = Callable[[str], pa.Schema]
 
 
@@ -95,20 +93,6 @@ class MirrorPositionMovedError(SparklogError, code="MIRROR_POSITION_MOVED"):
 
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class ProducerBatch:
-    """Identity of an idempotent producer's batch (Kafka's pid/epoch/sequence)."""
-
-    producer_id: int
-    producer_epoch: int
-    first_sequence: int
-    record_count: int
-
-    @property
-    def last_sequence(self) -> int:
-        return self.first_sequence + self.record_count - 1
 
 
 @dataclass(frozen=True)
@@ -123,388 +107,6 @@ class AppendResult:
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.record_count - 1
-
-
-def duplicate_of(
-    producers: Mapping[str, Mapping[str, Any]], batch: ProducerBatch, where: str
-) -> int | None:
-    """THE dedup rule of idempotent producers (storage and broker both use it).
-
-    Returns None if ``batch`` is the next one in sequence (to be appended), the
-    base offset where it landed if it (or a range containing it) was committed
-    before; raises ProducerFencedError for an older producer epoch and
-    OutOfOrderSequenceNumberError for a gap or a batch too old to place.
-    """
-    entry = producers.get(str(batch.producer_id))
-    if entry is not None and batch.producer_epoch < entry["epoch"]:
-        raise ProducerFencedError(
-            f"producer {batch.producer_id} epoch {batch.producer_epoch} is fenced by epoch "
-            f"{entry['epoch']} in partition {where}"
-        )
-    if entry is None or batch.producer_epoch > entry["epoch"]:
-        if batch.first_sequence != 0:
-            raise OutOfOrderSequenceNumberError(
-                f"producer {batch.producer_id} epoch {batch.producer_epoch} is unknown to "
-                f"partition {where}; its first sequence must be 0, got {batch.first_sequence}"
-            )
-        return None
-    for first, last, base in entry["recent"]:
-        if first <= batch.first_sequence and batch.last_sequence <= last and base >= 0:
-            return int(base) + batch.first_sequence - int(first)
-    if batch.last_sequence <= entry["last_seq"]:
-        raise OutOfOrderSequenceNumberError(
-            f"producer {batch.producer_id} batch with sequences {batch.first_sequence}-"
-            f"{batch.last_sequence} is older than the last {len(entry['recent'])} batches "
-            f"partition {where} remembers (DUPLICATE_SEQUENCE); it was committed before"
-        )
-    expected = entry["last_seq"] + 1
-    if batch.first_sequence != expected:
-        raise OutOfOrderSequenceNumberError(
-            f"producer {batch.producer_id} sent sequence {batch.first_sequence} to partition "
-            f"{where}; expected {expected}"
-        )
-    return None
-
-
-# -- state ----------------------------------------------------------------------------------
-
-
-@dataclass
-class PartState:
-    """One partition's part of a shard state."""
-
-    log_start_offset: int = 0
-    high_watermark: int = 0
-    segments: SegmentIndex = field(default_factory=SegmentIndex)
-    producers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: transactions (see :mod:`sparklog.storage.txn_markers`): open, closed, controls, aborted
-    txn: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ShardState(LogStateBase):
-    """Everything a shard log knows at one version."""
-
-    version: int = -1
-    leader_epoch: int = 0
-    parts: dict[int, PartState] = field(default_factory=dict)
-    markers: dict[str, dict[str, int]] = field(default_factory=dict)
-    commits_since_snapshot: int = 0
-    #: partition (as text) -> ``[first, end)`` offset ranges a mirror found missing at its
-    #: source (retention or compaction there) and committed past: recorded, not papered over
-    mirror_gaps: dict[str, list[list[int]]] = field(default_factory=dict)
-    #: the mirror link whose commits fill this shard ('' if none ever did)
-    mirror_link: str = ""
-
-    def part(self, partition: int) -> PartState:
-        found = self.parts.get(partition)
-        if found is None:
-            found = self.parts[partition] = PartState()
-        return found
-
-
-class LogState:
-    """A read-only view of one partition inside a shard state (what readers plan with)."""
-
-    def __init__(self, shard: ShardState, partition: int) -> None:
-        self._shard = shard
-        self._partition = partition
-        self._part = shard.parts.get(partition) or PartState()
-
-    @property
-    def version(self) -> int:
-        return self._shard.version
-
-    @property
-    def leader_epoch(self) -> int:
-        return self._shard.leader_epoch
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._part.log_start_offset
-
-    @property
-    def high_watermark(self) -> int:
-        return self._part.high_watermark
-
-    @property
-    def segments(self) -> SegmentIndex:
-        return self._part.segments
-
-    @property
-    def producers(self) -> dict[str, dict[str, Any]]:
-        return self._part.producers
-
-    @property
-    def mirror_gaps(self) -> list[tuple[int, int]]:
-        """``[first, end)`` ranges a mirror committed past (missing at its source)."""
-        return [(a, b) for a, b in self._shard.mirror_gaps.get(str(self._partition), [])]
-
-    @property
-    def txn_versions(self) -> dict[str, int]:
-        return {k: v["version"] for k, v in self._shard.markers.items()}
-
-    @property
-    def transactions(self) -> dict[str, Any]:
-        """The partition's transactions (:mod:`sparklog.storage.txn_markers`)."""
-        return self._part.txn
-
-    @property
-    def last_stable_offset(self) -> int:
-        """Below this offset no transaction is open (read_committed readers stop here)."""
-        return txn_markers.last_stable_offset(self._part.txn, self._part.high_watermark)
-
-
-class ShardCodec:
-    """Applies shard commits; snapshots a shard state as one Arrow file."""
-
-    def empty(self) -> ShardState:
-        return ShardState()
-
-    def apply(self, state: ShardState, commit: Commit) -> None:
-        state.leader_epoch = max(state.leader_epoch, int(commit.get("epoch", 0)))
-        ts = int(commit.get("ts", 0))
-        for key, change in (commit.get("parts") or {}).items():
-            part = state.part(int(key))
-            for base in change.get("remove", ()):
-                part.segments.remove(base)
-            for raw in change.get("add", ()):
-                part.segments.add(Segment.from_json(raw))
-            appended = [Segment.from_json(raw) for raw in change.get("append", ())]
-            for seg in appended:
-                part.segments.add(seg)
-                part.high_watermark = max(part.high_watermark, seg.end_offset)
-            if change.get("lso") is not None:
-                part.log_start_offset = max(part.log_start_offset, int(change["lso"]))
-                if part.txn:
-                    part.txn = dict(part.txn)
-                    txn_markers.prune_below(part.txn, part.log_start_offset)
-            producer = change.get("producer")
-            if producer:
-                base = appended[0].base_offset if appended else -1
-                _apply_producer(part, producer, base, ts)
-            _apply_txn(part, change, appended)
-        mirror = commit.get("mirror")
-        if mirror:
-            state.mirror_link = str(mirror.get("link", ""))
-            for key, ranges in (mirror.get("gaps") or {}).items():
-                state.mirror_gaps = {
-                    **state.mirror_gaps,
-                    key: [*state.mirror_gaps.get(key, []), *([int(a), int(b)] for a, b in ranges)],
-                }
-        txn = commit.get("txn")
-        if txn:
-            old = state.markers.get(txn["app_id"], {}).get("version", -1)
-            state.markers[txn["app_id"]] = {"version": max(old, int(txn["version"])), "ts": ts}
-        expire = commit.get("expire") or {}
-        if expire.get("producers_before") is not None:
-            cut = int(expire["producers_before"])
-            for part in state.parts.values():
-                for pid in [k for k, v in part.producers.items() if v.get("ts", 0) < cut]:
-                    del part.producers[pid]
-        if expire.get("markers_before") is not None:
-            cut = int(expire["markers_before"])
-            for app in [k for k, v in state.markers.items() if v.get("ts", 0) < cut]:
-                del state.markers[app]
-
-    #: ``snapshot`` returns a sealed indexed snapshot, read on demand (see ``restore_indexed``)
-    indexed = True
-
-    def snapshot(self, state: ShardState) -> bytes:
-        """The state as an indexed snapshot: per-partition segment chunks, then a header.
-
-        Each partition's segments are cut into chunks of :data:`SNAPSHOT_CHUNK_ROWS`
-        (counted from the newest, so the newest chunk is full), each one Arrow IPC
-        record-batch message.  Every partition's newest chunk is laid out last,
-        next to the header, so the one read that opens the snapshot usually holds
-        it.  The writer's own view folds its overlay into the new tables.
-        """
-        older: list[tuple[int, pa.Table]] = []
-        newest: list[tuple[int, pa.Table]] = []
-        for p in sorted(state.parts):
-            table = state.parts[p].segments.to_table()
-            state.parts[p].segments = SegmentIndex(table)
-            rows = table.num_rows
-            cuts = list(range(rows, 0, -SNAPSHOT_CHUNK_ROWS))[::-1]  # chunk ends, oldest first
-            starts = [0, *cuts[:-1]] if cuts else []  # a partition with no segments yet
-            pieces = [(p, table.slice(a, b - a)) for a, b in zip(starts, cuts, strict=True)]
-            older.extend(pieces[:-1])
-            newest.extend(pieces[-1:])
-        blobs, described = [], []
-        for p, piece in [*older, *newest]:
-            batch = piece.cast(SEGMENT_ARROW_SCHEMA).combine_chunks().to_batches()[0]
-            blobs.append(batch.serialize().to_pybytes())
-            bases = piece.column("base_offset").to_numpy()
-            ends = bases + piece.column("offset_span").to_numpy()
-            described.append(
-                (
-                    p,
-                    int(bases[0]),
-                    int(ends.max()),
-                    piece.num_rows,
-                    int(piece.column("max_timestamp_ms").to_numpy().max()),
-                )
-            )
-        parts: dict[str, Any] = {
-            str(p): {
-                "lso": part.log_start_offset,
-                "hwm": part.high_watermark,
-                "producers": part.producers,
-                "txn": part.txn,
-                "chunks": {},
-            }
-            for p, part in sorted(state.parts.items())
-        }
-        for (p, first, end, rows, max_ts), ref in zip(described, blob_refs(blobs), strict=True):
-            chunks = parts[str(p)]["chunks"]
-            for name, value in zip(CHUNK_COLUMNS, [*ref, first, end, rows, max_ts], strict=True):
-                chunks.setdefault(name, []).append(value)
-        for part in parts.values():  # oldest chunk first
-            chunks = part["chunks"]
-            if not chunks:  # a partition with no segments has no chunks
-                continue
-            order = sorted(range(len(chunks["first"])), key=chunks["first"].__getitem__)
-            part["chunks"] = {name: [chunks[name][i] for i in order] for name in chunks}
-        header = {
-            "version": state.version,
-            "leader_epoch": state.leader_epoch,
-            "markers": state.markers,
-            "parts": parts,
-            "mirror_gaps": state.mirror_gaps,
-            "mirror_link": state.mirror_link,
-        }
-        return seal_indexed_snapshot(blobs, header)
-
-    def restore_indexed(self, snapshot: IndexedSnapshot) -> ShardState:
-        """The state an indexed snapshot holds; segment chunks stay unread until needed."""
-        meta = snapshot.header
-        where = snapshot.where
-        try:
-            state = ShardState(
-                version=int(meta["version"]),
-                leader_epoch=int(meta["leader_epoch"]),
-                markers=dict(meta["markers"]),
-                mirror_gaps=dict(meta.get("mirror_gaps") or {}),
-                mirror_link=str(meta.get("mirror_link", "")),
-            )
-            for key, scalars in meta["parts"].items():
-                chunks = scalars["chunks"]
-                columns = [chunks.get(name, []) for name in CHUNK_COLUMNS]
-                if any(len(c) != len(columns[0]) for c in columns):
-                    raise ValueError("chunk columns of unequal length")
-                start, end, digest, first, stop, rows, max_ts = columns
-                state.parts[int(key)] = PartState(
-                    log_start_offset=int(scalars["lso"]),
-                    high_watermark=int(scalars["hwm"]),
-                    segments=SegmentIndex(
-                        directory=ChunkDirectory(
-                            first,
-                            stop,
-                            rows,
-                            max_ts,
-                            functools.partial(_read_chunk, snapshot, start, end, digest, rows),
-                        )
-                    ),
-                    producers=dict(scalars["producers"]),
-                    txn=dict(scalars.get("txn") or {}),
-                )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptRecordError(
-                f"snapshot {where} cannot be decoded: {type(exc).__name__}: {exc}"
-            ) from None
-        return state
-
-    def restore(self, payload: memoryview, where: str) -> ShardState:
-        """A snapshot of the first layout (one Arrow file, read whole): still readable."""
-        try:
-            reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(payload)))
-            table = reader.read_all()
-            meta = json.loads(reader.schema.metadata[b"state"])
-            state = ShardState(
-                version=int(meta["version"]),
-                leader_epoch=int(meta["leader_epoch"]),
-                markers=dict(meta["markers"]),
-            )
-            parts = table.column("partition").to_numpy()
-            segments = table.drop_columns(["partition"])
-            for key, scalars in meta["parts"].items():
-                p = int(key)
-                lo = int(np.searchsorted(parts, p, side="left"))
-                hi = int(np.searchsorted(parts, p, side="right"))
-                state.parts[p] = PartState(
-                    log_start_offset=int(scalars["lso"]),
-                    high_watermark=int(scalars["hwm"]),
-                    segments=SegmentIndex(segments.slice(lo, hi - lo)),
-                    producers=dict(scalars["producers"]),
-                    txn=dict(scalars.get("txn") or {}),
-                )
-        except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
-            raise CorruptRecordError(
-                f"snapshot {where} cannot be decoded: {type(exc).__name__}: {exc}"
-            ) from None
-        return state
-
-
-def _read_chunk(
-    snapshot: IndexedSnapshot,
-    starts: list[int],
-    ends: list[int],
-    digests: list[int],
-    rows: list[int],
-    i: int,
-) -> pa.Table:
-    """Chunk ``i`` of an indexed snapshot: read by range, checksum verified, decoded."""
-    where = f"snapshot {snapshot.where} bytes {starts[i]}-{ends[i]}"
-    data = snapshot.read([starts[i], ends[i], digests[i]])
-    try:
-        batch = pa.ipc.read_record_batch(pa.py_buffer(data), SEGMENT_ARROW_SCHEMA)
-    except (pa.ArrowException, ValueError) as exc:
-        raise CorruptRecordError(f"{where} cannot be decoded: {exc}") from None
-    if batch.num_rows != rows[i]:
-        raise CorruptRecordError(f"{where} hold {batch.num_rows} segments, not {rows[i]}")
-    return pa.Table.from_batches([batch])
-
-
-def _apply_txn(part: PartState, change: Mapping[str, Any], appended: Sequence[Segment]) -> None:
-    """A commit's transactional parts: a transaction's records, its end, a control record."""
-    opened, close, marker = change.get("txn"), change.get("close"), change.get("marker")
-    if not (opened or close or marker):
-        return
-    txn = dict(part.txn) if part.txn else txn_markers.empty()
-    if opened and appended:
-        start = appended[0].base_offset
-        end = appended[-1].end_offset
-        txn_markers.apply_txn_append(txn, int(opened["id"]), int(opened["n"]), start, end)
-    if close:
-        txn_markers.apply_close(txn, int(close["id"]), int(close["n"]))
-    if marker:
-        offset = int(marker["offset"])
-        txn_markers.apply_marker(txn, marker, offset)
-        part.high_watermark = max(part.high_watermark, offset + 1)
-        # the marker raises the producer's epoch here: an older epoch is fenced
-        pid = str(marker["id"])
-        entry = part.producers.get(pid)
-        if entry is not None and int(marker["epoch"]) > int(entry["epoch"]):
-            part.producers[pid] = {
-                **entry,
-                "epoch": int(marker["epoch"]),
-                "last_seq": -1,
-                "recent": [],
-            }
-    part.txn = txn
-
-
-def _apply_producer(part: PartState, producer: Mapping[str, Any], base: int, ts: int) -> None:
-    pid = str(producer["id"])
-    entry = part.producers.get(pid)
-    if entry is None or producer["epoch"] > entry["epoch"]:
-        entry = {"epoch": producer["epoch"], "last_seq": -1, "recent": []}
-    entry["last_seq"] = producer["last_seq"]
-    entry["recent"] = [*entry["recent"], [producer["first_seq"], producer["last_seq"], base]][
-        -PRODUCER_RECENT_BATCHES:
-    ]
-    entry["ts"] = ts
-    part.producers[pid] = entry
 
 
 # -- the shard log --------------------------------------------------------------------------
@@ -611,7 +213,7 @@ class ShardLog(MetaLog[ShardState]):
         for segments in appends.values():
             for seg in segments:
                 if now - seg.created_ms > staged_max_age_ms:
-                    raise SparklogError(
+                    raise StagedObjectExpiredError(
                         f"staged object {seg.object_key} is older than {staged_max_age_ms} ms "
                         "and may be garbage-collected; write it again"
                     )

@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError, SparklogError
+from sparklog.clock import now_ms
+from sparklog.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from sparklog.storage.catalog import LogRoot
-from sparklog.storage.clock import now_ms
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
@@ -552,7 +552,7 @@ def collect_garbage(
     objects readers may still hold in older segment lists, survive).
     """
     if grace_ms < STAGED_OBJECT_MAX_AGE_MS and grace_ms != 0:
-        raise SparklogError(
+        raise InvalidConfigurationError(
             f"gc grace {grace_ms} ms is shorter than the staged-object limit "
             f"{STAGED_OBJECT_MAX_AGE_MS} ms; accepted: 0 (tests only) or >= that limit"
         )

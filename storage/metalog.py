@@ -37,6 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import xxhash
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -44,7 +45,6 @@ from sparklog.errors import (
     StoreUnavailableError,
 )
 from sparklog.retry import LostRace, is_retriable, until_won
-from sparklog.storage.clock import now_ms
 from sparklog.storage.documents import (
     encode_document,
     is_enveloped,

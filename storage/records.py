@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog.clock import now_ms
 from sparklog.errors import InvalidRecordError
-from sparklog.storage.clock import now_ms
 
 HEADER_TYPE = pa.list_(
     pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

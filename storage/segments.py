@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
-from sparklog.errors import CorruptionError, InvalidConfigError
+from sparklog.clock import now_ms
+from sparklog.errors import CorruptRecordError, InvalidConfigurationError
 from sparklog.storage.background import background_pool, outcome
-from sparklog.storage.clock import now_ms
 from sparklog.storage.objectstore import ObjectStore, Writable
 from sparklog.storage.records import OFFSET_FIELD
 
@@ -50,7 +50,7 @@ def partition_directory(data: bytes) -> dict[int, dict[str, int]]:
         footer = getattr(reader, "metadata", None) or {}  # RecordBatchFileReader.metadata: 21+
         raw = footer.get(FOOTER_KEY)
     if raw is None:
-        raise CorruptionError(f"the object holds no {FOOTER_KEY.decode()} directory")
+        raise CorruptRecordError(f"the object holds no {FOOTER_KEY.decode()} directory")
     return {int(p): entry for p, entry in json.loads(raw).items()}
 
 
@@ -128,7 +128,7 @@ def segments_from_table(table: pa.Table) -> list[Segment]:
 
 def _check_compression(compression: str) -> str | None:
     if compression not in COMPRESSIONS:
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"compression {compression!r} is not supported; accepted: {', '.join(COMPRESSIONS)}"
         )
     return None if compression == "none" else compression
@@ -200,7 +200,7 @@ def write_object(
                 position = hashing.position
                 hashing.end()
                 if not hashing.message_at_start:
-                    raise CorruptionError(
+                    raise CorruptRecordError(
                         f"object {key!r} was laid out unexpectedly (no message at byte {start})"
                     )
                 spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
@@ -407,16 +407,16 @@ def read_segment(
     try:
         data = store.get_range(segment.object_key, segment.byte_start, segment.byte_end)
     except FileNotFoundError as exc:
-        raise CorruptionError(
+        raise CorruptRecordError(
             f"object {store.url}/{segment.object_key} referenced by a committed segment is missing"
         ) from exc
     if data.size != segment.size_bytes:
-        raise CorruptionError(
+        raise CorruptRecordError(
             f"object {store.url}/{segment.object_key} is truncated: read {data.size} of "
             f"{segment.size_bytes} bytes at {segment.byte_start}"
         )
     if verify and checksum_of(data) != segment.checksum:
-        raise CorruptionError(
+        raise CorruptRecordError(
             f"object {store.url}/{segment.object_key} bytes {segment.byte_start}-"
             f"{segment.byte_end} fail their checksum"
         )
@@ -429,7 +429,7 @@ def read_segment(
             message = pa.ipc.read_message(stream)
             out.append(pa.ipc.read_record_batch(message, schema))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptionError(
+        raise CorruptRecordError(
             f"object {store.url}/{segment.object_key} cannot be decoded: {exc}"
         ) from exc
     return out

@@ -192,9 +192,9 @@ ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 def check_isolation_level(level: str) -> bool:
     """Whether ``level`` is read_committed; anything but Kafka's two levels is refused."""
     if level not in ISOLATION_LEVELS:
-        from sparklog.errors import InvalidConfigError
+        from sparklog.errors import InvalidConfigurationError
 
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"isolation_level={level!r} is not accepted; accepted: {', '.join(ISOLATION_LEVELS)}"
         )
     return level == "read_committed"

@@ -53,13 +53,13 @@ import pyarrow as pa
 
 from sparklog.broker_lite.kafka.offset_commit_format import OffsetCommit
 from sparklog.broker_lite.kafka.records import encode_batch
+from sparklog.clock import now_ms
 from sparklog.errors import (
     InvalidTopicError,
     SparklogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.storage.clock import now_ms
 from sparklog.storage.records import HEADER_TYPE, TIMESTAMP_TYPE
 
 TOPIC = "__consumer_offsets"

@@ -12,12 +12,11 @@ record readers and builders do the byte work.
 
 from __future__ import annotations
 
-import time
-
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
+from sparklog.clock import now_ms
 from sparklog.errors import CorruptMessageError
 
 #: no size limit inside one request (the frame limit applies before)
@@ -33,7 +32,7 @@ def to_record_batch(message_set: bytes | memoryview) -> bytes:
     try:
         records = MemoryRecords(bytes(message_set))
         builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, _UNBOUNDED)
-        now = int(time.time() * 1000)
+        now = now_ms()
         count = 0
         while records.has_next():
             batch = records.next_batch()

@@ -13,7 +13,6 @@ topics of a request are produced concurrently.  acks=0 gets no response.
 from __future__ import annotations
 
 import dataclasses
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from sparklog.broker_lite.kafka.records import (
 )
 from sparklog.broker_lite.kafka.transactions import init_transactional
 from sparklog.broker_lite.produce import ProduceItem
+from sparklog.clock import now_ms
 from sparklog.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -148,7 +148,7 @@ def _produce_topic(
             out.append(one)
     append_ms = -1
     if topic_obj.info.effective_config.get("message.timestamp.type") == "LogAppendTime":
-        append_ms = int(time.time() * 1000)
+        append_ms = now_ms()
     if not decoded:
         return out
     order = sorted(decoded)

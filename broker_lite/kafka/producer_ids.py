@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import SparklogError
 
 PREFIX = "kafka/producer-id-blocks"
@@ -32,7 +32,7 @@ class ProducerIdAllocator:
             names = self.store.list_names(PREFIX)
             claimed = [int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit()]
             block = max(claimed, default=-1) + 1
-            body = json.dumps({"broker_id": self.broker_id, "ms": int(time.time() * 1000)})
+            body = json.dumps({"broker_id": self.broker_id, "ms": now_ms()})
             while not self.store.create(f"{PREFIX}/{block:012d}.json", body.encode()):
                 block += 1
         except SparklogError:

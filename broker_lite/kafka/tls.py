@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from sparklog.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigurationError
 
 #: The TLS handshake of a new connection must finish within this.
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -41,7 +41,7 @@ def server_context(config: Any) -> ssl.SSLContext | None:
             context.load_verify_locations(config.ssl_cafile)
     except (OSError, ssl.SSLError) as exc:
         # names the files, never their content (a key must not reach a log)
-        raise InvalidConfigError(
+        raise InvalidConfigurationError(
             f"config keys ssl_certfile={config.ssl_certfile!r}, ssl_keyfile="
             f"{config.ssl_keyfile!r}, ssl_cafile={config.ssl_cafile!r}: cannot be loaded "
             f"({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc.args[0]}); accepted: "

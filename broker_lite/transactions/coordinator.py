@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.transactions.markers import end_transactions
+from sparklog.clock import now_ms
 from sparklog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -66,10 +66,6 @@ DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 15 * 60 * 1000
 MAX_EPOCH = 32767
 #: how long a Prepare state may wait for its coordinator before any broker finishes it
 ORPHAN_GRACE_MS = 2_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -127,7 +123,7 @@ class TransactionCoordinator:
             if new is None:
                 after[0] = dict(current) if current is not None else None
                 return None
-            new = {**new, "updated_ms": _now_ms()}
+            new = {**new, "updated_ms": now_ms()}
             after[0] = new
             return [_record(tid, new)]
 
@@ -265,7 +261,7 @@ class TransactionCoordinator:
                     **current,
                     "state": ONGOING,
                     "n": int(current["n"]) + 1,
-                    "started_ms": _now_ms(),
+                    "started_ms": now_ms(),
                     "partitions": [],
                     "groups": {},
                 }
@@ -474,7 +470,7 @@ class TransactionCoordinator:
     # -- the background pass ---------------------------------------------------------
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``."""
-        now = _now_ms()
+        now = now_ms()
         for tid, state in list(self.image().transactional_ids.items()):
             if not mine(tid):
                 continue

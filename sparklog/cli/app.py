@@ -21,7 +21,7 @@ from sparklog.cli.output import plural, print_json, print_table, quiet_exit, say
 from sparklog.cli.parse import one_group, parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
-from sparklog.errors import ConfigError, SparklogError
+from sparklog.errors import InvalidConfigurationError, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.client.types import GroupDescription, TopicDescription
@@ -204,7 +204,7 @@ def topics_alter(
 ) -> None:
     """Change topic config. Set keys with --config, remove them with --delete-config."""
     if partitions is not None:  # kafka-topics --alter --partitions N: a reflex worth a hint
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"topics alter changes configs, not the partition count; accepted: sparklog topics "
             f"add-partitions {name} --partitions {partitions}"
         )
@@ -212,7 +212,9 @@ def topics_alter(
     updates = parse_pairs(config or [], "--config")
     removed = list(delete_config or [])
     if not updates and not removed:
-        raise ConfigError("nothing to alter; accepted: --config key=value, --delete-config key")
+        raise InvalidConfigurationError(
+            "nothing to alter; accepted: --config key=value, --delete-config key"
+        )
     with st.admin() as admin:
         desc = admin.alter_topic_config(name, updates, removed)
     if st.json:
@@ -456,11 +458,11 @@ def broker_start(
     if root is None:
         root = _root_of_address(ctx)
     if config is not None and not os.path.isfile(config):
-        raise ConfigError(f"--config {config!r} does not exist or is not a file")
+        raise InvalidConfigurationError(f"--config {config!r} does not exist or is not a file")
     try:
         from sparklog.broker_lite.server import serve
     except ImportError as exc:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"the broker is not available in this installation ({exc}); accepted: a "
             "storage root address works without one"
         ) from None
@@ -503,7 +505,7 @@ def demo(
     try:
         run_demo(root, records, keep or root is not None, console=stdout.console)
     except DemoError as exc:
-        raise ConfigError(f"demo failed: {exc}") from None
+        raise InvalidConfigurationError(f"demo failed: {exc}") from None
 
 
 # -- entry point ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError, ConnectorConfigError, ConnectorError
+from sparklog.errors import ConnectorConfigError, ConnectorError, InvalidConfigurationError
 
 connect_app = typer.Typer(
     no_args_is_help=True,
@@ -44,7 +44,7 @@ def _root(ctx: typer.Context, *, create: bool | None = None) -> Any:
     st = state(ctx)
     url = parse_address(st.address).root if st.address else None
     if not url:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             "connectors read and write the storage root: give it as --address (a path, "
             "file://, s3://), not a broker's host:port"
         )
@@ -56,7 +56,7 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"{flag} {item!r} not accepted; accepted: KEY=VALUE")
+            raise InvalidConfigurationError(f"{flag} {item!r} not accepted; accepted: KEY=VALUE")
         out[key] = value
     return out
 
@@ -315,7 +315,9 @@ def _definition(root: Any, name: str) -> dict[str, Any]:
     doc = connector_state.load(root, name)
     if doc is None:
         known = connector_state.names(root)
-        raise ConfigError(f"no connector {name!r} in this root; known: {known or 'none'}")
+        raise InvalidConfigurationError(
+            f"no connector {name!r} in this root; known: {known or 'none'}"
+        )
     return dict(doc)
 
 
@@ -336,13 +338,15 @@ def connect_run(
     settings = doc.get("config")
     kind = doc.get("kind")
     if not isinstance(settings, dict) or kind not in (DELTA_SINK, POSTGRES_SOURCE):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"connector {name!r} has no stored definition (kind {kind!r}); start it once with "
             f"'sparklog connect {DELTA_SINK}' or '{POSTGRES_SOURCE}'"
         )
     if kind == DELTA_SINK:
         if dsn is not None:
-            raise ConfigError(f"--dsn is for a {POSTGRES_SOURCE}; {name!r} is a {kind}")
+            raise InvalidConfigurationError(
+                f"--dsn is for a {POSTGRES_SOURCE}; {name!r} is a {kind}"
+            )
         _run_delta_sink(ctx, name, settings, once, metrics_listen)
         return
     from sparklog.connect.state import without_redacted_password

@@ -20,10 +20,10 @@ from sparklog.cli.output import print_json, print_table, stderr
 from sparklog.cli.resets import GROUP_ARGUMENT, TopicScopes, parse_topic_scope
 from sparklog.cli.state import state
 from sparklog.errors import (
-    ConfigError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
-    UnknownTopicError,
+    InvalidConfigurationError,
+    UnknownTopicOrPartitionError,
 )
 
 
@@ -59,10 +59,10 @@ def plan_deletion(admin: Any, group: str, scopes: dict[str, set[int] | None]) ->
         held = {tp.partition: om.offset for tp, om in committed.items() if tp.topic == topic}
         try:
             count: int | None = len(admin.describe_topic(topic, sizes=False).partitions)
-        except UnknownTopicError:
+        except UnknownTopicOrPartitionError:
             count = None  # deleted since: its leftover offsets can still go
             if not held:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"unknown topic {topic!r}, and group {group!r} has no offsets in it"
                 ) from None
         if wanted is None:
@@ -71,7 +71,7 @@ def plan_deletion(admin: Any, group: str, scopes: dict[str, set[int] | None]) ->
             stray = sorted(p for p in wanted if p not in held and (count is None or p >= count))
             if stray:
                 accepted = f"0-{count - 1}" if count else ", ".join(map(str, sorted(held)))
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has no partition {stray[0]}; accepted: {accepted}"
                 )
             chosen = sorted(wanted)
@@ -90,7 +90,7 @@ def delete_offsets(
     """Delete a group's offsets. Refused for topics its active members consume."""
     st = state(ctx)
     if not topic:
-        raise ConfigError("choose the topics: --topic TOPIC[:P,P] (repeatable)")
+        raise InvalidConfigurationError("choose the topics: --topic TOPIC[:P,P] (repeatable)")
     scopes: dict[str, set[int] | None] = {}
     for text in topic:
         name, parts = parse_topic_scope(text)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -40,20 +40,20 @@ class LineFormat:
         return raw
 
     def parse(self, line: bytes, number: int) -> tuple[Headers, bytes | None, bytes | None]:
-        """One line; ConfigError naming the line number and the form accepted."""
+        """One line; InvalidConfigurationError naming the line number and the form accepted."""
         headers: Headers = []
         rest = line
         if self.parse_headers:
             head, found, rest = line.partition(self.headers_delimiter)
             if not found:
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"line {number} has no headers delimiter {self.headers_delimiter.decode()!r}; "
                     "accepted: h1:v1,h2:v2<DELIM>[key<SEP>]value"
                 )
             for item in head.split(self.headers_separator) if head else []:
                 name, sep, header_value = item.partition(self.headers_key_separator)
                 if not sep or not name:
-                    raise ConfigError(
+                    raise InvalidConfigurationError(
                         f"line {number}: header {item.decode(errors='replace')!r} is not "
                         f"name{self.headers_key_separator.decode()}value"
                     )
@@ -63,7 +63,7 @@ class LineFormat:
         if self.key_separator is not None:
             raw_key, found, raw_value = rest.partition(self.key_separator)
             if not found:
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"line {number} has no key separator {self.key_separator.decode()!r}; "
                     "accepted: KEY<SEP>VALUE on every line"
                 )
@@ -94,7 +94,7 @@ def line_format_from(properties: Mapping[str, str], **given: Any) -> LineFormat:
     """A LineFormat from CLI options, overridden by Kafka ``--property`` items."""
     unknown = [k for k in properties if k not in PRODUCER_PROPERTIES]
     if unknown:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--property {unknown[0]!r} is not accepted; accepted: {', '.join(PRODUCER_PROPERTIES)}"
         )
     opts = dict(given)
@@ -116,7 +116,7 @@ def line_format_from(properties: Mapping[str, str], **given: Any) -> LineFormat:
         if isinstance(value, str):
             value = unescape(value)
             if not value and name != "null_marker":
-                raise ConfigError(f"{name.replace('_', '-')} must not be empty")
+                raise InvalidConfigurationError(f"{name.replace('_', '-')} must not be empty")
             encoded[name] = value.encode()
         elif value is not None:
             encoded[name] = value
@@ -187,7 +187,7 @@ def kcat_format(fmt: str) -> Any:
             literal += "%"
             continue
         if code not in "tpokKsSTh" or not code:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"format {fmt!r} has unknown %{code}; accepted: %t %p %o %k %K %s %S %T %h %%"
             )
         if literal:
@@ -249,7 +249,7 @@ def kafka_formatter(properties: Mapping[str, str]) -> Any:
     """Kafka's DefaultMessageFormatter: the ``print.*`` toggles, in Kafka's order."""
     unknown = [k for k in properties if k not in CONSUMER_PROPERTIES]
     if unknown:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--property {unknown[0]!r} is not accepted; accepted: {', '.join(CONSUMER_PROPERTIES)}"
         )
 
@@ -258,7 +258,9 @@ def kafka_formatter(properties: Mapping[str, str]) -> Any:
         if raw is None:
             return default
         if raw.lower() not in ("true", "false"):
-            raise ConfigError(f"--property {name}={raw!r} is not accepted; accepted: true, false")
+            raise InvalidConfigurationError(
+                f"--property {name}={raw!r} is not accepted; accepted: true, false"
+            )
         return raw.lower() == "true"
 
     shown = {

@@ -14,7 +14,7 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 mirror_app = typer.Typer(
     no_args_is_help=True,
@@ -33,7 +33,7 @@ def _root(ctx: typer.Context, command: str) -> Any:
     st = state(ctx).check()
     url = parse_address(st.address).root if st.address else None
     if not url:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"mirror {command} copies into the destination root: give it as --address (a "
             "path, file://, s3://), not a broker's host:port (a broker runs links itself: "
             "broker key mirror_links)"

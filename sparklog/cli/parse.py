@@ -6,18 +6,18 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 TIME_ACCEPTED = "ISO 8601 such as 2026-05-01T12:00:00Z (no zone means UTC)"
 
 
 def parse_pairs(pairs: Iterable[str], what: str) -> dict[str, str]:
-    """``key=value`` items into a dict; ConfigError naming the bad item."""
+    """``key=value`` items into a dict; InvalidConfigurationError naming the bad item."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"{what} {pair!r} is not accepted; accepted: key=value")
+            raise InvalidConfigurationError(f"{what} {pair!r} is not accepted; accepted: key=value")
         out[key.strip()] = value
     return out
 
@@ -30,7 +30,9 @@ def parse_time_ms(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"malformed time {text!r}; accepted: {TIME_ACCEPTED}") from None
+        raise InvalidConfigurationError(
+            f"malformed time {text!r}; accepted: {TIME_ACCEPTED}"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return int(when.timestamp() * 1000)
@@ -43,8 +45,8 @@ def parse_offset_spec(text: str) -> Any:
         return lowered
     try:
         return parse_time_ms(text)
-    except ConfigError:
-        raise ConfigError(
+    except InvalidConfigurationError:
+        raise InvalidConfigurationError(
             f"malformed time {text!r}; accepted: earliest, latest, or {TIME_ACCEPTED}"
         ) from None
 
@@ -53,10 +55,10 @@ def one_group(positional: str | None, option: str | None) -> str:
     """The group named as an argument or with ``--group`` (kafka-consumer-groups' spelling),
     exactly once."""
     if positional and option and positional != option:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"two groups named ({positional!r} and --group {option!r}); accepted: one of them"
         )
     name = positional or option
     if not name:
-        raise ConfigError("no group named; accepted: GROUP or --group GROUP")
+        raise InvalidConfigurationError("no group named; accepted: GROUP or --group GROUP")
     return name

@@ -34,7 +34,7 @@ from sparklog.cli.output import (
 )
 from sparklog.cli.parse import parse_pairs, parse_time_ms
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError, SparklogError
+from sparklog.errors import InvalidConfigurationError, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.client.consumer import Consumer
@@ -118,7 +118,7 @@ def produce(
         empty_is_null=empty_is_null,
     )
     if file is not None and not os.path.isfile(file):
-        raise ConfigError(f"--file {file!r} does not exist or is not a file")
+        raise InvalidConfigurationError(f"--file {file!r} does not exist or is not a file")
     if file is not None:
         with open(file, "rb") as checked:  # validate first: a bad line writes nothing
             for number, (line, _) in enumerate(_lines(checked), start=1):
@@ -151,10 +151,10 @@ def produce(
                     if progress is not None:
                         progress.advance(progress.task_ids[0], size)
                 producer.flush()  # inside: a Ctrl-C while reading may surface only here
-            except ConfigError as exc:
+            except InvalidConfigurationError as exc:
                 producer.flush()
                 written, _ = _tally(futures, counts)
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"{exc}; the {written} records before it were written "
                     f"({_partition_summary(counts)}), nothing after it"
                 ) from None
@@ -265,7 +265,9 @@ def _renderer(
 
     if format_string is not None:
         if properties:
-            raise ConfigError("--format-string cannot be combined with --property print.*")
+            raise InvalidConfigurationError(
+                "--format-string cannot be combined with --property print.*"
+            )
         return kcat_format(format_string)
     if properties:
         return kafka_formatter(properties)
@@ -356,25 +358,33 @@ def consume(
     st = state(ctx)
     names = list(topics or [])
     if not names and include is None:
-        raise ConfigError("name a topic (or several), or --include REGEX")
+        raise InvalidConfigurationError("name a topic (or several), or --include REGEX")
     if names and include is not None:
-        raise ConfigError("give topic names or --include REGEX, not both")
+        raise InvalidConfigurationError("give topic names or --include REGEX, not both")
     if fmt not in FORMATS:
-        raise ConfigError(f"--format {fmt!r} is not accepted; accepted: {', '.join(FORMATS)}")
+        raise InvalidConfigurationError(
+            f"--format {fmt!r} is not accepted; accepted: {', '.join(FORMATS)}"
+        )
     if offset is not None and partition is None:
-        raise ConfigError("--offset needs --partition")
+        raise InvalidConfigurationError("--offset needs --partition")
     if partition is not None and len(names) != 1:
-        raise ConfigError("--partition needs exactly one topic")
+        raise InvalidConfigurationError("--partition needs exactly one topic")
     if group is not None and (partition is not None or from_time is not None):
-        raise ConfigError("--group cannot be combined with --partition or --from-time")
+        raise InvalidConfigurationError(
+            "--group cannot be combined with --partition or --from-time"
+        )
     if max_messages is not None and max_messages < 1:
-        raise ConfigError(f"--max-messages {max_messages} is not accepted; accepted: >= 1")
+        raise InvalidConfigurationError(
+            f"--max-messages {max_messages} is not accepted; accepted: >= 1"
+        )
     pattern = None
     if include is not None:
         try:
             pattern = re.compile(include)
         except re.error as exc:
-            raise ConfigError(f"--include {include!r} is not a regex: {exc}") from None
+            raise InvalidConfigurationError(
+                f"--include {include!r} is not a regex: {exc}"
+            ) from None
     render = _renderer(
         fmt, separator, format_string, parse_pairs(properties or [], "--property"), st.json
     )
@@ -385,7 +395,7 @@ def consume(
     reset = "earliest" if from_beginning else "latest"
     level = isolation_level.replace("-", "_").lower()
     if level not in ("read_uncommitted", "read_committed"):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--isolation-level {isolation_level!r} is not accepted; accepted: "
             "read_uncommitted, read_committed"
         )
@@ -404,13 +414,13 @@ def consume(
         if pattern is not None:
             names = sorted(t for t in consumer.list_topics() if pattern.fullmatch(t))
             if not names:
-                raise ConfigError(f"no topic matches --include {include!r}")
+                raise InvalidConfigurationError(f"no topic matches --include {include!r}")
         counts = {name: len(consumer.partitions_for_topic(name)) for name in names}
         if group is not None:
             consumer.subscribe(names)
         else:
             if partition is not None and not 0 <= partition < counts[names[0]]:
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"--partition {partition} is not accepted for topic {names[0]!r}; accepted: "
                     f"0-{counts[names[0]] - 1}"
                 )
@@ -515,7 +525,7 @@ def _position(
                     )
                 consumer.seek(tp, at)
         else:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"--offset {offset!r} is not accepted; accepted: N >= 0, earliest, latest"
             )
     elif start_ms is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import re
 import sys
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,7 +19,8 @@ import typer
 from sparklog.cli.output import print_json, print_table, stderr
 from sparklog.cli.parse import one_group, parse_time_ms
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError
+from sparklog.clock import now_ms
+from sparklog.errors import InvalidConfigurationError
 from sparklog.topic_partition import TopicPartition
 
 _DURATION = re.compile(
@@ -33,7 +33,7 @@ def parse_duration_ms(text: str) -> int:
     """Kafka's --by-duration form, ISO 8601 ``PnDTnHnMnS`` (e.g. PT1H30M), in ms."""
     found = _DURATION.match(text.strip())
     if not found or text.strip().upper() in ("P", "PT"):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--by-duration {text!r} is not accepted; accepted: ISO 8601 duration such as "
             "PT1H, P1DT2H30M, PT45S"
         )
@@ -50,7 +50,7 @@ def parse_topic_scope(text: str) -> tuple[str, set[int] | None]:
     try:
         return name, {int(p) for p in parts.split(",") if p.strip()}
     except ValueError:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--topic {text!r} is not accepted; accepted: TOPIC or TOPIC:0,1,2"
         ) from None
 
@@ -67,12 +67,14 @@ def read_offsets_file(path: str) -> dict[TopicPartition, int]:
                     topic, partition, offset = (cell.strip() for cell in row)
                     out[TopicPartition(topic, int(partition))] = int(offset)
                 except ValueError:
-                    raise ConfigError(
+                    raise InvalidConfigurationError(
                         f"--from-file {path!r} line {number} {','.join(row)!r} is not accepted; "
                         "accepted: topic,partition,offset"
                     ) from None
     except OSError as exc:
-        raise ConfigError(f"--from-file {path!r} cannot be read: {exc.strerror}") from None
+        raise InvalidConfigurationError(
+            f"--from-file {path!r} cannot be read: {exc.strerror}"
+        ) from None
     return out
 
 
@@ -111,7 +113,7 @@ def plan_resets(
         described = admin.describe_topic(topic, sizes=False)
         at_time: dict[int, int] = {}
         if how in ("datetime", "duration"):
-            when = value if how == "datetime" else int(time.time() * 1000) - value
+            when = value if how == "datetime" else now_ms() - value
             at_time = admin.list_offsets(topic, when)
         for part in described.partitions:
             if part.partition not in current:
@@ -196,7 +198,7 @@ def reset_offsets(
     """
     group = one_group(group_argument, group_option)
     if dry_run and execute:
-        raise ConfigError("--dry-run and --execute both given; accepted: one of them")
+        raise InvalidConfigurationError("--dry-run and --execute both given; accepted: one of them")
     st = state(ctx)
     chosen = [
         (name, value)
@@ -213,7 +215,7 @@ def reset_offsets(
         if given
     ]
     if len(chosen) != 1:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"choose exactly one reset ({', '.join(n for n, _ in chosen) or 'none given'}); "
             "accepted: --to-earliest, --to-latest, --to-current, --to-offset, --to-datetime, "
             "--by-duration, --shift-by, --from-file"
@@ -228,9 +230,11 @@ def reset_offsets(
         value = read_offsets_file(str(raw))
     scope_count = sum([bool(topic), all_topics])
     if how != "file" and scope_count != 1:
-        raise ConfigError("choose the topics: --topic TOPIC[:P,P] (repeatable) or --all-topics")
+        raise InvalidConfigurationError(
+            "choose the topics: --topic TOPIC[:P,P] (repeatable) or --all-topics"
+        )
     if how == "file" and scope_count:
-        raise ConfigError("--from-file names its topics; drop --topic / --all-topics")
+        raise InvalidConfigurationError("--from-file names its topics; drop --topic / --all-topics")
     with st.admin() as admin:
         scopes: dict[str, set[int] | None] = {}
         if how == "file":

@@ -17,7 +17,7 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import CliState, state
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 if TYPE_CHECKING:
     from sparklog.storage.cluster_metadata import ClusterMetadata
@@ -39,7 +39,7 @@ def _metadata(st: CliState, *, create: bool) -> ClusterMetadata:
     st.check()
     address = parse_address(st.address)
     if address.root is None:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"this command needs a storage root as --address (got the broker address "
             f"{address.text!r}); against a broker, use a Kafka admin client's CreateAcls, "
             "DeleteAcls or AlterClientQuotas"
@@ -55,10 +55,12 @@ def _read_password(path: str) -> str:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
     except OSError as exc:
-        raise ConfigError(f"--password-file {path!r} cannot be read ({exc.strerror})") from None
+        raise InvalidConfigurationError(
+            f"--password-file {path!r} cannot be read ({exc.strerror})"
+        ) from None
     password = text.rstrip("\r\n")
     if not password:
-        raise ConfigError(f"--password-file {path!r} is empty")
+        raise InvalidConfigurationError(f"--password-file {path!r} is empty")
     return password
 
 
@@ -66,7 +68,7 @@ def _mechanisms(mechanism: list[str] | None) -> list[str]:
     chosen = [m.upper() for m in (mechanism or ["SCRAM-SHA-256"])]
     for m in chosen:
         if m not in MECHANISMS:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"--mechanism {m!r} is not accepted; accepted: {', '.join(MECHANISMS)}"
             )
     return chosen
@@ -241,11 +243,17 @@ def acls_add(
     st = state(ctx)
     resources = _resources(topic, group, cluster, transactional_id)
     if not resources:
-        raise ConfigError("name a resource: --topic, --group, --cluster or --transactional-id")
+        raise InvalidConfigurationError(
+            "name a resource: --topic, --group, --cluster or --transactional-id"
+        )
     if not operation:
-        raise ConfigError("name at least one --operation (e.g. Read, Write, Describe, All)")
+        raise InvalidConfigurationError(
+            "name at least one --operation (e.g. Read, Write, Describe, All)"
+        )
     if not allow_principal and not deny_principal:
-        raise ConfigError("name a principal: --allow-principal or --deny-principal User:NAME")
+        raise InvalidConfigurationError(
+            "name a principal: --allow-principal or --deny-principal User:NAME"
+        )
     bindings = [
         acls.binding(
             rtype,
@@ -314,7 +322,9 @@ def acls_remove(
     st = state(ctx)
     resources = _resources(topic, group, cluster, transactional_id)
     if not resources:
-        raise ConfigError("name a resource: --topic, --group, --cluster or --transactional-id")
+        raise InvalidConfigurationError(
+            "name a resource: --topic, --group, --cluster or --transactional-id"
+        )
     matched = acls.delete(
         _metadata(st, create=False),
         _filters(allow_principal, deny_principal, operation, resources, resource_pattern_type),
@@ -370,7 +380,9 @@ def _quota_entity(user: str | None, client_id: str | None) -> list[tuple[str, st
     if client_id is not None:
         entity.append(("client-id", client_id or None))
     if not entity:
-        raise ConfigError("name an entity: --user NAME and/or --client-id ID ('' = default)")
+        raise InvalidConfigurationError(
+            "name an entity: --user NAME and/or --client-id ID ('' = default)"
+        )
     return entity
 
 
@@ -405,14 +417,16 @@ def quotas_alter(
         try:
             sets[key.strip()] = float(value)
         except ValueError:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"--add-config {pair!r} is not accepted; accepted: KEY=NUMBER"
             ) from None
         if not eq:
-            raise ConfigError(f"--add-config {pair!r} is not accepted; accepted: KEY=NUMBER")
+            raise InvalidConfigurationError(
+                f"--add-config {pair!r} is not accepted; accepted: KEY=NUMBER"
+            )
     removes = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
     if not sets and not removes:
-        raise ConfigError("give --add-config K=V or --delete-config K")
+        raise InvalidConfigurationError("give --add-config K=V or --delete-config K")
     after = quotas.alter(_metadata(st, create=True), entity, sets, removes)
     doc = quotas.describe_doc(quotas.check_entity(entity), after)
     if st.json:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 if TYPE_CHECKING:
     from sparklog.client.admin import Admin
@@ -76,7 +76,7 @@ def _refuse_remote_options_on_a_local_root(root: str | None, options: dict[str, 
         return
     foreign = sorted(k for k in options if k not in OWN_OPTIONS)
     if foreign:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"storage option(s) {', '.join(foreign)} are not accepted for a local root "
             f"({root}); accepted there: {', '.join(OWN_OPTIONS)} (the others configure "
             "object stores such as s3://)"
@@ -85,7 +85,9 @@ def _refuse_remote_options_on_a_local_root(root: str | None, options: dict[str, 
 
 def check_output(output: str) -> str:
     if output not in OUTPUTS:
-        raise ConfigError(f"--output {output!r} is not accepted; accepted: table, json")
+        raise InvalidConfigurationError(
+            f"--output {output!r} is not accepted; accepted: table, json"
+        )
     return output
 
 

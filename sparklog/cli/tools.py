@@ -22,7 +22,7 @@ import typer
 
 from sparklog.cli.output import print_json, stdout
 from sparklog.cli.state import state
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 PERCENTILES = (50, 95, 99, 99.9)
 
@@ -75,12 +75,14 @@ def perf_produce(
     """Producer throughput and latency (kafka-producer-perf-test)."""
     st = state(ctx)
     if num_records < 1 or record_size < 0:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"--num-records {num_records} / --record-size {record_size} not accepted; "
             "accepted: >= 1 / >= 0"
         )
     if throughput == 0 or throughput < -1:
-        raise ConfigError(f"--throughput {throughput:g} not accepted; accepted: > 0, or -1")
+        raise InvalidConfigurationError(
+            f"--throughput {throughput:g} not accepted; accepted: > 0, or -1"
+        )
     from sparklog.client.producer import Producer
 
     payload = os.urandom(record_size)
@@ -129,7 +131,7 @@ def perf_consume(
     """Consumer throughput and poll latency (kafka-consumer-perf-test)."""
     st = state(ctx)
     if messages < 1:
-        raise ConfigError(f"--messages {messages} not accepted; accepted: >= 1")
+        raise InvalidConfigurationError(f"--messages {messages} not accepted; accepted: >= 1")
     from sparklog.cli.lines import text_of
     from sparklog.cli.records import flatten
     from sparklog.client.consumer import Consumer
@@ -188,7 +190,7 @@ def _root(st: Any, what: str) -> Any:
 
     parsed = parse_address(st.address)
     if parsed.root is None:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"{what} reads the storage root directly; accepted: a storage root address "
             "(the one the brokers serve), not host:port"
         )
@@ -223,14 +225,14 @@ def delete_records(
         described = admin.describe_topic(topic, sizes=False)
         known = {p.partition: p for p in described.partitions}
         if partition is not None and partition not in known:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"--partition {partition} is not accepted for topic {topic!r}; accepted: "
                 f"0-{len(known) - 1}"
             )
         chosen = [known[p] for p in sorted(known) if partition in (None, p)]
         for part in chosen:
             if before < -1 or before > part.high_watermark:
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"--offset {before} is not accepted for {topic} partition {part.partition}; "
                     f"accepted: 0-{part.high_watermark} (the high watermark), or -1 for all"
                 )

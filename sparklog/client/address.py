@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 BROKER_SCHEME = "sparklog://"
 ROOT_SCHEMES = ("file", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
@@ -38,18 +38,21 @@ class Address:
 
 
 def parse_address(address: str | None = None, environ: Mapping[str, str] | None = None) -> Address:
-    """Parse ``address`` (or ``$SPARKLOG_ADDRESS``); ConfigError naming what is accepted."""
+    """Parse ``address`` (or ``$SPARKLOG_ADDRESS``); InvalidConfigurationError naming what is
+    accepted."""
     env = os.environ if environ is None else environ
     text = (address if address is not None else env.get(ENV_ADDRESS, "")).strip()
     if not text:
-        raise ConfigError(f"no address given (--address or ${ENV_ADDRESS}); accepted: {ACCEPTED}")
+        raise InvalidConfigurationError(
+            f"no address given (--address or ${ENV_ADDRESS}); accepted: {ACCEPTED}"
+        )
     if "://" not in text and all(_HOST_PORT.match(h.strip()) for h in text.split(",")):
         text = BROKER_SCHEME + text  # a bootstrap list, as Kafka's clients write it
     if text.startswith(BROKER_SCHEME):
         hosts = [h.strip() for h in text[len(BROKER_SCHEME) :].rstrip("/").split(",")]
         bad = [h for h in hosts if not _HOST_PORT.match(h) or int(h.rsplit(":", 1)[1]) > 65535]
         if not hosts or bad:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"bad broker address {text!r} (at {bad[0] if bad else ''!r}); "
                 "accepted: sparklog://host:port[,host:port]"
             )
@@ -57,9 +60,11 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
     if "://" in text:
         scheme = text.split("://", 1)[0].lower()
         if scheme not in ROOT_SCHEMES:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"unsupported address scheme {scheme!r} in {text!r}; accepted: {ACCEPTED}"
             )
         if scheme in ("s3", "s3a", "gs", "gcs") and not text.split("://", 1)[1].strip("/"):
-            raise ConfigError(f"address {text!r} names no bucket; accepted: {ACCEPTED}")
+            raise InvalidConfigurationError(
+                f"address {text!r} names no bucket; accepted: {ACCEPTED}"
+            )
     return Address(text, root=text)

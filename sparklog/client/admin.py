@@ -22,11 +22,11 @@ from sparklog.client.types import (
     TopicPartition,
 )
 from sparklog.errors import (
-    ConfigError,
     GroupError,
+    InvalidConfigurationError,
     SparklogError,
     TransactionalIdNotFoundError,
-    UnknownTopicError,
+    UnknownTopicOrPartitionError,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def _struct(value_type: pa.DataType | pa.Schema | None) -> pa.DataType | None:
         return pa.struct(list(value_type))
     if isinstance(value_type, pa.DataType) and pa.types.is_struct(value_type):
         return value_type
-    raise ConfigError(
+    raise InvalidConfigurationError(
         f"value_type {value_type!r} is not accepted; accepted: a pyarrow struct type or schema"
     )
 
@@ -54,7 +54,7 @@ def _struct(value_type: pa.DataType | pa.Schema | None) -> pa.DataType | None:
 def _topic_resource(resource: ConfigResource) -> str:
     kind = resource.resource_type
     if kind not in (ConfigResourceType.TOPIC, "TOPIC", "topic"):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"config resource type {kind!r} is not accepted; accepted: ConfigResourceType.TOPIC "
             "(brokers are configured in conf/broker.toml)"
         )
@@ -98,7 +98,7 @@ class Admin:
             elif name in _IGNORED_KEYS:
                 rest.pop(key)
         if rest:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"unknown admin config {sorted(rest)[0]!r}; accepted: bootstrap_servers, "
                 f"storage_options, retry_timeout_ms, {', '.join(SECURITY_KEYS)}, "
                 f"{', '.join(_IGNORED_KEYS)}"
@@ -145,12 +145,12 @@ class Admin:
         """Set ``updates`` and remove the keys in ``remove`` (they go back to their defaults)."""
         removed = [remove] if isinstance(remove, str) else list(remove)
         if not updates and not removed:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 "no config given; accepted: one or more key=value pairs, or keys to remove"
             )
         both = sorted(set(updates) & set(removed))
         if both:
-            raise ConfigError(f"{both[0]!r} is both set and removed; choose one")
+            raise InvalidConfigurationError(f"{both[0]!r} is both set and removed; choose one")
         self._backend.alter_topic_config(name, dict(updates), removed)
         return self._backend.describe_topic(name)
 
@@ -280,7 +280,7 @@ class Admin:
         for topic in topics:
             try:
                 described = self._backend.describe_topic(topic)
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 continue
             for part in described.partitions:
                 tp = TopicPartition(topic, part.partition)
@@ -337,7 +337,7 @@ class Admin:
             if v
         ]
         if len(chosen) != 1:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"choose exactly one reset ({', '.join(chosen) or 'none given'}); accepted: "
                 "to-earliest, to-latest, to-offset, to-datetime, shift-by"
             )
@@ -367,7 +367,7 @@ class Admin:
         if wanted is not None:
             unknown = wanted - {p.partition for p in described.partitions}
             if unknown:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has no partition {min(unknown)}; accepted: 0-"
                     f"{len(described.partitions) - 1}"
                 )
@@ -403,12 +403,14 @@ class Admin:
         out: dict[str, TopicDescription | None] = {}
         for topic in new_topics:
             if not isinstance(topic, NewTopic):
-                raise ConfigError(f"{topic!r} is not accepted; accepted: NewTopic(...)")
+                raise InvalidConfigurationError(
+                    f"{topic!r} is not accepted; accepted: NewTopic(...)"
+                )
             if validate_only:
                 if topic.name in self._backend.list_topics():
-                    from sparklog.errors import TopicExistsError
+                    from sparklog.errors import TopicAlreadyExistsError
 
-                    raise TopicExistsError(f"topic {topic.name!r} already exists")
+                    raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
                 out[topic.name] = None
                 continue
             out[topic.name] = self.create_topic(

@@ -1,7 +1,7 @@
 """Client configuration with Kafka's meanings, validated up front.
 
 Keys are accepted in Python style (``linger_ms``) or Kafka style
-(``linger.ms``).  An unknown key or a bad value raises ConfigError naming the
+(``linger.ms``).  An unknown key or a bad value raises InvalidConfigurationError naming the
 key and what is accepted.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 from sparklog.settings import (
     ANYTHING,
     BOOLEAN,
@@ -164,7 +164,7 @@ def client_settings(
     merged.update(config)
     given = [k for k in ADDRESS_KEYS if merged.get(k) is not None]
     if len(given) + (address is not None) > 1:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"{kind}: the address is given twice ({', '.join(given) or 'address'} and the first "
             "argument); accepted: one of them"
         )
@@ -174,13 +174,13 @@ def client_settings(
             address = value
     if isinstance(address, list | tuple):
         if not all(isinstance(a, str) for a in address):
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"{kind}: bootstrap_servers={address!r} is not accepted; accepted: "
                 "'host:port[,host:port]', a list of 'host:port' strings, or a storage root"
             )
         address = ",".join(a.strip() for a in address)
     if address is not None and not isinstance(address, str):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"{kind}: address {address!r} is not accepted; accepted: a string "
             "('host:port[,host:port]', sparklog://..., or a storage root URL/path)"
         )
@@ -197,12 +197,12 @@ def parse_config(
         key = ALIASES.get(key, key)
         option = options.get(key)
         if option is None:
-            raise ConfigError(
+            raise InvalidConfigurationError(
                 f"unknown {kind} config {raw_key!r}; accepted (Python style, or Kafka's dotted "
                 f"names): {', '.join(sorted(options))}"
             )
         out[key] = (
-            option.parse(raw, spelled=raw_key, error=ConfigError)
+            option.parse(raw, spelled=raw_key, error=InvalidConfigurationError)
             if raw is not None
             else option.default
         )

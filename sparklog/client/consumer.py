@@ -32,7 +32,13 @@ from sparklog.client.types import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from sparklog.errors import ConfigError, OffsetOutOfRangeError, SparklogError, UnknownTopicError
+from sparklog.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +73,7 @@ def _as_tp(value: Any) -> TopicPartition:
         topic, partition = value
         return TopicPartition(str(topic), int(partition))
     except (TypeError, ValueError):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"{value!r} is not a TopicPartition; accepted: (topic, partition)"
         ) from None
 
@@ -100,7 +106,9 @@ class Consumer:
         names = list(topics)
         first = names.pop(0) if names and _is_address(names[0]) else None
         if first is not None and address is not None:
-            raise ConfigError("the address is given twice (first argument and address=)")
+            raise InvalidConfigurationError(
+                "the address is given twice (first argument and address=)"
+            )
         given_address = first if first is not None else address
         address, given = client_settings("consumer", given_address, config)
         for key in ("group_id", "group.id"):
@@ -172,9 +180,9 @@ class Consumer:
         are told of assignment changes.
         """
         if self._manual:
-            raise ConfigError("subscribe() after assign(): call unsubscribe() first")
+            raise InvalidConfigurationError("subscribe() after assign(): call unsubscribe() first")
         if pattern is not None and topics:
-            raise ConfigError("subscribe takes topics or pattern=, not both")
+            raise InvalidConfigurationError("subscribe takes topics or pattern=, not both")
         if pattern is None and (
             isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^"))
         ):
@@ -183,17 +191,19 @@ class Consumer:
             try:
                 self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
             except re.error as exc:
-                raise ConfigError(f"bad topic pattern {pattern!r}: {exc}") from None
+                raise InvalidConfigurationError(f"bad topic pattern {pattern!r}: {exc}") from None
             self._subscription = self._matching_topics()
         else:
             names = [topics] if isinstance(topics, str) else list(topics)  # type: ignore[arg-type]
             if not names or not all(isinstance(n, str) and n for n in names):
-                raise ConfigError(f"subscribe takes topic names or a pattern, not {topics!r}")
+                raise InvalidConfigurationError(
+                    f"subscribe takes topic names or a pattern, not {topics!r}"
+                )
             self._pattern = None
             self._subscription = sorted(set(names))
         if listener is not None:
             if not isinstance(listener, ConsumerRebalanceListener):
-                raise ConfigError(
+                raise InvalidConfigurationError(
                     f"listener {listener!r} is not accepted; accepted: a ConsumerRebalanceListener"
                 )
             on_assign = on_assign or listener.on_partitions_assigned
@@ -229,12 +239,12 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (no group membership)."""
         if self._subscription:
-            raise ConfigError("assign() after subscribe(): call unsubscribe() first")
+            raise InvalidConfigurationError("assign() after subscribe(): call unsubscribe() first")
         tps = [_as_tp(p) for p in partitions]
         for tp in tps:
             count = self._backend.topic_layout(tp.topic)[0]
             if not 0 <= tp.partition < count:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {tp.topic!r} has no partition {tp.partition}; accepted: 0-{count - 1}"
                 )
         self._manual = True
@@ -320,13 +330,15 @@ class Consumer:
 
     def _require_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._assignment:
-            raise ConfigError(f"partition {tp} is not assigned to this consumer")
+            raise InvalidConfigurationError(f"partition {tp} is not assigned to this consumer")
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = _as_tp(partition)
         self._require_assigned(tp)
         if not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"seek offset {offset!r} is not accepted; accepted: integers >= 0")
+            raise InvalidConfigurationError(
+                f"seek offset {offset!r} is not accepted; accepted: integers >= 0"
+            )
         self._positions[tp] = offset
         self._buffered.pop(tp, None)
         self._delivering = deque(r for r in self._delivering if r.topic_partition != tp)
@@ -348,7 +360,9 @@ class Consumer:
         for key, ts in timestamps.items():
             tp = _as_tp(key)
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-                raise ConfigError(f"timestamp {ts!r} for {tp} is not accepted; accepted: ms >= 0")
+                raise InvalidConfigurationError(
+                    f"timestamp {ts!r} for {tp} is not accepted; accepted: ms >= 0"
+                )
             offset = self._backend.list_offsets(tp.topic, tp.partition, ts)
             end = self._backend.list_offsets(tp.topic, tp.partition, "latest")
             out[tp] = None if offset >= end else self._offset_and_timestamp(tp, offset)
@@ -399,7 +413,7 @@ class Consumer:
         offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int] | None,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         if self.group_id is None:
-            raise ConfigError("commit() needs a group_id")
+            raise InvalidConfigurationError("commit() needs a group_id")
         if offsets is None:
             return {tp: OffsetAndMetadata(o) for tp, o in self._delivered().items()}
         chosen = {}
@@ -467,7 +481,7 @@ class Consumer:
         a dict of partition -> OffsetAndMetadata (or None).
         """
         if self.group_id is None:
-            raise ConfigError("committed() needs a group_id")
+            raise InvalidConfigurationError("committed() needs a group_id")
         found = self._backend.fetch_offsets(self.group_id)
         if _is_one_tp(partition):
             tp = _as_tp(partition)
@@ -484,7 +498,7 @@ class Consumer:
         """Arrow batches (columns topic, partition, offset, key, value, timestamp, headers)."""
         limit = max_records or self.config["max_poll_records"]
         if self._closed:
-            raise SparklogError("consumer is closed")
+            raise IllegalStateError("consumer is closed")
         self._count("poll-total")
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         idle_s = _IDLE_BACKOFF_S[0]

@@ -26,13 +26,15 @@ from sparklog.client.security import KEYS as SECURITY_KEYS
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.transports.base import ProduceResult, ProducerIdentity
 from sparklog.client.types import BatchMetadata, RecordMetadata
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CommitStateUnknownError,
+    IllegalStateError,
     InvalidRecordError,
     KafkaTimeoutError,
     SparklogError,
     UnknownServerError,
-    UnknownTopicError,
+    UnknownTopicOrPartitionError,
 )
 from sparklog.retry import retrying
 from sparklog.storage.records import HEADER_TYPE, TIMESTAMP_TYPE
@@ -195,7 +197,7 @@ def _failed_future(
 ) -> FutureRecordMetadata:
     completion = _Completion()
     completion.resolve(-1, error)
-    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
     return FutureRecordMetadata(completion, 0, topic, -1 if partition is None else partition, ts)
 
 
@@ -455,7 +457,7 @@ class Producer:
         if not 0 <= partition < count:
             count, _ = self._layout(topic, refresh=True)
             if not isinstance(partition, int) or not 0 <= partition < count:
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has no partition {partition}; accepted: 0-{count - 1}"
                 )
         return partition
@@ -476,7 +478,7 @@ class Producer:
         values into bytes; null stays null (a null value is a tombstone).
         """
         if self._closed:
-            raise SparklogError("producer is closed")
+            raise IllegalStateError("producer is closed")
         if key is not None and self.config["key_serializer"] is not None:
             key = self.config["key_serializer"](key)
         if value is not None and self.config["value_serializer"] is not None:
@@ -501,7 +503,7 @@ class Producer:
                 f"record of {size} bytes is larger than topic {topic!r}'s max.message.bytes "
                 f"({max_bytes})"
             )
-        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
         with self._cv:
             if partition is not None:
                 p = self._check_partition(topic, partition)
@@ -554,7 +556,7 @@ class Producer:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if "value" not in table.column_names:
             raise InvalidRecordError("record batch has no 'value' column; 'value' is required")
-        table = _with_send_time(table, int(time.time() * 1000))
+        table = _with_send_time(table, now_ms())
         count, _ = self._layout(topic)
         n = table.num_rows
         if partition is not None:
@@ -607,7 +609,7 @@ class Producer:
     def _reserve(self, size: int) -> None:
         """Account for ``size`` buffered bytes; block up to max_block_ms while it is full."""
         if self._closed:
-            raise SparklogError("producer is closed")
+            raise IllegalStateError("producer is closed")
         deadline = time.monotonic() + self.config["max_block_ms"] / 1000
         while self._buffered_bytes and self._buffered_bytes + size > self.config["buffer_memory"]:
             self._cv.notify_all()
@@ -742,7 +744,11 @@ class Producer:
             # idempotent: an unknown outcome is resolved by sending the same sequences again
             unknown = idempotent and isinstance(exc, CommitStateUnknownError)
             outcome_open = exc if unknown else outcome_open
-            return exc.retriable or unknown or (isinstance(exc, UnknownTopicError) and attempts < 3)
+            return (
+                exc.retriable
+                or unknown
+                or (isinstance(exc, UnknownTopicOrPartitionError) and attempts < 3)
+            )
 
         def before_retry(exc: BaseException) -> None:
             log.info("produce to %s failed (%s); retry %d", topic, exc, attempts)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -81,7 +81,7 @@ def _read(path: str, key: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise ConfigError(f"{key} {path!r} cannot be read ({exc.strerror})") from None
+        raise InvalidConfigurationError(f"{key} {path!r} cannot be read ({exc.strerror})") from None
 
 
 def security_of(
@@ -98,12 +98,12 @@ def security_of(
             values[key] = env[f"SPARKLOG_{key.upper()}"]
     protocol = values.get("security_protocol", "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"security_protocol {protocol!r} is not accepted; accepted: {', '.join(PROTOCOLS)}"
         )
     mechanism = values.get("sasl_mechanism", "PLAIN").upper()
     if mechanism not in MECHANISMS:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"sasl_mechanism {mechanism!r} is not accepted; accepted: {', '.join(MECHANISMS)}"
         )
     security = ClientSecurity(
@@ -116,7 +116,7 @@ def security_of(
         values.get("ssl_keyfile"),
     )
     if security.sasl and (not security.username or security.password is None):
-        raise ConfigError(
+        raise InvalidConfigurationError(
             f"security_protocol {protocol} needs sasl_plain_username and sasl_plain_password "
             "(or SPARKLOG_SASL_PLAIN_USERNAME / SPARKLOG_SASL_PLAIN_PASSWORD)"
         )

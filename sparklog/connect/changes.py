@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.connect.pg_types import Converter
 from sparklog.connect.pgoutput import (
     Begin,
@@ -140,7 +140,7 @@ class ChangeDecoder:
             )
         topic = self.topic_of(relation.schema, relation.table)
         commit_ms = begin.commit_ts_us // 1000
-        now = int(time.time() * 1000)
+        now = now_ms()
         source = self._source(relation.schema, relation.table, commit_ms, begin.xid, lsn, "false")
         old = change.old
         if old is not None and change.old_is_key:

@@ -32,10 +32,10 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.connect import require, state
 from sparklog.connect.changes import (
     ChangeDecoder,
@@ -346,7 +346,7 @@ class PostgresSource:
     ) -> None:
         columns = ", ".join(f'"{c.name}"::text' for c in table.columns)
         topic = self.config.topic_of(table.schema, table.table)
-        now = int(time.time() * 1000)
+        now = now_ms()
         with conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
             cur.execute(f'SELECT {columns} FROM "{table.schema}"."{table.table}"')
             while True:

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import Doc, VersionedDocument
@@ -51,7 +52,7 @@ def save(root: LogRoot, name: str, **fields: Any) -> Doc:
     """Merge ``fields`` into the connector's state and write it as the next version."""
 
     def change(doc: Doc | None) -> Doc:
-        return {**(doc or {}), **fields, "name": name, "updated_ms": int(time.time() * 1000)}
+        return {**(doc or {}), **fields, "name": name, "updated_ms": now_ms()}
 
     saved = _doc(root, name).update(change, keep=STATE_VERSIONS_KEPT)
     assert saved is not None
@@ -88,19 +89,19 @@ def mark_running(root: LogRoot, name: str, **fields: Any) -> Doc:
         status="running",
         pid=os.getpid(),
         host=socket.gethostname(),
-        started_ms=int(time.time() * 1000),
+        started_ms=now_ms(),
         stop_requested_ms=None,
         **fields,
     )
 
 
 def mark_stopped(root: LogRoot, name: str, status: str = "stopped", **fields: Any) -> Doc:
-    return save(root, name, status=status, stopped_ms=int(time.time() * 1000), **fields)
+    return save(root, name, status=status, stopped_ms=now_ms(), **fields)
 
 
 def request_stop(root: LogRoot, name: str) -> Doc:
     """Record a stop request the running connector sees within about a second."""
-    return save(root, name, stop_requested_ms=int(time.time() * 1000))
+    return save(root, name, stop_requested_ms=now_ms())
 
 
 def watch_stop(

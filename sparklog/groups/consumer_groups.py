@@ -28,13 +28,13 @@ INCONSISTENT_GROUP_PROTOCOL; an empty group of either type becomes the other.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
@@ -120,10 +120,6 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
         ) from None
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _empty_state() -> dict[str, Any]:
     return {
         "group_epoch": 0,
@@ -167,7 +163,7 @@ class ConsumerGroupProtocol:
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             answer.clear()
-            now = _now_ms()
+            now = now_ms()
             self._adopt(doc)
             self.maintain(request.group, doc, now)
             group = doc["consumer"]
@@ -390,7 +386,7 @@ class ConsumerGroupProtocol:
         if revoke:
             entry["assigned"] = _sorted(assigned & target)
             entry["revoking"] = _sorted(revoke)
-            entry["revoke_deadline_ms"] = _now_ms() + int(
+            entry["revoke_deadline_ms"] = now_ms() + int(
                 entry.get("rebalance_timeout_ms") or self.session_timeout_ms
             )
             return

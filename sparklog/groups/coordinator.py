@@ -33,16 +33,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
-    InvalidConfigError,
+    InvalidConfigurationError,
     InvalidRequestError,
     RebalanceInProgressError,
     SparklogError,
-    UnknownMemberError,
+    UnknownMemberIdError,
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
@@ -98,10 +99,6 @@ def _opaque(metadata: Mapping[str, str] | None, protocol: str) -> bytes | None:
     if metadata is None or protocol not in metadata:
         return None
     return base64.b64decode(metadata[protocol])
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _copy(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,7 +223,7 @@ class _MemoryStateDoc(_StateDoc):
         if self._state is None:
             version, found = self.versions.latest()
             self._state = (version, found if found is not None else _empty_doc(self.group))
-            self.loaded_ms = _now_ms()
+            self.loaded_ms = now_ms()
         return self._state
 
     def read(self) -> tuple[int, dict[str, Any]]:
@@ -334,9 +331,9 @@ class GroupCoordinator:
     def touch(self, group: str, member_id: str) -> None:
         """Note that ``member_id`` is alive now (memory, or its heartbeat file)."""
         if self.in_memory:
-            self._beats[(group, member_id)] = _now_ms()
+            self._beats[(group, member_id)] = now_ms()
             return
-        data = encode_document({"ms": _now_ms()})
+        data = encode_document({"ms": now_ms()})
         self.root.store.put(self._heartbeat_key(group, member_id), data)
 
     def forget_heartbeat(self, group: str, member_id: str) -> None:
@@ -484,7 +481,7 @@ class GroupCoordinator:
         state = self.state_doc(group)
 
         def change(doc: dict[str, Any]) -> dict[str, Any] | None:
-            return doc if self._maintain(group, doc, _now_ms(), caller) else None
+            return doc if self._maintain(group, doc, now_ms(), caller) else None
 
         return state.update(change)
 
@@ -499,11 +496,11 @@ class GroupCoordinator:
     def _check_timeouts(self, session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
         lo, hi = self.min_session_timeout_ms, self.max_session_timeout_ms
         if not isinstance(session_timeout_ms, int) or not lo <= session_timeout_ms <= hi:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"session_timeout_ms={session_timeout_ms!r} is not accepted; accepted: {lo}-{hi}"
             )
         if not isinstance(rebalance_timeout_ms, int) or rebalance_timeout_ms < 1:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"rebalance_timeout_ms={rebalance_timeout_ms!r} is not accepted; accepted: >= 1"
             )
 
@@ -518,7 +515,7 @@ class GroupCoordinator:
     def _check_generation(self, doc: dict[str, Any], generation: int, member_id: str) -> None:
         self._check_fenced(doc, member_id)
         if member_id not in doc["members"]:
-            raise UnknownMemberError(
+            raise UnknownMemberIdError(
                 f"member {member_id!r} is not in group {doc['group']!r}; join with an empty "
                 "member id"
             )
@@ -628,7 +625,7 @@ class GroupCoordinator:
             strategies = [strategy] if isinstance(strategy, str) else list(strategy)
         unknown = [s for s in strategies if s not in ASSIGNORS and opaque is None]
         if not strategies or unknown:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"assignment strategy {unknown[0] if unknown else strategies!r} is not "
                 f"accepted; accepted: {', '.join(ASSIGNORS)}"
             )
@@ -646,7 +643,7 @@ class GroupCoordinator:
         took_over: list[bool] = [False]  # the last attempt kept a static member's place
 
         def join(doc: dict[str, Any]) -> dict[str, Any]:
-            now = _now_ms()
+            now = now_ms()
             took_over[0] = False
             self._maintain(group, doc, now)
             refuse_classic_join(doc)  # a KIP-848 group with members takes no classic member
@@ -659,7 +656,7 @@ class GroupCoordinator:
                 if took_over[0]:
                     return doc
             if not new_member and member not in members:
-                raise UnknownMemberError(
+                raise UnknownMemberIdError(
                     f"member {member!r} is not in group {group!r} (expelled or left); join "
                     "with an empty member id"
                 )
@@ -696,7 +693,7 @@ class GroupCoordinator:
                 self.touch(group, member)  # waiting here is being alive (see below)
             doc = self._current(group, member)
             if member not in doc["members"]:
-                raise UnknownMemberError(
+                raise UnknownMemberIdError(
                     f"member {member!r} was removed from group {group!r} while joining; join "
                     "again with an empty member id"
                 )
@@ -748,7 +745,7 @@ class GroupCoordinator:
                 ) from None
 
         def sync(doc: dict[str, Any]) -> dict[str, Any] | None:
-            now = _now_ms()
+            now = now_ms()
             changed = self._maintain(group, doc, now)
             if doc["state"] == PREPARING:
                 if changed:
@@ -796,7 +793,7 @@ class GroupCoordinator:
         doc = self._current(group, member_id)
         self._check_fenced(doc, member_id)
         if member_id not in doc["members"]:
-            raise UnknownMemberError(f"member {member_id!r} is not in group {group!r}")
+            raise UnknownMemberIdError(f"member {member_id!r} is not in group {group!r}")
         if doc["state"] == PREPARING:
             self.touch(group, member_id)
             raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
@@ -828,7 +825,7 @@ class GroupCoordinator:
                     )
             if leaving not in doc["members"]:
                 return None
-            self._remove_members(doc, [leaving], _now_ms())
+            self._remove_members(doc, [leaving], now_ms())
             return doc
 
         state.update(leave)
@@ -860,7 +857,7 @@ class GroupCoordinator:
             self._check_member_id(member_id)
         if generation < 0 and not member_id:
             if has_members(doc):
-                raise UnknownMemberError(
+                raise UnknownMemberIdError(
                     f"group {group!r} has active members; commit with a member id and the "
                     "current generation"
                 )

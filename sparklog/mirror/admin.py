@@ -7,10 +7,10 @@ these on the broker's root (docs/mirroring.md).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sparklog.clock import now_ms
 from sparklog.mirror import links
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def link_doc(link: links.MirrorLink) -> dict[str, Any]:
 
 def create(root: LogRoot, name: str, **link: Any) -> dict[str, Any]:
     """A new link (``link``: :func:`sparklog.mirror.links.create_link`'s keywords)."""
-    made = links.create_link(root, name, created_ms=int(time.time() * 1000), **link)
+    made = links.create_link(root, name, created_ms=now_ms(), **link)
     return link_doc(made)
 
 

@@ -38,8 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
-    CorruptionError,
+    CorruptRecordError,
     InvalidRequestError,
     SparklogError,
     UnknownTopicOrPartitionError,
@@ -333,7 +334,7 @@ class Mirror:
             if theirs is None or ours is None:
                 _verify(dst.store.get_buffer(key), segments, f"{dst.store.url}/{key}")
             elif theirs != ours:
-                raise CorruptionError(
+                raise CorruptRecordError(
                     f"object {dst.store.url}/{key} copied from {src.store.url}/{key} has "
                     f"entity tag {ours}, not {theirs}; nothing committed"
                 )
@@ -439,7 +440,7 @@ def _verify(data: Any, segments: Iterable[Segment], where: str) -> None:
     for seg in segments:
         piece = data.slice(seg.byte_start, seg.size_bytes)
         if piece.size != seg.size_bytes or checksum_of(piece) != seg.checksum:
-            raise CorruptionError(
+            raise CorruptRecordError(
                 f"object {where} bytes {seg.byte_start}-{seg.byte_end} fail their checksum "
                 "while mirroring; nothing committed"
             )
@@ -484,7 +485,7 @@ def promote(dest: LogRoot, topic: str) -> TopicInfo:
     return dest.set_mirror(
         topic,
         # where the mirror's copy ended: what failing back must truncate the old primary to
-        {**info.mirror, "state": "promoted", "promoted_ms": _now_ms(), "promoted_ends": ends},
+        {**info.mirror, "state": "promoted", "promoted_ms": now_ms(), "promoted_ends": ends},
     )
 
 
@@ -581,16 +582,12 @@ def reverse(
             topics=back.topics,
             groups=back.groups,
             source_options=back.source_options,
-            created_ms=_now_ms(),
+            created_ms=now_ms(),
         )
     except MirrorLinkExistsError:
         if get_link(old, back.name).source != back.source:
             raise
     return back, [(i.mirror or {})["source_topic"] for i in turned]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def run(

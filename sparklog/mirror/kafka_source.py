@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import ConfigError, SparklogError, UnknownTopicOrPartitionError
+from sparklog.errors import InvalidConfigurationError, SparklogError, UnknownTopicOrPartitionError
 from sparklog.mirror.copier import (
     PartitionLag,
     StepReport,
@@ -50,7 +50,7 @@ def _kafka() -> Any:
     try:
         import confluent_kafka
     except ImportError:  # pragma: no cover - an installation without the extra
-        raise ConfigError(
+        raise InvalidConfigurationError(
             "a kafka:// mirror source needs confluent-kafka: pip install 'sparklog[mirror]'"
         ) from None
     return confluent_kafka

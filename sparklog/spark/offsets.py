@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
+from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicOrPartitionError
 from sparklog.spark.options import OffsetSpec, Subscription
 from sparklog.storage import LogRoot, PartitionLog, Topic, TopicInfo
 from sparklog.topic_partition import TopicPartition
@@ -96,7 +96,7 @@ class RootView:
         for name in self._topic_names():
             try:
                 info = self.root.describe_topic(name)
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 self._topics.pop(name, None)
                 continue
             handle = self._topics.get(name)
@@ -110,7 +110,8 @@ class RootView:
 
     def topic(self, name: str) -> Topic:
         """A topic's handle; also one outside the subscription (a batch planned before a
-        restart changed ``subscribe`` is replayed as planned). UnknownTopicError if gone."""
+        restart changed ``subscribe`` is replayed as planned). UnknownTopicOrPartitionError if
+        gone."""
         handle = self._topics.get(name)
         if handle is None:
             self.refresh_topics()

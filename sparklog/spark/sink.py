@@ -38,7 +38,12 @@ from pyspark.sql.types import (
 )
 
 from sparklog.client.partitioner import partitions_for_keys
-from sparklog.errors import InvalidRecordError, SinkColumnError, SparkSourceError, UnknownTopicError
+from sparklog.errors import (
+    InvalidRecordError,
+    SinkColumnError,
+    SparkSourceError,
+    UnknownTopicOrPartitionError,
+)
 from sparklog.spark.compat import DataSourceStreamArrowWriter
 from sparklog.spark.options import SinkOptions
 from sparklog.spark.roots import cached_root
@@ -115,7 +120,7 @@ def validate_sink_schema(schema: StructType, options: SinkOptions) -> None:
         root = cached_root(options.root, options.storage_options)
         try:
             info = root.describe_topic(options.topic)
-        except UnknownTopicError:
+        except UnknownTopicOrPartitionError:
             raise SinkColumnError(
                 f"topic {options.topic!r} does not exist in {options.root}; create it first "
                 "(sparklog topics create)"
@@ -154,7 +159,7 @@ class _TaskWriter:
         if handle is None:
             try:
                 handle = self.topics[name] = self.root.topic(name)
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 raise SparkSourceError(
                     f"topic {name!r} (from the 'topic' column) does not exist in "
                     f"{self.options.root}; create it first"

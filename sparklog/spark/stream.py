@@ -22,13 +22,13 @@ partitions, the group's position) run in ``partitions(start, end)``.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicError
+from sparklog.clock import now_ms
+from sparklog.errors import DataLossError, SparkOptionError, UnknownTopicOrPartitionError
 from sparklog.spark.compat import (
     HAS_ADMISSION_CONTROL,
     ReadAllAvailable,
@@ -188,7 +188,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limited = self._target is not None or not isinstance(limit, ReadAllAvailable)
         if limited:
             backlog = sum(latest[tp] - effective[tp] for tp in latest)
-            now = int(time.time() * 1000)
+            now = now_ms()
             if (
                 self._target is None
                 and opts.min_offsets_per_trigger
@@ -212,7 +212,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ends.setdefault(tp, offset)  # deleted partitions keep their position
         end = encode_offsets(ends, ids)
         if end != encode_offsets(begin, ids):
-            self._last_trigger_ms = int(time.time() * 1000)
+            self._last_trigger_ms = now_ms()
             return end
         return start
 
@@ -279,7 +279,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The high watermark of a partition outside the subscription; None if it is gone."""
         try:
             info = self.view.root.describe_topic(tp[0])
-        except UnknownTopicError:
+        except UnknownTopicOrPartitionError:
             return None
         if tp[1] >= info.partitions:
             return None
@@ -364,7 +364,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 plog = view.log(*tp, refresh=False)
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 if opts.fail_on_data_loss:
                     raise DataLossError(
                         f"{tp[0]}-{tp[1]} was deleted before offsets {begin.get(tp, 0)}-"
@@ -414,7 +414,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if current != topic_id:
                     view.refresh_topics()
                     current = view.topic(name).info.topic_id
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 continue  # deleted: handled as a vanished partition
             if current != topic_id:
                 replaced.add(name)
@@ -436,7 +436,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, _ in offsets:
             try:
                 topic_ids[topic] = view.topic(topic).info.topic_id
-            except UnknownTopicError:
+            except UnknownTopicOrPartitionError:
                 continue
         live = {tp: off for tp, off in offsets.items() if tp[0] in topic_ids}
         view.root.groups.commit(group, live, metadata="spark", topic_ids=topic_ids)

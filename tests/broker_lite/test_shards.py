@@ -87,7 +87,7 @@ def test_idempotent_retry_through_the_broker_is_answered_from_the_shard_log(brok
 
 def test_cleaner_keeps_the_shard_and_group_log_file_counts_bounded(root_spec):
     from sparklog.broker_lite.cleaner import Cleaner
-    from sparklog.storage.clock import now_ms
+    from sparklog.clock import now_ms
     from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS
 
     url, options = root_spec

@@ -25,8 +25,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog.broker_lite.cluster import CLOCK_OFFSET_ENV
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.clock import now_ms
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.cluster_metadata import topic_record
 from tests.chaos.workload import Verdict, Workload, check, rss_bytes
@@ -235,16 +235,10 @@ def clock_skew(
     """One broker's wall clock runs ``skew_ms`` off: membership and leadership stay stable."""
     figures = Figures(f"clock skew {skew_ms} ms", setup.kind)
     with brokers(setup, 2) as cluster:
-        previous = os.environ.get(CLOCK_OFFSET_ENV)
-        os.environ[CLOCK_OFFSET_ENV] = str(skew_ms)
-        try:
-            cluster.start(3, **setup.broker_config)
-        finally:
-            if previous is None:
-                os.environ.pop(CLOCK_OFFSET_ENV, None)
-            else:
-                os.environ[CLOCK_OFFSET_ENV] = previous
+        cluster.start(3, clock_skew_ms=skew_ms, **setup.broker_config)
         wait_for(lambda: _views_agree(cluster), recover_s, "every broker sees three live brokers")
+        lease = json.loads(open_root(setup.root, setup.check_options).store.get(_LEASE_3))
+        assert abs(lease["renewed_ms"] - (now_ms() + skew_ms)) < abs(skew_ms) / 2, lease
         work = _start_workload(cluster, figures, recover_s)
         for _ in range(rounds):
             _progress(work, time.monotonic(), recover_s, "produce under clock skew")
@@ -253,6 +247,9 @@ def clock_skew(
         figures.faults = 1
         figures.notes["leadership_changes"] = _leadership_changes(cluster)
         return _finish(work, setup, figures)
+
+
+_LEASE_3 = "cluster/brokers/3.json"  # the skewed broker's lease, stamped by its clock
 
 
 def _views_agree(cluster: Cluster) -> bool:

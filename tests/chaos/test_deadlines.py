@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from sparklog.broker_lite.cluster import CLOCK_OFFSET_ENV, Cluster
+from sparklog.broker_lite.cluster import Cluster
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CommitStateUnknownError,
     NotLeaderOrFollowerError,
@@ -54,15 +55,20 @@ def test_request_timeout_option_is_checked() -> None:
         ObjectStore("memory://x", {"request_timeout_ms": "soon"})
 
 
-def test_lease_ignores_peer_wall_clocks(tmp_path, monkeypatch) -> None:
+def test_lease_ignores_peer_wall_clocks(tmp_path) -> None:
     """A peer whose clock runs 6 s behind is live as long as its lease keeps changing."""
     root = open_root(f"file://{tmp_path}/root")
     ours = Cluster(root, 1, "127.0.0.1:1", lease_interval_ms=100, lease_timeout_ms=2_000)
-    skewed = Cluster(root, 2, "127.0.0.1:2", lease_interval_ms=100, lease_timeout_ms=2_000)
+    skewed = Cluster(
+        root,
+        2,
+        "127.0.0.1:2",
+        lease_interval_ms=100,
+        lease_timeout_ms=2_000,
+        clock_ms=lambda: now_ms() - 6_000,
+    )
     for _ in range(3):
-        monkeypatch.setenv(CLOCK_OFFSET_ENV, "-6000")
         skewed.renew()
-        monkeypatch.delenv(CLOCK_OFFSET_ENV)
         ours.renew()
         assert sorted(ours.live()) == [1, 2]
         assert sorted(skewed.refresh()) == [1, 2]

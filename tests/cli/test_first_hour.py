@@ -299,6 +299,7 @@ HEAVY = (
     "sparklog.groups.coordinator",
     "sparklog.storage.topics",
     "sparklog.storage.log",
+    "sparklog.storage.shard_codec",
     "sparklog.storage.maintenance",
 )
 

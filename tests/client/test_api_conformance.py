@@ -34,6 +34,7 @@ from sparklog import (
 from sparklog.client.types import EMBEDDED_LEADER, ConsumerRecord, RecordMetadata
 from sparklog.errors import (
     ConfigError,
+    IllegalStateError,
     KafkaTimeoutError,
     OffsetOutOfRangeError,
     TopicExistsError,
@@ -186,7 +187,7 @@ def scenario(address: str, options: dict[str, Any], mode: str) -> dict[str, Any]
     producer.close()
     with Producer(address, storage_options=options) as structs:
         structs.send("typed", {"user": "ann", "clicks": 3}, timestamp_ms=4_000_000)
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(IllegalStateError, match="closed"):
         producer.send("orders", b"late")
 
     # -- Consumer: assign, positions, times ---------------------------------------------------

@@ -129,3 +129,47 @@ def test_production_code_has_no_fault_injection_hooks() -> None:
         if "SPARKLOG_SPARK_FAULT" in path.read_text() or "maybe_fault" in path.read_text()
     ]
     assert offenders == []
+
+
+def _string_constants(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+
+
+def test_production_code_reads_no_test_hooks_from_the_environment() -> None:
+    """Tests inject what they vary (a clock, a fault) as arguments, never through variables
+    such as ``SPARKLOG_TEST_CLOCK_OFFSET_MS`` that production code would read."""
+    offenders = [
+        f"{module}: {text}"
+        for module, path in _modules().items()
+        for text in _string_constants(path)
+        if "SPARKLOG_TEST" in text or text.startswith("PYTEST_") or "_TEST_" in text
+    ]
+    assert offenders == []
+
+
+def test_inside_the_package_each_error_class_has_one_name() -> None:
+    """Aliases (``ConfigError`` for ``InvalidConfigurationError``...) are for users only:
+    ``sparklog/errors.py`` defines them and ``sparklog/__init__.py`` exports them."""
+    import sparklog.errors as errors
+
+    aliases = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, errors.SparklogError)
+        and value.__name__ != name
+    }
+    assert "ConfigError" in aliases
+    offenders = [
+        f"{module}: {ast.dump(node)}"
+        for module, path in _modules().items()
+        if module not in ("sparklog.errors", "sparklog.__init__")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if (isinstance(node, ast.Name) and node.id in aliases)
+        or (isinstance(node, ast.Attribute) and node.attr in aliases)
+        or (isinstance(node, ast.alias) and node.name in aliases)
+    ]
+    assert offenders == []

@@ -10,15 +10,16 @@ import threading
 
 import pytest
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     CommitStateUnknownError,
     CorruptRecordError,
     IllegalGenerationError,
     InvalidConfigurationError,
     OutOfOrderSequenceNumberError,
+    StagedObjectExpiredError,
 )
 from sparklog.storage import ProducerBatch, make_batch, open_root
-from sparklog.storage.clock import now_ms
 from sparklog.storage.cluster_metadata import METADATA_LOG_PREFIX, topic_record
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS, prune_topic_logs
@@ -303,7 +304,7 @@ def test_spark_batch_whose_tasks_ran_longer_than_ten_minutes_commits(root):
     assert [results[p].base_offset for p in (0, 1)] == [0, 0]
     late = topic.write({0: make_batch([b"c"])})
     clock.now += STAGED_OBJECT_MAX_AGE_MS + 1
-    with pytest.raises(Exception, match="older than"):
+    with pytest.raises(StagedObjectExpiredError, match="older than"):
         topic.commit(late)
 
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparklog.clock import now_ms
 from sparklog.errors import OffsetOutOfRangeError, StoreUnavailableError
 from sparklog.storage import make_batch, open_root
-from sparklog.storage.clock import now_ms
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import (
     DEFAULT_GC_GRACE_MS,

@@ -14,8 +14,7 @@ import struct
 import pytest
 
 from sparklog.errors import CorruptRecordError
-from sparklog.storage import log as shard_log
-from sparklog.storage import make_batch, metalog, open_root
+from sparklog.storage import make_batch, metalog, open_root, shard_codec
 
 COMMITS = 40
 SNAPSHOT = f"shards/00000/log/{COMMITS - 1:020d}.snapshot"
@@ -23,7 +22,7 @@ SNAPSHOT = f"shards/00000/log/{COMMITS - 1:020d}.snapshot"
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(shard_log, "SNAPSHOT_CHUNK_ROWS", 4)
+    monkeypatch.setattr(shard_codec, "SNAPSHOT_CHUNK_ROWS", 4)
     monkeypatch.setattr(metalog, "SNAPSHOT_TAIL_BYTES", 512)
 
 

@@ -58,11 +58,22 @@ class BrokerProcess:
     log_path: pathlib.Path | None = None
     #: Kafka listener: port 0 on first start; a restart reuses the port it got.
     kafka_listen: str = "127.0.0.1:0"
+    #: milliseconds this broker's wall clock runs off (started through skewed_broker.py)
+    clock_skew_ms: int = 0
     kafka_address: str | None = None
 
     @property
     def location(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def _launcher(self) -> list[str]:
+        """How to run the broker: the module itself, or the skewed-clock wrapper."""
+        if self.clock_skew_ms:
+            return [
+                str(pathlib.Path(__file__).with_name("skewed_broker.py")),
+                str(self.clock_skew_ms),
+            ]
+        return ["-m", "sparklog.broker_lite"]
 
     def start(self, timeout_s: float = 30) -> BrokerProcess:
         conf = {**TEST_CONFIG, **self.config}
@@ -77,8 +88,7 @@ class BrokerProcess:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "sparklog.broker_lite",
+                    *self._launcher(),
                     "--config",
                     str(path),
                     "--root",
@@ -151,12 +161,14 @@ class Cluster:
         self.storage_options = storage_options or {}
         self.brokers: dict[int, BrokerProcess] = {}
 
-    def start(self, broker_id: int, **config: Any) -> BrokerProcess:
+    def start(self, broker_id: int, *, clock_skew_ms: int = 0, **config: Any) -> BrokerProcess:
+        """Start (or restart) broker ``broker_id``; ``clock_skew_ms`` moves its wall clock."""
         old = self.brokers.get(broker_id)
         port = old.port if old is not None else 0
         broker = BrokerProcess(
             self.workdir, self.root, broker_id, port, self.storage_options, config
         )
+        broker.clock_skew_ms = clock_skew_ms
         if old is not None and old.kafka_address:
             broker.kafka_listen = old.kafka_address
         self.brokers[broker_id] = broker
@@ -164,7 +176,7 @@ class Cluster:
 
     def restart(self, broker_id: int) -> BrokerProcess:
         old = self.brokers[broker_id]
-        return self.start(broker_id, **old.config)
+        return self.start(broker_id, clock_skew_ms=old.clock_skew_ms, **old.config)
 
     @property
     def bootstrap(self) -> str:

@@ -33,7 +33,7 @@ from sparklog.client.types import (
     PartitionDescription,
     TopicDescription,
 )
-from sparklog.errors import ConfigError
+from sparklog.errors import InvalidConfigurationError
 from sparklog.mirror import admin as mirror_admin
 from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
@@ -268,7 +268,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         return {k: dict(v) for k, v in self.root.metadata.image().transactional_ids.items()}
 
     def abort_transaction(self, transactional_id: str) -> None:
-        raise ConfigError(
+        raise InvalidConfigurationError(
             "aborting a transaction writes markers through a broker: give --address host:port"
         )
 
@@ -312,7 +312,9 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                 return log.high_watermark
             if isinstance(spec, int):
                 return log.offset_for_timestamp(spec)
-        raise ConfigError(f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms")
+        raise InvalidConfigurationError(
+            f"offset spec {spec!r} is not accepted; accepted: earliest, latest, ms"
+        )
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         from sparklog.storage.maintenance import delete_records

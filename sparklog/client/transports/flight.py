@@ -55,9 +55,9 @@ class BrokerBackend(TopicCalls, GroupCalls):
         if cached is None or fresh or time.monotonic() - cached[1] > METADATA_TTL_S:
             found = self.client.metadata([name], sizes=sizes)
             if name not in found:
-                from sparklog.errors import UnknownTopicError
+                from sparklog.errors import UnknownTopicOrPartitionError
 
-                raise UnknownTopicError(f"unknown topic {name!r}")
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             cached = (found[name], time.monotonic())
             self._meta[name] = cached
         return cached[0]

@@ -25,12 +25,13 @@ from sparklog.errors import (
     BrokerNotAvailableError,
     CommitStateUnknownError,
     GroupError,
-    InvalidConfigError,
+    IllegalStateError,
+    InvalidConfigurationError,
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
     NotCoordinatorError,
-    NotLeaderError,
+    NotLeaderOrFollowerError,
     SparklogError,
     ThrottlingQuotaExceededError,
     UnknownTopicOrPartitionError,
@@ -65,7 +66,7 @@ class TopicMetadata:
 
 #: errors a broker answers before it writes anything: the produce was certainly not applied
 _REFUSED_BEFORE_WRITE = (
-    NotLeaderError,
+    NotLeaderOrFollowerError,
     LeaderNotAvailableError,
     ThrottlingQuotaExceededError,
     UnknownTopicOrPartitionError,
@@ -75,7 +76,7 @@ _REFUSED_BEFORE_WRITE = (
 
 
 def parse_bootstrap(bootstrap: str) -> list[str]:
-    """``host:port[,host:port]`` as a list; InvalidConfigError naming the bad entry."""
+    """``host:port[,host:port]`` as a list; InvalidConfigurationError naming the bad entry."""
     out = []
     for entry in str(bootstrap).split(","):
         entry = entry.strip()
@@ -83,7 +84,7 @@ def parse_bootstrap(bootstrap: str) -> list[str]:
             entry = entry[len("grpc://") :]
         host, sep, port = entry.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidConfigError(
+            raise InvalidConfigurationError(
                 f"bootstrap entry {entry!r} is not accepted; accepted: host:port[,host:port]"
             )
         out.append(entry)
@@ -146,7 +147,7 @@ class BrokerClient:
     def _conn(self, location: str) -> flight.FlightClient:
         with self._lock:
             if self._closed:
-                raise SparklogError("broker client is closed")
+                raise IllegalStateError("broker client is closed")
             conn = self._conns.get(location)
             if conn is None:
                 conn = flight.connect(
@@ -209,7 +210,7 @@ class BrokerClient:
             else "use the broker's Flight address (its 'listen' key; `sparklog broker start` "
             "logs it as 'location')"
         )
-        return InvalidConfigError(
+        return InvalidConfigurationError(
             f"{location} is a Kafka protocol listener (for Kafka clients), not sparklog's "
             f"Flight listener; {use}"
         )
@@ -235,7 +236,7 @@ class BrokerClient:
             return err.retriable or (idempotent and isinstance(err, CommitStateUnknownError))
 
         def before_retry(err: BaseException) -> None:
-            if isinstance(err, NotLeaderError | BrokerNotAvailableError):
+            if isinstance(err, NotLeaderOrFollowerError | BrokerNotAvailableError):
                 self._meta.clear()  # the next attempt asks for the leader afresh
 
         return retrying(
@@ -347,15 +348,17 @@ class BrokerClient:
         if partition >= len(meta.partitions) or partition < 0:
             meta = self.metadata([topic])[topic]
             if not 0 <= partition < len(meta.partitions):
-                from sparklog.errors import UnknownTopicError
+                from sparklog.errors import UnknownTopicOrPartitionError
 
-                raise UnknownTopicError(
+                raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has no partition {partition}; accepted: 0-"
                     f"{len(meta.partitions) - 1}"
                 )
         location = meta.partitions[partition].leader_location
         if not location:
-            raise NotLeaderError(f"{topic}-{partition} has no live leader", leader_location="")
+            raise NotLeaderOrFollowerError(
+                f"{topic}-{partition} has no live leader", leader_location=""
+            )
         return location
 
     # -- admin -------------------------------------------------------------
