@@ -300,11 +300,9 @@ class ProducePath(BrokerState):
             return
         for run in runs:
             result = results[run.partition]
-            offset = result.base_offset
-            for r in run.requests:
-                r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
-                offset += r.record_count
             if not result.duplicate:
+                # cached before the producers hear of the commit: a fetch made after an
+                # acknowledgement finds the acknowledged records in the tail, not a part
                 st = states[run.partition]
                 self.cache.add(
                     st.key,
@@ -313,6 +311,12 @@ class ProducePath(BrokerState):
                     # the requests' sizes, known already (a slice's nbytes walks its buffers)
                     size_bytes=sum(r.size_bytes + 8 * r.record_count for r in run.requests),
                 )
+            offset = result.base_offset
+            for r in run.requests:
+                r.future.set_result(ProduceOutcome(offset, r.record_count, result.duplicate))
+                offset += r.record_count
+            if not result.duplicate:
+                st = states[run.partition]
                 with st.changed:
                     st.changed.notify_all()
         with self._committed:
