@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,8 +46,32 @@ class StandaloneCluster:
         self.work = work
         self.port = _free_port()
         self.ui_port = _free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
         self.processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _bound_port(self, service: str) -> int | None:
+        """The port the master's log says ``service`` bound.
+
+        A port chosen free may be taken by another process (another test
+        worker's Spark UI) before the master binds it; Spark then moves to the
+        next port, so the log, not the choice, says where the master is.
+        """
+        log = self.work / "master.log"
+        found = re.search(
+            rf"Successfully started service '{service}' on port (\d+)",
+            log.read_text(errors="replace") if log.exists() else "",
+        )
+        return int(found.group(1)) if found else None
+
+    def _master_bound(self) -> bool:
+        rpc_port, ui_port = self._bound_port("sparkMaster"), self._bound_port("MasterUI")
+        if rpc_port is None or ui_port is None:
+            return False
+        self.port, self.ui_port = rpc_port, ui_port
+        return True
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -77,7 +102,7 @@ class StandaloneCluster:
                 f"http://127.0.0.1:{self.ui_port}/json/", timeout=5
             ) as reply:
                 return int(json.load(reply).get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):
             return 0
 
     def start(self) -> None:
@@ -91,6 +116,11 @@ class StandaloneCluster:
             str(self.port),
             "--webui-port",
             str(self.ui_port),
+        )
+        wait_for(
+            lambda: self._all_running() and self._master_bound(),
+            timeout_s=120,
+            what=f"the master's RPC and UI ports (log in {self.work})",
         )
         for i in range(WORKERS):
             work_dir = self.work / f"worker-{i}"
