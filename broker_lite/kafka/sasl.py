@@ -7,7 +7,10 @@ connection's reader.  PLAIN checks the password against the user's SCRAM
 credential (either mechanism); SCRAM-SHA-256/512 run RFC 5802's exchange
 (:class:`~sparklog.security.scram.ScramServer`).  A failure answers
 SASL_AUTHENTICATION_FAILED with Kafka's message (never the password) and
-closes the connection.  The principal is ``User:<name>``; on PLAINTEXT and
+closes the connection.  SaslHandshake v0 (librdkafka before 2.x checks for
+it, and clients without SaslAuthenticate use it) is followed by raw SASL
+tokens in size-prefixed frames rather than SaslAuthenticate requests, as in
+Kafka: :func:`raw_token_reply` answers those.  The principal is ``User:<name>``; on PLAINTEXT and
 SSL listeners it is ``User:ANONYMOUS`` (SSL with a client certificate: the
 certificate's subject).
 
@@ -53,6 +56,8 @@ class Session:
     scram: scram.ScramServer | None = None
     #: the answer being sent ends the connection (a failed login)
     close_after: bool = False
+    #: SaslHandshake v0 succeeded: the next frames are raw SASL tokens
+    raw_tokens: bool = False
 
     @classmethod
     def for_listener(cls, protocol: str, host: str, principal: str = ANONYMOUS) -> Session:
@@ -108,36 +113,54 @@ def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
         session.close_after = True
         return make(cls, error_code=UnsupportedSaslMechanismError.errno, mechanisms=mechanisms)
     session.mechanism = request.mechanism
+    session.raw_tokens = ctx.api_version == 0
     if request.mechanism in scram.MECHANISMS:
         session.scram = scram.ScramServer(request.mechanism, _lookup(ctx.broker, request.mechanism))
     return make(cls, error_code=0, mechanisms=mechanisms)
+
+
+def _exchange(broker: Any, session: Session, token: bytes) -> bytes:
+    """One step of the mechanism's exchange: the server's token in reply to ``token``.
+
+    Marks ``session`` authenticated when the exchange ends; raises a
+    :class:`SparklogError` (SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE) on failure.
+    """
+    if not session.sasl or session.authenticated:
+        raise IllegalSaslStateError("SaslAuthenticate on a connection not authenticating")
+    if session.mechanism is None:
+        raise IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
+    if session.mechanism == "PLAIN":
+        user = _check_plain(broker, token)
+        reply = b""
+    else:
+        exchange = session.scram
+        assert exchange is not None
+        if exchange.user is None:
+            return exchange.first(token)
+        reply = exchange.final(token)
+        user = exchange.user
+    session.principal = f"User:{user}"
+    session.authenticated = True
+    session.scram = None
+    return reply
+
+
+def raw_token_reply(broker: Any, session: Session, token: bytes) -> bytes | None:
+    """The server's raw token after SaslHandshake v0; None: the login failed (close, as Kafka)."""
+    try:
+        return _exchange(broker, session, token)
+    except SparklogError:
+        session.close_after = True
+        return None
 
 
 def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(36, ctx.api_version)
     session: Session | None = ctx.session
     try:
-        if session is None or not session.sasl or session.authenticated:
+        if session is None:
             raise IllegalSaslStateError("SaslAuthenticate on a connection not authenticating")
-        if session.mechanism is None:
-            raise IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
-        token = bytes(request.auth_bytes)
-        if session.mechanism == "PLAIN":
-            user = _check_plain(ctx.broker, token)
-            reply = b""
-        else:
-            exchange = session.scram
-            assert exchange is not None
-            if exchange.user is None:
-                reply = exchange.first(token)
-                return make(
-                    cls, error_code=0, error_message=None, auth_bytes=reply, session_lifetime=0
-                )
-            reply = exchange.final(token)
-            user = exchange.user
-        session.principal = f"User:{user}"
-        session.authenticated = True
-        session.scram = None
+        reply = _exchange(ctx.broker, session, bytes(request.auth_bytes))
         return make(cls, error_code=0, error_message=None, auth_bytes=reply, session_lifetime=0)
     except SparklogError as exc:
         if session is not None:

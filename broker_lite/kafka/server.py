@@ -311,6 +311,17 @@ class KafkaListener:
         """Handle a request of a connection still authenticating, in the reader (one at a
         time, so the exchange stays in order); False: close the connection after it."""
         try:
+            if session.raw_tokens:  # after SaslHandshake v0: a raw token, a raw reply
+                reply = sasl.raw_token_reply(self.broker, session, frame)
+                if reply is None:
+                    self.refusals.warning(
+                        "kafka SASL authentication failed", mechanism=session.mechanism
+                    )
+                    return False
+                raw: Future[bytes | None] = Future()
+                raw.set_result(struct.pack(">i", len(reply)) + reply)
+                pending.put(raw)
+                return True
             api_key = struct.unpack_from(">h", frame, 0)[0]
             if api_key not in sasl.PRE_AUTH_APIS:
                 raise MalformedRequest(

@@ -86,7 +86,7 @@ _APIS = [
     Api(14, "SyncGroup", 0, 5, groups.handle_sync_group),
     Api(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
     Api(16, "ListGroups", 0, 5, groups.handle_list_groups),
-    Api(17, "SaslHandshake", 1, 1, sasl.handle_sasl_handshake),
+    Api(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
     Api(18, "ApiVersions", 0, 3, api_versions),
     Api(19, "CreateTopics", 0, 7, admin.handle_create_topics),
     Api(20, "DeleteTopics", 0, 6, admin.handle_delete_topics),

@@ -162,7 +162,10 @@ class ScramServer:
             raise _failed(self.mechanism) from None
         without_proof, _, proof_attr = text.rpartition(",p=")
         attrs = _attributes(without_proof)
-        if not proof_attr or attrs.get("r") != self._nonce:
+        # The echoed nonce must end with the server's: librdkafka 2.0 (Debian's kcat)
+        # sends its own nonce before it, and Kafka through 3.9 accepts that.  The proof
+        # is computed over what the client sent, so a prefix weakens nothing.
+        if not proof_attr or not attrs.get("r", "").endswith(self._nonce):
             raise _failed(self.mechanism)
         digest = MECHANISMS[self.mechanism]
         auth_message = f"{self._auth_message},{without_proof}".encode()

@@ -218,6 +218,29 @@ def test_a_plaintext_client_on_a_sasl_listener_is_disconnected_at_once(
     conn.close()
 
 
+@pytest.mark.parametrize("password", [PASSWORD, "wrong"])
+def test_sasl_handshake_v0_is_followed_by_raw_tokens(sasl_cluster: Cluster, password: str) -> None:
+    """SaslHandshake v0 (clients without SaslAuthenticate, librdkafka's feature check):
+    the PLAIN token and its answer are raw size-prefixed frames, as in Kafka."""
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+
+    conn = Connection(sasl_cluster.brokers[0].kafka_address)
+    assert conn.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+    conn.send_frame(b"\x00alice\x00" + password.encode())
+    if password != PASSWORD:
+        assert conn.read_frame() is None  # a failed login closes the connection
+        conn.close()
+        return
+    assert conn.read_frame() == b""  # PLAIN's empty server token
+    metadata = conn.call(
+        MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    )
+    assert [b.node_id for b in metadata.brokers] == [0]
+    conn.close()
+
+
 def test_users_are_managed_through_the_listener_and_the_cli(
     sasl_cluster: Cluster, tmp_path: pathlib.Path
 ) -> None:

@@ -141,6 +141,32 @@ def test_kafka_python_and_aiokafka_over_sasl_ssl(sasl_ssl: Cluster, certs: dict[
     asyncio.run(aio())
 
 
+def test_kcat_over_sasl_ssl_with_scram_and_a_wrong_password(
+    sasl_ssl: Cluster, certs: dict[str, str]
+) -> None:
+    """kcat (Debian's, librdkafka's C client) produces and consumes as alice over SASL_SSL."""
+    from tests.kafka.test_compat_kcat import kcat
+
+    secure = [
+        "-b", sasl_ssl.kafka_bootstrap, "-X", "security.protocol=SASL_SSL",
+        "-X", f"ssl.ca.location={certs['ca.pem']}", "-X", "sasl.mechanism=SCRAM-SHA-256",
+        "-X", "sasl.username=alice",
+    ]  # fmt: skip
+    kcat(*secure, "-X", f"sasl.password={PASSWORD}", "-P", "-t", "kcat-tls", stdin="a\nb\n")
+    read = kcat(
+        *secure, "-X", f"sasl.password={PASSWORD}",
+        "-C", "-t", "kcat-tls", "-o", "beginning", "-e", "-f", "%s@%o\n",
+    )  # fmt: skip
+    assert read.splitlines() == ["a@0", "b@1"]
+    wrong = subprocess.run(
+        ["kcat", *secure, "-X", "sasl.password=wrong", "-L", "-m", "5"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert wrong.returncode != 0
+    assert "Authentication failed" in wrong.stderr or "SASL" in wrong.stderr, wrong.stderr
+    assert "wrong" not in "".join(str(line) for line in sasl_ssl.brokers[0].log_lines())
+
+
 def test_a_plaintext_client_on_a_tls_listener_is_disconnected(sasl_ssl: Cluster) -> None:
     conn = Connection(sasl_ssl.brokers[0].kafka_address)
     conn.send_frame(b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x00\x00\x00")
