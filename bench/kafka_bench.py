@@ -81,11 +81,11 @@ def start_broker(
     port = _free_port()
     env = {
         **os.environ,
-        **(settings or {}),
         "PYTHONPATH": str(REPO),
         "SPARKLOG_METRICS_LISTEN": "",
         "SPARKLOG_LOG_LEVEL": "INFO",
         "SPARKLOG_LOG_FORMAT": "json",
+        **(settings or {}),
     }
     log = open(log_path, "wb")  # noqa: SIM115
     proc = subprocess.Popen(

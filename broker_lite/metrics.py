@@ -40,6 +40,14 @@ class Metrics:
             registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
+        self.kafka_request_seconds = Histogram(
+            "sparklog_kafka_request_seconds",
+            "Time a Kafka API request took to handle, from parse to answer, by API "
+            "(Kafka's RequestMetrics TotalTimeMs; a long-polling Fetch counts its wait)",
+            ["api"],
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
         self.root_objects = Counter(
             "sparklog_root_objects_written", "Data objects written to the root", registry=r
         )

@@ -23,6 +23,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, cast
@@ -413,6 +414,7 @@ class KafkaListener:
 
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         api_key, api_version = ctx.api_key, ctx.api_version
+        started = time.perf_counter()
         try:
             return quotas.run(ctx, request, lambda: authorize.run(entry.handler, ctx, request))
         except MalformedRequest:
@@ -422,6 +424,10 @@ class KafkaListener:
                 "kafka request failed", extra=fields(api_key=api_key, api_version=api_version)
             )
             raise MalformedRequest(f"api {api_key} v{api_version}: internal error") from None
+        finally:
+            self.broker.metrics.kafka_request_seconds.labels(entry.name).observe(
+                time.perf_counter() - started
+            )
 
     def _encode(self, response: Any, correlation_id: int) -> bytes:
         header_cls = response.__header_schema__

@@ -121,3 +121,28 @@ def test_list_offsets_earliest_latest_and_by_timestamp(one_broker: Cluster) -> N
         assert after[0].offset == -1  # no record at or after: Kafka answers -1 (end)
     finally:
         consumer.close()
+
+
+def test_each_kafka_api_request_is_timed_in_the_metrics(one_broker: Cluster) -> None:
+    """``sparklog_kafka_request_seconds{api}``: a Produce and a Fetch each count once more."""
+    import re
+    import urllib.request
+
+    bootstrap = one_broker.kafka_bootstrap
+    url = f"http://127.0.0.1:{one_broker.brokers[0].metrics_port}/metrics"
+
+    def counts() -> dict[str, float]:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        found = re.findall(r'sparklog_kafka_request_seconds_count\{api="(\w+)"\} (\S+)', text)
+        return {api: float(n) for api, n in found}
+
+    create_topic(bootstrap, "timed", 1)
+    before = counts()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("timed", value=b"x")
+    assert producer.flush(30) == 0
+    assert len(consume_all(bootstrap, "timed", 1, 1)) == 1
+    after = counts()
+    assert after["Produce"] >= before.get("Produce", 0) + 1
+    assert after["Fetch"] >= before.get("Fetch", 0) + 1
+    assert after["Metadata"] > before.get("Metadata", 0)

@@ -1,0 +1,119 @@
+"""Where a Kafka transaction's time goes: transactional against idempotent produce.
+
+For each broker ``linger_ms`` given (default: the broker default 5, and 0), one
+broker process on a local root; confluent-kafka produces ``--records`` 100-byte
+records with an idempotent producer, then with a transactional one committing
+every ``--txn-size`` records (issue 25's benchmark, as ``bench/kafka_bench.py``
+runs it).  Printed: both rates and their ratio (target >= 0.7), the milliseconds
+per transaction beyond the idempotent path's time for the same records, and the
+broker's own mean time per request of the APIs a transaction uses during the
+transactional run (``sparklog_kafka_request_seconds`` from its metrics endpoint):
+what the transaction waits for, one round trip at a time.
+
+    .venv/bin/python bench/txn_bench.py --records 100000 --linger-ms 5,0
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import socket
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.kafka_bench import (
+    kafka_produce_idempotent,
+    kafka_produce_transactional,
+    start_broker,
+)
+from sparklog import Admin
+
+APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _api_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:
+    """api -> (requests, seconds) so far."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    out: dict[str, list[float]] = {}
+    for kind, api, value in re.findall(
+        r'sparklog_kafka_request_seconds_(count|sum)\{api="(\w+)"\} (\S+)', text
+    ):
+        out.setdefault(api, [0.0, 0.0])[0 if kind == "count" else 1] = float(value)
+    return {api: (n, s) for api, (n, s) in out.items()}
+
+
+def run(linger_ms: int, records: int, txn_size: int, warm_up: int) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="sparklog-txn-bench-"))
+    metrics_port = _free_port()
+    proc, address, bootstrap = start_broker(
+        f"file://{work}/root",
+        work / "broker.log",
+        {
+            "SPARKLOG_LINGER_MS": str(linger_ms),
+            "SPARKLOG_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+        },
+    )
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    try:
+        with Admin(address) as admin:
+            for name in ("idem-warm-up", "txn-warm-up", "idempotent", "transactional"):
+                admin.create_topic(f"bench-{name}", 4)
+        kafka_produce_idempotent(bootstrap, "bench-idem-warm-up", warm_up)
+        kafka_produce_transactional(bootstrap, "bench-txn-warm-up", warm_up, txn_size)
+        idempotent = kafka_produce_idempotent(bootstrap, "bench-idempotent", records)
+        before = _api_seconds(url)
+        transactional = kafka_produce_transactional(
+            bootstrap, "bench-transactional", records, txn_size
+        )
+        after = _api_seconds(url)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    result = {"idempotent": idempotent, "transactional": transactional}
+    for api in APIS:
+        n = after.get(api, (0, 0))[0] - before.get(api, (0, 0))[0]
+        s = after.get(api, (0, 0))[1] - before.get(api, (0, 0))[1]
+        result[f"{api} requests"] = n
+        result[f"{api} ms"] = 1000 * s / n if n else float("nan")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--txn-size", type=int, default=1_000)
+    parser.add_argument("--warm-up", type=int, default=10_000)
+    parser.add_argument(
+        "--linger-ms", default="5,0", help="broker linger_ms values, comma-separated"
+    )
+    args = parser.parse_args()
+    transactions = args.records / args.txn_size
+    print(f"records: {args.records:,} x 100 B, {args.txn_size:,} per transaction, 4 partitions")
+    header = (
+        f"{'linger_ms':>9} {'idempotent/s':>13} {'txn/s':>10} {'ratio':>6} {'ms/txn extra':>13}"
+    )
+    print(header + "".join(f" {api + ' ms':>22}" for api in APIS))
+    for linger_ms in (int(v) for v in args.linger_ms.split(",")):
+        r = run(linger_ms, args.records, args.txn_size, args.warm_up)
+        extra_ms = 1000 * (args.records / r["transactional"] - args.records / r["idempotent"])
+        line = (
+            f"{linger_ms:>9} {r['idempotent']:>13,.0f} {r['transactional']:>10,.0f}"
+            f" {r['transactional'] / r['idempotent']:>5.2f}x {extra_ms / transactions:>13.2f}"
+        )
+        line += "".join(f" {r[api + ' ms']:>12.2f} ({r[api + ' requests']:>5.0f})" for api in APIS)
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
