@@ -1,4 +1,4 @@
-"""CLI startup: how long ``sparklog topics list`` on a local root takes, and where it goes.
+"""CLI startup: how long ``sparklog topics list`` on a local root and through a broker takes.
 
 Each command runs ``--runs`` times as a fresh process; the best wall time and the best
 CPU time (user + system, which a shared machine's load inflates less) are printed,
@@ -8,6 +8,10 @@ group logs only, which on a local root load neither pyarrow, numpy nor fsspec) a
 what they no longer pay (importing pyarrow, fsspec) and a command that reads the
 partition logs and so does load pyarrow (``topics describe``).  Modules are compiled
 once (a bytecode cache in the temporary folder), as in an installed package.
+Then the same metadata commands through a broker process on that root (issue 29's
+target: at most 0.3 s of CPU for ``topics list``): they take the small request path
+(one Flight DoAction over grpcio, no pyarrow), beside ``import pyarrow.flight``, what
+the full Flight client costs to load.
 
     PYTHONPATH=. python bench/cli_startup.py --runs 10
 """
@@ -24,6 +28,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.kafka_bench import start_broker  # noqa: E402
 
 
 def measure(command: list[str], runs: int, env: dict[str, str]) -> tuple[float, float]:
@@ -71,6 +78,20 @@ def main() -> None:
             ("sparklog topics describe", [*cli, "topics", "describe", "orders"]),
         ]
         results = {label: measure(command, args.runs, env) for label, command in rows}
+        broker, address, _ = start_broker(
+            root, Path(folder) / "broker.log", {"PYTHONPYCACHEPREFIX": env["PYTHONPYCACHEPREFIX"]}
+        )
+        try:
+            via = [py, "-m", "sparklog.cli", "-a", address]
+            for label, command in (
+                ("import pyarrow.flight", [py, "-c", "import pyarrow.flight"]),
+                ("broker: topics list", [*via, "topics", "list"]),
+                ("broker: groups list", [*via, "groups", "list"]),
+            ):
+                results[label] = measure(command, args.runs, env)
+        finally:
+            broker.terminate()
+            broker.wait(timeout=60)
     _, empty_cpu = results["python -c pass"]
     with open("/proc/loadavg") as handle:
         load = handle.read().split()[0]
@@ -78,6 +99,9 @@ def main() -> None:
     print(f"{'command':<26}{'wall ms':>9}{'cpu ms':>9}{'cpu / empty':>13}")
     for label, (wall, cpu) in results.items():
         print(f"{label:<26}{wall * 1000:>9.0f}{cpu * 1000:>9.0f}{cpu / empty_cpu:>13.1f}")
+    _, broker_cpu = results["broker: topics list"]
+    verdict = "met" if broker_cpu <= 0.3 else "not met"
+    print(f"topics list through a broker: {broker_cpu:.2f} s of CPU (target <= 0.3 s: {verdict})")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from sparklog.broker_lite.config import BrokerConfig  # noqa: E402
 from tests.support.brokers import Cluster  # noqa: E402
 
 TOPIC = "soak"
@@ -88,7 +89,16 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparklog-soak-"))
     cluster = Cluster(work, f"file://{work}/root")
-    config = {"tail_cache_bytes": args.tail_cache_mb << 20} if args.tail_cache_mb else {}
+    # the tests' short timeouts suit failover tests, not a soak: run the cleaner (it merges
+    # the small segments each flush leaves, which the shard logs hold in memory until then)
+    # and linger as a deployed broker does
+    defaults = BrokerConfig()
+    config: dict[str, int] = {
+        "cleaner_interval_ms": defaults.cleaner_interval_ms,
+        "linger_ms": defaults.linger_ms,
+    }
+    if args.tail_cache_mb:
+        config["tail_cache_bytes"] = args.tail_cache_mb << 20
     broker = cluster.start(0, **config)
     stop = threading.Event()
     counts: dict[str, int] = {}

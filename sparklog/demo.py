@@ -52,6 +52,8 @@ class DemoRun:
     stream_s: float = 0.0
     output_rows: int = 0
     reprocessed: dict[str, int] = field(default_factory=dict)
+    #: when the demo began (``time.perf_counter``), for its total time in the summary
+    started_s: float = field(default_factory=time.perf_counter)
 
 
 def synthetic_views(count: int, start_ms: int, seed: int = 7) -> list[tuple[bytes, bytes, int]]:
@@ -437,6 +439,9 @@ class Demo:
         table.add_row("output records", f"{r.output_rows:,}")
         for name, n in r.reprocessed.items():
             table.add_row(f"reprocessed {name}", f"{n:,}")
+        table.add_row(
+            "demo time", f"{time.perf_counter() - r.started_s:.0f} s (Spark's start included)"
+        )
         self.console.print(table)
         if not self.keep:
             self.console.print(

@@ -177,8 +177,11 @@ def _print_names(names: list[str], as_json: bool) -> None:
 def topics_list(ctx: typer.Context) -> None:
     """List topics."""
     st = state(ctx)
-    with st.admin() as admin:
-        _print_names(admin.list_topics(), st.json)
+    names = st.broker_names("list_topics")
+    if names is None:
+        with st.admin() as admin:
+            names = admin.list_topics()
+    _print_names(names, st.json)
 
 
 @topics_app.command("describe")
@@ -269,6 +272,10 @@ def groups_list(
 ) -> None:
     """List consumer groups (--state: only those in a state)."""
     st = state(ctx)
+    names = None if states else st.broker_names("list_groups")
+    if names is not None:
+        _print_names(names, st.json)
+        return
     with st.admin() as admin:
         names = admin.list_groups()
         if states:

@@ -63,6 +63,22 @@ class CliState:
         admin._owns_backend = True  # closing the Admin closes the backend we opened for it
         return admin
 
+    def broker_names(self, action: str) -> list[str] | None:
+        """The reply of ``list_topics``/``list_groups`` through the small request path
+        (:mod:`sparklog.client.transports.flight_actions`: no Arrow, no numpy), or None
+        where it does not apply (a storage root; TLS or SASL configured)."""
+        from sparklog.client.address import parse_address
+        from sparklog.client.security import security_of
+
+        self.check()
+        parsed = parse_address(self.address)
+        if parsed.bootstrap is None or security_of().protocol != "PLAINTEXT":
+            return None
+        from sparklog.client.transports.flight_actions import ActionClient
+
+        client = ActionClient(parsed.bootstrap, retry_timeout_ms=CLI_RETRY_TIMEOUT_MS)
+        return [str(name) for name in client.call(action)]
+
     def client_config(self) -> dict[str, Any]:
         self.check()
         return {"storage_options": self.storage_options, "retry_timeout_ms": CLI_RETRY_TIMEOUT_MS}

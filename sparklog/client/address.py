@@ -68,3 +68,19 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
                 f"address {text!r} names no bucket; accepted: {ACCEPTED}"
             )
     return Address(text, root=text)
+
+
+def parse_bootstrap(bootstrap: str) -> list[str]:
+    """``host:port[,host:port]`` as a list; InvalidConfigurationError naming the bad entry."""
+    out = []
+    for entry in str(bootstrap).split(","):
+        entry = entry.strip()
+        if entry.startswith("grpc://"):
+            entry = entry[len("grpc://") :]
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigurationError(
+                f"bootstrap entry {entry!r} is not accepted; accepted: host:port[,host:port]"
+            )
+        out.append(entry)
+    return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,7 @@ def test_demo_runs_every_step(tmp_path):
     assert "counts add up to the 20,000 produced views" in out
     assert "from offset 100 of every partition: 19,601 records (expected 19,601)" in out
     assert "sparklog --address" in out  # explore-further commands for the root it keeps
+    assert re.search(r"demo time\W+\d+ s", out), out[-1500:]  # what the README quotes
     for noise in ("WARN", "log4j", "Using incubator modules", "Warning:", "FutureWarning"):
         assert noise not in out + done.stderr, noise
     # the root stays (--root given) and holds what the demo says

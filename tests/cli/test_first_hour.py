@@ -328,6 +328,19 @@ def test_metadata_command_imports_little(local, tmp_path):
     assert not [m for m in ("pyarrow", "sparklog.client", "fsspec") if m in help_modules]
 
 
+def test_metadata_commands_through_a_broker_import_no_arrow(broker, tmp_path):
+    """``topics list`` and ``groups list`` through a broker take the small request path
+    (one DoAction over grpcio): neither Arrow Flight nor pyarrow nor numpy is loaded."""
+    address = broker.address.removeprefix("sparklog://")
+    assert _run_in(tmp_path, "-a", address, "topics", "create", "small-path").code == 0
+    listed = _run_in(tmp_path, "-a", address, "-o", "json", "topics", "list")
+    assert listed.code == 0 and json.loads(listed.out) == ["small-path"], listed.err
+    for command in (("topics", "list"), ("groups", "list")):
+        modules = _imported(tmp_path, "-a", address, *command)
+        assert "sparklog.client.transports.flight_actions" in modules  # it did run the call
+        assert [m for m in ("pyarrow", "pyarrow.flight", "numpy") if m in modules] == []
+
+
 # -- 3. the everyday tools --------------------------------------------------------------------
 def test_tombstones_and_parsed_headers(local):
     local("produce", "t", "-p", "0", "-K", ":", "-Z", "--parse-headers",

@@ -19,14 +19,13 @@ import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.flight_protocol import decode
+from sparklog.client.address import parse_bootstrap
 from sparklog.client.transports.base import FetchResult, ProduceResult
-from sparklog.client.transports.kafka_probe import KafkaListener
 from sparklog.errors import (
     BrokerNotAvailableError,
     CommitStateUnknownError,
     GroupError,
     IllegalStateError,
-    InvalidConfigurationError,
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -75,22 +74,6 @@ _REFUSED_BEFORE_WRITE = (
 )
 
 
-def parse_bootstrap(bootstrap: str) -> list[str]:
-    """``host:port[,host:port]`` as a list; InvalidConfigurationError naming the bad entry."""
-    out = []
-    for entry in str(bootstrap).split(","):
-        entry = entry.strip()
-        if entry.startswith("grpc://"):
-            entry = entry[len("grpc://") :]
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidConfigurationError(
-                f"bootstrap entry {entry!r} is not accepted; accepted: host:port[,host:port]"
-            )
-        out.append(entry)
-    return out
-
-
 class BrokerClient:
     """A connection to a broker cluster (thread-safe).
 
@@ -119,7 +102,7 @@ class BrokerClient:
         self._lock = threading.Lock()
         self._conns: dict[str, flight.FlightClient] = {}
         #: location -> what probing it as a Kafka listener found (see kafka_probe)
-        self._probed: dict[str, KafkaListener | None] = {}
+        self._probed: dict[str, SparklogError | None] = {}
         self._brokers: list[str] = list(self.bootstrap)
         self._meta: dict[str, TopicMetadata] = {}
         #: group -> its coordinator's location, as NOT_COORDINATOR answers named it
@@ -196,24 +179,11 @@ class BrokerClient:
 
     def _kafka_listener(self, location: str) -> SparklogError | None:
         """A clear error if ``location`` is a sparklog broker's Kafka port (probed once)."""
-        from sparklog.client.transports.kafka_probe import probe
+        from sparklog.client.transports.kafka_probe import kafka_listener_error
 
         if location not in self._probed:
-            self._probed[location] = probe(location)
-        found = self._probed[location]
-        if found is None:
-            return None
-        flight_address = found.flight_address.removeprefix("grpc://")
-        use = (
-            f"use its Flight address: sparklog://{flight_address}"
-            if flight_address
-            else "use the broker's Flight address (its 'listen' key; `sparklog broker start` "
-            "logs it as 'location')"
-        )
-        return InvalidConfigurationError(
-            f"{location} is a Kafka protocol listener (for Kafka clients), not sparklog's "
-            f"Flight listener; {use}"
-        )
+            self._probed[location] = kafka_listener_error(location)
+        return self._probed[location]
 
     def _on(self, location: str, call: Callable[[flight.FlightClient], T]) -> T:
         try:

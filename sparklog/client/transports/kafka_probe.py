@@ -15,6 +15,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from sparklog.errors import InvalidConfigurationError
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 CLIENT_ID = b"sparklog-probe"
@@ -40,6 +42,24 @@ def probe(location: str, timeout_s: float = 2.0) -> KafkaListener | None:
             return KafkaListener(location, _flight_address(conn, host, int(port)))
     except (OSError, ValueError, struct.error):
         return None
+
+
+def kafka_listener_error(location: str) -> InvalidConfigurationError | None:
+    """The error for a Flight client given ``location`` if it is a Kafka listener, else None."""
+    found = probe(location)
+    if found is None:
+        return None
+    flight_address = found.flight_address.removeprefix("grpc://")
+    use = (
+        f"use its Flight address: sparklog://{flight_address}"
+        if flight_address
+        else "use the broker's Flight address (its 'listen' key; `sparklog broker start` "
+        "logs it as 'location')"
+    )
+    return InvalidConfigurationError(
+        f"{location} is a Kafka protocol listener (for Kafka clients), not sparklog's "
+        f"Flight listener; {use}"
+    )
 
 
 def _flight_address(conn: _Conn, host: str, port: int) -> str:
