@@ -175,8 +175,25 @@ class Cluster:
         return broker.start()
 
     def restart(self, broker_id: int) -> BrokerProcess:
+        """Start ``broker_id`` again on its address.
+
+        On a busy machine another process's connection can hold the address's port a
+        moment as its own ephemeral local port, and the bind fails: tried again until
+        it binds (any other failure is raised at once).
+        """
+        from tests.support.waiting import wait_for
+
         old = self.brokers[broker_id]
-        return self.start(broker_id, clock_skew_ms=old.clock_skew_ms, **old.config)
+
+        def attempt() -> BrokerProcess | None:
+            try:
+                return self.start(broker_id, clock_skew_ms=old.clock_skew_ms, **old.config)
+            except RuntimeError as exc:
+                if "cannot listen there" not in str(exc):
+                    raise
+                return None
+
+        return wait_for(attempt, timeout_s=60, what=f"broker {broker_id} to bind its address")
 
     @property
     def bootstrap(self) -> str:
