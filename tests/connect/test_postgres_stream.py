@@ -10,8 +10,9 @@ The initial snapshot: rows there before the query come first, as ``r`` records i
 bounded micro-batches, then the changes, and a restart does not take it again;
 ``snapshot=never`` skips it; rows changed between two snapshot batches are in the
 snapshot as of the slot's point (the reader driven as Spark's planner drives it);
-and a snapshot stopped midway, with a written batch Spark replays, goes on where
-it was with every row once.
+a snapshot stopped midway, with a written batch Spark replays, goes on where it
+was with every row once; composite text keys, empty tables and tables without a
+key are read whole, each row once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from sparklog.errors import ConnectorConfigError
 from sparklog.storage import open_root
 from tests.connect.pg_history import (
     TABLES,
@@ -265,36 +267,50 @@ STOCK_CHANGES = ("UPDATE stock SET qty = 500 WHERE id = 5",
                  "INSERT INTO stock VALUES (31, 31)")  # fmt: skip
 
 
-def test_changes_during_the_snapshot_come_after_it(postgres: Postgres, tmp_path: Path) -> None:
-    """One planner (the reader's calls as Spark makes them): the snapshot is the slot's point."""
-    from sparklog.spark.postgres_stream import PostgresStreamReader, config_from_options
+class Planner:
+    """The source's reader driven as Spark's planner drives it: offsets, partitions, commit."""
 
+    def __init__(self, postgres: Postgres, tmp_path: Path, tables: str, max_rows: int) -> None:
+        from sparklog.spark.postgres_stream import PostgresStreamReader, config_from_options
+
+        url = f"file://{tmp_path}/root"
+        config, _ = config_from_options(
+            {"root": url, "dsn": postgres.dsn, "tables": tables, "prefix": "shop",
+             "snapshotMaxRows": str(max_rows)}
+        )  # fmt: skip
+        self.reader = PostgresStreamReader(config, url)
+        self.offsets = [self.reader.initialOffset()]
+        #: the values of the records of every batch, in order (no tombstones)
+        self.got: list[dict] = []
+
+    def batch(self) -> None:
+        """One micro-batch: its end, its records, then Spark's commit of it."""
+        start, end = self.offsets[-1], self.reader.latestOffset(self.offsets[-1], None)
+        for partition in self.reader.partitions(start, end):
+            self.got.extend(json.loads(v) for _t, _k, v in self.reader.read(partition) if v)
+        self.reader.commit(end)
+        self.offsets.append(end)
+
+    def snapshot(self) -> None:
+        """Batches until the snapshot is done."""
+        self.batch()
+        while "snapshot" in self.offsets[-1]:
+            self.batch()
+
+
+def test_changes_during_the_snapshot_come_after_it(postgres: Postgres, tmp_path: Path) -> None:
+    """One planner: rows changed between two snapshot batches are in it as of the slot's point."""
     reset(postgres, "stock")
     sql(postgres, *STOCK)
-    url = f"file://{tmp_path}/root"
-    config, _ = config_from_options(
-        {"root": url, "dsn": postgres.dsn, "tables": "stock", "prefix": "shop",
-         "snapshotMaxRows": "10"}
-    )  # fmt: skip
-    reader = PostgresStreamReader(config, url)
-    offsets = [reader.initialOffset()]
-    got: list[dict] = []
-
-    def batch() -> None:
-        end = reader.latestOffset(offsets[-1], None)
-        for partition in reader.partitions(offsets[-1], end):
-            got.extend(json.loads(v) for _t, _k, v in reader.read(partition) if v)
-        reader.commit(end)
-        offsets.append(end)
-
+    planner = Planner(postgres, tmp_path, "stock", max_rows=10)
     try:
-        batch()  # ids 1-10
+        planner.batch()  # ids 1-10
         sql(postgres, *STOCK_CHANGES)
-        while "snapshot" in offsets[-1]:
-            batch()
-        batch()  # the changes
+        planner.snapshot()
+        planner.batch()  # the changes
     finally:
-        reader.stop()
+        planner.reader.stop()
+    got, offsets = planner.got, planner.offsets
     snapshot = {e["after"]["id"]: e["after"]["qty"] for e in got if e["op"] == "r"}
     assert [e["after"]["id"] for e in got if e["op"] == "r"] == list(range(1, 31))
     assert snapshot == {i: i for i in range(1, 31)}  # as of the slot's point: no change in it
@@ -344,3 +360,40 @@ def test_a_snapshot_stopped_midway_goes_on_where_it_was(
             table[i] = q
     with psycopg.connect(postgres.dsn) as conn:
         assert table == dict(conn.execute("SELECT id, qty FROM stock").fetchall())
+
+
+def test_snapshot_reads_each_row_once_whatever_the_key(postgres: Postgres, tmp_path: Path) -> None:
+    """A composite text key with awkward values, an empty table, a table without a key."""
+    reset(postgres, "pairs", "empty", "loose")
+    sql(
+        postgres,
+        "CREATE TABLE pairs (a text, b int, v text, PRIMARY KEY (a, b))",
+        "INSERT INTO pairs SELECT x, g, x || g FROM unnest(ARRAY['', ' ', 'a b', 'O''Hara', "
+        "'é', 'Z']) x, generate_series(-1, 1) g",
+        "CREATE TABLE empty (id int PRIMARY KEY)",
+        "CREATE TABLE loose (v text)",
+        "INSERT INTO loose SELECT 'v' || g FROM generate_series(1, 7) g",
+    )
+    planner = Planner(postgres, tmp_path, "pairs,empty,loose", max_rows=4)
+    try:
+        planner.snapshot()
+    finally:
+        planner.reader.stop()
+    got = planner.got
+    assert {e["op"] for e in got} == {"r"} and len(got) == 18 + 7
+    pairs = [(e["after"]["a"], e["after"]["b"]) for e in got if e["source"]["table"] == "pairs"]
+    with psycopg.connect(postgres.dsn) as conn:
+        assert pairs == conn.execute("SELECT a, b FROM pairs ORDER BY a, b").fetchall()
+    loose = sorted(e["after"]["v"] for e in got if e["source"]["table"] == "loose")
+    assert loose == sorted(f"v{i}" for i in range(1, 8))
+    assert len(planner.offsets) == 1 + 7  # ceil(25 / 4) batches, the last one ends it
+
+
+def test_snapshot_options_are_checked() -> None:
+    from sparklog.spark.postgres_stream import config_from_options
+
+    options = {"root": "/r", "dsn": "host=db", "tables": "t", "prefix": "p"}
+    with pytest.raises(ConnectorConfigError, match="accepted: initial, never"):
+        config_from_options({**options, "snapshot": "always"})
+    with pytest.raises(ConnectorConfigError, match="'snapshotMaxRows'=0 not accepted"):
+        config_from_options({**options, "snapshotMaxRows": "0"})
