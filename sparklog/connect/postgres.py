@@ -79,6 +79,7 @@ class PostgresSourceConfig:
     partitions: int = 1
     decimal_handling: str = "precise"
     max_changes: int = 10_000
+    #: rows fetched at a time by the snapshot; the Spark source's rows per micro-batch
     snapshot_fetch_rows: int = 10_000
     poll_interval_s: float = 0.5
 
@@ -223,7 +224,7 @@ class PostgresSource:
             )
 
     def ensure_slot(self, conn: Any) -> None:
-        """The publication and the slot, created if missing (no snapshot: the Spark source's)."""
+        """The publication and the slot, created if missing (no snapshot: ``snapshot=never``)."""
         self._ensure_publication(conn)
         if not self._slot_exists(conn):
             conn.execute(
