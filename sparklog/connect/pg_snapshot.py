@@ -43,6 +43,8 @@ class SnapshotTable:
     columns: tuple[Column, ...]
     #: each column's type as ``format_type`` spells it, to cast a key bound back
     types: tuple[str, ...] = ()
+    #: each column's place in the primary key (None: not in it), the key's index order
+    key_places: tuple[int | None, ...] = ()
 
     @property
     def key_columns(self) -> list[Column]:
@@ -57,10 +59,15 @@ class SnapshotTable:
         """
         # qualified: ``ORDER BY "id"`` would sort by the output column ``"id"::text``
         table = f'"{self.schema}"."{self.table}"'
-        keyed = [(c, t) for c, t in zip(self.columns, self.types, strict=False) if c.key]
+        places = self.key_places or tuple(range(len(self.columns)))
+        keyed = sorted(
+            (p or 0, c, t)
+            for p, c, t in zip(places, self.columns, self.types, strict=False)
+            if c.key
+        )  # in the key's index order, so the index serves the ORDER BY
         if not keyed:
             return [f"{table}.ctid"], ["tid"]
-        return [f'{table}."{c.name}"' for c, _ in keyed], [t for _, t in keyed]
+        return [f'{table}."{c.name}"' for _, c, _ in keyed], [t for *_, t in keyed]
 
     def select(
         self,
@@ -68,12 +75,14 @@ class SnapshotTable:
         upto: KeyValues | None = None,
         limit: int | None = None,
         columns: bool = True,
+        ordered: bool = True,
     ) -> tuple[str, list[Any]]:
         """SQL and parameters reading the rows with order key in ``(after, upto]``, in order.
 
         Each row is the order key's values then (unless ``columns`` is false)
         every column's, all as text (the form pgoutput sends too, so one converter
-        handles both).
+        handles both). A whole table read once needs no order (``ordered`` false:
+        a sequential scan, not the key's index).
         """
         exprs, types = self.order_key()
         selected = [f"{e}::text" for e in exprs]
@@ -92,7 +101,8 @@ class SnapshotTable:
             params.extend(upto)
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {', '.join(exprs)}"
+        if ordered:
+            sql += f" ORDER BY {', '.join(exprs)}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return sql, params
@@ -109,7 +119,8 @@ def describe_table(conn: Any, schema: str, table: str, db: str) -> SnapshotTable
         """
         SELECT a.attname, a.atttypid, a.atttypmod,
                coalesce(a.attnum = ANY(i.indkey), false),
-               format_type(a.atttypid, a.atttypmod)
+               format_type(a.atttypid, a.atttypmod),
+               array_position(i.indkey::int2[], a.attnum)
         FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -127,8 +138,9 @@ def describe_table(conn: Any, schema: str, table: str, db: str) -> SnapshotTable
     return SnapshotTable(
         schema,
         table,
-        tuple(Column(n, o, m, bool(k)) for n, o, m, k, _ in rows),
-        tuple(t for *_, t in rows),
+        tuple(Column(n, o, m, bool(k)) for n, o, m, k, _, _ in rows),
+        tuple(t for *_, t, _ in rows),
+        tuple(p for *_, p in rows),
     )
 
 

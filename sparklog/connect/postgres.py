@@ -312,7 +312,7 @@ class PostgresSource:
         """Write one table's rows (a server-side cursor, ``snapshot_fetch_rows`` at a time)."""
         topic = self.config.topic_of(table.schema, table.table)
         now = now_ms()
-        sql, params = table.select()
+        sql, params = table.select(ordered=False)
         with snapshot.conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
             cur.execute(sql, params)
             while True:
