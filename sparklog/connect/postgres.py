@@ -5,11 +5,12 @@ replication permission, every table present), one topic per table
 ``PREFIX.schema.table`` is created if missing, and a publication and a logical
 replication slot (``pgoutput``) are created unless they exist.
 
-Snapshot: the slot is created on a replication connection with
-``EXPORT_SNAPSHOT``; a ``REPEATABLE READ`` transaction imports that snapshot and
-reads every table, so each row is either in the snapshot (``op`` ``r``) or a
-change after it, never both nor neither. A crash during the snapshot starts it
-again (a new slot): its records are written at least once.
+Snapshot (:mod:`sparklog.connect.pg_snapshot`, shared with the Spark source):
+the slot is created on a replication connection with ``EXPORT_SNAPSHOT``; a
+``REPEATABLE READ`` transaction imports that snapshot and reads every table, so
+each row is either in the snapshot (``op`` ``r``) or a change after it, never
+both nor neither. A crash during the snapshot starts it again (a new slot): its
+records are written at least once.
 
 Changes: the slot is read with ``pg_logical_slot_peek_binary_changes`` (plain
 SQL on a normal connection: psycopg 3 has no streaming replication protocol),
@@ -46,8 +47,15 @@ from sparklog.connect.changes import (
     peek_changes,
 )
 from sparklog.connect.metrics import ConnectorMetrics
+from sparklog.connect.pg_snapshot import (
+    Snapshot,
+    SnapshotTable,
+    create_slot_with_snapshot,
+    describe_table,
+    snapshot_records,
+)
 from sparklog.connect.pg_types import DECIMAL_MODES
-from sparklog.connect.pgoutput import Column, int_to_lsn, lsn_to_int
+from sparklog.connect.pgoutput import int_to_lsn, lsn_to_int
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import LogRoot, make_batch
 
@@ -71,6 +79,7 @@ class PostgresSourceConfig:
     partitions: int = 1
     decimal_handling: str = "precise"
     max_changes: int = 10_000
+    #: rows fetched at a time by the snapshot; the Spark source's rows per micro-batch
     snapshot_fetch_rows: int = 10_000
     poll_interval_s: float = 0.5
 
@@ -126,17 +135,6 @@ class PostgresSourceConfig:
         return f"{self.prefix}.{schema}.{table}"
 
 
-@dataclass
-class _Table:
-    schema: str
-    table: str
-    columns: tuple[Column, ...]
-
-    @property
-    def key_columns(self) -> list[Column]:
-        return [c for c in self.columns if c.key]
-
-
 def connection(dsn: str, **kwargs: Any) -> Any:
     require("psycopg")
     import psycopg
@@ -173,7 +171,7 @@ class PostgresSource:
 
     # -- checks and setup -------------------------------------------------------------------
 
-    def check(self) -> dict[tuple[str, str], _Table]:
+    def check(self) -> dict[tuple[str, str], SnapshotTable]:
         """Check the server and tables up front; each problem is one line naming it."""
         with connection(self.config.dsn) as conn:
             wal_level = conn.execute("SHOW wal_level").fetchone()[0]
@@ -192,28 +190,10 @@ class PostgresSource:
                     f"(ALTER ROLE {user} REPLICATION)"
                 )
             self.decoder.db = conn.execute("SELECT current_database()").fetchone()[0]
-            return {(s, t): self._table(conn, s, t) for s, t in self.config.qualified_tables}
-
-    def _table(self, conn: Any, schema: str, table: str) -> _Table:
-        rows = conn.execute(
-            """
-            SELECT a.attname, a.atttypid, a.atttypmod,
-                   coalesce(a.attnum = ANY(i.indkey), false)
-            FROM pg_attribute a
-            JOIN pg_class c ON c.oid = a.attrelid
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-            WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
-              AND a.attnum > 0 AND NOT a.attisdropped
-            ORDER BY a.attnum
-            """,
-            (schema, table),
-        ).fetchall()
-        if not rows:
-            raise ConnectorConfigError(
-                f"table {schema}.{table} not found in database {self.decoder.db!r} (or not a table)"
-            )
-        return _Table(schema, table, tuple(Column(n, o, m, bool(k)) for n, o, m, k in rows))
+            return {
+                (s, t): describe_table(conn, s, t, self.decoder.db)
+                for s, t in self.config.qualified_tables
+            }
 
     def ensure_topics(self) -> None:
         existing = set(self.root.list_topics())
@@ -244,12 +224,23 @@ class PostgresSource:
             )
 
     def ensure_slot(self, conn: Any) -> None:
-        """The publication and the slot, created if missing (no snapshot: the Spark source's)."""
+        """The publication and the slot, created if missing (no snapshot: ``snapshot=never``)."""
         self._ensure_publication(conn)
         if not self._slot_exists(conn):
             conn.execute(
                 "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.config.slot,)
             )
+
+    def start_snapshot(self, conn: Any) -> Snapshot:
+        """The slot created anew with an exported snapshot, and a transaction reading as of it.
+
+        A slot left by a snapshot that did not finish is dropped first: its
+        snapshot is gone with the connection that exported it.
+        """
+        self._ensure_publication(conn)
+        if self._slot_exists(conn):
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.config.slot,))
+        return create_slot_with_snapshot(self.config.dsn, self.config.slot)
 
     def _slot_exists(self, conn: Any) -> bool:
         return (
@@ -304,71 +295,38 @@ class PostgresSource:
         if force or self._progress_saves.due():
             state.save(self.root, self.config.name, progress=self.progress())
 
-    def _snapshot(self, conn: Any, tables: dict[tuple[str, str], _Table]) -> None:
-        import psycopg
-
-        if self._slot_exists(conn):  # a snapshot that did not finish: start it again
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.config.slot,))
+    def _snapshot(self, conn: Any, tables: dict[tuple[str, str], SnapshotTable]) -> None:
+        """Create the slot with an exported snapshot and write every table's rows as of it."""
+        snapshot = self.start_snapshot(conn)
         try:
-            repl = psycopg.connect(self.config.dsn, autocommit=True, replication="database")
-        except psycopg.OperationalError as exc:
-            raise ConnectorConfigError(
-                f"cannot open a replication connection ({state.redact(self.config.dsn)}): "
-                f"{str(exc).strip().splitlines()[0]}"
-            ) from None
-        with repl:
-            created = repl.execute(
-                f'CREATE_REPLICATION_SLOT "{self.config.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
-            ).fetchone()
-            assert created is not None  # (slot name, consistent point, snapshot, plugin)
-            slot, point, snapshot, _plugin = created
-            lsn = lsn_to_int(point)
-            log.info("slot %s created at %s; snapshot %s", slot, point, snapshot)
-            from psycopg import IsolationLevel
+            ordered = [tables[t] for t in self.config.qualified_tables]
+            for table in ordered:
+                self._snapshot_table(snapshot, table)
+        finally:
+            snapshot.close()
+        state.save(
+            self.root, self.config.name, snapshot_done=True, snapshot_lsn=int_to_lsn(snapshot.lsn)
+        )
 
-            with connection(self.config.dsn) as snap:
-                snap.autocommit = False
-                snap.isolation_level = IsolationLevel.REPEATABLE_READ
-                snap.read_only = True
-                snap.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-                xid = int(snap.execute("SELECT txid_current_if_assigned()").fetchone()[0] or 0)
-                repl.close()  # the snapshot is imported: the exporting session may go
-                ordered = [tables[t] for t in self.config.qualified_tables]
-                for index, table in enumerate(ordered):
-                    self._snapshot_table(
-                        snap, table, lsn, xid, last_table=index == len(ordered) - 1
-                    )
-                snap.rollback()
-        state.save(self.root, self.config.name, snapshot_done=True, snapshot_lsn=point)
-
-    def _snapshot_table(
-        self, conn: Any, table: _Table, lsn: int, xid: int, last_table: bool
-    ) -> None:
-        columns = ", ".join(f'"{c.name}"::text' for c in table.columns)
+    def _snapshot_table(self, snapshot: Snapshot, table: SnapshotTable) -> None:
+        """Write one table's rows (a server-side cursor, ``snapshot_fetch_rows`` at a time)."""
         topic = self.config.topic_of(table.schema, table.table)
         now = now_ms()
-        with conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
-            cur.execute(f'SELECT {columns} FROM "{table.schema}"."{table.table}"')
+        sql, params = table.select(ordered=False)
+        with snapshot.conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
+            cur.execute(sql, params)
             while True:
                 rows = cur.fetchmany(self.config.snapshot_fetch_rows)
                 if not rows:
                     break
-                records = []
-                for row in rows:
-                    records.append(
-                        self.decoder.snapshot_record(
-                            table.schema, table.table, table.columns, row, xid=xid, lsn=lsn, now=now
-                        )
-                    )
+                records = snapshot_records(self.decoder, table, rows, snapshot, now)
                 self._produce(topic, records, txn=None)
                 self.stats["snapshot_rows"] += len(rows)
                 if self.metrics is not None:
                     self.metrics.source_progress(
                         self.config.name, records=0, snapshot_rows=len(rows), lsn=None, lag_bytes=0
                     )
-        log.info(
-            "snapshot of %s.%s written (last table: %s)", table.schema, table.table, last_table
-        )
+        log.info("snapshot of %s.%s written", table.schema, table.table)
 
     # -- changes ----------------------------------------------------------------------------
 
