@@ -23,7 +23,7 @@ come back.
 
 Classic and consumer members may share a group, as Kafka 4's
 ``group.consumer.migration.policy`` (broker key ``group_consumer_migration_policy``)
-allows: a member's first heartbeat to a Stable classic group of Kafka consumers
+allows: a member's first heartbeat to a classic group of Kafka consumers
 converts it (*online upgrade*, :meth:`ConsumerGroupProtocol._upgrade`: each classic
 member becomes a member at the classic generation owning its classic assignment,
 subscribed to its JoinGroup topics); classic members of a consumer group are served
@@ -82,7 +82,7 @@ UPGRADE_POLICIES = ("bidirectional", "upgrade")
 DOWNGRADE_POLICIES = ("bidirectional", "downgrade")
 #: the protocol type of Kafka's consumers (JoinGroup's protocol_type)
 CONSUMER_PROTOCOL_TYPE = "consumer"
-#: the classic group state a classic group must be in to be upgraded
+#: the classic group state whose assignment is the members' (else the previous one is)
 CLASSIC_STABLE = "Stable"
 
 Partitions = list[list[Any]]  # [[topic, partition], ...], sorted (JSON-friendly)
@@ -309,8 +309,8 @@ class ConsumerGroupProtocol:
         """Why the classic group ``doc`` cannot become a consumer group (None: it can).
 
         Kafka's validateOnlineUpgrade: the policy allows it and every member is a Kafka
-        consumer (protocol type ``consumer``, a decodable subscription); sparklog also
-        waits for a Stable group (see docs/architecture.md, "Online migration").
+        consumer (protocol type ``consumer``, a decodable subscription).  Any state will
+        do, as in Kafka: a rebalance in progress is abandoned (see :meth:`_upgrade`).
         """
         if self.migration_policy not in UPGRADE_POLICIES:
             return (
@@ -329,22 +329,28 @@ class ConsumerGroupProtocol:
                 f"its members {foreign} are not Kafka consumers (protocol type "
                 f"{CONSUMER_PROTOCOL_TYPE!r} with a consumer protocol subscription)"
             )
-        if doc["state"] != CLASSIC_STABLE:
-            return f"it is rebalancing ({doc['state']}); retry once it is Stable"
         return None
 
     def _upgrade(self, doc: dict[str, Any]) -> None:
         """Convert a classic group with members into a consumer group (Kafka's online
         upgrade): each member keeps its classic assignment and generation as its owned
-        partitions, target and member epoch, and goes on with the classic protocol."""
+        partitions, target and member epoch, and goes on with the classic protocol.
+
+        A group mid-rebalance is converted too, as Kafka does: its members own what the
+        last completed rebalance gave them (``previous_assignment``), and their pending
+        joins and syncs answer REBALANCE_IN_PROGRESS (the new member moved the group's
+        epoch on), so they rejoin the consumer group.
+        """
         why = self._refuse_upgrade(doc)
         if why is not None:
             raise GroupIdNotFoundError(f"Group {doc['group']} is not a consumer group: {why}.")
         generation = int(doc["generation"])
         state = _empty_state()
         state.update(group_epoch=generation, assignment_epoch=generation)
+        stable = doc["state"] == CLASSIC_STABLE
+        last = doc["assignment"] if stable else doc.get("previous_assignment", {})
         for member, classic in doc["members"].items():
-            owned = _sorted(doc["assignment"].get(member, []))
+            owned = _sorted(last.get(member, []))
             entry = _new_entry()
             entry.update(
                 member_epoch=generation,

@@ -216,9 +216,16 @@ def test_the_disabled_policy_keeps_them_apart(root):
         )
 
 
-def test_a_rebalancing_classic_group_is_not_upgraded(root):
+def test_a_rebalancing_classic_group_is_upgraded(root):
+    """As Kafka does: the pending sync answers REBALANCE_IN_PROGRESS, the member rejoins
+    the consumer group; what it owned is the last completed rebalance's (nothing)."""
     coordinator = _coordinator(root)
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(_join, coordinator).result()  # a Kafka leader that never syncs
-    with pytest.raises(GroupIdNotFoundError, match="rebalancing"):
-        _beat(coordinator, "modern", 0)
+    leader = _join(coordinator)  # a Kafka leader that has not synced yet
+    assert coordinator.group_state(GROUP)["state"] == "CompletingRebalance"
+    answer = _beat(coordinator, "modern", 0)
+    assert answer.assignment is not None and len(answer.assignment) == 2  # all were free
+    with pytest.raises(RebalanceInProgressError):
+        coordinator.sync_group_opaque(GROUP, leader.generation, leader.member_id)
+    mine = {(tp.topic, tp.partition) for tp in _rejoin(coordinator, leader.member_id, [])}
+    assert mine == {("t", p) for p in range(4)} - set(answer.assignment)
+    assert _owners(coordinator) == {leader.member_id: mine, "modern": set(answer.assignment)}

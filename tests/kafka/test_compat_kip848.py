@@ -41,7 +41,7 @@ from kio.schema.offset_fetch.v9.request import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from tests.kafka.wire import Connection
+from tests.kafka.wire import Connection, join_group_v9
 from tests.support.brokers import KIP848_CONFIG, Cluster, module_broker
 from tests.support.waiting import wait_for
 
@@ -464,35 +464,22 @@ def test_the_group_survives_a_coordinator_restart(broker: Cluster) -> None:
 
 def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
     from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
     from kio.schema.list_groups.v5.request import ListGroupsRequest
 
-    from sparklog.broker_lite.kafka.groups import decode_assignment, encode_subscription
+    from sparklog.broker_lite.kafka.groups import decode_assignment
 
     said = _topic(broker, "said", 1)
     classic = _group()
-    joined = conn.call(
-        JoinGroupRequest(
-            group_id=GroupId(classic),
-            session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(
-                JoinGroupRequestProtocol(name="range", metadata=encode_subscription([said])),
-            ),
-            reason=None,
-        )
-    )
+    joined = join_group_v9(conn, classic, {"sessioned": b"\x00\x01"}, protocol_type="connect")
     assert joined.error_code.value == 0
     names = (TopicName(said),)
-    # its Kafka leader has not synced: a rebalancing classic group is not upgraded (yet)
+    # a classic group of Kafka Connect workers cannot become a consumer group
     refused = _heartbeat(conn, classic, "m", 0, subscribed_topic_names=names, owned=())
     assert refused.error_code.value == 69  # GROUP_ID_NOT_FOUND
     assert refused.error_message == (
-        f"Group {classic} is not a consumer group: it is rebalancing (CompletingRebalance); "
-        "retry once it is Stable."
+        f"Group {classic} is not a consumer group: its members [{joined.member_id!r}] are "
+        "not Kafka consumers (protocol type 'consumer' with a consumer protocol "
+        "subscription)."
     )
     group = _group()
     bad = _heartbeat(conn, group, "m", 0, subscribed_topic_regex="\\p{L}+", owned=())

@@ -223,3 +223,36 @@ def test_the_disabled_policy_keeps_classic_and_consumer_members_apart(disabled: 
     finally:
         classic.close()
         modern.close()
+
+
+def test_a_consumer_member_joins_a_rebalancing_classic_group(broker: Cluster) -> None:
+    """A classic group mid-rebalance (its Kafka leader never syncs) is upgraded as Kafka
+    upgrades it; librdkafka takes a GROUP_ID_NOT_FOUND heartbeat answer as fatal, so
+    refusing would stop the member.  The silent leader expires after its session and
+    the consumer-protocol member ends up owning every partition."""
+    from sparklog.broker_lite.kafka.groups import encode_subscription
+    from tests.kafka.wire import Connection, join_group_v9
+
+    topic = _topic(broker, "waits")
+    group = f"waits-{uuid.uuid4().hex[:8]}"
+    conn = Connection(broker.kafka_bootstrap)
+    modern = _consumer(broker, group, "consumer")
+    try:
+        subscription = {"range": encode_subscription([topic])}
+        joined = join_group_v9(conn, group, subscription, session_s=6, rebalance_s=2)
+        assert joined.error_code.value == 0  # the leader; it never sends its SyncGroup
+        modern.subscribe([topic])
+        errors: list[Any] = []
+
+        def owns_everything() -> bool:
+            msg = modern.poll(0.1)
+            if msg is not None and msg.error() is not None:
+                errors.append(msg.error())
+            return len(_assigned(modern)) == PARTITIONS
+
+        wait_for(owns_everything, 60, "the consumer member owning every partition")
+        assert not [e for e in errors if e.fatal()], errors
+        assert _group_type(broker, group).type == ConsumerGroupType.CONSUMER
+    finally:
+        modern.close()
+        conn.close()
