@@ -582,15 +582,19 @@ class ConsumerGroupProtocol:
         classicGroupJoinToConsumerGroup): join or update the member, move the group's
         epoch if its subscription changed, reconcile it with the partitions its
         subscription says it owns.  Answers its member epoch (the JoinGroup's
-        generation) and protocol; it is never the leader, so it assigns nothing."""
+        generation) and protocol; it is never the leader, so it assigns nothing.  A new
+        member id with the ``group.instance.id`` of a member already in the group takes
+        that member's place, partitions and epoch (KIP-345; the old id is fenced)."""
         group = doc["consumer"]
         member = join.member_id
+        self._check_classic_protocols(doc, member, join)
         entry = group["members"].get(member)
+        if entry is None and join.instance_id:
+            entry = self._replace_static(doc, member, join.instance_id)
         if entry is None and not join.new:
             raise UnknownMemberIdError(f"Member {member} is not a member of group {doc['group']}.")
         if entry is not None and not uses_classic_protocol(entry):
             raise UnknownMemberIdError(f"Member {member} does not use the classic protocol.")
-        self._check_classic_protocols(doc, member, join)
         new = entry is None
         if entry is None:
             entry = _new_entry()
@@ -612,6 +616,26 @@ class ConsumerGroupProtocol:
         self._reconcile(group, member, entry, list(join.owned or ()))
         self._set_state(doc)
         return entry["member_epoch"], next(iter(join.protocols))
+
+    def _replace_static(
+        self, doc: dict[str, Any], member: str, instance_id: str
+    ) -> dict[str, Any] | None:
+        """Move the entry of the member holding ``instance_id`` (if any) to ``member``, with
+        its target, and fence the old member id; the entry moved, or None."""
+        group = doc["consumer"]
+        old = self.static_member(doc, instance_id)
+        if not old or old == member:
+            return None
+        entry: dict[str, Any] = group["members"].pop(old)
+        group["members"][member] = entry
+        if old in group["target"]:
+            group["target"][member] = group["target"].pop(old)
+        if entry["member_epoch"] == STATIC_LEAVE_EPOCH:
+            entry["member_epoch"] = entry["previous_member_epoch"]
+        entry["client_id"] = member
+        self.coordinator.forget_heartbeat(doc["group"], old)
+        self.coordinator.fence(doc, old, instance_id)
+        return entry
 
     def _check_classic_protocols(self, doc: dict[str, Any], member: str, join: ClassicJoin) -> None:
         """Kafka's throwIfClassicProtocolIsNotSupported: a Kafka consumer (protocol type

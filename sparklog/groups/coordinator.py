@@ -552,6 +552,14 @@ class GroupCoordinator:
             instance_ids={m: v.get("instance_id") for m, v in shown.items()},
         )
 
+    def fence(self, doc: dict[str, Any], old: str, instance_id: str) -> None:
+        """Remember that member ``old`` was replaced by a newer member with ``instance_id``:
+        its calls answer FENCED_INSTANCE_ID (the newest :data:`FENCED_KEPT` are kept)."""
+        fenced = doc.setdefault("fenced", {})
+        fenced[old] = instance_id
+        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
+            fenced.pop(stale)
+
     def _take_static_place(
         self,
         doc: dict[str, Any],
@@ -575,10 +583,7 @@ class GroupCoordinator:
         if old is None:
             return False
         entry = members.pop(old)
-        fenced = doc.setdefault("fenced", {})
-        fenced[old] = instance_id
-        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
-            fenced.pop(stale)
+        self.fence(doc, old, instance_id)
         same = (
             entry["topics"] == sorted(set(topics))
             and entry["strategies"] == strategies
@@ -807,6 +812,7 @@ class GroupCoordinator:
             in_consumer_group.clear()
             changed = self._maintain(group, doc, now)
             if is_consumer_group(doc):
+                self._check_fenced(doc, member_id)
                 mine = self.consumer.classic_sync(doc, member_id, generation)
                 in_consumer_group.append([TopicPartition(str(t), int(p)) for t, p in mine])
                 return doc if changed else None

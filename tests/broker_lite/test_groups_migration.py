@@ -17,6 +17,7 @@ import pytest
 
 from sparklog.broker_lite.kafka.groups import encode_assignment, encode_subscription
 from sparklog.errors import (
+    FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -51,7 +52,8 @@ def _coordinator(root, policy: str = "bidirectional") -> GroupCoordinator:
     )
 
 
-def _join(coordinator: GroupCoordinator, member: str = "", owned=None):
+def _join(coordinator: GroupCoordinator, member: str = "", owned=None, instance_id=None):
+    """A Kafka consumer's JoinGroup (``range``), owning ``owned``, static with ``instance_id``."""
     return coordinator.join_group(
         GROUP,
         member,
@@ -61,6 +63,7 @@ def _join(coordinator: GroupCoordinator, member: str = "", owned=None):
         protocol_metadata={"range": encode_subscription(["t"])},
         protocol_type="consumer",
         owned_partitions=owned,
+        group_instance_id=instance_id,
     )
 
 
@@ -229,3 +232,21 @@ def test_a_rebalancing_classic_group_is_upgraded(root):
     mine = {(tp.topic, tp.partition) for tp in _rejoin(coordinator, leader.member_id, [])}
     assert mine == {("t", p) for p in range(4)} - set(answer.assignment)
     assert _owners(coordinator) == {leader.member_id: mine, "modern": set(answer.assignment)}
+
+
+def test_a_static_classic_member_comes_back_under_a_new_id(root):
+    """KIP-345 in a consumer group: the same group.instance.id under a new member id takes
+    the old member's place and partitions; the old id is fenced."""
+    coordinator = _coordinator(root)
+    _beat(coordinator, "modern", 0)
+
+    first = _join(coordinator, instance_id="pod-a")
+    coordinator.sync_group_opaque(GROUP, first.generation, first.member_id)
+    before = coordinator.group_state(GROUP)["consumer"]["members"][first.member_id]
+    back = _join(coordinator, instance_id="pod-a")
+    assert back.member_id != first.member_id and back.generation == first.generation
+    members = coordinator.group_state(GROUP)["consumer"]["members"]
+    assert sorted(members) == sorted(["modern", back.member_id])
+    assert members[back.member_id]["assigned"] == before["assigned"]
+    with pytest.raises(FencedInstanceIdError):
+        coordinator.heartbeat(GROUP, first.generation, first.member_id)
