@@ -336,6 +336,15 @@ class BrokerConfig:
             integer(1),
         ),
     )
+    group_consumer_migration_policy: str = field(
+        default="bidirectional",
+        metadata=about(
+            "Kafka's group.consumer.migration.policy: whether a classic group becomes a "
+            "KIP-848 consumer group when a consumer-protocol member joins it (upgrade), and "
+            "back when its last one leaves (downgrade)",
+            choice("bidirectional", "upgrade", "downgrade", "disabled"),
+        ),
+    )
     group_poll_ms: int = field(
         default=50,
         metadata=about("How often a waiting join or sync re-reads group state", integer(1)),

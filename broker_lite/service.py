@@ -78,6 +78,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             in_memory=True,
             consumer_session_timeout_ms=config.consumer_group_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
+            consumer_migration_policy=config.group_consumer_migration_policy,
         )
         self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
         #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)

@@ -18,8 +18,8 @@ from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.errors import SparklogError
 from sparklog.groups.consumer_groups import Heartbeat
 
-#: ConsumerGroupDescribe's member_type of a KIP-848 member (0 is a classic one)
-CONSUMER_MEMBER = 1
+#: ConsumerGroupDescribe's member_type of a KIP-848 member and of a classic one
+CONSUMER_MEMBER, CLASSIC_MEMBER = 1, 0
 NO_OPERATIONS = -2147483648
 
 
@@ -153,7 +153,7 @@ def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
                 subscribed_topic_regex=entry["topic_regex"],
                 assignment=assignment(entry["assigned"]),
                 target_assignment=assignment(entry["target"]),
-                member_type=CONSUMER_MEMBER,
+                member_type=CLASSIC_MEMBER if entry["classic"] else CONSUMER_MEMBER,
             )
             for member, entry in found["members"].items()
         )

@@ -69,6 +69,24 @@ def decode_subscription(data: bytes) -> list[str]:
         return []
 
 
+def decode_owned_partitions(data: bytes) -> list[TopicPartition] | None:
+    """The partitions a consumer's subscription (v1+) says it owns (None: v0 or not
+    Kafka's format; the member owns nothing as far as the coordinator can tell)."""
+    try:
+        (version,) = struct.unpack_from(">h", data, 0)
+        if version < 1:
+            return None
+        sub: Any
+        sub, _ = entity_reader(_data_cls("subscription", version))(data, 2)
+        return [
+            TopicPartition(str(tp.topic), int(p))
+            for tp in sub.owned_partitions
+            for p in tp.partitions
+        ]
+    except Exception:  # another protocol type's bytes
+        return None
+
+
 def decode_assignment(data: bytes) -> list[TopicPartition]:
     """The partitions in a consumer's assignment bytes ([] if not Kafka's format)."""
     if not data:
@@ -144,6 +162,8 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
         if request.protocol_type == CONSUMER
         else set()
     )
+    first = next(iter(protocols.values()), b"")
+    owned = decode_owned_partitions(first) if request.protocol_type == CONSUMER else None
     session_ms = ms(request.session_timeout)
     rebalance_ms = ms(getattr(request, "rebalance_timeout", session_ms))
     try:
@@ -155,6 +175,8 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
             rebalance_timeout_ms=rebalance_ms,
             protocol_metadata=protocols,
             group_instance_id=getattr(request, "group_instance_id", None) or None,
+            protocol_type=request.protocol_type,
+            owned_partitions=owned,
         )
     except SparklogError as exc:
         return make(

@@ -48,12 +48,12 @@ from sparklog.errors import (
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
 from sparklog.groups.consumer_groups import (
+    ClassicJoin,
     ConsumerGroupProtocol,
     Heartbeat,
     HeartbeatAnswer,
     has_members,
     is_consumer_group,
-    refuse_classic_join,
 )
 from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
@@ -290,13 +290,16 @@ class GroupCoordinator:
         in_memory: bool = False,
         consumer_session_timeout_ms: int = 45_000,
         consumer_heartbeat_interval_ms: int = 5_000,
+        consumer_migration_policy: str = "bidirectional",
     ) -> None:
         self.root = root
-        #: KIP-848 groups (``group.protocol=consumer``): their own state machine, same documents
+        #: KIP-848 groups (``group.protocol=consumer``): their own state machine, same
+        #: documents; ``consumer_migration_policy`` is Kafka's group.consumer.migration.policy
         self.consumer = ConsumerGroupProtocol(
             self,
             session_timeout_ms=consumer_session_timeout_ms,
             heartbeat_interval_ms=consumer_heartbeat_interval_ms,
+            migration_policy=consumer_migration_policy,
         )
         self.in_memory = in_memory
         #: in memory: (group, member) -> last heartbeat (ms)
@@ -368,6 +371,14 @@ class GroupCoordinator:
         return counts
 
     # -- state transitions (pure functions of a document) -------------------
+    def start_rebalance(self, doc: dict[str, Any], now: int) -> None:
+        """Start a rebalance of the classic group ``doc`` (a consumer group just downgraded)."""
+        self._start_rebalance(doc, now)
+
+    def maintain_doc(self, group: str, doc: dict[str, Any], now: int) -> bool:
+        """Expire silent members and finish due rebalances of ``doc`` (either type)."""
+        return self._maintain(group, doc, now)
+
     def _start_rebalance(self, doc: dict[str, Any], now: int) -> None:
         was_empty = doc["state"] == EMPTY or not doc["members"]
         doc["state"] = PREPARING
@@ -541,6 +552,14 @@ class GroupCoordinator:
             instance_ids={m: v.get("instance_id") for m, v in shown.items()},
         )
 
+    def fence(self, doc: dict[str, Any], old: str, instance_id: str) -> None:
+        """Remember that member ``old`` was replaced by a newer member with ``instance_id``:
+        its calls answer FENCED_INSTANCE_ID (the newest :data:`FENCED_KEPT` are kept)."""
+        fenced = doc.setdefault("fenced", {})
+        fenced[old] = instance_id
+        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
+            fenced.pop(stale)
+
     def _take_static_place(
         self,
         doc: dict[str, Any],
@@ -564,10 +583,7 @@ class GroupCoordinator:
         if old is None:
             return False
         entry = members.pop(old)
-        fenced = doc.setdefault("fenced", {})
-        fenced[old] = instance_id
-        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
-            fenced.pop(stale)
+        self.fence(doc, old, instance_id)
         same = (
             entry["topics"] == sorted(set(topics))
             and entry["strategies"] == strategies
@@ -599,6 +615,8 @@ class GroupCoordinator:
         rebalance_timeout_ms: int = 30_000,
         protocol_metadata: Mapping[str, bytes] | None = None,
         group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        owned_partitions: Sequence[tuple[str, int]] | None = None,
     ) -> JoinResult:
         """Join (or re-join) and wait until the rebalance completes; return the generation.
 
@@ -607,7 +625,10 @@ class GroupCoordinator:
         ``group_instance_id`` makes the member static (KIP-345): a member joining with
         the id of one already in the group takes its place and fences it (its calls get
         FENCED_INSTANCE_ID); in a stable group, with the same subscription and not the
-        it keeps that member's assignment with no rebalance.
+        it keeps that member's assignment with no rebalance.  A Kafka consumer's join to a
+        KIP-848 group with members (``protocol_type``, and the ``owned_partitions`` its
+        subscription names) is served from that group's state and returns at once
+        (:meth:`ConsumerGroupProtocol.classic_join`).
         """
         state = self.state_doc(group)
         self._check_member_id(member_id)
@@ -641,12 +662,37 @@ class GroupCoordinator:
         member = member_id or f"member-{uuid.uuid4().hex[:16]}"
         self.touch(group, member)
         took_over: list[bool] = [False]  # the last attempt kept a static member's place
+        #: the answer of a join served by a KIP-848 group: (member epoch, protocol)
+        in_consumer_group: list[tuple[int, str]] = []
 
         def join(doc: dict[str, Any]) -> dict[str, Any]:
             now = now_ms()
             took_over[0] = False
+            in_consumer_group.clear()
             self._maintain(group, doc, now)
-            refuse_classic_join(doc)  # a KIP-848 group with members takes no classic member
+            if self.consumer.refuse_classic_member(doc):
+                if opaque is None:
+                    raise InconsistentGroupProtocolError(
+                        f"group {group!r} is a KIP-848 consumer group with members; only Kafka "
+                        "consumers (JoinGroup with protocol metadata) may join it"
+                    )
+                in_consumer_group.append(
+                    self.consumer.classic_join(
+                        doc,
+                        ClassicJoin(
+                            member_id=member,
+                            new=new_member,
+                            topics=list(topics),
+                            protocols=opaque,
+                            protocol_type=protocol_type,
+                            session_timeout_ms=session_timeout_ms,
+                            rebalance_timeout_ms=rebalance_timeout_ms,
+                            instance_id=group_instance_id,
+                            owned=owned_partitions,
+                        ),
+                    )
+                )
+                return doc
             members = doc["members"]
             self._check_fenced(doc, member)
             if group_instance_id:
@@ -676,6 +722,7 @@ class GroupCoordinator:
                 "joined": True,
                 "metadata": opaque,
                 "instance_id": group_instance_id,
+                "protocol_type": protocol_type,
             }
             if doc["state"] != PREPARING:
                 self._start_rebalance(doc, now)
@@ -684,6 +731,17 @@ class GroupCoordinator:
             return doc
 
         start = state.update(join)
+        if in_consumer_group:  # a KIP-848 group's member: no leader, nothing to wait for
+            epoch, protocol = in_consumer_group[0]
+            return JoinResult(
+                generation=epoch,
+                member_id=member,
+                leader_id="",
+                members={member: sorted(set(topics))},
+                protocol=protocol,
+                member_metadata={member: _opaque(opaque, protocol)},
+                instance_ids={member: group_instance_id},
+            )
         if took_over[0]:  # a static member back in its place: no rebalance, same generation
             return self._join_result(start, member, everyone=start["leader"] == member)
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
@@ -692,6 +750,8 @@ class GroupCoordinator:
             if self.in_memory:
                 self.touch(group, member)  # waiting here is being alive (see below)
             doc = self._current(group, member)
+            if is_consumer_group(doc):  # upgraded meanwhile: join it as a classic member
+                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             if member not in doc["members"]:
                 raise UnknownMemberIdError(
                     f"member {member!r} was removed from group {group!r} while joining; join "
@@ -744,9 +804,18 @@ class GroupCoordinator:
                     "assignment is not accepted; accepted: {member_id: [(topic, partition)]}"
                 ) from None
 
+        #: the member's partitions when a KIP-848 group serves the sync
+        in_consumer_group: list[list[TopicPartition]] = []
+
         def sync(doc: dict[str, Any]) -> dict[str, Any] | None:
             now = now_ms()
+            in_consumer_group.clear()
             changed = self._maintain(group, doc, now)
+            if is_consumer_group(doc):
+                self._check_fenced(doc, member_id)
+                mine = self.consumer.classic_sync(doc, member_id, generation)
+                in_consumer_group.append([TopicPartition(str(t), int(p)) for t, p in mine])
+                return doc if changed else None
             if doc["state"] == PREPARING:
                 if changed:
                     return doc
@@ -775,6 +844,9 @@ class GroupCoordinator:
 
         while True:
             doc = state.update(sync)
+            if in_consumer_group:  # the assignment is encoded by the listener
+                self.touch(group, member_id)
+                return in_consumer_group[0], None
             if doc["state"] == PREPARING:
                 raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             self._check_generation(doc, generation, member_id)
@@ -792,6 +864,11 @@ class GroupCoordinator:
         self._check_member_id(member_id)
         doc = self._current(group, member_id)
         self._check_fenced(doc, member_id)
+        if is_consumer_group(doc):  # a classic member of a KIP-848 group
+            self.consumer.classic_member(doc, member_id, generation)
+            self.touch(group, member_id)
+            self.consumer.classic_heartbeat(doc, member_id, generation)
+            return
         if member_id not in doc["members"]:
             raise UnknownMemberIdError(f"member {member_id!r} is not in group {group!r}")
         if doc["state"] == PREPARING:
@@ -808,6 +885,14 @@ class GroupCoordinator:
 
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
             self._check_fenced(doc, member_id)
+            if is_consumer_group(doc):  # a classic member of a KIP-848 group
+                named = self.consumer.static_member(doc, group_instance_id or "")
+                if group_instance_id and member_id and named and named != member_id:
+                    raise FencedInstanceIdError(
+                        f"group.instance.id {group_instance_id!r} of group {group!r} belongs "
+                        f"to member {named!r}, not {member_id!r}"
+                    )
+                return doc if self.consumer.classic_leave(doc, named or member_id) else None
             leaving = member_id
             if group_instance_id:
                 leaving = next(
@@ -937,7 +1022,9 @@ class GroupCoordinator:
                     "topics": v["topic_names"] + ([v["topic_regex"]] if v["topic_regex"] else []),
                     "assignment": [[t, p] for t, p in v["assigned"]],
                     "last_heartbeat_ms": beats.get(m, 0),
-                    "session_timeout_ms": self.consumer.session_timeout_ms,
+                    "session_timeout_ms": (v.get("classic") or {}).get(
+                        "session_timeout_ms", self.consumer.session_timeout_ms
+                    ),
                 }
                 for m, v in sorted(found.items())
             ]

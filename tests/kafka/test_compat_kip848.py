@@ -4,10 +4,11 @@ confluent-kafka's consumer with server-side assignment: it joins and reads,
 members split partitions with incremental handovers (no partition owned twice,
 no record lost or read twice when offsets are committed), a SIGKILLed member is
 expelled after the broker's session timeout, the client's
-``group.remote.assignor`` picks ``range`` or ``uniform``, a classic member is
-refused from a consumer group, and the AdminClient describes it through
-ConsumerGroupDescribe.  Raw frames check the reconciliation steps themselves
-and OffsetCommit/OffsetFetch v9's member epochs (issue 24).
+``group.remote.assignor`` picks ``range`` or ``uniform``, and the AdminClient
+describes it through ConsumerGroupDescribe (classic and consumer members sharing a
+group: ``tests/kafka/test_compat_migration.py``).  Raw frames check the
+reconciliation steps themselves and OffsetCommit/OffsetFetch v9's member epochs
+(issue 24).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer
+from confluent_kafka import Consumer, ConsumerGroupType, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.consumer_group_heartbeat.v1.request import (
     ConsumerGroupHeartbeatRequest,
@@ -40,26 +41,17 @@ from kio.schema.offset_fetch.v9.request import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from tests.kafka.wire import Connection
-from tests.support.brokers import Cluster
+from tests.kafka.wire import Connection, join_group_v9
+from tests.support.brokers import KIP848_CONFIG, Cluster, module_broker
 from tests.support.waiting import wait_for
 
-SESSION_MS = 3_000
-#: a short session and heartbeat, so an expiry and each reconciliation step are quick
-KIP848_CONFIG = {
-    "consumer_group_session_timeout_ms": SESSION_MS,
-    "consumer_group_heartbeat_interval_ms": 200,
-}
+SESSION_MS = KIP848_CONFIG["consumer_group_session_timeout_ms"]
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One broker for the module (each test has its own topics and groups): fast."""
-    workdir = tmp_path_factory.mktemp("kip848")
-    cluster = Cluster(workdir, f"file://{workdir}/root")
-    cluster.start(0, **KIP848_CONFIG)
-    yield cluster
-    cluster.stop_all()
+    yield from module_broker(tmp_path_factory, "kip848")
 
 
 def _topic(cluster: Cluster, base: str, partitions: int) -> str:
@@ -258,37 +250,6 @@ def test_the_client_chooses_the_server_assignor(broker: Cluster, assignor: str) 
     finally:
         for consumer in consumers:
             consumer.close()
-
-
-def test_a_classic_member_is_refused_from_a_consumer_group(broker: Cluster) -> None:
-    mixed = _topic(broker, "mixed", 2)
-    group = _group()
-    modern = _consumer(broker, group)
-    classic = Consumer(
-        {
-            "bootstrap.servers": broker.kafka_bootstrap,
-            "group.id": group,
-            "group.protocol": "classic",
-        }
-    )
-    errors: list[int] = []
-    try:
-        modern.subscribe([mixed])
-        wait_for(lambda: (modern.poll(0.1), len(_assigned(modern)) == 2)[1], 30, "joined")
-        classic.subscribe([mixed])
-
-        def refused() -> bool:
-            msg = classic.poll(0.2)
-            modern.poll(0)
-            if msg is not None and msg.error() is not None:
-                errors.append(msg.error().code())
-            return KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors
-
-        wait_for(refused, 30, "the classic member refused")
-        assert len(_assigned(modern)) == 2
-    finally:
-        classic.close()
-        modern.close()
 
 
 def test_describe_consumer_groups_shows_members_and_assignments(broker: Cluster) -> None:
@@ -503,32 +464,23 @@ def test_the_group_survives_a_coordinator_restart(broker: Cluster) -> None:
 
 def test_refusals_say_why(broker: Cluster, conn: Connection) -> None:
     from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
     from kio.schema.list_groups.v5.request import ListGroupsRequest
 
-    from sparklog.broker_lite.kafka.groups import decode_assignment, encode_subscription
+    from sparklog.broker_lite.kafka.groups import decode_assignment
 
     said = _topic(broker, "said", 1)
     classic = _group()
-    joined = conn.call(
-        JoinGroupRequest(
-            group_id=GroupId(classic),
-            session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(
-                JoinGroupRequestProtocol(name="range", metadata=encode_subscription([said])),
-            ),
-            reason=None,
-        )
-    )
+    joined = join_group_v9(conn, classic, {"sessioned": b"\x00\x01"}, protocol_type="connect")
     assert joined.error_code.value == 0
     names = (TopicName(said),)
+    # a classic group of Kafka Connect workers cannot become a consumer group
     refused = _heartbeat(conn, classic, "m", 0, subscribed_topic_names=names, owned=())
     assert refused.error_code.value == 69  # GROUP_ID_NOT_FOUND
-    assert refused.error_message == f"Group {classic} is not a consumer group."
+    assert refused.error_message == (
+        f"Group {classic} is not a consumer group: its members [{joined.member_id!r}] are "
+        "not Kafka consumers (protocol type 'consumer' with a consumer protocol "
+        "subscription)."
+    )
     group = _group()
     bad = _heartbeat(conn, group, "m", 0, subscribed_topic_regex="\\p{L}+", owned=())
     assert bad.error_code.value == 128 and "\\p{L}+" in bad.error_message

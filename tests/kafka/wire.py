@@ -82,3 +82,36 @@ def record_batch_bytes(values: list[bytes]) -> bytes:
         names=["offset", *batch.schema.names],
     )
     return encode_batch(with_offsets)
+
+
+def join_group_v9(
+    conn: Connection,
+    group: str,
+    protocols: dict[str, bytes],
+    *,
+    protocol_type: str = "consumer",
+    session_s: float = 10,
+    rebalance_s: float = 10,
+) -> Any:
+    """A new member's JoinGroup v9 (``protocols``: name -> metadata), answered."""
+    from datetime import timedelta
+
+    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.types import GroupId
+    from kio.static.primitive import i32Timedelta
+
+    return conn.call(
+        JoinGroupRequest(
+            group_id=GroupId(group),
+            session_timeout=i32Timedelta.parse(timedelta(seconds=session_s)),
+            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=rebalance_s)),
+            member_id="",
+            group_instance_id=None,
+            protocol_type=protocol_type,
+            protocols=tuple(
+                JoinGroupRequestProtocol(name=name, metadata=data)
+                for name, data in protocols.items()
+            ),
+            reason=None,
+        )
+    )

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,3 +241,22 @@ class Cluster:
                     b.terminate(timeout_s=20)
                 except subprocess.TimeoutExpired:
                     b.kill()
+
+
+#: KIP-848 groups with a short session and heartbeat, so an expiry and each
+#: reconciliation step are quick
+KIP848_CONFIG: dict[str, Any] = {
+    "consumer_group_session_timeout_ms": 3_000,
+    "consumer_group_heartbeat_interval_ms": 200,
+}
+
+
+def module_broker(factory: Any, name: str, **config: Any) -> Iterator[Cluster]:
+    """One broker for a whole module (each test makes its own topics and groups), with
+    :data:`KIP848_CONFIG` and ``config``; a module-scoped fixture yields from it
+    (``factory``: pytest's ``tmp_path_factory``)."""
+    workdir = factory.mktemp(name)
+    cluster = Cluster(workdir, f"file://{workdir}/root")
+    cluster.start(0, **{**KIP848_CONFIG, **config})
+    yield cluster
+    cluster.stop_all()
