@@ -65,6 +65,13 @@ RELOAD_AFTER_MS = 5 * 60 * 1000
 LOCAL_LOOKAHEAD = 4
 #: How many recent commits a log remembers (in memory) to recognise its own.
 RECENT_COMMITS = 64
+#: A writer deletes the snapshots it wrote before its newest ``SNAPSHOTS_KEPT`` once they
+#: are ``SNAPSHOT_GRACE_MS`` old: a snapshot is the whole state, so an hour of them (the
+#: commits' retention) held tens of GB for a busy shard (issue 26's soak).  Readers open
+#: the newest; a view still reading an older one's parts gets SnapshotGoneError (retriable:
+#: it re-opens).
+SNAPSHOTS_KEPT = 2
+SNAPSHOT_GRACE_MS = 30_000
 HINT_NAME = "_latest.json"
 SNAPSHOT_MAGIC = b"SLS2"
 #: The trailing magic of an indexed snapshot (see :class:`IndexedSnapshot`).
@@ -279,6 +286,8 @@ class MetaLog(Generic[S]):
         #: the head of our view is a commit this writer created (nothing read since): the
         #: probe for a hole before the next create can be skipped (see :meth:`commit`)
         self._own_head = False
+        #: (version, written at ms) of the snapshots this writer wrote and has not deleted
+        self._written_snapshots: list[tuple[int, int]] = []
         # Handles are shared by threads (e.g. views of several partitions of a shard):
         # loading, refreshing and committing are serialised.
         self._lock = threading.RLock()
@@ -559,6 +568,23 @@ class MetaLog(Generic[S]):
         except (StoreUnavailableError, CommitStateUnknownError) as exc:
             # (a SnapshotGoneError has dropped the view: the next look re-opens it)
             log.warning("log %s: snapshot at version %d failed: %s", self.name, state.version, exc)
+            return
+        self._written_snapshots.append((state.version, self.clock_ms()))
+        self._delete_old_snapshots()
+
+    def _delete_old_snapshots(self) -> None:
+        """Delete this writer's snapshots older than its newest :data:`SNAPSHOTS_KEPT` once
+        they are :data:`SNAPSHOT_GRACE_MS` old (best effort: :func:`prune_log` sweeps the
+        rest, and any other writer's, with the commits)."""
+        now = self.clock_ms()
+        written = self._written_snapshots
+        while len(written) > SNAPSHOTS_KEPT and now - written[0][1] >= SNAPSHOT_GRACE_MS:
+            version, _ = written.pop(0)
+            try:
+                self.store.delete(self.key(version, ".snapshot"))
+            except StoreUnavailableError as exc:
+                log.warning("log %s: old snapshot %d not deleted: %s", self.name, version, exc)
+                return
 
 
 def prune_log(

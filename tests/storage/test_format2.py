@@ -23,7 +23,12 @@ from sparklog.storage import ProducerBatch, make_batch, open_root
 from sparklog.storage.cluster_metadata import METADATA_LOG_PREFIX, topic_record
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage.maintenance import DEFAULT_LOG_RETENTION_MS, prune_topic_logs
-from sparklog.storage.metalog import decode_commit, encode_commit
+from sparklog.storage.metalog import (
+    SNAPSHOT_GRACE_MS,
+    SNAPSHOTS_KEPT,
+    decode_commit,
+    encode_commit,
+)
 
 
 @pytest.fixture
@@ -324,6 +329,29 @@ def test_pruning_keeps_the_file_count_bounded_and_the_log_readable(root):
     assert reader.partition(0).read(0).num_rows == 20
     topic.append(0, make_batch([b"after"]))
     assert reader.partition(0).refresh().high_watermark == 21
+
+
+def test_a_writer_deletes_its_old_snapshots_once_their_grace_is_over(root):
+    """A busy shard wrote a whole-state snapshot every few commits and kept each for the
+    commits' hour of retention: tens of GB in the soak.  The writer now keeps its newest
+    two, and older ones only while they are younger than SNAPSHOT_GRACE_MS."""
+    root.create_topic("t", 1)
+    topic = root.topic("t")
+    clock = [now_ms()]
+    topic.shard(0).clock_ms = lambda: clock[0]
+
+    def snapshots() -> list[str]:
+        return [n for n in shard_files(topic) if n.endswith(".snapshot")]
+
+    for i in range(16):  # snapshot_interval=4: four snapshots, all within the grace
+        topic.append(0, make_batch([f"a{i}".encode()]))
+    assert len(snapshots()) == 4
+    for i in range(24):  # six more, each written a whole grace after the one before
+        clock[0] += SNAPSHOT_GRACE_MS // 4
+        topic.append(0, make_batch([f"b{i}".encode()]))
+    assert 1 <= len(snapshots()) <= SNAPSHOTS_KEPT + 1, snapshots()
+    reader = open_root(root.url, root.store.storage_options).topic("t")
+    assert reader.partition(0).read(0).num_rows == 40
 
 
 def test_idle_reader_probes_one_key_per_shard(root):
