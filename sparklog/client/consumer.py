@@ -4,6 +4,14 @@ Without ``group_id`` a consumer reads and changes nothing any group sees.
 With ``group_id`` and ``subscribe`` it is a member of a consumer group
 (partitions shared among members, rebalanced as they come and go); with
 ``assign`` it may still commit to the group, as Kafka's standalone consumers do.
+
+``Consumer`` is a façade split by role as kafka-python's ``KafkaConsumer`` is:
+``SubscriptionState`` (``subscription_state.py``) holds what it reads and where,
+``Fetcher`` (``fetcher.py``) fetches through the backend and advances positions,
+``GroupMembership`` (``membership.py``) joins, heartbeats and leaves the group.
+Commits and auto-commit stay here: they need the delivered positions (which
+records iteration has handed out) and the membership's generation, both known
+only to the façade.
 """
 
 from __future__ import annotations
@@ -20,12 +28,12 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.client.config import CONSUMER_OPTIONS, client_settings, parse_config
+from sparklog.client.fetcher import Fetcher
 from sparklog.client.membership import GroupMembership
 from sparklog.client.security import KEYS as SECURITY_KEYS
+from sparklog.client.subscription_state import Listener, SubscriptionState
 from sparklog.client.transports import Backend, open_backend
 from sparklog.client.types import (
-    CREATE_TIME,
-    LOG_APPEND_TIME,
     ConsumerRebalanceListener,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -35,14 +43,12 @@ from sparklog.client.types import (
 from sparklog.errors import (
     IllegalStateError,
     InvalidConfigurationError,
-    OffsetOutOfRangeError,
     SparklogError,
     UnknownTopicOrPartitionError,
 )
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[list[TopicPartition]], Any]
 _IDLE_BACKOFF_S = (0.005, 0.1)
 
 
@@ -124,22 +130,11 @@ class Consumer:
             create=False,  # reading never creates a root
         )
         self._owns_backend = backend is None
-        self._assignment: list[TopicPartition] = []
-        self._positions: dict[TopicPartition, int] = {}
-        self._paused: set[TopicPartition] = set()
-        self._buffered: dict[TopicPartition, deque[pa.RecordBatch]] = {}
-        self._delivering: deque[ConsumerRecord] = deque()  # polled for iteration, not yet yielded
-        self._highwater: dict[TopicPartition, int] = {}
-        self._subscription: list[str] = []
-        self._pattern: re.Pattern[str] | None = None
-        self._pattern_checked_s = 0.0
-        self._on_assign: Listener | None = None
-        self._on_revoke: Listener | None = None
-        self._manual = False
+        self._subscriptions = SubscriptionState(self.config["auto_offset_reset"])
+        #: records polled for iteration (``__next__``), not yet handed to the application
+        self._delivering: deque[ConsumerRecord] = deque()
         self._next_autocommit_s = time.monotonic() + self.config["auto_commit_interval_ms"] / 1000
-        self._rotation = 0
         self._closed = False
-        self._timestamp_types: dict[str, int] = {}
         self._committer: ThreadPoolExecutor | None = None
         self._counts = {
             "records-consumed-total": 0,
@@ -150,6 +145,17 @@ class Consumer:
             "rebalance-total": 0,
         }
         self._counts_lock = threading.Lock()
+        self._fetcher = Fetcher(
+            self._backend,
+            self._subscriptions,
+            group_id=group_id,
+            fetch_max_bytes=self.config["fetch_max_bytes"],
+            fetch_max_wait_ms=self.config["fetch_max_wait_ms"],
+            isolation_level=self.config["isolation_level"],
+            key_deserializer=self.config["key_deserializer"],
+            value_deserializer=self.config["value_deserializer"],
+            count=self._count,
+        )
         self._membership: GroupMembership | None = None
         if group_id is not None:
             self._membership = GroupMembership(
@@ -179,7 +185,8 @@ class Consumer:
         too.  ``listener`` (a ConsumerRebalanceListener) or ``on_assign``/``on_revoke``
         are told of assignment changes.
         """
-        if self._manual:
+        state = self._subscriptions
+        if state.user_assigned:
             raise InvalidConfigurationError("subscribe() after assign(): call unsubscribe() first")
         if pattern is not None and topics:
             raise InvalidConfigurationError("subscribe takes topics or pattern=, not both")
@@ -189,18 +196,18 @@ class Consumer:
             pattern = topics
         if pattern is not None:
             try:
-                self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+                compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
             except re.error as exc:
                 raise InvalidConfigurationError(f"bad topic pattern {pattern!r}: {exc}") from None
-            self._subscription = self._matching_topics()
+            state.subscribe_pattern(compiled)
+            self._match_pattern()
         else:
             names = [topics] if isinstance(topics, str) else list(topics)  # type: ignore[arg-type]
             if not names or not all(isinstance(n, str) and n for n in names):
                 raise InvalidConfigurationError(
                     f"subscribe takes topic names or a pattern, not {topics!r}"
                 )
-            self._pattern = None
-            self._subscription = sorted(set(names))
+            state.subscribe_topics(names)
         if listener is not None:
             if not isinstance(listener, ConsumerRebalanceListener):
                 raise InvalidConfigurationError(
@@ -208,16 +215,20 @@ class Consumer:
                 )
             on_assign = on_assign or listener.on_partitions_assigned
             on_revoke = on_revoke or listener.on_partitions_revoked
-        self._on_assign, self._on_revoke = on_assign, on_revoke
+        state.set_listeners(on_assign, on_revoke)
         if self._membership is not None:
             self._membership.rejoin_needed = True
         else:
-            self._set_assignment(self._all_partitions(self._subscription))
+            self._set_assignment(self._all_partitions(state.topics))
 
-    def _matching_topics(self) -> list[str]:
-        assert self._pattern is not None
-        self._pattern_checked_s = time.monotonic()
-        return sorted(t for t in self._backend.list_topics() if self._pattern.fullmatch(t))
+    def _match_pattern(self) -> bool:
+        """Match the subscribed pattern against the topics now; True if the matches changed."""
+        state = self._subscriptions
+        assert state.pattern is not None
+        pattern = state.pattern
+        state.pattern_checked_s = time.monotonic()  # a failed listing waits for the next check
+        matched = [t for t in self._backend.list_topics() if pattern.fullmatch(t)]
+        return state.update_pattern_matches(matched)
 
     def _all_partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
         out: list[TopicPartition] = []
@@ -227,18 +238,18 @@ class Consumer:
         return out
 
     def subscription(self) -> list[str]:
-        return list(self._subscription)
+        return list(self._subscriptions.topics)
 
     def unsubscribe(self) -> None:
         self._revoke()
         if self._membership is not None:
             self._membership.leave()
-        self._subscription, self._pattern, self._manual = [], None, False
+        self._subscriptions.unsubscribe()
         self._set_assignment([])
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (no group membership)."""
-        if self._subscription:
+        if self._subscriptions.topics:
             raise InvalidConfigurationError("assign() after subscribe(): call unsubscribe() first")
         tps = [_as_tp(p) for p in partitions]
         for tp in tps:
@@ -247,19 +258,17 @@ class Consumer:
                 raise UnknownTopicOrPartitionError(
                     f"topic {tp.topic!r} has no partition {tp.partition}; accepted: 0-{count - 1}"
                 )
-        self._manual = True
+        self._subscriptions.user_assigned = True
         self._set_assignment(tps)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._assignment)
+        return set(self._subscriptions.assigned_partitions())
 
     def _set_assignment(self, tps: Sequence[TopicPartition]) -> None:
-        self._assignment = list(dict.fromkeys(tps))
-        keep = set(self._assignment)
-        self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
-        self._buffered = {tp: b for tp, b in self._buffered.items() if tp in keep}
+        """Assign ``tps``; what is buffered or queued for other partitions is dropped."""
+        keep = self._subscriptions.set_assignment(tps)
+        self._fetcher.keep_only(keep)
         self._delivering = deque(r for r in self._delivering if r.topic_partition in keep)
-        self._paused &= keep
 
     # -- group coordination ------------------------------------------------------------
     def _revoke(self) -> None:
@@ -269,87 +278,63 @@ class Consumer:
         the coordinator still accepts while the group prepares the rebalance; so
         the next owner starts after the records this member already delivered.
         """
-        if not self._assignment or self._membership is None or self._manual:
+        state = self._subscriptions
+        revoked = state.assigned_partitions()
+        if not revoked or self._membership is None or state.user_assigned:
             return
-        revoked = list(self._assignment)
         if self.config["enable_auto_commit"] and self._membership.generation >= 0:
             self._commit_quietly()
-        if self._on_revoke is not None:
-            self._on_revoke(revoked)
+        if state.on_revoke is not None:
+            state.on_revoke(revoked)
         self._set_assignment([])
-        self._positions.clear()
+        state.clear_positions()
 
     def _ensure_group(self) -> None:
         membership = self._membership
-        if membership is None or self._manual or (not self._subscription and self._pattern is None):
+        state = self._subscriptions
+        if membership is None or state.user_assigned or not state.has_subscription():
             return
         interval_s = self.config["metadata_max_age_ms"] / 1000
-        if self._pattern is not None and time.monotonic() - self._pattern_checked_s > interval_s:
-            matched = self._matching_topics()
-            if matched != self._subscription:
-                self._subscription = matched
-                membership.rejoin_needed = True
+        pattern_stale = time.monotonic() - state.pattern_checked_s > interval_s
+        if state.pattern is not None and pattern_stale and self._match_pattern():
+            membership.rejoin_needed = True
         if not membership.rejoin_needed:
             return
         self._revoke()
         self._count("rebalance-total")
-        assigned = membership.join(self._subscription)
+        assigned = membership.join(state.topics)
         self._set_assignment([TopicPartition(t, p) for t, p in assigned])
-        self._positions.clear()
-        if self._on_assign is not None:
-            self._on_assign(list(self._assignment))
+        state.clear_positions()
+        if state.on_assign is not None:
+            state.on_assign(state.assigned_partitions())
 
     # -- positions -----------------------------------------------------------------
-    def _reset(self, tp: TopicPartition, error: OffsetOutOfRangeError | None = None) -> int:
-        policy = self.config["auto_offset_reset"]
-        if policy == "error":
-            raise error or OffsetOutOfRangeError(
-                f"no committed offset for {tp} and auto_offset_reset=error"
-            )
-        offset = self._backend.list_offsets(tp.topic, tp.partition, policy)
-        self._positions[tp] = offset
-        return offset
-
-    def _fill_positions(self) -> None:
-        missing = [tp for tp in self._assignment if tp not in self._positions]
-        if not missing:
-            return
-        committed = self._backend.fetch_offsets(self.group_id) if self.group_id else {}
-        for tp in missing:
-            found = committed.get(tp)
-            if found is not None and found.offset >= 0:
-                self._positions[tp] = found.offset
-            else:
-                self._reset(tp)
-
     def position(self, partition: TopicPartition | tuple[str, int]) -> int:
         tp = _as_tp(partition)
-        self._require_assigned(tp)
-        self._fill_positions()
+        self._subscriptions.require_assigned(tp)
+        self._fetcher.update_positions()
         return self._delivered()[tp]
-
-    def _require_assigned(self, tp: TopicPartition) -> None:
-        if tp not in self._assignment:
-            raise InvalidConfigurationError(f"partition {tp} is not assigned to this consumer")
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = _as_tp(partition)
-        self._require_assigned(tp)
+        self._subscriptions.require_assigned(tp)
         if not isinstance(offset, int) or offset < 0:
             raise InvalidConfigurationError(
                 f"seek offset {offset!r} is not accepted; accepted: integers >= 0"
             )
-        self._positions[tp] = offset
-        self._buffered.pop(tp, None)
+        self._subscriptions.seek(tp, offset)
+        self._fetcher.discard(tp)
         self._delivering = deque(r for r in self._delivering if r.topic_partition != tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
-        for tp in [_as_tp(p) for p in partitions] or list(self._assignment):
-            self.seek(tp, self._backend.list_offsets(tp.topic, tp.partition, "earliest"))
+        chosen = [_as_tp(p) for p in partitions] or self._subscriptions.assigned_partitions()
+        for tp in chosen:
+            self.seek(tp, self._fetcher.list_offset(tp, "earliest"))
 
     def seek_to_end(self, *partitions: TopicPartition | tuple[str, int]) -> None:
-        for tp in [_as_tp(p) for p in partitions] or list(self._assignment):
-            self.seek(tp, self._backend.list_offsets(tp.topic, tp.partition, "latest"))
+        chosen = [_as_tp(p) for p in partitions] or self._subscriptions.assigned_partitions()
+        for tp in chosen:
+            self.seek(tp, self._fetcher.list_offset(tp, "latest"))
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
@@ -363,47 +348,29 @@ class Consumer:
                 raise InvalidConfigurationError(
                     f"timestamp {ts!r} for {tp} is not accepted; accepted: ms >= 0"
                 )
-            offset = self._backend.list_offsets(tp.topic, tp.partition, ts)
-            end = self._backend.list_offsets(tp.topic, tp.partition, "latest")
-            out[tp] = None if offset >= end else self._offset_and_timestamp(tp, offset)
+            out[tp] = self._fetcher.offset_for_time(tp, ts)
         return out
 
-    def _offset_and_timestamp(self, tp: TopicPartition, offset: int) -> OffsetAndTimestamp:
-        found = self._backend.fetch(tp.topic, tp.partition, offset, max_bytes=1, max_wait_ms=0)
-        for batch in found.batches:
-            offsets = batch.column(batch.schema.names.index("offset")).to_pylist()
-            if offset in offsets:
-                stamp = batch.column(batch.schema.names.index("timestamp"))[offsets.index(offset)]
-                millis = stamp.cast(pa.int64()).as_py() if stamp.is_valid else -1
-                return OffsetAndTimestamp(offset, millis)
-        return OffsetAndTimestamp(offset, -1)
-
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            tp: self._backend.list_offsets(tp.topic, tp.partition, "earliest")
-            for tp in map(_as_tp, partitions)
-        }
+        return {tp: self._fetcher.list_offset(tp, "earliest") for tp in map(_as_tp, partitions)}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            tp: self._backend.list_offsets(tp.topic, tp.partition, "latest")
-            for tp in map(_as_tp, partitions)
-        }
+        return {tp: self._fetcher.list_offset(tp, "latest") for tp in map(_as_tp, partitions)}
 
     def pause(self, *partitions: TopicPartition | tuple[str, int]) -> None:
-        self._paused |= {_as_tp(p) for p in partitions}
+        self._subscriptions.pause(_as_tp(p) for p in partitions)
 
     def resume(self, *partitions: TopicPartition | tuple[str, int]) -> None:
-        self._paused -= {_as_tp(p) for p in partitions}
+        self._subscriptions.resume(_as_tp(p) for p in partitions)
 
     def paused(self) -> set[TopicPartition]:
-        return set(self._paused)
+        return self._subscriptions.paused_partitions()
 
     # -- commits ---------------------------------------------------------------------
     def _delivered(self) -> dict[TopicPartition, int]:
         """Positions after the records handed to the application (not those still queued
         for iteration): what a commit without offsets stores."""
-        out = dict(self._positions)
+        out = self._subscriptions.positions()
         for record in reversed(self._delivering):
             out[record.topic_partition] = record.offset
         return out
@@ -436,7 +403,7 @@ class Consumer:
             return
         assert self.group_id is not None
         by_tp = dict(chosen)
-        if self._membership is not None and not self._manual:
+        if self._membership is not None and not self._subscriptions.user_assigned:
             self._membership.commit(by_tp)
         else:
             self._backend.commit_offsets(self.group_id, -1, "", by_tp)
@@ -505,7 +472,7 @@ class Consumer:
         while True:
             self._ensure_group()
             self._maybe_autocommit()
-            out = self._take(limit)
+            out = self._fetcher.take(limit)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(idle_s, max(deadline - time.monotonic(), 0)))
@@ -517,15 +484,7 @@ class Consumer:
         """Records as one flat list, at most ``max_records``, waiting up to timeout_ms."""
         records: list[ConsumerRecord] = []
         for batch in self.poll_batches(timeout_ms, max_records):
-            topic = batch.column(0)[0].as_py()
-            records.extend(
-                _records(
-                    batch,
-                    self._timestamp_type(topic),
-                    self.config["key_deserializer"],
-                    self.config["value_deserializer"],
-                )
-            )
+            records.extend(self._fetcher.records(batch))
         with self._counts_lock:
             self._counts["records-consumed-total"] += len(records)
         return records
@@ -577,74 +536,13 @@ class Consumer:
             self._next_autocommit_s = (
                 time.monotonic() + self.config["auto_commit_interval_ms"] / 1000
             )
-            if self._membership is None or self._manual or self._membership.active:
+            membership = self._membership
+            if membership is None or self._subscriptions.user_assigned or membership.active:
                 self._commit_quietly()
 
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counts_lock:
             self._counts[name] += amount
-
-    def _take(self, limit: int) -> list[pa.RecordBatch]:
-        self._fill_positions()
-        active = [tp for tp in self._assignment if tp not in self._paused]
-        if not active:
-            return []
-        self._rotation = (self._rotation + 1) % len(active)
-        order = active[self._rotation :] + active[: self._rotation]
-        out: list[pa.RecordBatch] = []
-        taken = 0
-        for tp in order:
-            if taken >= limit:
-                break
-            queue = self._buffered.get(tp)
-            if not queue:
-                queue = self._fetch(tp, len(active))
-            while queue and taken < limit:
-                batch = queue.popleft()
-                if batch.num_rows > limit - taken:
-                    queue.appendleft(batch.slice(limit - taken))
-                    batch = batch.slice(0, limit - taken)
-                if batch.num_rows:
-                    out.append(_with_source(batch, tp))
-                    taken += batch.num_rows
-                    self._positions[tp] = int(batch.column(0)[batch.num_rows - 1].as_py()) + 1
-        return out
-
-    def _timestamp_type(self, topic: str) -> int:
-        cached = self._timestamp_types.get(topic)
-        if cached is None:
-            append_time = self._backend.topic_layout(topic).log_append_time
-            cached = self._timestamp_types[topic] = LOG_APPEND_TIME if append_time else CREATE_TIME
-        return cached
-
-    def _fetch(self, tp: TopicPartition, active_count: int) -> deque[pa.RecordBatch]:
-        position = self._positions[tp]
-        wait_ms = self.config["fetch_max_wait_ms"] if active_count == 1 else 0
-        try:
-            result = self._backend.fetch(
-                tp.topic,
-                tp.partition,
-                position,
-                max_bytes=self.config["fetch_max_bytes"],
-                max_wait_ms=wait_ms,
-                isolation_level=self.config["isolation_level"],
-            )
-        except OffsetOutOfRangeError as exc:
-            reset = self._reset(tp, exc)
-            log.warning("offset %d of %s is out of range; reset to %d", position, tp, reset)
-            return deque()
-        queue = deque(b for b in result.batches if b.num_rows)
-        if not queue and position < result.high_watermark:
-            # nothing readable below the high watermark (the last stable offset when
-            # read_committed): transaction markers or aborted records; move past them
-            self._positions[tp] = result.high_watermark
-        self._buffered[tp] = queue
-        if result.high_watermark >= 0:
-            self._highwater[tp] = result.high_watermark
-        with self._counts_lock:
-            self._counts["fetch-total"] += 1
-            self._counts["bytes-consumed-total"] += sum(b.nbytes for b in queue)
-        return queue
 
     # -- misc --------------------------------------------------------------------------
     def list_topics(self) -> list[str]:
@@ -661,8 +559,8 @@ class Consumer:
     def highwater(self, partition: TopicPartition | tuple[str, int]) -> int | None:
         """The high watermark last seen by a fetch of an assigned partition (None before one)."""
         tp = _as_tp(partition)
-        self._require_assigned(tp)
-        return self._highwater.get(tp)
+        self._subscriptions.require_assigned(tp)
+        return self._subscriptions.highwater(tp)
 
     def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
         """Counters of this consumer (records, bytes, fetches, polls, commits, rebalances)."""
@@ -678,7 +576,7 @@ class Consumer:
             if self._committer is not None:
                 self._committer.shutdown(wait=True)
             try:
-                if self._membership is not None and not self._manual:
+                if self._membership is not None and not self._subscriptions.user_assigned:
                     if not autocommit:
                         self._on_revoke_only()
                     else:
@@ -694,8 +592,10 @@ class Consumer:
                 self._backend.close()
 
     def _on_revoke_only(self) -> None:
-        if self._assignment and self._on_revoke is not None:
-            self._on_revoke(list(self._assignment))
+        state = self._subscriptions
+        revoked = state.assigned_partitions()
+        if revoked and state.on_revoke is not None:
+            state.on_revoke(revoked)
         self._set_assignment([])
 
     def __enter__(self) -> Consumer:
@@ -703,54 +603,3 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _with_source(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
-    n = batch.num_rows
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(tp.topic), n),
-            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-            *batch.columns,
-        ],
-        names=["topic", "partition", *batch.schema.names],
-    )
-
-
-def _records(
-    batch: pa.RecordBatch,
-    timestamp_type: int,
-    key_deserializer: Callable[[bytes], Any] | None = None,
-    value_deserializer: Callable[[bytes], Any] | None = None,
-) -> list[ConsumerRecord]:
-    columns = batch.schema.names
-    topics = batch.column(columns.index("topic")).to_pylist()
-    parts = batch.column(columns.index("partition")).to_pylist()
-    offsets = batch.column(columns.index("offset")).to_pylist()
-    keys = batch.column(columns.index("key")).to_pylist()
-    values = batch.column(columns.index("value")).to_pylist()
-    stamps = batch.column(columns.index("timestamp")).cast(pa.int64()).to_pylist()
-    headers = batch.column(columns.index("headers"))
-    head_rows = (
-        [None] * batch.num_rows if headers.null_count == batch.num_rows else headers.to_pylist()
-    )
-    out = []
-    for t, p, o, ts, k, v, hs in zip(
-        topics, parts, offsets, stamps, keys, values, head_rows, strict=True
-    ):
-        out.append(
-            ConsumerRecord(
-                t,
-                p,
-                o,
-                -1 if ts is None else ts,  # Kafka's "no timestamp"
-                timestamp_type,
-                k if k is None or key_deserializer is None else key_deserializer(k),
-                v if v is None or value_deserializer is None else value_deserializer(v),
-                [(h["key"], h["value"]) for h in hs] if hs else [],
-                None,
-                -1 if k is None else len(k),
-                -1 if v is None else len(v) if isinstance(v, bytes) else -1,
-            )
-        )
-    return out
