@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import re
 import signal
-import socket
 import sys
 import tempfile
 import urllib.request
@@ -27,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.kafka_bench import (
+    _free_port,
     kafka_produce_idempotent,
     kafka_produce_transactional,
     start_broker,
@@ -34,12 +34,6 @@ from bench.kafka_bench import (
 from sparklog import Admin
 
 APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _api_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:

@@ -93,6 +93,8 @@ class KafkaListener:
         #: bytes of Produce requests being handled (max_inflight_request_bytes, as Flight)
         self.produce_bytes = limits.ByteBudget(config.max_inflight_request_bytes)
         self.refusals = limits.RateLimitedLog()
+        #: api name -> its ``sparklog_kafka_request_seconds`` child, looked up once
+        self._request_timers: dict[str, Any] = {}
         self.security_protocol = str(config.kafka_security_protocol)
         self.tls = tls.server_context(config)
         self.quotas = quotas.QuotaManager()
@@ -425,9 +427,11 @@ class KafkaListener:
             )
             raise MalformedRequest(f"api {api_key} v{api_version}: internal error") from None
         finally:
-            self.broker.metrics.kafka_request_seconds.labels(entry.name).observe(
-                time.perf_counter() - started
-            )
+            timer = self._request_timers.get(entry.name)
+            if timer is None:
+                timer = self.broker.metrics.kafka_request_seconds.labels(entry.name)
+                self._request_timers[entry.name] = timer
+            timer.observe(time.perf_counter() - started)
 
     def _encode(self, response: Any, correlation_id: int) -> bytes:
         header_cls = response.__header_schema__
