@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
@@ -94,6 +94,7 @@ class ProducePath(BrokerState):
         acks: str = "all",
         compression: str | None = "none",
         all_or_nothing: bool = False,
+        on_queued: Callable[[], None] | None = None,
     ) -> list[ProduceOutcome | BaseException]:
         """Validate, enqueue and (unless acks=0) wait for each item: its outcome or its error.
 
@@ -102,6 +103,9 @@ class ProducePath(BrokerState):
         fixed costs (milliseconds each) no longer grow with the partition count.
         ``all_or_nothing`` raises the first invalid item's error before anything
         is enqueued (the Flight protocol); otherwise each item fails alone (Kafka).
+        ``on_queued`` is called once the items are in the topic's batcher, before
+        the wait for their commit (the Kafka listener keeps a connection's
+        requests in the order sent with it).
         """
         if acks not in ACKS:
             raise InvalidRequestError(f"acks={acks!r} is not accepted; accepted: 0, 1, all")
@@ -166,6 +170,8 @@ class ProducePath(BrokerState):
         if acks == "0":
             if pending:
                 self._batcher(topic_name).submit(pending)
+            if on_queued is not None:
+                on_queued()
             for r in pending:
                 r.future.add_done_callback(_log_unacked_failure)
             return [
@@ -176,6 +182,8 @@ class ProducePath(BrokerState):
             self.metrics.produce_waiting.inc()
             try:
                 self._batcher(topic_name).submit(pending)
+                if on_queued is not None:
+                    on_queued()
                 wait([r.future for r in pending])
             finally:
                 self.metrics.produce_waiting.dec()

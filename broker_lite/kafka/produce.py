@@ -13,6 +13,7 @@ topics of a request are produced concurrently.  acks=0 gets no response.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -113,13 +114,19 @@ def _decode_partitions(
 
 
 def _produce_topic(
-    broker: Any, topic: str, partitions: list[tuple[int, bytes | None]], acks: str
+    broker: Any,
+    topic: str,
+    partitions: list[tuple[int, bytes | None]],
+    acks: str,
+    queued: threading.Event,
 ) -> list[tuple[int, int] | BaseException]:
     """(base offset, log append time or -1), or the error, of each partition of one topic.
 
     The partitions' records go to the broker as ONE call (``produce_each``): it
     checks leadership per shard and normalises the request once, and its
-    batcher writes them in one object; errors stay per partition.
+    batcher writes them in one object; errors stay per partition.  ``queued`` is
+    set once the records are in the batcher (the caller sets it on every other
+    way out).
     """
     try:
         consumer_offsets.refuse_write(topic, "Produce")
@@ -153,7 +160,9 @@ def _produce_topic(
         return out
     order = sorted(decoded)
     try:
-        outcomes = broker.produce_each(topic, [decoded[i].item for i in order], acks=acks)
+        outcomes = broker.produce_each(
+            topic, [decoded[i].item for i in order], acks=acks, on_queued=queued.set
+        )
     except SparklogError as exc:
         outcomes = [exc for _ in order]
     binary = pa.types.is_binary(topic_obj.info.record_schema.field("value").type)
@@ -180,6 +189,14 @@ def _produce_topic(
             )
         out[i] = (int(outcome.base_offset), append_ms)
     return out
+
+
+def _produce_topic_then_queued(*args: Any) -> list[tuple[int, int] | BaseException]:
+    """``_produce_topic``, its ``queued`` event set however it ends (refusals too)."""
+    try:
+        return _produce_topic(*args)
+    finally:
+        args[-1].set()
 
 
 def _in_transaction(broker: Any, topic: str, one: _Decoded) -> _Decoded | BaseException:
@@ -211,14 +228,16 @@ def _idempotent(request: Any) -> bool:
 
 def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
-    if ctx.previous_produce is not None and _idempotent(request):
-        ctx.previous_produce.wait()
+    turn = ctx.produce_turn
+    if turn is not None:  # the connection's requests are appended in the order sent
+        turn.wait_for_previous(committed=_idempotent(request))
     acks = ACKS.get(int(request.acks))
     cls = load_response_schema(0, ctx.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
     # one call per topic; several topics' calls run on the pool (each waits for its commit)
     calls: list[tuple[str, list[int], Future[list[tuple[int, int] | BaseException]]]] = []
+    queued: list[threading.Event] = []
     inline = len(request.topic_data) == 1
     for topic_data in request.topic_data:
         indexes = [pdata.index for pdata in topic_data.partition_data]
@@ -227,20 +246,27 @@ def handle_produce(ctx: Any, request: Any) -> Any:
             refused = InvalidRequiredAcksError(f"acks={request.acks}; accepted: 0, 1, -1")
             done.set_result([refused for _ in indexes])
         else:
+            # one topic: its records queued are the request's (the next may queue then)
+            queued.append(turn.queued if inline and turn is not None else threading.Event())
             args = (
                 broker,
                 topic_data.name,
                 [(pdata.index, pdata.records) for pdata in topic_data.partition_data],
                 acks,
+                queued[-1],
             )
             if not inline:
-                done = ctx.listener.pool.submit(_produce_topic, *args)
+                done = ctx.listener.pool.submit(_produce_topic_then_queued, *args)
             else:
                 try:
-                    done.set_result(_produce_topic(*args))
+                    done.set_result(_produce_topic_then_queued(*args))
                 except Exception as exc:  # answered below, as a pool job's error would be
                     done.set_exception(exc)
         calls.append((topic_data.name, indexes, done))
+    for each in queued:  # every topic's records are in line: the next request may queue
+        each.wait()
+    if turn is not None:
+        turn.queued.set()
     jobs: list[tuple[str, int, tuple[int, int] | BaseException]] = []
     for topic, indexes, call in calls:
         try:

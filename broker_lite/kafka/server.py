@@ -1,18 +1,20 @@
 """The Kafka listener: TCP framing, request headers, dispatch, responses.
 
-One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT``
-of them are handled at once (so a client pipelining small produce requests
-gets them joined into one commit by the broker's batcher) and a writer thread
-sends the answers in request order, as Kafka requires.  An idempotent
-producer's Produce requests are handled one after another so its sequence
-numbers reach the broker in order.  Frames larger than ``kafka_max_request_bytes``, negative
-sizes and headers that do not parse close that connection only (frames are read
-within the bounds of :mod:`~sparklog.broker_lite.kafka.limits`: connections per
-IP and in all, idle and unauthenticated ones, memory of frames being read); a request for
-an unknown API or an unsupported version closes the connection too, as Kafka
-does, except ApiVersions, which follows KIP-511 (a v0 answer with
-UNSUPPORTED_VERSION listing the supported ranges).  Old versions kio does not
-generate go through :mod:`~sparklog.broker_lite.kafka.legacy`.
+One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT`` of
+them are handled at once (so a client pipelining small produce requests gets them
+joined into one commit by the broker's batcher) and a writer thread sends the
+answers in request order, as Kafka requires. A connection's Produce requests reach
+the batchers in the order they were sent (Kafka appends them in that order,
+idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
+previous one's commit, so its sequence numbers reach the log in order. Frames larger
+than ``kafka_max_request_bytes``, negative sizes and headers that do not parse close
+that connection only (frames are read within the bounds of
+:mod:`~sparklog.broker_lite.kafka.limits`: connections per IP and in all, idle and
+unauthenticated ones, memory of frames being read); a request for an unknown API or
+an unsupported version closes the connection too, as Kafka does, except ApiVersions,
+which follows KIP-511 (a v0 answer with UNSUPPORTED_VERSION listing the supported
+ranges). Old versions kio does not generate go through
+:mod:`~sparklog.broker_lite.kafka.legacy`.
 """
 
 from __future__ import annotations
@@ -59,13 +61,42 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
-    previous_produce: threading.Event | None = None
+    produce_turn: ProduceTurn | None = None
     #: the connection's authentication state and principal (sasl.Session)
     session: Any = None
 
     @property
     def broker(self) -> Any:
         return self.listener.broker
+
+
+class ProduceTurn:
+    """One Produce request's place in its connection's line of Produce requests.
+
+    Kafka handles a connection's requests one at a time, so records a client sends
+    in two requests land in the order sent even without idempotence (kcat, a
+    producer with ``max.in.flight`` above 1).  Here requests run at once, so each
+    waits until the previous one's records are queued in the batchers (``queued``)
+    before queueing its own; an idempotent one waits until it is committed
+    (``finished``).  A finished turn forgets the one before it, so a long-lived
+    connection holds no chain of them.
+    """
+
+    def __init__(self, previous: ProduceTurn | None) -> None:
+        self.previous = previous
+        self.queued = threading.Event()
+        self.finished = threading.Event()
+
+    def wait_for_previous(self, *, committed: bool) -> None:
+        """Until the previous request's records are queued (``committed``: committed)."""
+        previous = self.previous
+        if previous is not None:
+            (previous.finished if committed else previous.queued).wait()
+
+    def finish(self) -> None:
+        self.queued.set()
+        self.finished.set()
+        self.previous = None
 
 
 class MalformedRequest(Exception):
@@ -206,7 +237,7 @@ class KafkaListener:
             target=self._write_loop, args=(conn, peer, pending, closed), daemon=True
         )
         writer.start()
-        last_produce: threading.Event | None = None
+        last_produce: ProduceTurn | None = None
         last: Future[bytes | None] | None = None
         session = sasl.Session.for_listener(self.security_protocol, str(peer[0]), principal)
         try:
@@ -233,14 +264,10 @@ class KafkaListener:
                         self.connections.authenticated(conn)
                     continue
                 self.connections.authenticated(conn)
-                previous = None
-                done = None
-                if frame[:2] == b"\x00\x00":  # Produce: idempotent batches keep their order
-                    previous, done = last_produce, threading.Event()
-                    last_produce = done
-                future = self.requests.submit(
-                    self._handle_in_order, frame, previous, done, held, session
-                )
+                turn = None
+                if frame[:2] == b"\x00\x00":  # Produce: appended in the order sent
+                    turn = last_produce = ProduceTurn(last_produce)
+                future = self.requests.submit(self._handle_in_order, frame, turn, held, session)
                 last = future
                 while not closed.is_set():
                     try:
@@ -264,19 +291,14 @@ class KafkaListener:
             self.connections.remove(conn)
 
     def _handle_in_order(
-        self,
-        frame: bytes,
-        previous: threading.Event | None,
-        done: threading.Event | None,
-        held: int = 0,
-        session: Any = None,
+        self, frame: bytes, turn: ProduceTurn | None, held: int = 0, session: Any = None
     ) -> bytes | None:
         try:
-            return self.handle_frame(frame, previous, session)
+            return self.handle_frame(frame, turn, session)
         finally:
             self.queued_bytes.give(held)
-            if done is not None:
-                done.set()
+            if turn is not None:
+                turn.finish()
 
     def _write_loop(
         self,
@@ -342,13 +364,12 @@ class KafkaListener:
     def handle_frame(
         self,
         frame: bytes,
-        previous_produce: threading.Event | None = None,
+        produce_turn: ProduceTurn | None = None,
         session: Any = None,
     ) -> bytes | None:
         """The response frame for one request frame (None: no response, e.g. acks=0).
 
-        ``previous_produce`` is set when the connection's previous Produce is done; an
-        idempotent Produce waits for it so its batches reach the broker in order.
+        ``produce_turn`` is a Produce request's place among its connection's.
         """
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         entry = self.table.get(api_key)
@@ -365,7 +386,7 @@ class KafkaListener:
             )
         old = LEGACY.get((api_key, api_version))
         if old is not None:
-            return self._handle_legacy(old, entry, frame, previous_produce, session)
+            return self._handle_legacy(old, entry, frame, produce_turn, session)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -380,7 +401,7 @@ class KafkaListener:
             api_version,
             correlation_id,
             getattr(header, "client_id", None),
-            previous_produce,
+            produce_turn,
             session,
         )
         response = self._run(entry, ctx, request)
@@ -393,7 +414,7 @@ class KafkaListener:
         old: Legacy,
         entry: Any,
         frame: bytes,
-        previous_produce: threading.Event | None,
+        produce_turn: ProduceTurn | None,
         session: Any = None,
     ) -> bytes | None:
         """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
@@ -406,7 +427,7 @@ class KafkaListener:
             ) from None
         old.upgrade(request)
         ctx = RequestContext(
-            self, api_key, old.served_as, correlation_id, client_id, previous_produce, session
+            self, api_key, old.served_as, correlation_id, client_id, produce_turn, session
         )
         response = self._run(entry, ctx, request)
         if response is None:

@@ -6,9 +6,11 @@ import struct
 from datetime import timedelta
 
 import pytest
+from kio.index import load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.serial import entity_reader
 
 from sparklog.broker_lite.kafka.versions import API_TABLE
 from tests.kafka.wire import Connection, record_batch_bytes
@@ -229,3 +231,49 @@ def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records
     ]
     assert [r["value"] for r in rows[3]] == [b"a", b"b", b"c", b"d", b"e"]
     assert [r["headers"] for r in rows[3]][2:] == [r["headers"] for r in rows[2]]
+
+
+def test_pipelined_produce_requests_land_in_the_order_sent(
+    one_broker: Cluster, conn: Connection
+) -> None:
+    """Kafka appends a connection's Produce requests in the order sent, idempotent
+    or not (kcat sends its lines so; CI once saw them land c, a, b).  A slow first
+    request (many gzip records over two topics, so it runs on the pool) sent
+    just ahead of a one-record one must still come first."""
+    from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+    from tests.kafka.test_roundtrip import create_topic
+
+    create_topic(one_broker.kafka_bootstrap, "order", 1)
+    create_topic(one_broker.kafka_bootstrap, "order-side", 1)
+    builder = DefaultRecordBatchBuilder(2, DefaultRecordBatch.CODEC_GZIP, 0, -1, -1, -1, 1 << 26)
+    many = 20_000
+    for i in range(many):
+        builder.append(i, 1_700_000_000_000, None, b"first-%06d" % i, [])
+    slow = bytes(builder.build())
+    first = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=30),
+        topic_data=tuple(
+            TopicProduceData(
+                name=name, partition_data=(PartitionProduceData(index=0, records=slow),)
+            )
+            for name in ("order-side", "order")
+        ),
+    )
+    second = produce_request("order", record_batch_bytes([b"second"]))
+    conn.sock.sendall(
+        b"".join(struct.pack(">i", len(f)) + f for f in (conn.encode(first), conn.encode(second)))
+    )
+    answers = []
+    for _ in range(2):
+        frame = conn.read_frame()
+        assert frame is not None
+        cls = load_response_schema(0, 9)
+        _header, offset = entity_reader(cls.__header_schema__)(frame, 0)
+        answers.append(entity_reader(cls)(frame, offset)[0])
+    order = {t.name: t.partition_responses[0] for t in answers[0].responses}["order"]
+    assert (order.error_code, order.base_offset) == (0, 0)
+    after = answers[1].responses[0].partition_responses[0]
+    assert (after.error_code, after.base_offset) == (0, many)
