@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from sparklog.errors import CorruptRecordError, SparklogError
 from sparklog.storage.catalog import LogRoot
@@ -45,8 +46,8 @@ def check_log(log: MetaLog, name: str) -> tuple[list[Finding], int]:
     """Every commit and snapshot file of ``log``: damaged ones, and versions missing
     between its oldest and newest commit; and how many files were read."""
     names = log.store.list_names(log.prefix)
-    commits = sorted(_versions(names, ".json"))
-    snapshots = sorted(_versions(names, ".snapshot"))
+    commits = sorted(versions_in(names, ".json"))
+    snapshots = sorted(versions_in(names, ".snapshot"))
     findings: list[Finding] = []
     checked = 0
     for version in commits:
@@ -63,7 +64,8 @@ def check_log(log: MetaLog, name: str) -> tuple[list[Finding], int]:
     return findings, checked
 
 
-def _versions(names: list[str], suffix: str) -> Iterator[int]:
+def versions_in(names: list[str], suffix: str) -> Iterator[int]:
+    """The versions of the files named ``<version><suffix>`` among ``names``."""
     for n in names:
         stem = n[: -len(suffix)] if n.endswith(suffix) else ""
         if stem.isdigit():
@@ -80,12 +82,28 @@ def _snapshot_check(log: MetaLog, key: str, raw: bytes) -> None:
         decode_snapshot(raw, where)
         return
     snapshot = IndexedSnapshot(log.store, key, where, raw, len(raw), lambda: None)
-    for part in (snapshot.header.get("parts") or {}).values():
-        chunks = part.get("chunks") or {}
-        for ref in zip(
-            chunks.get("start", []), chunks.get("end", []), chunks.get("digest", []), strict=True
-        ):
-            snapshot.read(list(ref))  # each chunk's own checksum
+    try:
+        for part in (snapshot.header.get("parts") or {}).values():
+            chunks = part.get("chunks") or {}
+            for ref in zip(
+                chunks.get("start", []), chunks.get("end", []), chunks.get("xxh3", []), strict=True
+            ):
+                snapshot.read(list(ref))  # each chunk's own checksum
+    except (AttributeError, TypeError, ValueError) as exc:  # a sound checksum, a bad shape
+        raise CorruptRecordError(f"snapshot {where} header is not a snapshot's: {exc}") from None
+
+
+def problem_in(log: MetaLog[Any], key: str, *, snapshot: bool) -> str | None:
+    """What is wrong with one commit or snapshot file: None if sound, else the problem
+    ("missing" if absent)."""
+    raw = log.store.get_or_none(key)
+    if raw is None:
+        return "missing"
+    try:
+        (_snapshot_check if snapshot else _commit_check)(log, key, bytes(raw))
+    except CorruptRecordError as exc:
+        return problem_of(exc)
+    return None
 
 
 def _check_file(
@@ -101,11 +119,12 @@ def _check_file(
     try:
         check(log, key, bytes(raw))
     except CorruptRecordError as exc:
-        findings.append(Finding(name, log.where(key), _problem(exc)))
+        findings.append(Finding(name, log.where(key), problem_of(exc)))
     return 1
 
 
-def _problem(exc: SparklogError) -> str:
+def problem_of(exc: SparklogError) -> str:
+    """The part of a damage error that says what is wrong (the file is named apart)."""
     text = str(exc)
     for lead in ("is damaged: ", "fails", "cannot be", "holds", "is not"):
         at = text.find(lead)

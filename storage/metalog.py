@@ -379,6 +379,11 @@ class MetaLog(Generic[S]):
             self._state = None
             self._own_head = False
 
+    def open_snapshot(self, version: int) -> S | None:
+        """The state in snapshot ``version`` (None if absent), apart from this handle's
+        view; CorruptRecordError naming the file if it is damaged."""
+        return self._load_snapshot(version)
+
     def _load_snapshot(self, version: int) -> S | None:
         key = self.key(version, ".snapshot")
         found = self.store.get_tail(key, SNAPSHOT_TAIL_BYTES)  # bytes, never a memory map

@@ -145,6 +145,8 @@ class ShardCodec:
             for seg in appended:
                 part.segments.add(seg)
                 part.high_watermark = max(part.high_watermark, seg.end_offset)
+            if change.get("skip_to") is not None:  # a repair: offsets given up (log_recover)
+                part.high_watermark = max(part.high_watermark, int(change["skip_to"]))
             if change.get("lso") is not None:
                 part.log_start_offset = max(part.log_start_offset, int(change["lso"]))
                 if part.txn:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from sparklog.cli.output import plural, print_json, print_table, say
@@ -56,3 +58,110 @@ def check(ctx: typer.Context, topics: list[str] | None = _TOPICS) -> None:
         raise DamageFoundError(f"{plural(len(rows), 'damaged or missing file')}; {checked}")
     if not st.json:
         say(f"no damage found: {checked}")
+
+
+_RECOVER_TOPIC = typer.Argument(None, metavar="[TOPIC]", help="The topic whose shard log to repair")
+_SHARD = typer.Option(None, "--shard", help="Only this shard of TOPIC (default: every shard)")
+_GROUP = typer.Option(None, "--group", help="Repair this group's offset log instead")
+_METADATA = typer.Option(False, "--metadata", help="Repair the cluster metadata log instead")
+_EXECUTE = typer.Option(False, "--execute", help="Act (default: a dry run that only reads)")
+
+
+@log_app.command("recover")
+def recover(
+    ctx: typer.Context,
+    topic: str | None = _RECOVER_TOPIC,
+    shard: int | None = _SHARD,
+    group: str | None = _GROUP,
+    metadata: bool = _METADATA,
+    execute: bool = _EXECUTE,
+) -> None:
+    """Repair damaged or missing commits of a log; a dry run unless --execute.
+
+    Rebuilds the log from its newest sound snapshot and sound commits and puts a
+    repair commit in place of each damaged or missing version. The offsets a lost
+    commit may have given out are given up (listed), never given out again.
+    Damaged snapshots are deleted when a sound base remains.
+    """
+    from sparklog.cli.tools import _root
+    from sparklog.errors import InvalidConfigurationError
+    from sparklog.storage.log_recover import (
+        execute_recovery,
+        metadata_repair_change,
+        plan_recovery,
+        shard_repair_change,
+    )
+
+    st = state(ctx)
+    if sum((topic is not None, group is not None, metadata)) != 1:
+        raise InvalidConfigurationError(
+            "log recover needs one log; accepted: TOPIC [--shard S], --group GROUP or --metadata"
+        )
+    if shard is not None and topic is None:
+        raise InvalidConfigurationError("--shard needs TOPIC; accepted: TOPIC --shard S")
+    root = _root(st, "log recover")
+    jobs: list[tuple[Any, Any]] = []
+    if topic is not None:
+        found = root.topic(topic)
+        if shard is not None and not 0 <= shard < found.shards:
+            raise InvalidConfigurationError(
+                f"--shard {shard}: topic {topic!r} has shards 0-{found.shards - 1}"
+            )
+        for s in range(found.shards) if shard is None else [shard]:
+            jobs.append((found.open_shard(s), shard_repair_change(found, s)))
+    elif group is not None:
+        if group not in root.groups.list_groups():
+            raise InvalidConfigurationError(f"--group {group!r}: no such group in the root")
+        jobs.append((root.groups.log(group)[0], None))
+    else:
+        jobs.append((root.metadata.log, metadata_repair_change))
+    plans = []
+    for log, change in jobs:
+        plan = plan_recovery(log, change)
+        if execute and plan.needed:
+            execute_recovery(log, plan)
+        plans.append(plan)
+    _report(st, plans, execute)
+
+
+def _report(st: Any, plans: list[Any], execute: bool) -> None:
+    needed = [p for p in plans if p.needed]
+    if st.json:
+        print_json(
+            {
+                "executed": execute and bool(needed),
+                "logs": [
+                    {
+                        "log": p.log,
+                        "base": p.base,
+                        "repairs": [
+                            {"version": r.version, "problem": r.problem} for r in p.repairs
+                        ],
+                        "snapshots_deleted": [v for v, _ in p.snapshots_deleted],
+                        "commits_pruned": p.commits_pruned,
+                        "given_up": {str(k): v for k, v in sorted(p.given_up.items())},
+                    }
+                    for p in plans
+                ],
+            }
+        )
+        return
+    for plan in needed:
+        rows = [
+            [plan.log, r.version, r.problem, "replace with a repair commit"] for r in plan.repairs
+        ]
+        rows += [[plan.log, v, f"snapshot {why}", "delete"] for v, why in plan.snapshots_deleted]
+        rows += [[plan.log, v, "below the base", "delete"] for v in plan.commits_pruned]
+        print_table(
+            f"{plan.log}: rebuilt from {plan.base}", ["log", "version", "problem", "action"], rows
+        )
+        for partition, ranges in sorted(plan.given_up.items()):
+            spans = ", ".join(f"[{a}, {b})" for a, b in ranges)
+            say(f"partition {partition}: offsets {spans} given up (never given out again)")
+    if not needed:
+        say(f"nothing to repair in {plural(len(plans), 'log')}")
+    elif execute:
+        say(f"repaired {plural(len(needed), 'log')}")
+    else:
+        logs = plural(len(needed), "log")
+        say(f"dry run: nothing changed; run again with --execute to repair {logs}")

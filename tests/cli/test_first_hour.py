@@ -70,6 +70,7 @@ COMMANDS = [
     ["quotas", "describe"],
     ["log"],
     ["log", "check"],
+    ["log", "recover"],
     ["transactions"],
     ["transactions", "list"],
     ["transactions", "describe"],
@@ -121,6 +122,7 @@ READ_ONLY = [
     ["acls", "list"],
     ["quotas", "describe"],
     ["log", "check"],
+    ["log", "recover", "events"],
 ]
 
 
