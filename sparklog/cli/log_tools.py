@@ -61,8 +61,8 @@ def check(ctx: typer.Context, topics: list[str] | None = _TOPICS) -> None:
 
 
 _RECOVER_TOPIC = typer.Argument(None, metavar="[TOPIC]", help="The topic whose shard log to repair")
-_SHARD = typer.Option(None, "--shard", help="Only this shard of TOPIC (default: every shard)")
-_GROUP = typer.Option(None, "--group", help="Repair this group's offset log instead")
+_SHARD = typer.Option(None, "--shard", metavar="S", help="Only this shard of TOPIC (default: every shard)")
+_GROUP = typer.Option(None, "--group", metavar="GROUP", help="Repair this group's offset log instead")
 _METADATA = typer.Option(False, "--metadata", help="Repair the cluster metadata log instead")
 _EXECUTE = typer.Option(False, "--execute", help="Act (default: a dry run that only reads)")
 
@@ -76,7 +76,7 @@ def recover(
     metadata: bool = _METADATA,
     execute: bool = _EXECUTE,
 ) -> None:
-    """Repair damaged or missing commits of a log; a dry run unless --execute.
+    """Repair a log's damaged files (a dry run by default).
 
     Rebuilds the log from its newest sound snapshot and sound commits and puts a
     repair commit in place of each damaged or missing version. The offsets a lost
