@@ -61,8 +61,12 @@ def check(ctx: typer.Context, topics: list[str] | None = _TOPICS) -> None:
 
 
 _RECOVER_TOPIC = typer.Argument(None, metavar="[TOPIC]", help="The topic whose shard log to repair")
-_SHARD = typer.Option(None, "--shard", metavar="S", help="Only this shard of TOPIC (default: every shard)")
-_GROUP = typer.Option(None, "--group", metavar="GROUP", help="Repair this group's offset log instead")
+_SHARD = typer.Option(
+    None, "--shard", metavar="S", help="Only this shard of TOPIC (default: every shard)"
+)
+_GROUP = typer.Option(
+    None, "--group", metavar="GROUP", help="Repair this group's offset log instead"
+)
 _METADATA = typer.Option(False, "--metadata", help="Repair the cluster metadata log instead")
 _EXECUTE = typer.Option(False, "--execute", help="Act (default: a dry run that only reads)")
 
