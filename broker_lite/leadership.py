@@ -82,6 +82,10 @@ class LeadershipRole(BrokerState):
         if healthy:
             log.info("lease renewed: leading again", extra=fields(broker=self.cluster.broker_id))
         else:
+            # at once, from the lease loop: the leadership pass that also sets these reads
+            # the store, which may be what is gone (it can take its deadlines to finish)
+            self.metrics.leadership_shards.labels("leading").set(0)
+            self.metrics.leadership_shards.labels("lease_stale").set(self._shards_before_stale)
             log.warning(
                 "lease is stale: this broker leads nothing until a renewal completes within "
                 "lease_timeout_ms of its start",
