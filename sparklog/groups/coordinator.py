@@ -2,10 +2,12 @@
 
 Members join, the group moves through ``PreparingRebalance`` (waiting for every
 member to (re)join, up to the rebalance timeout) to ``CompletingRebalance``
-(a new generation; the leader's sync stores the assignment) to ``Stable``.
-Heartbeats keep a member alive; a member silent for its session timeout is
-expelled and the others rebalance.  Offset commits must carry the current
-generation and a member id, so a zombie of an older generation cannot commit.
+(a new generation; the leader's sync stores the assignment) to ``Stable``; those
+transitions are :class:`~sparklog.groups.classic_group.ClassicGroup`'s, applied
+here inside each state change.  Heartbeats keep a member alive; a member silent
+for its session timeout is expelled and the others rebalance.  Offset commits
+must carry the current generation and a member id, so a zombie of an older
+generation cannot commit.
 
 The state is a versioned document ``groups/<group>/state/<v>.json`` written
 create-only, and each member's liveness is ``groups/<group>/members/<id>.json``.
@@ -31,11 +33,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sparklog.clock import now_ms
 from sparklog.errors import (
-    FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
@@ -47,6 +48,20 @@ from sparklog.errors import (
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
+from sparklog.groups.classic_group import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    ClassicGroup,
+    GroupDoc,
+    MemberJoin,
+    check_not_fenced,
+    empty_doc,
+    fence_member,
+    group_doc,
+    instance_taken,
+)
 from sparklog.groups.consumer_groups import (
     ClassicJoin,
     ConsumerGroupProtocol,
@@ -66,17 +81,13 @@ from sparklog.storage.documents import (
 from sparklog.storage.groups import group_key, validate_group_name
 from sparklog.topic_partition import TopicPartition
 
-EMPTY = "Empty"
-PREPARING = "PreparingRebalance"
-COMPLETING = "CompletingRebalance"
-STABLE = "Stable"
 MEMBER_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 #: A cached state newer than this is trusted after probing for the next version.
 CACHE_TRUST_S = 5.0
 #: State versions kept behind the newest (older ones are pruned).
 KEEP_VERSIONS = 100
-#: fenced static members (old member id -> instance id) a group remembers
-FENCED_KEPT = 1000
+#: what a state change tells its caller besides the new document
+Outcome = TypeVar("Outcome")
 
 
 @dataclass(frozen=True)
@@ -106,19 +117,7 @@ def _copy(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _empty_doc(group: str) -> dict[str, Any]:
-    return {
-        "group": group,
-        "state": EMPTY,
-        "generation": 0,
-        "protocol": "",
-        "leader": "",
-        "members": {},
-        "assignment": {},
-        "previous_assignment": {},
-        "rebalance_deadline_ms": 0,
-        "not_before_ms": 0,
-        "sync_deadline_ms": 0,
-    }
+    return dict(empty_doc(group))
 
 
 class _StateDoc:
@@ -155,13 +154,22 @@ class _StateDoc:
         A lost race drops the cache, backs off and re-reads (:func:`sparklog.retry.until_won`);
         after ``attempts`` lost races it raises :class:`~sparklog.errors.CommitConflictError`.
         """
+        return self.update_with(lambda doc: (change(doc), None), attempts)[0]
 
-        def attempt() -> dict[str, Any]:
+    def update_with(
+        self,
+        change: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, Outcome]],
+        attempts: int = 50,
+    ) -> tuple[dict[str, Any], Outcome]:
+        """:meth:`update` whose ``change`` also says what happened: the new state and the
+        outcome of the attempt that was written (or that changed nothing)."""
+
+        def attempt() -> tuple[dict[str, Any], Outcome]:
             version, doc = self.read()
             old_generation = doc.get("generation", 0)
-            new = change(doc)
+            new, outcome = change(doc)
             if new is None:
-                return doc
+                return doc, outcome
             if not self.versions.write(version + 1, new):
                 self._cache = None
                 raise LostRace(f"version {version + 1} was written by another coordinator")
@@ -172,7 +180,7 @@ class _StateDoc:
                 self.offsets.set_generation(self.group, int(new["generation"]))
             if (version + 1) % KEEP_VERSIONS == 0:
                 self._prune(version + 1)
-            return new
+            return new, outcome
 
         return until_won(attempt, what=f"group {self.group!r}: state change", attempts_max=attempts)
 
@@ -231,15 +239,17 @@ class _MemoryStateDoc(_StateDoc):
             version, doc = self._loaded()
             return version, _copy(doc)
 
-    def update(
-        self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50
-    ) -> dict[str, Any]:
-        def attempt() -> dict[str, Any]:
+    def update_with(
+        self,
+        change: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, Outcome]],
+        attempts: int = 50,
+    ) -> tuple[dict[str, Any], Outcome]:
+        def attempt() -> tuple[dict[str, Any], Outcome]:
             version, current = self._loaded()
             doc = _copy(current)
-            new = change(doc)
+            new, outcome = change(doc)
             if new is None:
-                return doc
+                return doc, outcome
             durable = (
                 any(current.get(k) != new.get(k) for k in DURABLE_KEYS)
                 or set(current["members"]) != set(new["members"])
@@ -247,7 +257,7 @@ class _MemoryStateDoc(_StateDoc):
             )
             if not durable:
                 self._state = (version, _copy(new))
-                return new
+                return new, outcome
             if not self.versions.write(version + 1, new):
                 self._state = None  # another coordinator wrote: re-read, apply again
                 raise LostRace(f"version {version + 1} was written by another coordinator")
@@ -256,7 +266,7 @@ class _MemoryStateDoc(_StateDoc):
                 self.offsets.set_generation(self.group, int(new["generation"]))
             if (version + 1) % KEEP_VERSIONS == 0:
                 self._prune(version + 1)
-            return new
+            return new, outcome
 
         with self._lock:
             return until_won(
@@ -370,83 +380,27 @@ class GroupCoordinator:
                 counts[topic] = 0  # unknown topics get no partitions until they exist
         return counts
 
-    # -- state transitions (pure functions of a document) -------------------
+    # -- the classic state machine (classic_group.py) ----------------------
+    def _classic(self, doc: dict[str, Any]) -> ClassicGroup:
+        """The classic group whose state is ``doc`` (changes go to ``doc``)."""
+        return ClassicGroup(
+            group_doc(doc),
+            initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
+            partition_counts=self.partition_counts,
+        )
+
     def start_rebalance(self, doc: dict[str, Any], now: int) -> None:
         """Start a rebalance of the classic group ``doc`` (a consumer group just downgraded)."""
-        self._start_rebalance(doc, now)
+        self._classic(doc).start_rebalance(now)
 
     def maintain_doc(self, group: str, doc: dict[str, Any], now: int) -> bool:
         """Expire silent members and finish due rebalances of ``doc`` (either type)."""
         return self._maintain(group, doc, now)
 
-    def _start_rebalance(self, doc: dict[str, Any], now: int) -> None:
-        was_empty = doc["state"] == EMPTY or not doc["members"]
-        doc["state"] = PREPARING
-        for entry in doc["members"].values():
-            entry["joined"] = False
-        timeout = max((m["rebalance_timeout_ms"] for m in doc["members"].values()), default=60_000)
-        doc["rebalance_deadline_ms"] = now + timeout
-        doc["not_before_ms"] = now + (self.initial_rebalance_delay_ms if was_empty else 0)
-
-    def _remove_members(self, doc: dict[str, Any], gone: Sequence[str], now: int) -> None:
-        for member in gone:
-            doc["members"].pop(member, None)
-            doc["assignment"].pop(member, None)
-            doc.get("opaque_assignment", {}).pop(member, None)
-        if not doc["members"]:
-            doc.update(
-                state=EMPTY,
-                generation=doc["generation"] + 1,
-                leader="",
-                protocol="",
-                assignment={},
-            )
-        elif doc["state"] != PREPARING:
-            self._start_rebalance(doc, now)
-
-    def _complete_if_ready(self, doc: dict[str, Any], now: int) -> bool:
-        """Finish a PreparingRebalance whose members all joined (or whose time ran out)."""
-        if doc["state"] != PREPARING:
-            return False
-        members = doc["members"]
-        everyone = all(m["joined"] for m in members.values())
-        if not ((everyone and now >= doc["not_before_ms"]) or now >= doc["rebalance_deadline_ms"]):
-            return False
-        joined = {k: v for k, v in members.items() if v["joined"]}
-        doc["members"] = joined
-        doc["generation"] += 1
-        if not joined:
-            doc.update(state=EMPTY, leader="", protocol="", assignment={})
-            return True
-        order = sorted(joined, key=lambda m: (joined[m]["join_ms"], m))
-        if doc["leader"] not in joined:
-            doc["leader"] = order[0]
-        first = joined[order[0]]["strategies"]
-        common = [s for s in first if all(s in m["strategies"] for m in joined.values())]
-        doc["protocol"] = common[0] if common else first[0]
-        doc["opaque_assignment"] = {}
-        if joined[doc["leader"]].get("metadata") is not None or doc["protocol"] not in ASSIGNORS:
-            doc["assignment"] = {}  # a Kafka client leads: it assigns in its SyncGroup
-        else:
-            doc["assignment"] = self._compute_assignment(doc)
-        doc["state"] = COMPLETING
-        timeout = max(m["rebalance_timeout_ms"] for m in joined.values())
-        doc["sync_deadline_ms"] = now + timeout
-        return True
-
-    def _compute_assignment(self, doc: dict[str, Any]) -> dict[str, list[list[Any]]]:
-        subscriptions = {m: list(v["topics"]) for m, v in doc["members"].items()}
-        counts = self.partition_counts({t for ts in subscriptions.values() for t in ts})
-        previous = {
-            m: [TopicPartition(str(t), int(p)) for t, p in tps]
-            for m, tps in doc.get("previous_assignment", {}).items()
-        }
-        result = ASSIGNORS[doc["protocol"]](subscriptions, counts, previous)
-        return {m: [[t, p] for t, p in tps] for m, tps in result.items()}
-
-    def _stabilize(self, doc: dict[str, Any]) -> None:
-        doc["state"] = STABLE
-        doc["previous_assignment"] = doc["assignment"]
+    def fence(self, doc: dict[str, Any], old: str, instance_id: str) -> None:
+        """Remember that member ``old`` was replaced by a newer member with ``instance_id``
+        (:func:`~sparklog.groups.classic_group.fence_member`)."""
+        fence_member(group_doc(doc), old, instance_id)
 
     def _maintain(
         self, group: str, doc: dict[str, Any], now: int, caller: str | None = None
@@ -454,37 +408,16 @@ class GroupCoordinator:
         """Expel silent members, finish due rebalances; True if ``doc`` changed.
 
         Over storage, a member's own heartbeat (``caller``) reads only the leader's
-        heartbeat file while the leader is alive: the leader's heartbeats read
-        everyone's, so a round of heartbeats costs O(members) reads, not O(members²).
+        heartbeat file while the leader is alive (:meth:`ClassicGroup.maintain`); in
+        memory heartbeats cost nothing to read.
         """
         if is_consumer_group(doc):
             return self.consumer.maintain(group, doc, now)
-        changed = False
-        # Kafka expires a silent member in every state: a crashed member must not hold a
-        # rebalance others started until its rebalance timeout (members waiting in a join
-        # are kept alive by that wait)
-        if doc["state"] in (STABLE, COMPLETING, PREPARING) and doc["members"]:
-            watched = list(doc["members"])
-            leader = doc["leader"]
-            if not self.in_memory and caller not in (None, leader) and leader in doc["members"]:
-                leader_beat = self.last_heartbeats(group, [leader]).get(leader, 0)
-                if now - leader_beat <= doc["members"][leader]["session_timeout_ms"]:
-                    watched = []  # the live leader sweeps the others
-            beats = self.last_heartbeats(group, watched) if watched else {}
-            gone = [
-                m
-                for m in watched
-                if now - beats.get(m, 0) > doc["members"][m]["session_timeout_ms"]
-            ]
-            if gone:
-                self._remove_members(doc, gone, now)
-                changed = True
-        if doc["state"] == COMPLETING and now >= doc["sync_deadline_ms"]:
-            self._stabilize(doc)  # the leader never synced: use the coordinator's assignment
-            changed = True
-        if self._complete_if_ready(doc, now):
-            changed = True
-        return changed
+        return self._classic(doc).maintain(
+            now,
+            lambda members: self.last_heartbeats(group, members),
+            caller=None if self.in_memory else caller,
+        )
 
     def _current(self, group: str, caller: str | None = None) -> dict[str, Any]:
         """The group's state after expiring members and finishing due rebalances (as seen by
@@ -515,29 +448,11 @@ class GroupCoordinator:
                 f"rebalance_timeout_ms={rebalance_timeout_ms!r} is not accepted; accepted: >= 1"
             )
 
-    def _check_fenced(self, doc: dict[str, Any], member_id: str) -> None:
-        instance = doc.get("fenced", {}).get(member_id)
-        if instance is not None:
-            raise FencedInstanceIdError(
-                f"member {member_id!r} of group {doc['group']!r} was replaced by a newer member "
-                f"with group.instance.id {instance!r}; this consumer must stop"
-            )
-
     def _check_generation(self, doc: dict[str, Any], generation: int, member_id: str) -> None:
-        self._check_fenced(doc, member_id)
-        if member_id not in doc["members"]:
-            raise UnknownMemberIdError(
-                f"member {member_id!r} is not in group {doc['group']!r}; join with an empty "
-                "member id"
-            )
-        if generation != doc["generation"]:
-            raise _IllegalGeneration(
-                f"generation {generation} of member {member_id!r} is not group "
-                f"{doc['group']!r}'s current generation {doc['generation']}",
-                generation=doc["generation"],
-            )
+        """:meth:`ClassicGroup.check_generation` of the classic group ``doc``."""
+        self._classic(doc).check_generation(generation, member_id)
 
-    def _join_result(self, doc: dict[str, Any], member: str, everyone: bool) -> JoinResult:
+    def _join_result(self, doc: GroupDoc, member: str, everyone: bool) -> JoinResult:
         """A join's answer; ``everyone``: with every member's subscription and metadata."""
         shown = doc["members"] if everyone else {member: doc["members"][member]}
         return JoinResult(
@@ -551,58 +466,6 @@ class GroupCoordinator:
             },
             instance_ids={m: v.get("instance_id") for m, v in shown.items()},
         )
-
-    def fence(self, doc: dict[str, Any], old: str, instance_id: str) -> None:
-        """Remember that member ``old`` was replaced by a newer member with ``instance_id``:
-        its calls answer FENCED_INSTANCE_ID (the newest :data:`FENCED_KEPT` are kept)."""
-        fenced = doc.setdefault("fenced", {})
-        fenced[old] = instance_id
-        for stale in list(fenced)[: max(0, len(fenced) - FENCED_KEPT)]:
-            fenced.pop(stale)
-
-    def _take_static_place(
-        self,
-        doc: dict[str, Any],
-        member: str,
-        instance_id: str,
-        topics: Sequence[str],
-        strategies: list[str],
-        opaque: dict[str, str] | None,
-    ) -> bool:
-        """KIP-345: ``member`` joins with ``instance_id``; fence any other member holding it.
-
-        True if ``member`` took the old member's place in a stable group with no
-        rebalance (same subscription, strategies and metadata); False if the join
-        must go on (the old member, if any, removed: a rebalance follows).
-        """
-        members = doc["members"]
-        old = next(
-            (m for m, e in members.items() if e.get("instance_id") == instance_id and m != member),
-            None,
-        )
-        if old is None:
-            return False
-        entry = members.pop(old)
-        self.fence(doc, old, instance_id)
-        same = (
-            entry["topics"] == sorted(set(topics))
-            and entry["strategies"] == strategies
-            and entry.get("metadata") == opaque
-        )
-        if doc["state"] == STABLE and same:
-            members[member] = entry
-            if doc["leader"] == old:
-                # the leader is told the members again (Kafka clients then send an
-                # assignment, which a Stable group ignores: everyone keeps theirs)
-                doc["leader"] = member
-            for key in ("assignment", "opaque_assignment", "previous_assignment"):
-                table = doc.get(key, {})
-                if old in table:
-                    table[member] = table.pop(old)
-            return True
-        for key in ("assignment", "opaque_assignment"):
-            doc.get(key, {}).pop(old, None)
-        return False
 
     # -- the protocol ------------------------------------------------------
     def join_group(
@@ -661,89 +524,63 @@ class GroupCoordinator:
         new_member = not member_id
         member = member_id or f"member-{uuid.uuid4().hex[:16]}"
         self.touch(group, member)
-        took_over: list[bool] = [False]  # the last attempt kept a static member's place
-        #: the answer of a join served by a KIP-848 group: (member epoch, protocol)
-        in_consumer_group: list[tuple[int, str]] = []
+        request = MemberJoin(
+            member_id=member,
+            new=new_member,
+            topics=topics,
+            strategies=strategies,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            metadata=opaque,
+            instance_id=group_instance_id,
+            protocol_type=protocol_type,
+        )
+        #: the same join to a KIP-848 group with members (only a Kafka client's)
+        kip848_request = None
+        if opaque is not None:
+            kip848_request = ClassicJoin(
+                member_id=member,
+                new=new_member,
+                topics=list(topics),
+                protocols=opaque,
+                protocol_type=protocol_type,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                instance_id=group_instance_id,
+                owned=owned_partitions,
+            )
 
-        def join(doc: dict[str, Any]) -> dict[str, Any]:
+        def join(doc: dict[str, Any]) -> tuple[dict[str, Any], JoinResult | None]:
+            """One attempt (always written): the answer if there is nothing to wait for,
+            else None (the member waits for the rebalance to complete)."""
             now = now_ms()
-            took_over[0] = False
-            in_consumer_group.clear()
             self._maintain(group, doc, now)
             if self.consumer.refuse_classic_member(doc):
-                if opaque is None:
+                if kip848_request is None:
                     raise InconsistentGroupProtocolError(
                         f"group {group!r} is a KIP-848 consumer group with members; only Kafka "
                         "consumers (JoinGroup with protocol metadata) may join it"
                     )
-                in_consumer_group.append(
-                    self.consumer.classic_join(
-                        doc,
-                        ClassicJoin(
-                            member_id=member,
-                            new=new_member,
-                            topics=list(topics),
-                            protocols=opaque,
-                            protocol_type=protocol_type,
-                            session_timeout_ms=session_timeout_ms,
-                            rebalance_timeout_ms=rebalance_timeout_ms,
-                            instance_id=group_instance_id,
-                            owned=owned_partitions,
-                        ),
-                    )
+                # a KIP-848 group's member: no leader, nothing to wait for
+                epoch, protocol = self.consumer.classic_join(doc, kip848_request)
+                return doc, JoinResult(
+                    generation=epoch,
+                    member_id=member,
+                    leader_id="",
+                    members={member: sorted(set(topics))},
+                    protocol=protocol,
+                    member_metadata={member: _opaque(opaque, protocol)},
+                    instance_ids={member: group_instance_id},
                 )
-                return doc
-            members = doc["members"]
-            self._check_fenced(doc, member)
-            if group_instance_id:
-                took_over[0] = self._take_static_place(
-                    doc, member, group_instance_id, topics, strategies, opaque
-                )
-                if took_over[0]:
-                    return doc
-            if not new_member and member not in members:
-                raise UnknownMemberIdError(
-                    f"member {member!r} is not in group {group!r} (expelled or left); join "
-                    "with an empty member id"
-                )
-            others = [m for k, m in members.items() if k != member]
-            if others and not any(all(s in m["strategies"] for m in others) for s in strategies):
-                raise InconsistentGroupProtocolError(
-                    f"strategies {strategies} share none with group {group!r}'s members "
-                    f"({sorted({s for m in others for s in m['strategies']})})"
-                )
-            previous = members.get(member)
-            members[member] = {
-                "topics": sorted(set(topics)),
-                "strategies": strategies,
-                "session_timeout_ms": session_timeout_ms,
-                "rebalance_timeout_ms": rebalance_timeout_ms,
-                "join_ms": previous["join_ms"] if previous else now,
-                "joined": True,
-                "metadata": opaque,
-                "instance_id": group_instance_id,
-                "protocol_type": protocol_type,
-            }
-            if doc["state"] != PREPARING:
-                self._start_rebalance(doc, now)
-                members[member]["joined"] = True
-            self._complete_if_ready(doc, now)
-            return doc
+            if self._classic(doc).join(request, now):
+                # a static member back in its place: no rebalance, same generation
+                everyone = doc["leader"] == member
+                return doc, self._join_result(group_doc(doc), member, everyone=everyone)
+            return doc, None
 
-        start = state.update(join)
-        if in_consumer_group:  # a KIP-848 group's member: no leader, nothing to wait for
-            epoch, protocol = in_consumer_group[0]
-            return JoinResult(
-                generation=epoch,
-                member_id=member,
-                leader_id="",
-                members={member: sorted(set(topics))},
-                protocol=protocol,
-                member_metadata={member: _opaque(opaque, protocol)},
-                instance_ids={member: group_instance_id},
-            )
-        if took_over[0]:  # a static member back in its place: no rebalance, same generation
-            return self._join_result(start, member, everyone=start["leader"] == member)
+        start, answer = state.update_with(join)
+        if answer is not None:
+            return answer
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
         last_touch = time.monotonic()
         while True:
@@ -758,10 +595,10 @@ class GroupCoordinator:
                     "again with an empty member id"
                 )
             if doc["state"] in (COMPLETING, STABLE) and doc["generation"] > start_generation:
-                return self._join_result(doc, member, everyone=True)
+                return self._join_result(group_doc(doc), member, everyone=True)
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
                 # a newer rebalance began after ours completed unseen: join it too
-                state.update(join)
+                state.update_with(join)
             # a member waiting here is alive: in memory that costs nothing and is said at
             # every look (a slow state write must not expire it); over storage, a PUT
             # every third of its session
@@ -804,66 +641,35 @@ class GroupCoordinator:
                     "assignment is not accepted; accepted: {member_id: [(topic, partition)]}"
                 ) from None
 
-        #: the member's partitions when a KIP-848 group serves the sync
-        in_consumer_group: list[list[TopicPartition]] = []
-
-        def sync(doc: dict[str, Any]) -> dict[str, Any] | None:
-            now = now_ms()
-            in_consumer_group.clear()
-            changed = self._maintain(group, doc, now)
+        def sync(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, list[TopicPartition] | None]:
+            """One attempt: the state to write (None: unchanged) and the member's
+            partitions if a KIP-848 group serves the sync (None: a classic group)."""
+            changed = self._maintain(group, doc, now_ms())
             if is_consumer_group(doc):
-                self._check_fenced(doc, member_id)
+                check_not_fenced(group_doc(doc), member_id)
                 mine = self.consumer.classic_sync(doc, member_id, generation)
-                in_consumer_group.append([TopicPartition(str(t), int(p)) for t, p in mine])
-                return doc if changed else None
-            if doc["state"] == PREPARING:
-                if changed:
-                    return doc
-                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
-            self._check_generation(doc, generation, member_id)
-            if doc["state"] == COMPLETING and member_id == doc["leader"]:
-                if given is not None:
-                    unknown = sorted(set(given) - set(doc["members"]))
-                    if unknown:
-                        raise InvalidRequestError(
-                            f"assignment names members {unknown} that are not in group "
-                            f"{group!r}; accepted members: {sorted(doc['members'])}"
-                        )
-                    doc["assignment"] = {
-                        m: [[t, p] for t, p in given.get(m, [])] for m in doc["members"]
-                    }
-                if opaque_assignment is not None:
-                    doc["opaque_assignment"] = {
-                        str(m): base64.b64encode(bytes(data)).decode()
-                        for m, data in opaque_assignment.items()
-                        if m in doc["members"]
-                    }
-                self._stabilize(doc)
-                return doc
-            return doc if changed else None
+                return (doc if changed else None), [TopicPartition(str(t), int(p)) for t, p in mine]
+            if changed and doc["state"] == PREPARING:
+                return doc, None  # write what expired; the member is told to join again
+            stored = self._classic(doc).sync(member_id, generation, given, opaque_assignment)
+            return (doc if stored or changed else None), None
 
         while True:
-            doc = state.update(sync)
-            if in_consumer_group:  # the assignment is encoded by the listener
+            doc, in_consumer_group = state.update_with(sync)
+            if in_consumer_group is not None:  # the assignment is encoded by the listener
                 self.touch(group, member_id)
-                return in_consumer_group[0], None
-            if doc["state"] == PREPARING:
-                raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
-            self._check_generation(doc, generation, member_id)
-            if doc["state"] == STABLE:
+                return in_consumer_group, None
+            synced = self._classic(doc).synced_assignment(member_id, generation)
+            if synced is not None:
                 self.touch(group, member_id)
-                mine = [
-                    TopicPartition(str(t), int(p)) for t, p in doc["assignment"].get(member_id, [])
-                ]
-                raw = doc.get("opaque_assignment", {}).get(member_id)
-                return mine, base64.b64decode(raw) if raw is not None else None
+                return synced
             time.sleep(self.poll_ms / 1000)
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
         """Keep the member alive; RebalanceInProgress means: join again now."""
         self._check_member_id(member_id)
         doc = self._current(group, member_id)
-        self._check_fenced(doc, member_id)
+        check_not_fenced(group_doc(doc), member_id)
         if is_consumer_group(doc):  # a classic member of a KIP-848 group
             self.consumer.classic_member(doc, member_id, generation)
             self.touch(group, member_id)
@@ -884,34 +690,14 @@ class GroupCoordinator:
         self._check_member_id(member_id)
 
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
-            self._check_fenced(doc, member_id)
+            check_not_fenced(group_doc(doc), member_id)
             if is_consumer_group(doc):  # a classic member of a KIP-848 group
                 named = self.consumer.static_member(doc, group_instance_id or "")
                 if group_instance_id and member_id and named and named != member_id:
-                    raise FencedInstanceIdError(
-                        f"group.instance.id {group_instance_id!r} of group {group!r} belongs "
-                        f"to member {named!r}, not {member_id!r}"
-                    )
+                    raise instance_taken(group, group_instance_id, named, member_id)
                 return doc if self.consumer.classic_leave(doc, named or member_id) else None
-            leaving = member_id
-            if group_instance_id:
-                leaving = next(
-                    (
-                        m
-                        for m, e in doc["members"].items()
-                        if e.get("instance_id") == group_instance_id
-                    ),
-                    "",
-                )
-                if member_id and leaving and leaving != member_id:
-                    raise FencedInstanceIdError(
-                        f"group.instance.id {group_instance_id!r} of group {group!r} belongs "
-                        f"to member {leaving!r}, not {member_id!r}"
-                    )
-            if leaving not in doc["members"]:
-                return None
-            self._remove_members(doc, [leaving], now_ms())
-            return doc
+            left = self._classic(doc).leave(member_id, group_instance_id, now_ms())
+            return doc if left else None
 
         state.update(leave)
         self.forget_heartbeat(group, member_id)
