@@ -487,8 +487,8 @@ class GroupCoordinator:
         Kafka client's join: its protocols replace ``strategy`` and its leader assigns.
         ``group_instance_id`` makes the member static (KIP-345): a member joining with
         the id of one already in the group takes its place and fences it (its calls get
-        FENCED_INSTANCE_ID); in a stable group, with the same subscription and not the
-        it keeps that member's assignment with no rebalance.  A Kafka consumer's join to a
+        FENCED_INSTANCE_ID); in a stable group, with the same subscription, it keeps
+        that member's assignment with no rebalance.  A Kafka consumer's join to a
         KIP-848 group with members (``protocol_type``, and the ``owned_partitions`` its
         subscription names) is served from that group's state and returns at once
         (:meth:`ConsumerGroupProtocol.classic_join`).
