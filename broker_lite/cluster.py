@@ -47,7 +47,13 @@ from sparklog.broker_lite.logs import fields
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.storage import LogRoot
-from sparklog.storage.cluster_metadata import MetadataImage, Record
+from sparklog.storage.cluster_metadata import (
+    BrokerFencedRecord,
+    BrokerRegisteredRecord,
+    BrokerUnregisteredRecord,
+    MetadataImage,
+    Record,
+)
 
 log = logging.getLogger("sparklog.broker_lite.cluster")
 LEASE_PREFIX = "cluster/brokers"
@@ -174,7 +180,7 @@ class Cluster:
 
     def register(self) -> None:
         """Record this incarnation in the metadata log (again, if it was fenced)."""
-        record = {
+        record: BrokerRegisteredRecord = {
             "type": "broker_registered",
             "id": self.broker_id,
             "location": self.location,
@@ -293,7 +299,7 @@ class Cluster:
 
     def _fence(self, entry: dict[str, Any]) -> None:
         """Record that a monitored broker's lease expired (its shards move to survivors)."""
-        record = {
+        record: BrokerFencedRecord = {
             "type": "broker_fenced",
             "id": entry["id"],
             "incarnation": entry["incarnation"],
@@ -447,13 +453,17 @@ class Cluster:
     def resign(self) -> None:
         """Unregister and delete our lease (graceful shutdown) so survivors take over at
         their next look at the metadata log."""
-        record = {"type": "broker_unregistered", "id": self.broker_id}
+        record: BrokerUnregisteredRecord = {
+            "type": "broker_unregistered",
+            "id": self.broker_id,
+            "incarnation": self.incarnation,
+        }
 
         def build(image: MetadataImage) -> list[Record] | None:
             current = image.broker(self.broker_id)
             if current is None or current["incarnation"] != self.incarnation:
                 return None
-            return [{**record, "incarnation": self.incarnation}]
+            return [record]
 
         try:
             self.root.metadata.append(build)

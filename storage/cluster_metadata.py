@@ -48,7 +48,7 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from sparklog.errors import CorruptRecordError, InvalidConfigurationError
 from sparklog.storage.documents import VersionedDocument
@@ -68,7 +68,73 @@ KEYED_SECTIONS = {
     "mirror_link": "mirror_links",
 }
 
-Record = dict[str, Any]
+
+class FormatRecord(TypedDict):
+    type: Literal["format"]
+    format: int
+
+
+class TopicRecord(TypedDict):
+    type: Literal["topic"]
+    #: the topic's whole document (``catalog.TopicInfo.to_doc``)
+    doc: dict[str, Any]
+
+
+class TopicDeletedRecord(TypedDict):
+    type: Literal["topic_deleted"]
+    name: str
+    id: str
+
+
+class BrokerRegisteredRecord(TypedDict):
+    type: Literal["broker_registered"]
+    id: int
+    #: the broker's Flight location and Kafka listener address (None: no Kafka listener)
+    location: str
+    kafka_address: str | None
+    incarnation: str
+
+
+class BrokerUnregisteredRecord(TypedDict):
+    type: Literal["broker_unregistered"]
+    id: int
+    incarnation: str
+
+
+class BrokerFencedRecord(TypedDict):
+    type: Literal["broker_fenced"]
+    id: int
+    incarnation: str
+    #: the broker that saw the lease expire
+    by: int
+
+
+class ProducerIdsRecord(TypedDict):
+    type: Literal["producer_ids"]
+    first: int
+    count: int
+
+
+class KeyedRecord(TypedDict):
+    """Sets (``value``) or deletes (``value: None``) one entry of a section of the image;
+    the value's shape belongs to the layer that owns the section."""
+
+    type: Literal["scram_credential", "acl", "client_quota", "transactional_id", "mirror_link"]
+    key: str
+    value: Any
+
+
+#: One record of a metadata commit: mypy checks every writer's shape against these.
+Record = (
+    FormatRecord
+    | TopicRecord
+    | TopicDeletedRecord
+    | BrokerRegisteredRecord
+    | BrokerUnregisteredRecord
+    | BrokerFencedRecord
+    | ProducerIdsRecord
+    | KeyedRecord
+)
 
 
 @dataclass
@@ -100,34 +166,39 @@ class MetadataImage(LogStateBase):
 
 def apply_record(image: MetadataImage, record: Record, version: int) -> None:
     """Advance ``image`` by one record of the commit at ``version``."""
-    kind = record["type"]
-    if kind == "format":
+    if record["type"] == "format":
         image.format = int(record["format"])
-    elif kind == "topic":
+    elif record["type"] == "topic":
         doc = dict(record["doc"])
         doc["version"] = version
         image.topics = {**image.topics, str(doc["name"]): doc}
-    elif kind == "topic_deleted":
+    elif record["type"] == "topic_deleted":
         current = image.topics.get(record["name"])
         if current is not None and current["id"] == record["id"]:
             image.topics = {k: v for k, v in image.topics.items() if k != record["name"]}
-    elif kind == "broker_registered":
-        entry = {k: record[k] for k in ("id", "location", "kafka_address", "incarnation")}
-        image.brokers = {**image.brokers, str(record["id"]): {**entry, "version": version}}
-    elif kind == "broker_fenced":
+    elif record["type"] == "broker_registered":
+        entry = {
+            "id": record["id"],
+            "location": record["location"],
+            "kafka_address": record["kafka_address"],
+            "incarnation": record["incarnation"],
+            "version": version,
+        }
+        image.brokers = {**image.brokers, str(record["id"]): entry}
+    elif record["type"] == "broker_fenced":
         current = image.brokers.get(str(record["id"]))
         if current is not None and current["incarnation"] == record["incarnation"]:
             image.brokers = {**image.brokers, str(record["id"]): {**current, "fenced": True}}
-    elif kind == "broker_unregistered":
+    elif record["type"] == "broker_unregistered":
         current = image.brokers.get(str(record["id"]))
         if current is not None and current["incarnation"] == record["incarnation"]:
             image.brokers = {k: v for k, v in image.brokers.items() if k != str(record["id"])}
-    elif kind == "producer_ids":
+    elif record["type"] == "producer_ids":
         image.next_producer_id = max(
             image.next_producer_id, int(record["first"]) + int(record["count"])
         )
-    elif kind in KEYED_SECTIONS:
-        section = KEYED_SECTIONS[kind]
+    elif record["type"] in KEYED_SECTIONS:
+        section = KEYED_SECTIONS[record["type"]]
         entries = dict(getattr(image, section))
         if record["value"] is None:
             entries.pop(str(record["key"]), None)
@@ -135,7 +206,7 @@ def apply_record(image: MetadataImage, record: Record, version: int) -> None:
             entries[str(record["key"])] = record["value"]
         setattr(image, section, entries)
     else:
-        raise ValueError(f"unknown metadata record type {kind!r}")
+        raise ValueError(f"unknown metadata record type {record['type']!r}")
 
 
 class MetadataCodec:

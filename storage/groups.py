@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
@@ -107,13 +107,23 @@ class CommittedOffset:
     topic_id: str = ""
 
 
+class OffsetEntry(TypedDict):
+    """One partition's committed offset as a group log stores it (key ``topic:partition``)."""
+
+    offset: int
+    metadata: str
+    commit_ms: int
+    #: the topic's id at commit time ('' in logs written before ids were recorded)
+    topic_id: NotRequired[str]
+
+
 @dataclass
 class GroupLogState(LogStateBase):
     """A group log at one version: the newest generation and the committed offsets."""
 
     version: int = -1
     generation: int = -1
-    offsets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    offsets: dict[str, OffsetEntry] = field(default_factory=dict)
     commits_since_snapshot: int = 0
 
 
@@ -128,7 +138,7 @@ class GroupCodec:
         if isinstance(generation, int):
             state.generation = max(state.generation, generation)
         for key, entry in (commit.get("offsets") or {}).items():
-            state.offsets[key] = dict(entry)
+            state.offsets[key] = cast(OffsetEntry, dict(entry))
         for key in commit.get("deleted") or ():
             state.offsets.pop(key, None)
 
@@ -209,7 +219,7 @@ class GroupStore:
         same create-only step that writes it.
         """
         stamp = now_ms()
-        entries = {
+        entries: dict[str, OffsetEntry] = {
             f"{topic}:{partition}": {
                 "offset": int(offset),
                 "metadata": metadata,
@@ -228,8 +238,9 @@ class GroupStore:
                     generation=state.generation,
                 )
             unchanged = all(
-                state.offsets.get(k, {}).get("offset") == v["offset"]
-                and state.offsets.get(k, {}).get("metadata") == v["metadata"]
+                k in state.offsets
+                and state.offsets[k].get("offset") == v["offset"]
+                and state.offsets[k].get("metadata") == v["metadata"]
                 for k, v in entries.items()
             )
             newer = checked and generation is not None and generation > state.generation

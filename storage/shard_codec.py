@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,48 @@ from sparklog.storage.segments import SEGMENT_ARROW_SCHEMA, Segment
 SNAPSHOT_CHUNK_ROWS = 1024
 #: How a snapshot header describes a partition's chunks: one list per column.
 CHUNK_COLUMNS = ("start", "end", "xxh3", "first", "stop", "rows", "max_ts")
+
+
+class PartChange(TypedDict, total=False):
+    """What one commit changes in one partition of a shard log (every key optional)."""
+
+    #: segments appended at the head (their ``base_offset`` assigned), as ``Segment.to_json``
+    append: list[dict[str, Any]]
+    #: segments added below the head (a merge or compaction's output) and base offsets removed
+    add: list[dict[str, Any]]
+    remove: list[int]
+    #: the log start offset moves up to this (retention, DeleteRecords)
+    lso: int
+    #: the high watermark moves up to this: offsets given up by ``sparklog log recover``
+    skip_to: int
+    #: the idempotent producer's batch (``producer_state.apply_producer``)
+    producer: dict[str, Any]
+    #: transactions: the records' transaction, its close, a control record
+    txn: dict[str, Any]
+    close: dict[str, Any]
+    marker: dict[str, Any]
+
+
+class ShardCommit(TypedDict, total=False):
+    """A shard log commit's body, besides the log's own ``v``, ``id`` and ``ts``."""
+
+    v: int
+    id: str
+    ts: int
+    #: append, merge, retention, txn, marker, epoch, mirror, repair, ...: for people reading
+    kind: str
+    #: the writer's leader epoch (a commit from an older epoch is refused)
+    epoch: int
+    #: partition (as text) -> its change
+    parts: dict[str, PartChange]
+    #: a Spark sink's exactly-once marker: ``app_id``, ``version``
+    txn: dict[str, Any]
+    #: a mirror's link and the source ranges it found missing (``gaps``)
+    mirror: dict[str, Any]
+    #: idempotent producers and sink markers older than these (ms) are forgotten
+    expire: dict[str, int]
+    #: what a repair commit replaced and the offsets it gave up (``storage/log_recover.py``)
+    repair: dict[str, Any]
 
 
 @dataclass
@@ -132,7 +174,8 @@ class ShardCodec:
     def empty(self) -> ShardState:
         return ShardState()
 
-    def apply(self, state: ShardState, commit: Commit) -> None:
+    def apply(self, state: ShardState, raw_commit: Commit) -> None:
+        commit = cast(ShardCommit, raw_commit)
         state.leader_epoch = max(state.leader_epoch, int(commit.get("epoch", 0)))
         ts = int(commit.get("ts", 0))
         for key, change in (commit.get("parts") or {}).items():
@@ -338,7 +381,7 @@ def _read_chunk(
     return pa.Table.from_batches([batch])
 
 
-def _apply_txn(part: PartState, change: Mapping[str, Any], appended: Sequence[Segment]) -> None:
+def _apply_txn(part: PartState, change: PartChange, appended: Sequence[Segment]) -> None:
     """A commit's transactional parts: a transaction's records, its end, a control record."""
     opened, close, marker = change.get("txn"), change.get("close"), change.get("marker")
     if not (opened or close or marker):

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import InvalidConfigurationError, SparklogError
+from sparklog.storage.cluster_metadata import MetadataImage, Record
 
 if TYPE_CHECKING:
     from sparklog.storage import LogRoot
@@ -127,7 +128,7 @@ def create_link(
         created_ms=created_ms,
     )
 
-    def build(image: Any) -> list[dict[str, Any]]:
+    def build(image: MetadataImage) -> list[Record]:
         if name in image.mirror_links:
             raise MirrorLinkExistsError(f"mirror link {name!r} exists already")
         return [{"type": "mirror_link", "key": name, "value": link.to_value()}]
@@ -152,7 +153,7 @@ def get_link(root: LogRoot, name: str) -> MirrorLink:
 def _change(root: LogRoot, name: str, **changes: Any) -> MirrorLink:
     changed: list[MirrorLink] = []
 
-    def build(image: Any) -> list[dict[str, Any]]:
+    def build(image: MetadataImage) -> list[Record]:
         value = image.mirror_links.get(name)
         if value is None:
             raise UnknownMirrorLinkError(f"no mirror link {name!r}")
@@ -172,7 +173,7 @@ def set_paused(root: LogRoot, name: str, paused: bool) -> MirrorLink:
 def delete_link(root: LogRoot, name: str) -> None:
     """Remove the link.  Its mirror topics stay, read-only, until promoted (or deleted)."""
 
-    def build(image: Any) -> list[dict[str, Any]]:
+    def build(image: MetadataImage) -> list[Record]:
         if name not in image.mirror_links:
             raise UnknownMirrorLinkError(f"no mirror link {name!r}")
         return [{"type": "mirror_link", "key": name, "value": None}]
