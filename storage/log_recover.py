@@ -107,6 +107,10 @@ def plan_recovery(log: MetaLog[Any], change: RepairChange | None = None) -> Reco
     state: Any = None
     for version in snapshot_versions:
         problem = problem_in(log, log.key(version, ".snapshot"), snapshot=True)
+        if state is not None:  # below the base: only a damaged one needs deleting
+            if problem is not None and problem != "missing":
+                plan.snapshots_deleted.append((version, problem))
+            continue
         if problem is None:
             try:
                 state = log.open_snapshot(version)
@@ -114,8 +118,8 @@ def plan_recovery(log: MetaLog[Any], change: RepairChange | None = None) -> Reco
                 problem = problem_of(exc)
         if state is not None:
             plan.base = f"snapshot {log.where(log.key(version, '.snapshot'))}"
-            break
-        plan.snapshots_deleted.append((version, problem or "missing"))
+        elif problem is not None and problem != "missing":
+            plan.snapshots_deleted.append((version, problem))
     if state is None:
         state = log.codec.empty()
         if commit_versions and commit_versions[0] > state.version + 1:

@@ -107,27 +107,32 @@ def test_a_missing_middle_commit_keeps_the_later_ones(tmp_path) -> None:
     assert check_root(open_root(url)).findings == []
 
 
-def test_a_damaged_snapshot_is_rebuilt_from_the_commits_losing_nothing(tmp_path) -> None:
+def test_damaged_snapshots_are_deleted_and_the_log_rebuilt_losing_nothing(tmp_path) -> None:
+    """The newest snapshot damaged: rebuilt from the one before and the commits after
+    it; an older damaged one is deleted too (the log check is clean after)."""
     url = f"file://{tmp_path}/root"
     root = open_root(url, snapshot_interval=3)
     root.create_topic("t", 1)
     topic = root.topic("t")
-    for i in range(5):
+    for i in range(10):
         topic.append(0, make_batch([b"v%d" % i]))
-    [snapshot] = list((tmp_path / "root").rglob("shards/*/log/*.snapshot"))
-    raw = bytearray(snapshot.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    snapshot.write_bytes(bytes(raw))
-    assert check_root(open_root(url)).findings != []
+    snapshots = sorted((tmp_path / "root").rglob("shards/*/log/*.snapshot"))
+    assert len(snapshots) >= 3
+    for damaged in (snapshots[0], snapshots[-1]):
+        raw = bytearray(damaged.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        damaged.write_bytes(bytes(raw))
+    assert len(check_root(open_root(url)).findings) == 2
 
     log = _plan(url, "t")["logs"][0]
-    assert log["snapshots_deleted"] == [int(snapshot.stem)]
+    assert sorted(log["snapshots_deleted"]) == [int(snapshots[0].stem), int(snapshots[-1].stem)]
+    assert snapshots[-2].name in log["base"]
     assert log["repairs"] == [] and log["given_up"] == {}
     assert _recover(url, "t", "--execute").returncode == 0
-    assert not snapshot.exists()
+    assert not snapshots[0].exists() and not snapshots[-1].exists()
     assert check_root(open_root(url)).findings == []
-    assert _values(url, "t", 0) == [b"v%d" % i for i in range(5)]
-    assert open_root(url).topic("t").append(0, make_batch([b"v5"])).base_offset == 5
+    assert _values(url, "t", 0) == [b"v%d" % i for i in range(10)]
+    assert open_root(url).topic("t").append(0, make_batch([b"v10"])).base_offset == 10
 
 
 def test_group_and_metadata_logs_read_on_from_the_state_before_the_damage(tmp_path) -> None:
