@@ -67,8 +67,15 @@ def random_binary(rng: np.random.Generator, n: int, width: int) -> pa.Array:
     ).cast(pa.binary())
 
 
-def generate(root_dir: Path, records: int, partitions: int) -> tuple[str, Path, Path]:
-    """The topic on a local root, the same rows as Parquet, and as Spark-ready Arrow files."""
+def generate(
+    root_dir: Path, records: int, partitions: int, append_records: int = CHUNK
+) -> tuple[str, Path, Path]:
+    """The topic on a local root, the same rows as Parquet, and as Spark-ready Arrow files.
+
+    Each ``topic.append`` of ``append_records`` records is one segment (a producer's
+    flush); the Parquet and Arrow baselines are written in files of ``CHUNK`` records
+    whatever the segment size.
+    """
     url = f"file://{root_dir}/root"
     root = open_root(url)
     root.create_topic("bench", partitions, config={"retention.ms": -1})
@@ -98,7 +105,8 @@ def generate(root_dir: Path, records: int, partitions: int) -> tuple[str, Path, 
             ],
             schema=RECORD_SCHEMA,
         )
-        topic.append(p, batch)
+        for start in range(0, n, append_records):
+            topic.append(p, batch.slice(start, append_records))
         with_offsets = pa.RecordBatch.from_arrays(
             [pa.array(np.arange(offsets[p], offsets[p] + n, dtype=np.int64)), *batch.columns],
             names=["offset", *RECORD_SCHEMA.names],
@@ -206,16 +214,18 @@ def memory_source_class() -> Any:
 
 
 REPEAT = 3
+STAT = "best"
 
 
 def timed(label: str, action: Callable[[], Any], records: int, results: dict) -> float:
-    """Best of REPEAT runs (the machine is shared: the minimum is the least disturbed run)."""
+    """The best (default: on a shared machine the least disturbed) or the median of REPEAT
+    runs, as ``--stat`` says; every run is printed."""
     runs = []
     for _ in range(REPEAT):
         start = time.perf_counter()
         action()
         runs.append(time.perf_counter() - start)
-    seconds = min(runs)
+    seconds = min(runs) if STAT == "best" else sorted(runs)[len(runs) // 2]
     results[label] = seconds
     spread = f"(runs {', '.join(f'{r:.2f}' for r in runs)})"
     print(
@@ -230,7 +240,16 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement")
+    parser.add_argument(
+        "--stat", choices=("best", "median"), default="best", help="which run is kept"
+    )
+    parser.add_argument(
+        "--append-records",
+        type=int,
+        default=CHUNK,
+        help="records per segment of the topic (one producer flush each)",
+    )
     parser.add_argument(
         "--sections",
         default="batch,stream,write,latency,typed",
@@ -240,8 +259,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20, help="latency: seconds of producing")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
-    global REPEAT
-    REPEAT = args.repeat
+    global REPEAT, STAT
+    REPEAT, STAT = args.repeat, args.stat
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
@@ -252,7 +271,10 @@ def main() -> int:
     try:
         t0 = time.perf_counter()
         url, parquet_dir, arrow_dir = generate(
-            work, n if sections & {"batch", "stream", "write"} else CHUNK, args.partitions
+            work,
+            n if sections & {"batch", "stream", "write"} else CHUNK,
+            args.partitions,
+            args.append_records,
         )
         print(f"generated {n} records in {time.perf_counter() - t0:.1f} s under {work}")
         from pyspark.sql import SparkSession
