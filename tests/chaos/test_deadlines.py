@@ -116,14 +116,18 @@ def test_broker_whose_store_is_gone_says_it_lost_its_lease(proxied_s3: ProxiedS3
     ):
         client.create_topic("t", 1)
         assert client.produce("t", 0, make_batch([b"a"])).base_offset == 0
-        proxied_s3.proxy.set("blackhole")
-        cluster = server.broker.cluster
-        assert cluster is not None
-        wait_for(lambda: not cluster.healthy, 30, "the lease to lapse")
         registry = server.broker.metrics.registry
 
         def shards(state: str) -> float | None:
             return registry.get_sample_value("sparklog_leadership_shards", {"state": state})
+
+        # the leadership pass has counted the new topic's shard (CI at load once black-holed
+        # the store before it ran: the broker then led nothing it knew of)
+        wait_for(lambda: shards("leading") == 1, 30, "the shard counted as led")
+        proxied_s3.proxy.set("blackhole")
+        cluster = server.broker.cluster
+        assert cluster is not None
+        wait_for(lambda: not cluster.healthy, 30, "the lease to lapse")
 
         # the operator can see why: the shard it led is held back by its stale lease
         wait_for(lambda: shards("lease_stale") == 1 and shards("leading") == 0, 30, "the metric")
