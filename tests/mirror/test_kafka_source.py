@@ -181,7 +181,12 @@ def test_a_source_topic_deleted_and_re_created_is_not_mixed_into_its_mirror(brok
     create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
     mirror = KafkaMirror(dest, get_link(dest, "migrate"))
     try:
-        wait_for(lambda: mirror.step().records == 0, timeout_s=60, what="the first copy")
+        # (a step before the broker's metadata shows the new topic copies nothing too)
+        wait_for(
+            lambda: mirror.step().records == 0 and "orders" in dest.list_topics(),
+            timeout_s=60,
+            what="the first copy",
+        )
         first_id = dest.describe_topic("orders").mirror["source_topic_id"]
         assert first_id and first_id == mirror.topic_ids(["orders"])["orders"]
         before = [table(dest, "orders", p) for p in range(2)]
