@@ -84,8 +84,7 @@ class LeadershipRole(BrokerState):
         else:
             # at once, from the lease loop: the leadership pass that also sets these reads
             # the store, which may be what is gone (it can take its deadlines to finish)
-            self.metrics.leadership_shards.labels("leading").set(0)
-            self.metrics.leadership_shards.labels("lease_stale").set(self._shards_before_stale)
+            self._set_leadership_shards(leading=0, stale=self._shards_before_stale)
             log.warning(
                 "lease is stale: this broker leads nothing until a renewal completes within "
                 "lease_timeout_ms of its start",
@@ -95,6 +94,10 @@ class LeadershipRole(BrokerState):
                     last_lease_write_ms=round(self.cluster.lease_write_s * 1000),
                 ),
             )
+
+    def _set_leadership_shards(self, *, leading: int, stale: int) -> None:
+        self.metrics.leadership_shards.labels("leading").set(leading)
+        self.metrics.leadership_shards.labels("lease_stale").set(stale)
 
     def _update_leadership(self) -> None:
         assert self.cluster is not None
@@ -136,9 +139,8 @@ class LeadershipRole(BrokerState):
         shards = len({(name, self.cluster.shard_of(name, p)) for name, p in led})
         if self.cluster.healthy:
             self._shards_before_stale = shards
-        self.metrics.leadership_shards.labels("leading").set(shards)
-        self.metrics.leadership_shards.labels("lease_stale").set(
-            0 if self.cluster.healthy else self._shards_before_stale
+        self._set_leadership_shards(
+            leading=shards, stale=0 if self.cluster.healthy else self._shards_before_stale
         )
 
     def _warm_followers(self, topic: Topic) -> None:
