@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,38 +22,42 @@ from tests.spark.spark_support import REPO, classic_env
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def connect() -> Iterator[Any]:
+def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark Connect client session on a server subprocess (stopped by pid afterwards)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.spark_connect_server", str(port)],
-        cwd=REPO,
-        env=classic_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    ready = threading.Event()
+    log_path = tmp_path_factory.mktemp("connect") / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.spark_connect_server"],
+            cwd=REPO,
+            env=classic_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
+    ports: queue.Queue[int | None] = queue.Queue()
 
     def watch() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.strip() == "ready":
-                ready.set()
+            words = line.split()
+            if words[:1] == ["ready"]:
+                ports.put(int(words[1]))
+        ports.put(None)  # the server's stdout closed: it has ended
 
     threading.Thread(target=watch, daemon=True).start()
     try:
-        if not ready.wait(180):
-            raise AssertionError("the Spark Connect server did not start within 180 s")
+        try:
+            port = ports.get(timeout=300)
+        except queue.Empty:
+            port = None
+        if port is None:
+            tail = log_path.read_text()[-3000:]
+            raise AssertionError(
+                f"the Spark Connect server did not start (exit code {proc.poll()}):\n{tail}"
+            )
         from pyspark.sql import SparkSession
 
         saved_env = dict(os.environ)  # a Connect client marks the process as Connect-only
