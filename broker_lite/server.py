@@ -636,6 +636,23 @@ def _freeze_startup_heap(kafka: Any) -> None:
     gc.freeze()
 
 
+def dump_stacks_on_sigusr1() -> Any:
+    """An operator's view of a stuck broker, as a JVM's thread dump on SIGQUIT: every
+    thread's stack to stderr on SIGUSR1 (docs/operations.md).
+
+    A Python-level handler, not ``faulthandler.register``: the C-level handler walks
+    other threads' frames while they run and crashes the process when a thread starts
+    or ends during the walk. Run between bytecodes in the main thread, the walk sees
+    every other thread parked off the GIL. The broker's main thread only waits on an
+    event, which a signal interrupts, so the dump comes at once. Returns the handler
+    it replaced."""
+
+    def on_dump(signum: int, frame: Any) -> None:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+    return signal.signal(signal.SIGUSR1, on_dump)
+
+
 def serve(
     config_path: str | None = None,
     root: str | LogRoot | None = None,
@@ -670,9 +687,7 @@ def serve(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    # an operator's view of a stuck broker, as a JVM's thread dump on SIGQUIT: every
-    # thread's stack to stderr on SIGUSR1 (docs/operations.md)
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    previous[signal.SIGUSR1] = dump_stacks_on_sigusr1()
     try:
         while not stop.wait(0.5):
             pass
