@@ -177,6 +177,14 @@ class FaultProxy:
         if mode == "reset":
             self._close(pipe, reset=True)
             return
+        if not upward and data.startswith(b"HTTP/1.1 100"):
+            # an interim "100 Continue" is not the answer; the answer may share its chunk
+            interim_end = data.find(b"\r\n\r\n") + 4
+            if 4 <= interim_end < len(data):
+                self._forward(pipe, False, data[:interim_end])
+                if not pipe.closed:
+                    self._forward(pipe, False, data[interim_end:])
+                return
         if mode == "delay" and self.delay_ms:
             time.sleep(self.delay_ms / 1000)
         if upward and self._mute[2] > 0:
@@ -189,7 +197,6 @@ class FaultProxy:
                 pipe.muted = True
         if not upward and pipe.muted:
             return  # the request was applied; its answer is lost
-        # an interim "100 Continue" comes before the body is sent: not the answer
         if not upward and not data.startswith(b"HTTP/1.1 100") and self._take_one_loss():
             # linger 0, then shutdown: the client sees its connection end with no answer
             with contextlib.suppress(OSError):
