@@ -106,7 +106,19 @@ def generate(
             schema=RECORD_SCHEMA,
         )
         for start in range(0, n, append_records):
-            topic.append(p, batch.slice(start, append_records))
+            piece = batch.slice(start, append_records)
+            # headers of the piece's own length: a slice of one long null list keeps the
+            # whole list's child buffers, which the IPC writer would store in every segment
+            topic.append(
+                p,
+                pa.RecordBatch.from_arrays(
+                    [
+                        *piece.columns[:3],
+                        pa.nulls(piece.num_rows, RECORD_SCHEMA.field("headers").type),
+                    ],
+                    schema=RECORD_SCHEMA,
+                ),
+            )
         with_offsets = pa.RecordBatch.from_arrays(
             [pa.array(np.arange(offsets[p], offsets[p] + n, dtype=np.int64)), *batch.columns],
             names=["offset", *RECORD_SCHEMA.names],

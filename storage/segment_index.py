@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sparklog.storage.records import int64_values
 from sparklog.storage.segments import Segment, segments_from_table, segments_to_table
 
 
@@ -43,13 +44,13 @@ class LazyChunk:
     @classmethod
     def of(cls, table: pa.Table) -> LazyChunk:
         """A chunk already in memory."""
-        bases = table.column("base_offset").to_numpy()
-        ends = bases + table.column("offset_span").to_numpy()
+        bases = int64_values(table.column("base_offset"))
+        ends = bases + int64_values(table.column("offset_span"))
         chunk = cls(
             first_base=int(bases[0]),
             end_offset=int(ends.max()),
             rows=table.num_rows,
-            max_timestamp_ms=int(table.column("max_timestamp_ms").to_numpy().max()),
+            max_timestamp_ms=int(int64_values(table.column("max_timestamp_ms")).max()),
             load=lambda: table,
         )
         chunk.table, chunk.bases = table, bases
@@ -58,7 +59,7 @@ class LazyChunk:
     def loaded(self) -> tuple[pa.Table, np.ndarray]:
         if self.table is None or self.bases is None:
             table = self.load()
-            self.bases = table.column("base_offset").to_numpy()
+            self.bases = int64_values(table.column("base_offset"))
             self.table = table
         return self.table, self.bases
 
@@ -187,7 +188,7 @@ class SegmentIndex:
             if chunk.max_timestamp_ms < timestamp_ms:
                 continue  # skipped without reading it
             table, bases = chunk.loaded()
-            maxes = table.column("max_timestamp_ms").to_numpy()
+            maxes = int64_values(table.column("max_timestamp_ms"))
             for i in np.nonzero(maxes >= timestamp_ms)[0]:
                 if int(bases[i]) not in self._removed:
                     chunk_hit = self._chunk_rows(chunk, int(i), int(i) + 1)[0]
