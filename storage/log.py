@@ -577,13 +577,23 @@ class PartitionLog:
 
     # -- reads -------------------------------------------------------------
     def iter_batches(
-        self, start: int, end: int | None = None, *, max_bytes: int | None = None
+        self,
+        start: int,
+        end: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        batch_rows: int = 0,
+        batch_bytes: int = 0,
     ) -> Iterator[pa.RecordBatch]:
         """Records with offsets in ``[start, end)`` as batches with an ``offset`` column.
 
         Raises OffsetOutOfRangeError if ``start`` is below the log start offset
         or above the high watermark.  ``max_bytes`` stops after the segment
         that crosses it (always returning at least one segment's records).
+        ``batch_rows``/``batch_bytes`` join consecutive segments' batches until a
+        batch holds that many rows or bytes: a log of small segments (one per
+        producer flush) is read as few large batches, with one copy and one
+        offset column per batch instead of per segment.
         """
 
         def plan(state: LogState) -> tuple[int, list[Segment]]:
@@ -599,12 +609,16 @@ class PartitionLog:
             return stop, state.segments.overlapping(start, stop)
 
         stop, planned = self._planned(plan)
+        target = self.schema_for("")
+        joined = _JoinedPieces(target, batch_rows, batch_bytes)
         read_bytes = 0
         for seg in planned:
-            yield from self.segment_batches(seg, start, stop)
+            for first, piece in self._pieces(seg, start, stop):
+                yield from joined.add(first, piece)
             read_bytes += seg.size_bytes
             if max_bytes is not None and read_bytes >= max_bytes:
-                return
+                break
+        yield from joined.flush()
 
     def read(self, start: int, end: int | None = None, *, max_bytes: int | None = None) -> pa.Table:
         """Offsets ``[start, end)`` as one table (schema: offset + the topic's record schema)."""
@@ -616,30 +630,31 @@ class PartitionLog:
 
     def segment_batches(self, seg: Segment, start: int, stop: int) -> Iterator[pa.RecordBatch]:
         """One segment's records with offsets in ``[start, stop)``, offset column added."""
+        target = self.schema_for("")
+        for first, piece in self._pieces(seg, start, stop):
+            yield _conform(piece if first is None else _with_offsets(first, piece), target)
+
+    def _pieces(
+        self, seg: Segment, start: int, stop: int
+    ) -> Iterator[tuple[int | None, pa.RecordBatch]]:
+        """The segment's stored batches cut to ``[start, stop)``: ``(first offset, batch)``
+        for a plain segment (offsets implied), ``(None, batch with its offset column)`` for
+        one that stores offsets (compacted: they have gaps)."""
         import pyarrow.compute as pc
 
-        schema = self.schema_for(seg.schema_id)
-        target = self.schema_for("")
         offset = seg.base_offset
-        for batch in read_segment(self.store, seg, schema):
+        for batch in read_segment(self.store, seg, self.schema_for(seg.schema_id)):
             if seg.has_offsets:
                 offsets = batch.column("offset")
                 mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, stop))
                 chosen = batch.filter(mask)
                 if chosen.num_rows:
-                    yield _conform(chosen, target)
+                    yield None, chosen
                 continue
             rows = batch.num_rows
             lo, hi = max(start - offset, 0), min(stop - offset, rows)
             if hi > lo:
-                piece = batch.slice(lo, hi - lo)
-                offsets = offset_column(offset + lo, hi - lo)
-                yield _conform(
-                    pa.RecordBatch.from_arrays(
-                        [offsets, *piece.columns], schema=pa.schema([OFFSET_FIELD, *piece.schema])
-                    ),
-                    target,
-                )
+                yield offset + lo, batch.slice(lo, hi - lo)
             offset += rows
             if offset >= stop:
                 return
@@ -702,6 +717,48 @@ class PartitionLog:
             return seg.base_offset + int(row)
         offsets = pa.chunked_array([b.column("offset") for b in batches], pa.int64())
         return int(offsets[row].as_py())
+
+
+def _with_offsets(first: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A plain segment's records with their offsets, ``first`` onwards, as a column."""
+    return pa.RecordBatch.from_arrays(
+        [offset_column(first, batch.num_rows), *batch.columns],
+        schema=pa.schema([OFFSET_FIELD, *batch.schema]),
+    )
+
+
+class _JoinedPieces:
+    """Consecutive plain pieces of one stored schema joined into batches of about
+    ``rows`` rows or ``size_bytes`` bytes (0 and 0: every piece a batch of its own)."""
+
+    def __init__(self, target: pa.Schema, rows: int, size_bytes: int) -> None:
+        self.target, self.rows, self.size_bytes = target, rows, size_bytes
+        self._pending: list[pa.RecordBatch] = []
+        self._first = self._rows = self._bytes = 0
+
+    def add(self, first: int | None, piece: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if self._pending and (
+            first != self._first + self._rows or not piece.schema.equals(self._pending[0].schema)
+        ):
+            yield from self.flush()
+        if first is None:
+            yield _conform(piece, self.target)
+            return
+        if not self._pending:
+            self._first = first
+        self._pending.append(piece)
+        self._rows += piece.num_rows
+        self._bytes += piece.get_total_buffer_size()
+        if self._rows >= self.rows or (self.size_bytes and self._bytes >= self.size_bytes):
+            yield from self.flush()
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        pending = self._pending
+        if not pending:
+            return
+        joined = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+        self._pending, self._rows, self._bytes = [], 0, 0
+        yield _conform(_with_offsets(self._first, joined), self.target)
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

@@ -7,6 +7,7 @@ On a typed topic ``value`` is a struct of the topic's schema instead of bytes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,8 +66,10 @@ def int64_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.frombuffer(data, dtype=np.int64, count=len(values), offset=values.offset * 8)
 
 
+@functools.lru_cache(maxsize=256)
 def record_schema(value_type: pa.DataType | None = None) -> pa.Schema:
-    """Schema of stored records; ``value_type`` is a struct on typed topics."""
+    """Schema of stored records; ``value_type`` is a struct on typed topics (one shared,
+    immutable schema per value type: reads ask for it once per segment)."""
     return pa.schema(
         [
             pa.field("key", pa.binary()),

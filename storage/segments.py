@@ -123,7 +123,11 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
 
 
 def segments_from_table(table: pa.Table) -> list[Segment]:
-    return [Segment(**row) for row in table.to_pylist()]
+    """Column by column (a third of ``to_pylist``'s per-row dicts: an executor plans
+    every segment of its range again, thousands for a log of small flushes)."""
+    names = table.schema.names
+    columns = [table.column(name).to_pylist() for name in names]
+    return [Segment(**dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
 
 
 def _check_compression(compression: str) -> str | None:

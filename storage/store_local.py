@@ -20,6 +20,9 @@ from sparklog.storage.store_backend import ObjectInfo, Writable
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: ranges above this are memory-mapped by get_range, smaller ones read into a buffer
+_MAPPED_RANGE_BYTES_MIN = 4 << 20
+
 
 #: URL prefixes of fsspec's local filesystem, stripped to get the folder
 _LOCAL_PREFIXES = ("file://", "file:", "local://", "local:")
@@ -162,11 +165,23 @@ class LocalBackend:
             return mm.read_buffer()
 
     def get_range(self, path: str, start: int, end: int) -> pa.Buffer:
+        """A small range is read into a buffer of Arrow's pool, which reuses freed memory; a
+        large one is memory-mapped (no copy). Mapping a small range costs more than copying
+        it: a map and unmap, and a page fault per page when the checksum first reads it."""
         import pyarrow as pa
 
-        with pa.memory_map(path, "r") as mm:
-            mm.seek(start)
-            return mm.read_buffer(end - start)
+        size = end - start
+        if size > _MAPPED_RANGE_BYTES_MIN:
+            with pa.memory_map(path, "r") as mm:
+                mm.seek(start)
+                return mm.read_buffer(size)
+        buffer = pa.allocate_buffer(size)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            read = os.preadv(fd, [memoryview(buffer)], start) if size else 0
+        finally:
+            os.close(fd)
+        return buffer if read == size else buffer.slice(0, read)
 
     def get_tail(self, path: str, nbytes: int) -> tuple[bytes, int] | None:
         with open(path, "rb", buffering=0) as f:

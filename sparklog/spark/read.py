@@ -4,7 +4,8 @@ Runs in Spark's Python workers, which are separate processes reused across
 tasks: roots and topic handles are cached per process, so a partition log
 already loaded only reads the commits made since (retention may have removed
 segments it still lists).  Record batches go from the segment objects to Spark without Python per
-row; small stored batches are coalesced so Spark gets few, large batches.
+row; small stored batches are joined (by the storage read) so Spark gets few, large
+batches.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sparklog.storage import LogRoot, Topic
 from sparklog.storage.txn_markers import committed_only
 from sparklog.topic_partition import TopicPartition
 
-#: Coalesce stored batches until a Spark batch holds about this many rows or bytes.
+#: Join stored batches until a Spark batch holds about this many rows or bytes.
 TARGET_BATCH_ROWS = 65_536
 TARGET_BATCH_BYTES = 16 << 20
 
@@ -38,26 +39,6 @@ def _topic(root_key: str, root: LogRoot, task: ReadTask, name: str) -> Topic:
     elif handle.info.version < info.version:
         handle.info = info
     return handle
-
-
-def coalesce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Merge runs of small batches into batches of about TARGET_BATCH_ROWS rows."""
-    pending: list[pa.RecordBatch] = []
-    rows = size = 0
-    for batch in batches:
-        if not pending and (
-            batch.num_rows >= TARGET_BATCH_ROWS or batch.nbytes >= TARGET_BATCH_BYTES
-        ):
-            yield batch
-            continue
-        pending.append(batch)
-        rows += batch.num_rows
-        size += batch.nbytes
-        if rows >= TARGET_BATCH_ROWS or size >= TARGET_BATCH_BYTES:
-            yield pa.concat_batches(pending)
-            pending, rows, size = [], 0, 0
-    if pending:
-        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -82,10 +63,12 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
             continue
         ts_type = timestamp_type_of(topic.info.effective_config)
         try:
-            batches = plog.iter_batches(start, r.end)
+            batches = plog.iter_batches(
+                start, r.end, batch_rows=TARGET_BATCH_ROWS, batch_bytes=TARGET_BATCH_BYTES
+            )
             if task.read_committed:
                 batches = iter(committed_only(batches, plog.state.transactions, r.end))
-            for batch in coalesce(batches):
+            for batch in batches:
                 yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
         except OffsetOutOfRangeError as exc:  # retention ran between planning and reading
             resume = check_start(
@@ -96,8 +79,10 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
                 fail_on_data_loss=task.fail_on_data_loss,
             )
             if r.start <= resume < r.end:
-                again = plog.iter_batches(resume, r.end)
+                again = plog.iter_batches(
+                    resume, r.end, batch_rows=TARGET_BATCH_ROWS, batch_bytes=TARGET_BATCH_BYTES
+                )
                 if task.read_committed:
                     again = iter(committed_only(again, plog.state.transactions, r.end))
-                for batch in coalesce(again):
+                for batch in again:
                     yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
