@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import InvalidTxnStateError
 
@@ -144,6 +143,8 @@ def drop_aborted(
     batches: Iterable[pa.RecordBatch], aborted: list[tuple[int, int]]
 ) -> list[pa.RecordBatch]:
     """The batches without the records whose offsets lie in an aborted range."""
+    import pyarrow.compute as pc  # on use: every planning process imports this module
+
     out = []
     for batch in batches:
         if not aborted or batch.num_rows == 0:
@@ -170,6 +171,8 @@ def committed_only(
 ) -> list[pa.RecordBatch]:
     """What a read_committed reader gets of ``batches``: below the last stable
     offset, without aborted transactions' records."""
+    import pyarrow.compute as pc
+
     below = []
     for batch in batches:
         if batch.num_rows == 0:
