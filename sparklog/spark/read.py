@@ -20,7 +20,7 @@ from sparklog.spark.offsets import check_start
 from sparklog.spark.plan import ReadTask
 from sparklog.spark.roots import cached_root
 from sparklog.spark.schema import timestamp_type_of, to_spark_batch
-from sparklog.storage import LogRoot, Topic
+from sparklog.storage import LogRoot, PartitionLog, Topic
 from sparklog.storage.txn_markers import committed_only
 from sparklog.topic_partition import TopicPartition
 
@@ -63,12 +63,7 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
             continue
         ts_type = timestamp_type_of(topic.info.effective_config)
         try:
-            batches = plog.iter_batches(
-                start, r.end, batch_rows=TARGET_BATCH_ROWS, batch_bytes=TARGET_BATCH_BYTES
-            )
-            if task.read_committed:
-                batches = iter(committed_only(batches, plog.state.transactions, r.end))
-            for batch in batches:
+            for batch in _records(plog, start, r.end, task.read_committed):
                 yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
         except OffsetOutOfRangeError as exc:  # retention ran between planning and reading
             resume = check_start(
@@ -79,10 +74,18 @@ def read_task(task: ReadTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
                 fail_on_data_loss=task.fail_on_data_loss,
             )
             if r.start <= resume < r.end:
-                again = plog.iter_batches(
-                    resume, r.end, batch_rows=TARGET_BATCH_ROWS, batch_bytes=TARGET_BATCH_BYTES
-                )
-                if task.read_committed:
-                    again = iter(committed_only(again, plog.state.transactions, r.end))
-                for batch in again:
+                for batch in _records(plog, resume, r.end, task.read_committed):
                     yield to_spark_batch(batch, r.topic, r.partition, ts_type, target)
+
+
+def _records(
+    plog: PartitionLog, start: int, end: int, read_committed: bool
+) -> Iterator[pa.RecordBatch]:
+    """``[start, end)`` in batches joined to Spark's size; under read_committed, only
+    what a read_committed Kafka consumer would see."""
+    batches = plog.iter_batches(
+        start, end, batch_rows=TARGET_BATCH_ROWS, batch_bytes=TARGET_BATCH_BYTES
+    )
+    if read_committed:
+        return iter(committed_only(batches, plog.state.transactions, end))
+    return batches
