@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
 from sparklog.broker_lite.broker_state import with_offsets
-from sparklog.broker_lite.produce import ProduceRequest, take_runs
+from sparklog.broker_lite.produce import (
+    ProduceOutcome,
+    ProduceRequest,
+    Run,
+    TopicBatcher,
+    take_runs,
+)
 from sparklog.broker_lite.tailcache import TailCache
 from sparklog.errors import OutOfOrderSequenceError
 from sparklog.storage import ProducerBatch, make_batch
@@ -28,6 +36,58 @@ def test_runs_merge_one_producer_contiguous_and_keep_order():
     assert rest == [b0, a2_gap]  # a different producer waits for the next flush, in order
     runs, rest = take_runs([req(2), req(2), req(2, 5, 0)])
     assert [len(r.requests) for r in runs] == [2] and len(rest) == 1
+
+
+def test_linger_spaces_a_topics_objects_and_an_idle_topic_flushes_at_once():
+    """linger_ms is the least time between two flushes of a topic (its objects per
+    second), not a delay each request waits: after an idle spell a request is written
+    at once.  The batcher runs on a fake clock; real waits are an hour long."""
+    now = [0.0]
+    read = threading.Event()  # the batcher's thread read the clock: it waits or flushes
+
+    def clock() -> float:
+        if threading.current_thread() is not threading.main_thread():
+            read.set()
+        return now[0]
+
+    def submit_and_see_it_wait(request: ProduceRequest) -> None:
+        read.clear()
+        batcher.submit([request])
+        assert read.wait(30)  # the thread has seen the request and the time
+        assert not request.future.done()
+
+    flushed: list[list[ProduceRequest]] = []
+
+    def flush(runs: list[Run]) -> None:
+        flushed.append([r for run in runs for r in run.requests])
+        for run in runs:
+            for r in run.requests:
+                r.future.set_result(ProduceOutcome(0, r.record_count))
+
+    batcher = TopicBatcher("t", flush, linger_ms=3_600_000, batch_bytes=1 << 30, clock=clock)
+    try:
+        first = req(0)
+        submit_and_see_it_wait(first)  # an hour has not passed since the batcher began
+        now[0] = 3_601.0
+        second = req(1)
+        batcher.submit([second])  # past the linger: both in one flush
+        second.future.result(timeout=30)
+        assert first.future.done() and flushed == [[first, second]]
+        now[0] = 3_602.0  # one second after that flush began: the next waits
+        third = req(0)
+        submit_and_see_it_wait(third)
+        now[0] = 20_000.0  # an hour since: flushed with the next request
+        fourth = req(1)
+        batcher.submit([fourth])
+        fourth.future.result(timeout=30)
+        assert flushed[1:] == [[third, fourth]]
+        now[0] = 30_000.0  # an idle topic: flushed at once, alone
+        alone = req(0)
+        batcher.submit([alone])
+        alone.future.result(timeout=30)
+        assert flushed[2:] == [[alone]]
+    finally:
+        batcher.close()
 
 
 def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
