@@ -189,6 +189,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         if self.cluster is not None:
             self.cluster.resign()
         self._pool.shutdown(wait=True)
+        self.transactions.close()
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
     def _tick_loop(self) -> None:

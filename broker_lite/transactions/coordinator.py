@@ -14,10 +14,14 @@ concurrency, so any broker may serve any call and complete what another began::
 Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
 decision), then, once every partition has its marker (control record) and a
 committed transaction's offsets are in their groups' logs,
-``CompleteCommit``/``CompleteAbort``.  A broker finding a Prepare state left
-behind (its coordinator died) finishes it; an ``Ongoing`` transaction older
-than its timeout is aborted with the epoch bumped, which fences its producer.
-Markers and offset commits are idempotent, so finishing twice is harmless.
+``CompleteCommit``/``CompleteAbort``.  EndTxn answers once the markers and
+offsets are written (what readers see is final then); the Complete record
+follows on a background thread, and the producer's next call waits for it if
+it has not landed yet: one metadata-log append less between transactions.
+A broker finding a Prepare state left behind (its coordinator died) finishes
+it; an ``Ongoing`` transaction older than its timeout is aborted with the epoch
+bumped, which fences its producer.  Markers and offset commits are idempotent,
+so finishing twice is harmless.
 
 Records of a transaction are accepted by a partition only if the partition was
 added (AddPartitionsToTxn) to the producer's ongoing transaction, and carry the
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +105,13 @@ class TransactionCoordinator:
         self._index_version = -1
         self._by_pid: dict[int, str] = {}
         self._lock = threading.Lock()
+        # transactional id -> its Complete record being written in the background
+        self._completing: dict[str, Future[None]] = {}
+        self._completer = ThreadPoolExecutor(2, thread_name_prefix="txn-complete")
+
+    def close(self) -> None:
+        """Write the Complete records in flight, then stop the thread that writes them."""
+        self._completer.shutdown(wait=True)
 
     # -- the metadata log ----------------------------------------------------
     @property
@@ -190,6 +202,7 @@ class TransactionCoordinator:
                         f"producer {producer_id} epoch {producer_epoch} of {tid!r} is fenced "
                         f"by epoch {before['epoch']}"
                     )
+        self._await_complete(tid)
         for _ in range(10):
             current = self.state(tid)
             if current is not None and current["state"] == ONGOING:
@@ -249,6 +262,8 @@ class TransactionCoordinator:
         partitions: Sequence[tuple[str, int]] = (),
         group: str | None = None,
     ) -> dict[str, Any]:
+        self._await_complete(tid)
+
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
             current = self._check_producer(tid, current, producer_id, producer_epoch)
             state = current["state"]
@@ -368,12 +383,13 @@ class TransactionCoordinator:
     # -- EndTxn ---------------------------------------------------------------------
     def end(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """Commit or abort the producer's transaction: markers, offsets, then Complete."""
+        self._await_complete(tid)
         current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
         state = current["state"]
         wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
         done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         if state == ONGOING:
-            self._begin_end(tid, current, commit=commit, bump=False)
+            self._begin_end(tid, current, commit=commit, bump=False, complete_later=True)
             return
         if state == wanted:
             self.complete(tid)
@@ -384,8 +400,20 @@ class TransactionCoordinator:
             f"transactional id {tid!r} is {state}: cannot {'commit' if commit else 'abort'}"
         )
 
-    def _begin_end(self, tid: str, seen: dict[str, Any], *, commit: bool, bump: bool) -> None:
-        """Write the decision (Prepare*), then complete it; ``bump`` fences the producer."""
+    def _begin_end(
+        self,
+        tid: str,
+        seen: dict[str, Any],
+        *,
+        commit: bool,
+        bump: bool,
+        complete_later: bool = False,
+    ) -> None:
+        """Write the decision (Prepare*), then complete it; ``bump`` fences the producer.
+
+        ``complete_later`` returns once the markers and offsets are written and
+        leaves the Complete record to the background (EndTxn's answer).
+        """
         wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
 
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -397,10 +425,20 @@ class TransactionCoordinator:
             return {**current, "state": wanted, "epoch": epoch}
 
         self._change(tid, change)
-        self.complete(tid)
+        self.complete(tid, later=complete_later)
 
-    def complete(self, tid: str) -> None:
-        """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete."""
+    def _await_complete(self, tid: str) -> None:
+        """Wait for ``tid``'s Complete record if this broker is writing it."""
+        with self._lock:
+            pending = self._completing.get(tid)
+        if pending is not None:
+            pending.result()  # its errors are logged where it ran; the state says the rest
+
+    def complete(self, tid: str, *, later: bool = False) -> None:
+        """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete.
+
+        ``later``: the Complete record is written in the background (see the module doc).
+        """
         current = self.state(tid)
         if current is None or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT):
             return
@@ -418,6 +456,30 @@ class TransactionCoordinator:
             for group, rows in current["groups"].items():
                 if rows:
                     self._commit_offsets(group, rows)
+        if not later:
+            self._write_complete(tid, current)
+            return
+        with self._lock:
+            if self._completing.get(tid) is None:
+                done: Future[None] = self._completer.submit(
+                    self._complete_in_background, tid, current
+                )
+                self._completing[tid] = done
+
+    def _complete_in_background(self, tid: str, current: dict[str, Any]) -> None:
+        try:
+            self._write_complete(tid, current)
+        except Exception as exc:  # the orphan sweep (tick) finishes it later
+            log.warning(
+                "writing a transaction's Complete record failed",
+                extra=fields(transactional_id=tid, error=str(exc)),
+            )
+        finally:
+            with self._lock:
+                self._completing.pop(tid, None)
+
+    def _write_complete(self, tid: str, current: dict[str, Any]) -> None:
+        commit = current["state"] == PREPARE_COMMIT
 
         def change(now: dict[str, Any] | None) -> dict[str, Any] | None:
             if now is None or now["state"] != current["state"] or now["n"] != current["n"]:

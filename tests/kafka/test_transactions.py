@@ -94,6 +94,36 @@ def test_commit_and_abort_as_read_committed_and_read_uncommitted_readers_see_the
     assert positions == [8, 5]
 
 
+def test_back_to_back_transactions_each_begin_after_the_previous_ones_complete_record(
+    one_broker: Cluster,
+) -> None:
+    """EndTxn answers before its Complete record lands (written in the background);
+    the producer's next transaction, begun at once, waits for it on the broker
+    instead of failing or joining the ended one."""
+    bootstrap = one_broker.kafka_bootstrap
+    create(bootstrap, "rapid", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-rapid"})
+    producer.init_transactions(30)
+    kept = []
+    for i in range(30):
+        producer.begin_transaction()
+        producer.produce("rapid", value=b"%d" % i)
+        if i % 3 == 2:
+            producer.flush(30)  # written, then aborted
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            kept.append(b"%d" % i)
+    values, positions = read_all(bootstrap, "rapid", 1, "read_committed")
+    assert values == kept and positions == [60]  # 30 records, 30 markers
+    address = ["--address", one_broker.address, "--output", "json"]
+    assert _described_state(address, "t-rapid") in ("CompleteAbort", "PrepareAbort")
+
+
+def _described_state(address: list[str], tid: str) -> str:
+    return str(json.loads(_cli(*address, "transactions", "describe", tid))["state"])
+
+
 def test_an_open_transaction_holds_read_committed_readers_at_its_first_offset(
     one_broker: Cluster,
 ) -> None:
