@@ -8,16 +8,13 @@ on, and the lookups they all use: a topic's data handle, a partition's state
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-
-import pyarrow as pa
 
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
@@ -34,7 +31,6 @@ from sparklog.errors import (
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, Topic
 from sparklog.storage.log import ShardLog
-from sparklog.storage.records import OFFSET_FIELD, offset_column
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -94,25 +90,6 @@ class PartitionState:
     def refresh(self, min_interval_s: float = 0.0) -> None:
         """Re-read the shard's log (caller holds ``lock``)."""
         self.shard.refresh(min_interval_s)
-
-
-def with_offsets(batches: Sequence[pa.RecordBatch], base_offset: int) -> list[pa.RecordBatch]:
-    """The batches with their offset column (from ``base_offset``) in front."""
-    out = []
-    offset = base_offset
-    for batch in batches:
-        n = batch.num_rows
-        offsets = offset_column(offset, n)
-        schema = _with_offset_field(batch.schema)
-        out.append(pa.RecordBatch.from_arrays([offsets, *batch.columns], schema=schema))
-        offset += n
-    return out
-
-
-@functools.lru_cache(maxsize=64)
-def _with_offset_field(schema: pa.Schema) -> pa.Schema:
-    """``offset`` + ``schema``: built once per record schema, not once per partition."""
-    return pa.schema([OFFSET_FIELD, *schema])
 
 
 #: damage already reported (each damaged file is logged once, not once per request)

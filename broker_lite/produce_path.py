@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call, with_offsets
+from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.produce import (
     ProduceItem,
@@ -315,7 +315,7 @@ class ProducePath(BrokerState):
                 self.cache.add(
                     st.key,
                     result.base_offset,
-                    with_offsets(run.batches, result.base_offset),
+                    run.batches,
                     # the requests' sizes, known already (a slice's nbytes walks its buffers)
                     size_bytes=sum(r.size_bytes + 8 * r.record_count for r in run.requests),
                 )

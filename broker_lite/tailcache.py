@@ -1,7 +1,9 @@
 """In-memory tail of recently committed batches, so consumers at the head skip the root.
 
 Per partition the cache holds one contiguous offset range ``[start, end)`` of
-batches that carry their offset column.  A commit that does not continue the
+batches as committed; the offset column is added to what :meth:`TailCache.get`
+returns, not at commit (a flush over 1,024 partitions built 1,024 offset
+columns before acknowledging, most never read from here).  A commit that does not continue the
 range (another writer committed in between) restarts it.  A global byte budget
 evicts the oldest batches of the partition whose entry is oldest.  A batch is
 counted at its data size plus :data:`BATCH_OVERHEAD_BYTES`: the many tiny
@@ -10,11 +12,14 @@ batches of keyed producers over many partitions cost far more than their data.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from sparklog.storage.records import OFFSET_FIELD, offset_column
 
 PartitionKey = tuple[str, str, int]  # topic name, topic id, partition
 
@@ -51,7 +56,7 @@ class TailCache:
         batches: list[pa.RecordBatch],
         size_bytes: int | None = None,
     ) -> None:
-        """Record batches committed at ``base_offset`` (each with its offset column).
+        """Record batches committed at ``base_offset`` (without their offset column).
 
         ``size_bytes``, if the caller knows it, is the batches' size, shared
         among them by rows; otherwise each batch's ``nbytes`` is taken.
@@ -92,7 +97,8 @@ class TailCache:
                 self._tails.pop(key)
 
     def get(self, key: PartitionKey, offset: int, max_bytes: int) -> list[pa.RecordBatch] | None:
-        """Batches from ``offset`` (at least one, then up to ``max_bytes``); None on a miss."""
+        """Batches from ``offset`` with their offset column (at least one, then up to
+        ``max_bytes``); None on a miss."""
         with self._lock:
             tail = self._tails.get(key)
             if tail is None or not tail.start <= offset < tail.end:
@@ -104,7 +110,7 @@ class TailCache:
                 if last <= offset:
                     continue
                 piece = batch.slice(offset - first) if offset > first else batch
-                out.append(piece)
+                out.append(_with_offsets(piece, max(offset, first)))
                 total += piece.nbytes
                 if total >= max_bytes:
                     break
@@ -128,3 +134,17 @@ class TailCache:
     @property
     def size_bytes(self) -> int:
         return self._size_bytes
+
+
+def _with_offsets(batch: pa.RecordBatch, first_offset: int) -> pa.RecordBatch:
+    """The batch with its offset column (from ``first_offset``) in front."""
+    offsets = offset_column(first_offset, batch.num_rows)
+    return pa.RecordBatch.from_arrays(
+        [offsets, *batch.columns], schema=_with_offset_field(batch.schema)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _with_offset_field(schema: pa.Schema) -> pa.Schema:
+    """``offset`` + ``schema``: built once per record schema, not once per batch."""
+    return pa.schema([OFFSET_FIELD, *schema])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from queue import SimpleQueue
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import xxhash
 
@@ -29,7 +30,7 @@ from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, InvalidConfigurationError
 from sparklog.storage.background import background_pool, outcome
 from sparklog.storage.objectstore import ObjectStore, Writable
-from sparklog.storage.records import OFFSET_FIELD
+from sparklog.storage.records import OFFSET_FIELD, int64_values
 
 COMPRESSIONS = ("none", "lz4", "zstd")
 #: The per-partition batch directory's key: in the file schema's metadata (written by
@@ -173,8 +174,6 @@ def write_object(
     spans: dict[int, tuple[int, int, int, int, int]] = {}
 
     def serialize(target: Writable) -> None:
-        import pyarrow.compute as pc
-
         # the directory goes in the schema's metadata: pyarrow < 21 cannot write footer metadata
         directory = {FOOTER_KEY: json.dumps(footer).encode()}
         file_schema = schema.with_metadata({**(schema.metadata or {}), **directory})
@@ -191,15 +190,9 @@ def write_object(
             for p in order:
                 start = position
                 hashing.begin(start)
-                ts_min, ts_max = None, None
                 for batch in parts[p]:
-                    if not batch.num_rows:
-                        continue
-                    writer.write_batch(batch)
-                    bounds = pc.min_max(batch.column("timestamp"))
-                    lo, hi = bounds["min"].value, bounds["max"].value
-                    ts_min = lo if ts_min is None or (lo is not None and lo < ts_min) else ts_min
-                    ts_max = hi if ts_max is None or (hi is not None and hi > ts_max) else ts_max
+                    if batch.num_rows:
+                        writer.write_batch(batch)
                 sink.flush()
                 position = hashing.position
                 hashing.end()
@@ -207,13 +200,15 @@ def write_object(
                     raise CorruptRecordError(
                         f"object {key!r} was laid out unexpectedly (no message at byte {start})"
                     )
-                spans[p] = (start, position, footer[str(p)]["rows"], _ms(ts_min), _ms(ts_max))
+                ts_min, ts_max = bounds[p]
+                spans[p] = (start, position, footer[str(p)]["rows"], ts_min, ts_max)
             writer.close()
             sink.flush()
         finally:
             checksums.extend(hashing.finish())
 
     checksums: list[int] = []
+    bounds = timestamp_bounds(parts, order)
     store.create_streamed(key, serialize)
     out = {}
     for p, checksum in zip(order, checksums, strict=True):
@@ -390,12 +385,43 @@ def checksum_of(data: pa.Buffer) -> int:
     return _signed(xxhash.xxh3_64_intdigest(memoryview(data)))
 
 
-def _ms(value: Any) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, dt.datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)
+def timestamp_bounds(
+    parts: Mapping[int, Sequence[pa.RecordBatch]], order: Sequence[int]
+) -> dict[int, tuple[int, int]]:
+    """Each partition's (min, max) record timestamp in ms, 0 where all are null.
+
+    One pass over every partition's timestamps together (numpy's ``reduceat``
+    over their concatenation): a flush of 1,024 small partitions made 1,024
+    ``min_max`` calls, about a sixth of its CPU.
+    """
+    columns = []
+    starts = []
+    rows = 0
+    for p in order:
+        starts.append(rows)
+        for batch in parts[p]:
+            if batch.num_rows:
+                columns.append(batch.column("timestamp"))
+                rows += batch.num_rows
+    if not columns:
+        return {}
+    stamps = pa.concat_arrays(columns) if len(columns) > 1 else columns[0]
+    low = high = stamps
+    if stamps.null_count:
+        import pyarrow.compute as pc
+
+        low = pc.fill_null(stamps, pa.scalar(_NO_LOW, stamps.type))
+        high = pc.fill_null(stamps, pa.scalar(_NO_HIGH, stamps.type))
+    lows = np.minimum.reduceat(int64_values(low), starts)
+    highs = np.maximum.reduceat(int64_values(high), starts)
+    return {
+        p: (0 if lo == _NO_LOW else int(lo), 0 if hi == _NO_HIGH else int(hi))
+        for p, lo, hi in zip(order, lows.tolist(), highs.tolist(), strict=True)
+    }
+
+
+_NO_LOW = np.iinfo(np.int64).max  # a null timestamp, for min
+_NO_HIGH = np.iinfo(np.int64).min  # a null timestamp, for max
 
 
 def _offset_span(batches: Sequence[pa.RecordBatch]) -> int:

@@ -7,7 +7,6 @@ import threading
 import pyarrow as pa
 import pytest
 
-from sparklog.broker_lite.broker_state import with_offsets
 from sparklog.broker_lite.produce import (
     ProduceOutcome,
     ProduceRequest,
@@ -105,16 +104,16 @@ def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():
     cache = TailCache(max_bytes=40_000)
     key = ("t", "id", 0)
     batch = make_batch([b"v" * 100] * 10)
-    cache.add(key, 0, with_offsets([batch], 0))
-    cache.add(key, 10, with_offsets([batch], 10))
+    cache.add(key, 0, [batch])
+    cache.add(key, 10, [batch])
     got = cache.get(key, 5, 1 << 20)
     assert got is not None
     assert pa.Table.from_batches(got).column("offset").to_pylist() == list(range(5, 20))
     assert cache.get(key, 20, 1 << 20) is None
-    cache.add(key, 25, with_offsets([batch], 25))  # another writer committed 20-24
+    cache.add(key, 25, [batch])  # another writer committed 20-24
     assert cache.get(key, 10, 1 << 20) is None and cache.get(key, 25, 1 << 20) is not None
     for i in range(100):  # far beyond the budget: old batches go
-        cache.add(key, 35 + 10 * i, with_offsets([batch], 35 + 10 * i))
+        cache.add(key, 35 + 10 * i, [batch])
     assert cache.size_bytes <= 40_000
     assert cache.get(key, 35, 1 << 20) is None and cache.get(key, 1030, 1 << 20) is not None
     cache.trim(key, 2000)
@@ -139,7 +138,7 @@ def test_tail_cache_memory_stays_near_its_budget_with_tiny_batches():
     offsets = [0] * 64
     for i in range(60_000):
         partition = i % 64
-        batch = with_offsets([make_batch([b"v" * 100, b"w" * 100])], offsets[partition])
+        batch = [make_batch([b"v" * 100, b"w" * 100])]
         cache.add(("t", "id", partition), offsets[partition], batch)
         offsets[partition] += 2
     grown = _rss_anon_bytes() - before
