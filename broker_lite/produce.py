@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -40,6 +40,91 @@ class ProduceOutcome:
     base_offset: int
     record_count: int
     duplicate: bool = False
+
+
+class Latch:
+    """How many outcomes of one produce call are still pending; wakes its waiters at zero.
+
+    One per call, shared by its partitions' outcomes: a ``Future`` per partition
+    (a Condition and a lock each, and ``wait`` installing a waiter in every one)
+    cost a request over 1,024 partitions more than its commit's bookkeeping.
+    """
+
+    __slots__ = ("_left", "cond")
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self.cond = threading.Condition(threading.Lock())
+
+    def arrive(self) -> None:
+        with self.cond:
+            self._left -= 1
+            if self._left <= 0:
+                self.cond.notify_all()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until every outcome is in (at most ``timeout_s``); whether they are."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self._left <= 0, timeout_s)
+
+
+class Outcome:
+    """One partition's produce outcome (a result or an error), set once by the flush.
+
+    The part of ``concurrent.futures.Future`` the produce path uses, on a
+    :class:`Latch` shared with the other partitions of its call.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_error", "_latch", "_value")
+
+    def __init__(self, latch: Latch | None = None) -> None:
+        self._latch = latch if latch is not None else Latch(1)
+        self._done = False
+        self._value: ProduceOutcome | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Outcome], None]] = []
+
+    def set_result(self, value: ProduceOutcome) -> None:
+        self._finish(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def _finish(self, value: ProduceOutcome | None, error: BaseException | None) -> None:
+        with self._latch.cond:
+            if self._done:
+                raise InvalidStateError("a produce outcome is set once")
+            self._value, self._error, self._done = value, error, True
+            callbacks, self._callbacks = self._callbacks, []
+        self._latch.arrive()
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback: Callable[[Outcome], None]) -> None:
+        with self._latch.cond:
+            if not self._done:
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def done(self) -> bool:
+        return self._done
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._error
+
+    def result(self, timeout: float | None = None) -> ProduceOutcome:
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def _wait(self, timeout: float | None) -> None:
+        with self._latch.cond:
+            if not self._latch.cond.wait_for(lambda: self._done, timeout):
+                raise TimeoutError("the produce outcome is not in yet")
 
 
 @dataclass(frozen=True)
@@ -68,7 +153,7 @@ class ProduceRequest:
     producer: ProducerBatch | None = None
     compression: str | None = "none"  # None: the broker's configured codec
     txn: int | None = None  # the producer's open transaction (see ProduceItem)
-    future: Future[ProduceOutcome] = field(default_factory=Future)
+    future: Outcome = field(default_factory=Outcome)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import wait
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +18,8 @@ import pyarrow as pa
 from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.produce import (
+    Latch,
+    Outcome,
     ProduceItem,
     ProduceOutcome,
     ProduceRequest,
@@ -144,6 +146,7 @@ class ProducePath(BrokerState):
                     continue
                 normalized[i] = Normalized(batches, sum(b.nbytes for b in batches))
         requests: dict[int, ProduceRequest] = {}
+        latch = Latch(len(normalized))
         size_bytes = 0
         for i, (batches, size) in normalized.items():
             item = items[i]
@@ -153,7 +156,14 @@ class ProducePath(BrokerState):
             if item.producer is not None:
                 producer = ProducerBatch(*item.producer, max(count, 1))
             requests[i] = ProduceRequest(
-                item.partition, batches, count, size, producer, compression, item.txn
+                item.partition,
+                batches,
+                count,
+                size,
+                producer,
+                compression,
+                item.txn,
+                future=Outcome(latch),
             )
         limit = self.config.max_request_bytes
         if all_or_nothing and size_bytes > limit:
@@ -163,9 +173,10 @@ class ProducePath(BrokerState):
             )
         for i in [i for i, r in requests.items() if r.size_bytes > limit]:  # (Kafka: per item)
             refused[i] = InvalidRecordError(
-                f"{topic_name}-{items[i].partition}: {requests.pop(i).size_bytes} bytes of "
+                f"{topic_name}-{items[i].partition}: {requests[i].size_bytes} bytes of "
                 f"records exceed max_request_bytes={limit}; send smaller requests"
             )
+            requests.pop(i).future.set_exception(refused[i])  # counted off the latch
         pending = [requests[i] for i in sorted(requests)]
         if acks == "0":
             if pending:
@@ -184,7 +195,7 @@ class ProducePath(BrokerState):
                 self._batcher(topic_name).submit(pending)
                 if on_queued is not None:
                     on_queued()
-                wait([r.future for r in pending])
+                latch.wait()
             finally:
                 self.metrics.produce_waiting.dec()
         outcomes: list[ProduceOutcome | BaseException] = []
@@ -428,7 +439,7 @@ def _fail(runs: Sequence[Run], exc: BaseException) -> None:
                 r.future.set_exception(exc)
 
 
-def _log_unacked_failure(future: Future[ProduceOutcome]) -> None:
+def _log_unacked_failure(future: Outcome) -> None:
     exc = future.exception()
     if exc is not None:
         log.warning("acks=0 produce failed", extra=fields(error=str(exc)))

@@ -8,6 +8,8 @@ import pyarrow as pa
 import pytest
 
 from sparklog.broker_lite.produce import (
+    Latch,
+    Outcome,
     ProduceOutcome,
     ProduceRequest,
     Run,
@@ -87,6 +89,27 @@ def test_linger_spaces_a_topics_objects_and_an_idle_topic_flushes_at_once():
         assert flushed[2:] == [[alone]]
     finally:
         batcher.close()
+
+
+def test_outcomes_of_one_call_share_a_latch_that_opens_when_all_are_in():
+    latch = Latch(3)
+    outcomes = [Outcome(latch) for _ in range(3)]
+    seen: list[Outcome] = []
+    outcomes[1].add_done_callback(seen.append)
+    outcomes[0].set_result(ProduceOutcome(5, 2))
+    outcomes[1].set_exception(OutOfOrderSequenceError("late"))
+    assert not latch.wait(timeout_s=0) and not outcomes[2].done()
+    with pytest.raises(TimeoutError):
+        outcomes[2].result(timeout=0)
+    threading.Thread(target=outcomes[2].set_result, args=(ProduceOutcome(7, 1),)).start()
+    assert latch.wait(timeout_s=30)
+    assert outcomes[0].result() == ProduceOutcome(5, 2) and outcomes[2].result().base_offset == 7
+    assert isinstance(outcomes[1].exception(), OutOfOrderSequenceError) and seen == [outcomes[1]]
+    with pytest.raises(OutOfOrderSequenceError):
+        outcomes[1].result()
+    late: list[Outcome] = []
+    outcomes[0].add_done_callback(late.append)  # already done: called at once
+    assert late == [outcomes[0]]
 
 
 def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
