@@ -12,14 +12,13 @@ batches of keyed producers over many partitions cost far more than their data.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparklog.storage.records import OFFSET_FIELD, offset_column
+from sparklog.storage.records import with_offset_column
 
 PartitionKey = tuple[str, str, int]  # topic name, topic id, partition
 
@@ -110,7 +109,7 @@ class TailCache:
                 if last <= offset:
                     continue
                 piece = batch.slice(offset - first) if offset > first else batch
-                out.append(_with_offsets(piece, max(offset, first)))
+                out.append(with_offset_column(max(offset, first), piece))
                 total += piece.nbytes
                 if total >= max_bytes:
                     break
@@ -134,17 +133,3 @@ class TailCache:
     @property
     def size_bytes(self) -> int:
         return self._size_bytes
-
-
-def _with_offsets(batch: pa.RecordBatch, first_offset: int) -> pa.RecordBatch:
-    """The batch with its offset column (from ``first_offset``) in front."""
-    offsets = offset_column(first_offset, batch.num_rows)
-    return pa.RecordBatch.from_arrays(
-        [offsets, *batch.columns], schema=_with_offset_field(batch.schema)
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _with_offset_field(schema: pa.Schema) -> pa.Schema:
-    """``offset`` + ``schema``: built once per record schema, not once per batch."""
-    return pa.schema([OFFSET_FIELD, *schema])

@@ -54,7 +54,7 @@ from sparklog.storage.producer_state import (
     ProducerBatch,
     duplicate_of,
 )
-from sparklog.storage.records import OFFSET_FIELD, offset_column
+from sparklog.storage.records import OFFSET_FIELD, with_offset_column
 from sparklog.storage.segments import Segment, read_segment
 from sparklog.storage.shard_codec import LogState, ShardCodec, ShardState
 
@@ -632,7 +632,7 @@ class PartitionLog:
         """One segment's records with offsets in ``[start, stop)``, offset column added."""
         target = self.schema_for("")
         for first, piece in self._pieces(seg, start, stop):
-            yield _conform(piece if first is None else _with_offsets(first, piece), target)
+            yield _conform(piece if first is None else with_offset_column(first, piece), target)
 
     def _pieces(
         self, seg: Segment, start: int, stop: int
@@ -719,14 +719,6 @@ class PartitionLog:
         return int(offsets[row].as_py())
 
 
-def _with_offsets(first: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A plain segment's records with their offsets, ``first`` onwards, as a column."""
-    return pa.RecordBatch.from_arrays(
-        [offset_column(first, batch.num_rows), *batch.columns],
-        schema=pa.schema([OFFSET_FIELD, *batch.schema]),
-    )
-
-
 class _JoinedPieces:
     """Consecutive plain pieces of one stored schema joined into batches of about
     ``rows`` rows or ``size_bytes`` bytes (0 and 0: every piece a batch of its own)."""
@@ -758,7 +750,7 @@ class _JoinedPieces:
             return
         joined = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
         self._pending, self._rows, self._bytes = [], 0, 0
-        yield _conform(_with_offsets(self._first, joined), self.target)
+        yield _conform(with_offset_column(self._first, joined), self.target)
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

@@ -46,6 +46,20 @@ def offset_column(first: int, count: int) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), count, [None, buffer])
 
 
+def with_offset_column(first: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its records' offsets, ``first`` onwards, as a leading column."""
+    return pa.RecordBatch.from_arrays(
+        [offset_column(first, batch.num_rows), *batch.columns],
+        schema=_with_offset_field(batch.schema),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _with_offset_field(schema: pa.Schema) -> pa.Schema:
+    """``offset`` + ``schema``: built once per record schema, not once per batch."""
+    return pa.schema([OFFSET_FIELD, *schema])
+
+
 def int64_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A numpy view of an int64 (or timestamp) column without nulls.
 

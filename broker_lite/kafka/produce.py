@@ -101,9 +101,7 @@ def _decode_partitions(
         mine = [next(decoded) for _ in batches]
         first = mine[0]
         # one batch (the usual case) goes as it is: a Table per partition cost 10 µs each
-        table = (
-            mine[0].records if len(mine) == 1 else pa.Table.from_batches([d.records for d in mine])
-        )
+        table = first.records if len(mine) == 1 else pa.Table.from_batches(d.records for d in mine)
         producer = None
         if first.producer_id >= 0:
             producer = (first.producer_id, first.producer_epoch, first.base_sequence)

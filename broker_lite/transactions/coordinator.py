@@ -456,15 +456,18 @@ class TransactionCoordinator:
             for group, rows in current["groups"].items():
                 if rows:
                     self._commit_offsets(group, rows)
-        if not later:
-            self._write_complete(tid, current)
-            return
-        with self._lock:
-            if self._completing.get(tid) is None:
-                done: Future[None] = self._completer.submit(
-                    self._complete_in_background, tid, current
-                )
-                self._completing[tid] = done
+        if later:
+            with self._lock:
+                if tid in self._completing:
+                    return
+                try:
+                    self._completing[tid] = self._completer.submit(
+                        self._complete_in_background, tid, current
+                    )
+                    return
+                except RuntimeError:  # the broker is stopping: written here instead
+                    pass
+        self._write_complete(tid, current)
 
     def _complete_in_background(self, tid: str, current: dict[str, Any]) -> None:
         try:
