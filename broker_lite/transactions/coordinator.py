@@ -15,9 +15,24 @@ Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
 decision), then, once every partition has its marker (control record) and a
 committed transaction's offsets are in their groups' logs,
 ``CompleteCommit``/``CompleteAbort``.  EndTxn answers once the markers and
-offsets are written (what readers see is final then); the Complete record
-follows on a background thread, and the producer's next call waits for it if
-it has not landed yet: one metadata-log append less between transactions.
+offsets are written (what readers see is final then).  The Complete record is
+left for later: the producer's next transaction, begun on the broker that
+wrote the markers, replaces the Prepare state in the record that begins it, and
+only a Prepare state nothing replaced gets its Complete record, at the broker's
+next transactions pass (or before its InitProducerId, EndTxn or abort, or when
+the broker stops).  Back-to-back transactions thus cost one metadata-log
+append less each.  A Prepare state this broker did not finish still refuses a
+new transaction (CONCURRENT_TRANSACTIONS) until it is completed.
+
+AddPartitionsToTxn for partitions this broker leads answers once the request
+is checked against the image, and appends its record in the background: the
+partitions' records wait for that append (:meth:`TransactionCoordinator.verify`)
+before they are queued, so no record is committed to a partition its
+transaction's state does not list, and an append that failed fails them with
+its error.  The append then runs while the Produce request is on its way and
+being decoded, instead of before it.  Partitions led elsewhere are added
+before the answer (their leader reads the image, not this broker's memory).
+
 A broker finding a Prepare state left behind (its coordinator died) finishes
 it; an ``Ongoing`` transaction older than its timeout is aborted with the epoch
 bumped, which fences its producer.  Markers and offset commits are idempotent,
@@ -105,13 +120,24 @@ class TransactionCoordinator:
         self._index_version = -1
         self._by_pid: dict[int, str] = {}
         self._lock = threading.Lock()
-        # transactional id -> its Complete record being written in the background
-        self._completing: dict[str, Future[None]] = {}
-        self._completer = ThreadPoolExecutor(2, thread_name_prefix="txn-complete")
+        # transactional id -> the number of its transaction whose markers and offsets this
+        # broker wrote and whose Complete record is left for later (see the module doc)
+        self._ended: dict[str, int] = {}
+        # transactional id -> its AddPartitionsToTxn record being appended in the background
+        self._adding: dict[str, Future[Any]] = {}
+        self._adder = ThreadPoolExecutor(4, thread_name_prefix="txn-add")
 
     def close(self) -> None:
-        """Write the Complete records in flight, then stop the thread that writes them."""
-        self._completer.shutdown(wait=True)
+        """Write the records in flight and the Complete records left for later."""
+        self._adder.shutdown(wait=True)
+        for tid in list(self._ended):
+            try:
+                self._await_complete(tid)
+            except SparklogError as exc:  # another broker's orphan sweep finishes it
+                log.warning(
+                    "writing a transaction's Complete record failed",
+                    extra=fields(transactional_id=tid, error=str(exc)),
+                )
 
     # -- the metadata log ----------------------------------------------------
     @property
@@ -202,7 +228,7 @@ class TransactionCoordinator:
                         f"producer {producer_id} epoch {producer_epoch} of {tid!r} is fenced "
                         f"by epoch {before['epoch']}"
                     )
-        self._await_complete(tid)
+        self._await_pending(tid, errors=False)
         for _ in range(10):
             current = self.state(tid)
             if current is not None and current["state"] == ONGOING:
@@ -262,12 +288,17 @@ class TransactionCoordinator:
         partitions: Sequence[tuple[str, int]] = (),
         group: str | None = None,
     ) -> dict[str, Any]:
-        self._await_complete(tid)
+        """Begin a transaction (if none is ongoing) or extend it; the state after.
+
+        A previous transaction whose markers and offsets this broker wrote is
+        over even while its Complete record is pending: the new state replaces
+        it (the Complete record then finds nothing to do).
+        """
 
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
             current = self._check_producer(tid, current, producer_id, producer_epoch)
             state = current["state"]
-            if state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if state in (PREPARE_COMMIT, PREPARE_ABORT) and not self._ended_here(tid, current):
                 raise ConcurrentTransactionsError(
                     f"transactional id {tid!r}: the previous transaction is still ending; retry"
                 )
@@ -301,6 +332,7 @@ class TransactionCoordinator:
         self, tid: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], SparklogError | None]:
         """Add partitions to the producer's transaction: each partition's error or None."""
+        self._await_added(tid)
         wanted = list(dict.fromkeys((str(t), int(p)) for t, p in partitions))
         errors: dict[tuple[str, int], SparklogError | None] = {}
         image = self.broker.root.metadata.image()
@@ -313,10 +345,79 @@ class TransactionCoordinator:
                 valid.append((topic, p))
         if errors:  # Kafka: the whole request fails; the others get OPERATION_NOT_ATTEMPTED
             return errors | {tp: None for tp in valid}
-        self._begin_or_extend(tid, producer_id, producer_epoch, valid)
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is not None and all(cluster.is_leader(t, p) for t, p in valid):
+            self._add_in_background(tid, producer_id, producer_epoch, valid)
+        else:
+            self._begin_or_extend(tid, producer_id, producer_epoch, valid)
         return {tp: None for tp in valid}
 
+    def _add_in_background(
+        self, tid: str, producer_id: int, producer_epoch: int, partitions: Sequence[tuple[str, int]]
+    ) -> None:
+        """Check the request against the image now, append its record in the background.
+
+        The checks are those the append repeats (an answer here is what the
+        append will do unless another broker changed ``tid`` meanwhile, and
+        then the partitions' records are refused with that change's error).
+        """
+        current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
+        if current["state"] in (PREPARE_COMMIT, PREPARE_ABORT) and not self._ended_here(
+            tid, current
+        ):
+            raise ConcurrentTransactionsError(
+                f"transactional id {tid!r}: the previous transaction is still ending; retry"
+            )
+        if current["state"] == ONGOING and all(
+            [t, p] in current["partitions"] for t, p in partitions
+        ):
+            return  # added already (a retry)
+        with self._lock:
+            try:
+                added = self._adder.submit(
+                    self._begin_or_extend, tid, producer_id, producer_epoch, partitions
+                )
+            except RuntimeError:  # the broker is stopping: appended here instead
+                added = None
+            if added is not None:
+                self._adding[tid] = added
+        if added is None:
+            self._begin_or_extend(tid, producer_id, producer_epoch, partitions)
+            return
+        added.add_done_callback(lambda done: self._added(tid, done))
+
+    def _added(self, tid: str, done: Future[Any]) -> None:
+        """A background add ended: forgotten if it succeeded; a failure waits to be seen."""
+        if done.exception() is None:
+            with self._lock:
+                if self._adding.get(tid) is done:
+                    del self._adding[tid]
+        else:
+            log.warning(
+                "adding partitions to a transaction failed",
+                extra=fields(transactional_id=tid, error=str(done.exception())),
+            )
+
+    def _await_added(self, tid: str | None, *, errors: bool = True) -> None:
+        """Wait for ``tid``'s background add; its error (once, if ``errors``) if it failed."""
+        if tid is None:
+            return
+        with self._lock:
+            pending = self._adding.get(tid)
+        if pending is None:
+            return
+        try:
+            if errors:
+                pending.result()
+            else:
+                pending.exception()
+        finally:
+            with self._lock:
+                if self._adding.get(tid) is pending:
+                    del self._adding[tid]
+
     def add_offsets(self, tid: str, producer_id: int, producer_epoch: int, group: str) -> None:
+        self._await_added(tid)
         self._begin_or_extend(tid, producer_id, producer_epoch, group=group)
 
     def txn_offset_commit(
@@ -328,6 +429,7 @@ class TransactionCoordinator:
         offsets: Mapping[tuple[str, int], tuple[int, str]],
     ) -> None:
         """Keep offsets in the transaction: they reach the group's log only at commit."""
+        self._await_added(tid)
 
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
             current = self._check_producer(tid, current, producer_id, producer_epoch)
@@ -361,6 +463,9 @@ class TransactionCoordinator:
         for fresh in (False, True):
             image = self.image(fresh)
             tid = self._transactional_id_of(image, producer_id)
+            if tid is not None and tid in self._adding:
+                self._await_added(tid)  # its records wait for the add's append
+                image = self.image()
             state = image.transactional_ids.get(tid) if tid is not None else None
             if state is None:
                 continue
@@ -383,7 +488,7 @@ class TransactionCoordinator:
     # -- EndTxn ---------------------------------------------------------------------
     def end(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """Commit or abort the producer's transaction: markers, offsets, then Complete."""
-        self._await_complete(tid)
+        self._await_pending(tid)
         current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
         state = current["state"]
         wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
@@ -428,11 +533,38 @@ class TransactionCoordinator:
         self.complete(tid, later=complete_later)
 
     def _await_complete(self, tid: str) -> None:
-        """Wait for ``tid``'s Complete record if this broker is writing it."""
+        """Write ``tid``'s Complete record now if this broker left it for later."""
         with self._lock:
-            pending = self._completing.get(tid)
-        if pending is not None:
-            pending.result()  # its errors are logged where it ran; the state says the rest
+            n = self._ended.pop(tid, None)
+        if n is None:
+            return
+        current = self.state(tid)
+        if (
+            current is not None
+            and current["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
+            and int(current["n"]) == n
+        ):
+            self._write_complete(tid, current)
+
+    def _ended_here(self, tid: str, state: dict[str, Any]) -> bool:
+        """Whether ``state`` is a Prepare state whose markers and offsets this broker wrote
+        (only its Complete record is left): the next transaction may begin over it."""
+        with self._lock:
+            n = self._ended.get(tid)
+        return (
+            n is not None
+            and state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
+            and (int(state["n"]) == n)
+        )
+
+    def _await_pending(self, tid: str, *, errors: bool = True) -> None:
+        """Wait for what this broker writes for ``tid`` in the background: add, end.
+
+        A failed add raises its error here once (``errors``): the call after it
+        is the one the client made believing the add had succeeded.
+        """
+        self._await_added(tid, errors=errors)
+        self._await_complete(tid)
 
     def complete(self, tid: str, *, later: bool = False) -> None:
         """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete.
@@ -458,28 +590,9 @@ class TransactionCoordinator:
                     self._commit_offsets(group, rows)
         if later:
             with self._lock:
-                if tid in self._completing:
-                    return
-                try:
-                    self._completing[tid] = self._completer.submit(
-                        self._complete_in_background, tid, current
-                    )
-                    return
-                except RuntimeError:  # the broker is stopping: written here instead
-                    pass
+                self._ended[tid] = int(current["n"])
+            return
         self._write_complete(tid, current)
-
-    def _complete_in_background(self, tid: str, current: dict[str, Any]) -> None:
-        try:
-            self._write_complete(tid, current)
-        except Exception as exc:  # the orphan sweep (tick) finishes it later
-            log.warning(
-                "writing a transaction's Complete record failed",
-                extra=fields(transactional_id=tid, error=str(exc)),
-            )
-        finally:
-            with self._lock:
-                self._completing.pop(tid, None)
 
     def _write_complete(self, tid: str, current: dict[str, Any]) -> None:
         commit = current["state"] == PREPARE_COMMIT
@@ -521,6 +634,7 @@ class TransactionCoordinator:
     # -- operators ------------------------------------------------------------------
     def abort(self, tid: str) -> None:
         """Abort ``tid``'s ongoing transaction now (``sparklog transactions abort``)."""
+        self._await_pending(tid, errors=False)
         current = self.state(tid)
         if current is None:
             raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
@@ -534,7 +648,16 @@ class TransactionCoordinator:
 
     # -- the background pass ---------------------------------------------------------
     def tick(self, mine: Any) -> None:
-        """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``."""
+        """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
+        write the Complete records this broker left for later and nothing superseded."""
+        for tid in list(self._ended):
+            try:
+                self._await_complete(tid)
+            except SparklogError as exc:
+                log.warning(
+                    "writing a transaction's Complete record failed",
+                    extra=fields(transactional_id=tid, error=str(exc)),
+                )
         now = now_ms()
         for tid, state in list(self.image().transactional_ids.items()):
             if not mine(tid):

@@ -1,0 +1,155 @@
+"""Metadata-log appends the transaction coordinator answers before or leaves for later.
+
+* EndTxn answers once the markers and offsets are written; the Complete record
+  is left to the broker's transactions pass (its tick), and a transaction the
+  producer begins before then replaces the ended one's Prepare state at once:
+  the next AddPartitionsToTxn neither waits for the record nor refuses with
+  CONCURRENT_TRANSACTIONS.  A Prepare state this broker did not finish still
+  refuses.
+* AddPartitionsToTxn for partitions the broker leads answers once checked and
+  appends its record in the background; a transactional batch for such a
+  partition must wait for that append before it is accepted (KIP-890: no
+  record is committed to a partition its transaction's state does not list),
+  and a failed append fails those records instead.
+
+Stand-ins (everything else is a real in-process broker on a local root): the
+broker's own transactions pass is held off where a test needs the Prepare
+state to stay (the test runs the pass itself), and the background append is
+held back on an event (and made to fail as an unreachable store would), so a
+batch surely arrives while the record is not yet in the log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.service import Broker
+from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
+from sparklog.errors import (
+    ConcurrentTransactionsError,
+    InvalidTxnStateError,
+    StoreUnavailableError,
+)
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[Broker]:
+    made = Broker(BrokerConfig(root=f"file://{tmp_path}/root", cleaner_interval_ms=0))
+    made.start("127.0.0.1:1")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _producer(broker: Broker, partitions: int) -> tuple[TransactionCoordinator, int, int]:
+    """(coordinator, producer id, epoch) of transactional id "tx", topic "t" created."""
+    broker.create_topic("t", partitions)
+    coordinator = broker.transactions
+    producer = coordinator.init_producer("tx", 60_000)
+    return coordinator, producer.producer_id, producer.producer_epoch
+
+
+def test_the_next_transaction_begins_over_the_previous_prepare_state(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tick = TransactionCoordinator.tick
+    monkeypatch.setattr(TransactionCoordinator, "tick", lambda self, mine: None)
+    coordinator, pid, epoch = _producer(broker, 1)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    assert coordinator.verify(pid, epoch, "t", 0) == 1
+    coordinator.end("tx", pid, epoch, commit=True)  # answers; the Complete record waits
+    assert coordinator.state("tx")["state"] == "PrepareCommit"  # type: ignore[index]
+    version = broker.root.metadata.image().version
+    # the next transaction, over the Prepare state: one record, no Complete before it
+    assert coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == {("t", 0): None}
+    assert coordinator.verify(pid, epoch, "t", 0) == 2  # (waits for the add's record)
+    state = coordinator.state("tx")
+    assert state is not None and state["state"] == "Ongoing" and state["n"] == 2
+    assert broker.root.metadata.image().version == version + 1
+    tick(coordinator, lambda tid: False)  # nothing left to complete: the record is replaced
+    assert coordinator.state("tx") == state
+    coordinator.end("tx", pid, epoch, commit=False)
+    assert coordinator.state("tx")["state"] == "PrepareAbort"  # type: ignore[index]
+    tick(coordinator, lambda tid: False)  # the pass writes what nothing replaced
+    state = coordinator.state("tx")
+    assert state is not None and state["state"] == "CompleteAbort" and state["n"] == 2
+
+
+def test_a_prepare_state_left_by_another_coordinator_is_still_refused(broker: Broker) -> None:
+    """Only the markers this broker wrote let a transaction begin over a Prepare state."""
+    coordinator, pid, epoch = _producer(broker, 1)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    assert coordinator.verify(pid, epoch, "t", 0) == 1
+    # the decision as a coordinator that died before its markers left it
+    coordinator._change("tx", lambda now: {**now, "state": "PrepareCommit"})
+    with pytest.raises(ConcurrentTransactionsError):
+        coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+
+
+def _hold_back_adds(
+    monkeypatch: pytest.MonkeyPatch, fail: bool = False
+) -> tuple[threading.Event, threading.Event]:
+    """(appending, release): the background add signals ``appending`` and waits for
+    ``release``; with ``fail`` it then fails as an unreachable store would."""
+    appending = threading.Event()
+    release = threading.Event()
+    begin_or_extend = TransactionCoordinator._begin_or_extend
+
+    def held_back(self: TransactionCoordinator, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("txn-add"):
+            appending.set()
+            assert release.wait(30)
+            if fail:
+                raise StoreUnavailableError("the store did not answer (held back by the test)")
+        return begin_or_extend(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransactionCoordinator, "_begin_or_extend", held_back)
+    return appending, release
+
+
+def test_a_batch_waits_for_its_partitions_add_record(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordinator, pid, epoch = _producer(broker, 2)
+    appending, release = _hold_back_adds(monkeypatch)
+    # answered while the record is still being appended
+    assert coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == {("t", 0): None}
+    assert appending.wait(30)
+    assert coordinator.state("tx")["state"] == "Empty"  # type: ignore[index]
+    numbers: list[int] = []
+    verifying = threading.Thread(
+        target=lambda: numbers.append(coordinator.verify(pid, epoch, "t", 0))
+    )
+    verifying.start()
+    verifying.join(0.5)  # (a refusal or an answer would end it at once)
+    assert verifying.is_alive(), "the batch was admitted before its partition's add record"
+    release.set()
+    verifying.join(30)
+    state = coordinator.state("tx")
+    assert state is not None and state["state"] == "Ongoing"
+    assert state["partitions"] == [["t", 0]] and numbers == [state["n"]]
+    # a partition that was never added is still refused
+    with pytest.raises(InvalidTxnStateError):
+        coordinator.verify(pid, epoch, "t", 1)
+
+
+def test_a_failed_add_record_fails_the_batch_and_the_transaction_can_be_aborted(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordinator, pid, epoch = _producer(broker, 1)
+    appending, release = _hold_back_adds(monkeypatch, fail=True)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    assert appending.wait(30)
+    release.set()
+    with pytest.raises(StoreUnavailableError):
+        coordinator.verify(pid, epoch, "t", 0)
+    with pytest.raises(InvalidTxnStateError):  # the failure is told once; then the state
+        coordinator.verify(pid, epoch, "t", 0)
+    coordinator.end("tx", pid, epoch, commit=False)  # the client aborts: nothing to end
+    assert coordinator.state("tx")["state"] == "Empty"  # type: ignore[index]
