@@ -533,18 +533,35 @@ class TransactionCoordinator:
         self.complete(tid, later=complete_later)
 
     def _await_complete(self, tid: str) -> None:
-        """Write ``tid``'s Complete record now if this broker left it for later."""
+        """Write ``tid``'s Complete record now if this broker left it for later.
+
+        The note of it stays until a pass finds the Prepare state gone (see
+        :meth:`_forget_ended`): a transaction beginning meanwhile may still be
+        building its record on the Prepare state, and must not be refused.
+        """
         with self._lock:
-            n = self._ended.pop(tid, None)
-        if n is None:
-            return
-        current = self.state(tid)
+            n = self._ended.get(tid)
+        current = self.state(tid) if n is not None else None
         if (
             current is not None
             and current["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
             and int(current["n"]) == n
         ):
             self._write_complete(tid, current)
+
+    def _forget_ended(self) -> None:
+        """Drop the notes of ended transactions whose Prepare state is gone (a note can
+        only ever match its own transaction's Prepare state: numbers only grow)."""
+        for tid, n in list(self._ended.items()):
+            current = self.state(tid)
+            if (
+                current is None
+                or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT)
+                or int(current["n"]) != n
+            ):
+                with self._lock:
+                    if self._ended.get(tid) == n:
+                        del self._ended[tid]
 
     def _ended_here(self, tid: str, state: dict[str, Any]) -> bool:
         """Whether ``state`` is a Prepare state whose markers and offsets this broker wrote
@@ -650,6 +667,7 @@ class TransactionCoordinator:
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
         write the Complete records this broker left for later and nothing superseded."""
+        self._forget_ended()
         for tid in list(self._ended):
             try:
                 self._await_complete(tid)

@@ -81,6 +81,40 @@ def test_the_next_transaction_begins_over_the_previous_prepare_state(
     assert state is not None and state["state"] == "CompleteAbort" and state["n"] == 2
 
 
+def test_the_next_transaction_begins_while_the_pass_writes_the_complete_record(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass's Complete record and the producer's next transaction may race: the
+    next AddPartitionsToTxn must not be refused while the record is being written
+    (the benchmark saw CONCURRENT_TRANSACTIONS when the pass dropped its note first)."""
+    tick = TransactionCoordinator.tick
+    monkeypatch.setattr(TransactionCoordinator, "tick", lambda self, mine: None)
+    coordinator, pid, epoch = _producer(broker, 1)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    assert coordinator.verify(pid, epoch, "t", 0) == 1
+    coordinator.end("tx", pid, epoch, commit=True)
+    writing, release = threading.Event(), threading.Event()
+    write_complete = TransactionCoordinator._write_complete
+
+    def held_back(self: TransactionCoordinator, tid: str, current: dict[str, Any]) -> None:
+        writing.set()
+        assert release.wait(30)
+        write_complete(self, tid, current)
+
+    monkeypatch.setattr(TransactionCoordinator, "_write_complete", held_back)
+    passing = threading.Thread(target=tick, args=(coordinator, lambda tid: False))
+    passing.start()
+    try:
+        assert writing.wait(30)  # the pass is writing the Complete record
+        assert coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == {("t", 0): None}
+        assert coordinator.verify(pid, epoch, "t", 0) == 2
+    finally:
+        release.set()
+        passing.join(30)
+    state = coordinator.state("tx")  # the record, written after, found nothing to do
+    assert state is not None and state["state"] == "Ongoing" and state["n"] == 2
+
+
 def test_a_prepare_state_left_by_another_coordinator_is_still_refused(broker: Broker) -> None:
     """Only the markers this broker wrote let a transaction begin over a Prepare state."""
     coordinator, pid, epoch = _producer(broker, 1)
