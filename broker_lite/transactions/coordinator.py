@@ -130,14 +130,7 @@ class TransactionCoordinator:
     def close(self) -> None:
         """Write the records in flight and the Complete records left for later."""
         self._adder.shutdown(wait=True)
-        for tid in list(self._ended):
-            try:
-                self._await_complete(tid)
-            except SparklogError as exc:  # another broker's orphan sweep finishes it
-                log.warning(
-                    "writing a transaction's Complete record failed",
-                    extra=fields(transactional_id=tid, error=str(exc)),
-                )
+        self._complete_left_for_later()
 
     # -- the metadata log ----------------------------------------------------
     @property
@@ -298,10 +291,7 @@ class TransactionCoordinator:
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
             current = self._check_producer(tid, current, producer_id, producer_epoch)
             state = current["state"]
-            if state in (PREPARE_COMMIT, PREPARE_ABORT) and not self._ended_here(tid, current):
-                raise ConcurrentTransactionsError(
-                    f"transactional id {tid!r}: the previous transaction is still ending; retry"
-                )
+            self._check_can_begin(tid, current)
             if state != ONGOING:
                 current = {
                     **current,
@@ -362,12 +352,7 @@ class TransactionCoordinator:
         then the partitions' records are refused with that change's error).
         """
         current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
-        if current["state"] in (PREPARE_COMMIT, PREPARE_ABORT) and not self._ended_here(
-            tid, current
-        ):
-            raise ConcurrentTransactionsError(
-                f"transactional id {tid!r}: the previous transaction is still ending; retry"
-            )
+        self._check_can_begin(tid, current)
         if current["state"] == ONGOING and all(
             [t, p] in current["partitions"] for t, p in partitions
         ):
@@ -536,43 +521,46 @@ class TransactionCoordinator:
         """Write ``tid``'s Complete record now if this broker left it for later.
 
         The note of it stays until a pass finds the Prepare state gone (see
-        :meth:`_forget_ended`): a transaction beginning meanwhile may still be
-        building its record on the Prepare state, and must not be refused.
+        :meth:`_complete_left_for_later`): a transaction beginning meanwhile may
+        still be building its record on the Prepare state, and must not be refused.
         """
-        with self._lock:
-            n = self._ended.get(tid)
-        current = self.state(tid) if n is not None else None
-        if (
-            current is not None
-            and current["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
-            and int(current["n"]) == n
-        ):
+        current = self.state(tid)
+        if current is not None and self._ended_here(tid, current):
             self._write_complete(tid, current)
 
-    def _forget_ended(self) -> None:
-        """Drop the notes of ended transactions whose Prepare state is gone (a note can
-        only ever match its own transaction's Prepare state: numbers only grow)."""
+    def _complete_left_for_later(self) -> None:
+        """Drop the notes whose Prepare state is gone (a note only ever matches its own
+        transaction's Prepare state: numbers only grow), write the Complete records of
+        the others; a failure is left to the orphan sweep."""
         for tid, n in list(self._ended.items()):
             current = self.state(tid)
-            if (
-                current is None
-                or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT)
-                or int(current["n"]) != n
-            ):
+            if current is None or not self._ended_here(tid, current):
                 with self._lock:
                     if self._ended.get(tid) == n:
                         del self._ended[tid]
+                continue
+            try:
+                self._write_complete(tid, current)
+            except SparklogError as exc:
+                log.warning(
+                    "writing a transaction's Complete record failed",
+                    extra=fields(transactional_id=tid, error=str(exc)),
+                )
 
     def _ended_here(self, tid: str, state: dict[str, Any]) -> bool:
         """Whether ``state`` is a Prepare state whose markers and offsets this broker wrote
         (only its Complete record is left): the next transaction may begin over it."""
         with self._lock:
             n = self._ended.get(tid)
-        return (
-            n is not None
-            and state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
-            and (int(state["n"]) == n)
-        )
+        prepared = state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
+        return n is not None and prepared and int(state["n"]) == n
+
+    def _check_can_begin(self, tid: str, state: dict[str, Any]) -> None:
+        """Refuse to begin or extend a transaction while another broker's end is pending."""
+        if state["state"] in (PREPARE_COMMIT, PREPARE_ABORT) and not self._ended_here(tid, state):
+            raise ConcurrentTransactionsError(
+                f"transactional id {tid!r}: the previous transaction is still ending; retry"
+            )
 
     def _await_pending(self, tid: str, *, errors: bool = True) -> None:
         """Wait for what this broker writes for ``tid`` in the background: add, end.
@@ -667,15 +655,7 @@ class TransactionCoordinator:
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
         write the Complete records this broker left for later and nothing superseded."""
-        self._forget_ended()
-        for tid in list(self._ended):
-            try:
-                self._await_complete(tid)
-            except SparklogError as exc:
-                log.warning(
-                    "writing a transaction's Complete record failed",
-                    extra=fields(transactional_id=tid, error=str(exc)),
-                )
+        self._complete_left_for_later()
         now = now_ms()
         for tid, state in list(self.image().transactional_ids.items()):
             if not mine(tid):
