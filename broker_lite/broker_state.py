@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
@@ -32,6 +32,9 @@ from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, PartitionLog, Topic
 from sparklog.storage.log import ShardLog
 from sparklog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:  # the coordinator's module imports the broker's state for its markers
+    from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 
@@ -128,6 +131,7 @@ class BrokerState:
     metrics: Metrics
     cache: TailCache
     coordinator: GroupCoordinator
+    transactions: TransactionCoordinator
     cluster: Cluster | None
     _lock: threading.Lock
     _topics: dict[str, Topic]

@@ -39,7 +39,7 @@ from sparklog.errors import (
 )
 from sparklog.storage import ProducerBatch, Topic
 from sparklog.storage.topics import Normalized
-from sparklog.storage.txn_markers import check_txn_append
+from sparklog.storage.txn_markers import check_txn_append, ended_txn
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
@@ -420,16 +420,27 @@ class ProducePath(BrokerState):
                 st = self.partition_state(topic, run.partition)
                 st.log.duplicate_of(batch)
                 if run.txn is not None:
-                    check_txn_append(
-                        st.log.state.transactions,
-                        batch.producer_id,
-                        run.txn,
-                        f"{topic.name}-{run.partition}",
-                    )
+                    self._check_txn_run(topic, run, batch, st.log.state.transactions)
                 keep.append(run)
             except SparklogError as exc:
                 _fail([run], exc)
         return keep
+
+    def _check_txn_run(
+        self, topic: Topic, run: Run, batch: ProducerBatch, txn: Mapping[str, Any]
+    ) -> None:
+        """Refuse a run of an ended transaction; a number taken from an image older than the
+        producer's transaction is asked for again (the coordinator may be another broker)."""
+        assert run.txn is not None
+        where = f"{topic.name}-{run.partition}"
+        ended = ended_txn(txn, batch.producer_id)
+        if run.txn <= ended:
+            number = self.transactions.verify(
+                batch.producer_id, batch.producer_epoch, topic.name, run.partition, ended=ended
+            )
+            for request in run.requests:
+                request.txn = number
+        check_txn_append(txn, batch.producer_id, run.txn, where)
 
 
 def _fail(runs: Sequence[Run], exc: BaseException) -> None:

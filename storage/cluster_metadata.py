@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict
 
-from sparklog.errors import CorruptRecordError, InvalidConfigurationError
+from sparklog.errors import CorruptRecordError, InvalidConfigurationError, SparklogError
 from sparklog.storage.documents import VersionedDocument
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
@@ -311,8 +311,31 @@ class ClusterMetadata:
 
         ``build`` sees the newest image and may raise to refuse (a topic that
         exists already); on a lost race it runs again on the newer image.  A
+        refusal stands only on the log's head: a follower's image may be older
+        than the change the caller acted on (another broker wrote it), so the
+        log is re-read and ``build`` runs again before a refusal is raised.  A
         root not yet upgraded is upgraded in the same commit.
         """
+        refused: list[tuple[int, BaseException]] = []
+
+        def checked(image: MetadataImage) -> list[Record] | None:
+            try:
+                return build(image)
+            except SparklogError as exc:
+                refused.append((image.version, exc))
+                raise
+
+        while True:
+            refused.clear()
+            try:
+                return self._append(checked)
+            except SparklogError as exc:
+                if not refused or refused[-1][1] is not exc:
+                    raise  # not a refusal of build's
+                if self.log.refresh().version <= refused[-1][0]:
+                    raise  # refused on the head
+
+    def _append(self, build: Callable[[MetadataImage], list[Record] | None]) -> MetadataImage:
 
         def commit_body(image: MetadataImage) -> Commit | None:
             upgrade: list[Record] = []

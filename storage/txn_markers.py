@@ -38,6 +38,7 @@ __all__ = [
     "apply_txn_append",
     "check_txn_append",
     "drop_aborted",
+    "ended_txn",
     "last_stable_offset",
     "prune_below",
 ]
@@ -65,10 +66,14 @@ def empty() -> dict[str, Any]:
     return {"open": {}, "closed": {}, "controls": [], "aborted": []}
 
 
+def ended_txn(txn: Mapping[str, Any], producer_id: int) -> int:
+    """The number of ``producer_id``'s last transaction ended in this partition (-1: none)."""
+    return int((txn.get("closed") or {}).get(str(producer_id), -1))
+
+
 def check_txn_append(txn: Mapping[str, Any], producer_id: int, number: int, where: str) -> None:
     """Refuse a transactional write of a transaction that has ended in this partition."""
-    closed = (txn.get("closed") or {}).get(str(producer_id), -1)
-    if number <= closed:
+    if number <= ended_txn(txn, producer_id):
         raise InvalidTxnStateError(
             f"producer {producer_id}: transaction {number} has ended in partition {where}; "
             "a late write of an ended transaction is refused"

@@ -8,12 +8,14 @@ its rules are in :mod:`sparklog.broker_lite.transactions.coordinator`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.offsets import commit_response
+from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.transactions.markers import transactions_view
 from sparklog.errors import (
     InvalidProducerEpochError,
@@ -29,10 +31,35 @@ OPERATION_NOT_ATTEMPTED = 55
 #: older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them (kafkajs 2.2
 #: sends AddPartitionsToTxn v1 and reports code 90 as an unknown error)
 PRODUCER_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+TRANSACTION_APIS = {
+    22: "InitProducerId",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    28: "TxnOffsetCommit",
+}
+log = logging.getLogger("sparklog.broker_lite.transactions")
 
 
-def txn_errno(ctx: Any, api_key: int, exc: BaseException) -> int:
-    """Kafka's error code for ``exc`` in the answer to ``api_key`` at the request's version."""
+def txn_errno(ctx: Any, api_key: int, exc: BaseException, transactional_id: str) -> int:
+    """Kafka's error code for ``exc`` in the answer to ``api_key`` at the request's version.
+
+    Every refusal is logged once at WARNING: a refused transactional request
+    aborts the client's transaction (or kills it), so the broker says why.
+    """
+    log.warning(
+        "transactional request refused",
+        extra=fields(
+            api=TRANSACTION_APIS.get(api_key, api_key),
+            transactional_id=transactional_id,
+            error=type(exc).__name__,
+            reason=str(exc),
+        ),
+    )
+    return _code(ctx, api_key, exc)
+
+
+def _code(ctx: Any, api_key: int, exc: BaseException) -> int:
     if isinstance(exc, ProducerFencedError) and ctx.api_version < PRODUCER_FENCED_SINCE[api_key]:
         return int(InvalidProducerEpochError.errno)
     return errno_of(exc)
@@ -52,7 +79,7 @@ def init_transactional(ctx: Any, request: Any) -> Any:
         return make(
             cls,
             throttle_time=0,
-            error_code=txn_errno(ctx, 22, exc),
+            error_code=txn_errno(ctx, 22, exc, str(request.transactional_id)),
             producer_id=-1,
             producer_epoch=-1,
         )
@@ -78,13 +105,14 @@ def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
             int(request.v3_and_below_producer_epoch),
             wanted,
         )
-        refused = any(e is not None for e in found.values())
+        refused = [e for e in found.values() if e is not None]
+        if refused:  # logged once for the request
+            txn_errno(ctx, 24, refused[0], str(request.v3_and_below_transactional_id))
         untouched = OPERATION_NOT_ATTEMPTED if refused else 0
-        codes = {
-            tp: txn_errno(ctx, 24, e) if e is not None else untouched for tp, e in found.items()
-        }
+        codes = {tp: _code(ctx, 24, e) if e is not None else untouched for tp, e in found.items()}
     except SparklogError as exc:
-        codes = {tp: txn_errno(ctx, 24, exc) for tp in wanted}
+        code = txn_errno(ctx, 24, exc, str(request.v3_and_below_transactional_id))
+        codes = {tp: code for tp in wanted}
     by_topic: dict[str, list[Any]] = {}
     for (topic, p), code in codes.items():
         by_topic.setdefault(topic, []).append(
@@ -112,7 +140,7 @@ def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = txn_errno(ctx, 25, exc)
+        code = txn_errno(ctx, 25, exc, str(request.transactional_id))
     return make(cls, throttle_time=0, error_code=code)
 
 
@@ -135,7 +163,7 @@ def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = txn_errno(ctx, 28, exc)
+        code = txn_errno(ctx, 28, exc, str(request.transactional_id))
     return commit_response(cls, topic_cls, part_cls, request.topics, code)
 
 
@@ -150,7 +178,7 @@ def handle_end_txn(ctx: Any, request: Any) -> Any:
         )
         code = 0
     except SparklogError as exc:
-        code = txn_errno(ctx, 26, exc)
+        code = txn_errno(ctx, 26, exc, str(request.transactional_id))
     return make(cls, throttle_time=0, error_code=code)
 
 

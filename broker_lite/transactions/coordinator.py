@@ -439,11 +439,23 @@ class TransactionCoordinator:
                 self._index_version = image.version
             return self._by_pid.get(producer_id)
 
-    def verify(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
+    def verify(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+        *,
+        ended: int = -1,
+    ) -> int:
         """The number of the open transaction a transactional batch belongs to, or raise.
 
         The partition must have been added to the producer's ongoing
-        transaction (KIP-890); an older epoch is a zombie's.
+        transaction (KIP-890); an older epoch is a zombie's.  ``ended`` is the
+        number of the producer's last transaction the partition has a marker
+        for: an image still showing that one ongoing is older than the
+        transaction (its coordinator may be another broker), so the metadata
+        log is re-read before anything is refused.
         """
         for fresh in (False, True):
             image = self.image(fresh)
@@ -452,9 +464,10 @@ class TransactionCoordinator:
                 self._await_added(tid)  # its records wait for the add's append
                 image = self.image()
             state = image.transactional_ids.get(tid) if tid is not None else None
-            if state is None:
+            if state is None or int(state["n"]) <= ended:
                 continue
             if producer_epoch < int(state["epoch"]):
+                self._refused(tid, topic, partition, "fenced by a newer epoch")
                 raise InvalidProducerEpochError(
                     f"producer {producer_id} epoch {producer_epoch} is fenced by epoch "
                     f"{state['epoch']} of transactional id {tid!r}"
@@ -465,9 +478,18 @@ class TransactionCoordinator:
                 and [topic, partition] in state["partitions"]
             ):
                 return int(state["n"])
+        self._refused(tid, topic, partition, "not in an ongoing transaction of the producer")
         raise InvalidTxnStateError(
             f"producer {producer_id}: {topic}-{partition} is not in an ongoing transaction of "
             "this producer (AddPartitionsToTxn first)"
+        )
+
+    @staticmethod
+    def _refused(tid: str | None, topic: str, partition: int, reason: str) -> None:
+        """A transactional request refused on the newest state: one WARNING saying why."""
+        log.warning(
+            "transactional request refused",
+            extra=fields(transactional_id=tid, topic=topic, partition=partition, reason=reason),
         )
 
     # -- EndTxn ---------------------------------------------------------------------
@@ -649,7 +671,9 @@ class TransactionCoordinator:
             self.complete(tid)
 
     def list(self) -> dict[str, dict[str, Any]]:
-        return {k: dict(v) for k, v in self.image().transactional_ids.items()}
+        """Every transactional id's state, as the log's head has it (any broker may be asked,
+        and the ids' coordinators may be others: one probe of the log, never a stale image)."""
+        return {k: dict(v) for k, v in self.image(fresh=True).transactional_ids.items()}
 
     # -- the background pass ---------------------------------------------------------
     def tick(self, mine: Any) -> None:

@@ -234,6 +234,16 @@ class Cluster:
         """The Kafka listeners' addresses (bootstrap.servers for Kafka clients)."""
         return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
 
+    def kafka_leader(self, topic: str, partition: int) -> str:
+        """The Kafka listener address of the partition's leader, as Metadata names it."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.kafka_bootstrap})
+        leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
+        address = self.brokers[leader].kafka_address
+        assert address is not None
+        return address
+
     def stop_all(self) -> None:
         for b in self.brokers.values():
             if b.alive:

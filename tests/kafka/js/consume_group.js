@@ -6,7 +6,7 @@ const { Kafka, logLevel } = require("kafkajs");
 
 async function main() {
   const [bootstrap, topic, groupId, count, fromBeginning] = process.argv.slice(2);
-  const kafka = new Kafka({ brokers: [bootstrap], logLevel: logLevel.NOTHING });
+  const kafka = new Kafka({ brokers: bootstrap.split(","), logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({ groupId, sessionTimeout: 10000 });
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: fromBeginning === "true" });

@@ -5,7 +5,7 @@ const { Kafka, logLevel } = require("kafkajs");
 
 async function main() {
   const [bootstrap, topic, groupId] = process.argv.slice(2);
-  const kafka = new Kafka({ brokers: [bootstrap], logLevel: logLevel.NOTHING });
+  const kafka = new Kafka({ brokers: bootstrap.split(","), logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
   await admin.resetOffsets({ groupId, topic, earliest: true });

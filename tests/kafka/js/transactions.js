@@ -6,7 +6,7 @@ const { Kafka, logLevel } = require("kafkajs");
 async function main() {
   const [bootstrap, topic, transactionalId] = process.argv.slice(2);
   const kafka = new Kafka({
-    brokers: [bootstrap],
+    brokers: bootstrap.split(","),
     logLevel: logLevel.NOTHING,
     retry: { retries: 2 },
   });
