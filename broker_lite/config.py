@@ -9,7 +9,7 @@ environment variables (``SPARKLOG_LINGER_MS=2``), then explicit overrides
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +30,6 @@ from sparklog.settings import (
 )
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
 from sparklog.storage_options import merge_options, storage_options_from_env
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 ENV_PREFIX = "SPARKLOG_"
 

@@ -140,7 +140,7 @@ def _check_compression(compression: str) -> str | None:
 
 
 def object_key_for(created_ms: int) -> str:
-    day = dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.timezone.utc).strftime("%Y%m%d")
+    day = dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.UTC).strftime("%Y%m%d")
     return f"objects/{day}/{uuid.uuid4().hex}.arrow"
 
 

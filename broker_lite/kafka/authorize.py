@@ -584,7 +584,7 @@ def _describe_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
         return handler(ctx, request)
     response = handler(ctx, _replace(request, transactional_ids=keep))
     state_cls = nested(_response_cls(ctx), "TransactionState")
-    never = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+    never = datetime.datetime.fromtimestamp(0, datetime.UTC)
     extra = tuple(
         blank(
             state_cls,

@@ -141,6 +141,4 @@ def quiet_exit() -> NoReturn:
 
 
 def iso_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(
-        timespec="milliseconds"
-    )
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")

@@ -34,7 +34,7 @@ def parse_time_ms(text: str) -> int:
             f"malformed time {text!r}; accepted: {TIME_ACCEPTED}"
         ) from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1000)
 
 

@@ -88,7 +88,7 @@ def _time_micros(text: str) -> int:
 
 
 def _zoned(text: str) -> str:
-    value = parse_timestamp(text).astimezone(dt.timezone.utc)
+    value = parse_timestamp(text).astimezone(dt.UTC)
     return (
         value.strftime("%Y-%m-%dT%H:%M:%S")
         + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")

@@ -48,7 +48,7 @@ def test_spark_reads_kafka_clients_records_and_kafka_reads_the_sink(
             r["offset"],
             r["key"],
             r["value"],
-            int(r["timestamp"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000),
+            int(r["timestamp"].replace(tzinfo=dt.UTC).timestamp() * 1000),
             [(h["key"], h["value"]) for h in r["headers"] or []],
         )
         for r in rows
@@ -56,7 +56,7 @@ def test_spark_reads_kafka_clients_records_and_kafka_reads_the_sink(
     assert from_spark == from_kafka
 
     create(bootstrap, "spark2k", 1)
-    stamp = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
+    stamp = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)
     df = spark.createDataFrame(
         [(f"k{i}".encode(), f"v{i}".encode(), stamp, [("h", b"x")]) for i in range(10)],
         "key binary, value binary, timestamp timestamp, "

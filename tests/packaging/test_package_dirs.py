@@ -12,11 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 import zipfile
 from pathlib import Path
 

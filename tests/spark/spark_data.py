@@ -58,7 +58,7 @@ def stored_rows(root: LogRoot, name: str, include_headers: bool = True) -> list[
                 "topic": name,
                 "partition": p,
                 "offset": r["offset"],
-                "timestamp": r["timestamp"].astimezone(dt.timezone.utc),
+                "timestamp": r["timestamp"].astimezone(dt.UTC),
                 "timestampType": kind,
             }
             if include_headers:

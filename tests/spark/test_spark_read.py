@@ -173,7 +173,7 @@ def test_filters_on_topic_partition_offset_are_exact(spark, tmp_path) -> None:
         filters = [line for line in plan.splitlines() if "Filter (" in line]
         columns = ("offset#", "partition#", "topic#")
         assert not any(c in line for line in filters for c in columns), plan
-    ts = dt.datetime.fromtimestamp((BASE_TS_MS + 15_000) / 1000, tz=dt.timezone.utc)
+    ts = dt.datetime.fromtimestamp((BASE_TS_MS + 15_000) / 1000, tz=dt.UTC)
     late = df.filter(df.timestamp >= ts).filter("topic = 'a'").count()
     assert late == 3 * 5
 
@@ -186,7 +186,7 @@ def test_pushdown_prunes_ranges_and_segments(tmp_path) -> None:
     fill(root, "b", partitions=1, batches=1, per_batch=10)
     options = parse_source_options({"root": url, "subscribePattern": "[ab]"}, streaming=False)
     ts_filter = GreaterThanOrEqual(
-        ("timestamp",), dt.datetime.fromtimestamp((BASE_TS_MS + 25_000) / 1000, dt.timezone.utc)
+        ("timestamp",), dt.datetime.fromtimestamp((BASE_TS_MS + 25_000) / 1000, dt.UTC)
     )
     filters = [
         EqualTo(("topic",), "a"),

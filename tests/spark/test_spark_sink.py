@@ -77,7 +77,7 @@ def test_topic_partition_headers_and_timestamp_columns(spark, tmp_path) -> None:
     root = open_root(url)
     root.create_topic("a", 3)
     root.create_topic("b", 2)
-    stamp = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
+    stamp = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)
     rows = [
         ("a", 2, b"k1", b"v1", stamp, [("h", b"x")]),
         ("b", None, b"k2", b"v2", stamp, []),
