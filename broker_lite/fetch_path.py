@@ -196,8 +196,12 @@ class FetchPath(BrokerState):
         for tp in partitions:
             try:
                 topic = self.topic(tp.topic)
-                view = topic.partition(tp.partition)
+                if not 0 <= tp.partition < topic.partitions:
+                    out[tp] = None  # not (yet: the topics loop reloads) a partition of it
+                    continue
                 shard = (tp.topic, topic.info.shard_of(tp.partition))
+                with self._lock:  # partition_state opens the topic's shard logs under it too
+                    view = topic.view(topic.shard(shard[1]), tp.partition)
                 if shard not in looked_at:
                     looked_at.add(shard)
                     led = self.cluster is not None and self.cluster.is_leader(*tp)
