@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Collection
 from typing import Any
 
 import pyarrow as pa
@@ -17,6 +19,7 @@ from sparklog.storage.txn_markers import (
     committed_only,
     read_committed_from,
 )
+from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 
@@ -172,3 +175,40 @@ class FetchPath(BrokerState):
             "'max_timestamp' or a "
             "timestamp in ms"
         )
+
+    def high_watermarks(
+        self, partitions: Collection[TopicPartition], *, led_from_memory: bool = False
+    ) -> dict[TopicPartition, int | None]:
+        """High watermarks for consumer lag, from this broker's cached topic handles.
+
+        Each shard is looked at once however many of its partitions (and groups
+        committed to them) are asked for, through the same shard log the broker
+        writes and fetches with: a shard we lead is answered from memory (our
+        writes all pass here) when ``led_from_memory`` (the lag metric); otherwise
+        the shard's log is re-read unless it was seen at its head within
+        ``fetch_refresh_ms``, as ListOffsets does, so a describe answers what a Kafka
+        client's ListOffsets would.  Never a fresh log per group and partition.
+        None: the topic or partition is unknown or unreadable.
+        """
+        refresh_ms = self.config.fetch_refresh_ms
+        out: dict[TopicPartition, int | None] = {}
+        looked_at: set[tuple[str, int]] = set()
+        for tp in partitions:
+            try:
+                topic = self.topic(tp.topic)
+                if not 0 <= tp.partition < topic.partitions:
+                    out[tp] = None  # not (yet: the topics loop reloads) a partition of it
+                    continue
+                shard = (tp.topic, topic.info.shard_of(tp.partition))
+                with self._lock:  # partition_state opens the topic's shard logs under it too
+                    view = topic.view(topic.shard(shard[1]), tp.partition)
+                if shard not in looked_at:
+                    looked_at.add(shard)
+                    led = self.cluster is not None and self.cluster.is_leader(*tp)
+                    if not (led_from_memory and led and view.shard.loaded_state is not None):
+                        storage_call(functools.partial(view.refresh, refresh_ms))
+                hwm = view.watermarks_in_memory()[0]
+                out[tp] = hwm if hwm >= 0 else None  # -1: its shard could not be read
+            except SparklogError:
+                out[tp] = None
+        return out

@@ -118,8 +118,6 @@ class LeadershipRole(BrokerState):
                 for p in range(topic.partitions)
                 if self.cluster.is_leader(name, p)
             )
-            if self.config.replication_factor > 1:
-                self._warm_followers(topic)
         gained, lost = led - self._led, self._led - led
         if gained or lost:
             self.metrics.leadership_changes.inc(len(gained) + len(lost))

@@ -38,6 +38,7 @@ from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.groups.lag import lag_of
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
 from sparklog.topic_partition import TopicPartition
@@ -45,6 +46,8 @@ from sparklog.topic_partition import TopicPartition
 log = logging.getLogger("sparklog.broker_lite.broker")
 #: how often a broker looks for timed-out and orphaned transactions
 TRANSACTIONS_TICK_S = 1.0
+#: the lag metric is computed every this many ticks (group sweeps run every tick)
+LAG_TICKS = 5
 
 
 class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
@@ -79,6 +82,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             consumer_session_timeout_ms=config.consumer_group_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
             consumer_migration_policy=config.group_consumer_migration_policy,
+            high_watermarks=self.high_watermarks,
         )
         self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
         #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)
@@ -103,6 +107,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._stopping = threading.Event()
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._next_metadata_refresh = 0.0
 
     # -- lifecycle ---------------------------------------------------------
     def start(self, location: str, kafka_address: str | None = None) -> None:
@@ -127,8 +132,15 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         # the first renewal also opens the store's connections: give it a few tries
         storage_call(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
         self._update_leadership()
+        # Each loop only waits for its own work (docs/architecture.md, "Broker threads"):
+        # leases, then the metadata image and leadership, are never behind a group sweep,
+        # a topic reload or a store read for lag.
+        tick_s = min(self.config.lease_interval_ms, self.config.metadata_refresh_ms) / 1000
         self._spawn("lease", self._lease_loop)
-        self._spawn("tick", self._tick_loop)
+        self._spawn("control", self._every(tick_s, "control tick", self._follow_cluster))
+        self._spawn("topics", self._every(tick_s, "topics tick", self._follow_topics))
+        self._spawn("groups", self._every(tick_s, "group sweep", self._sweep_groups))
+        self._spawn("lag", self._every(LAG_TICKS * tick_s, "lag pass", self._record_lag))
         self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
@@ -192,28 +204,41 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self.transactions.close()
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
-    def _tick_loop(self) -> None:
-        """Follow the metadata log and leadership, sweep the groups we coordinate."""
-        interval = min(self.config.lease_interval_ms, self.config.metadata_refresh_ms) / 1000
-        ticks = 0
-        next_metadata = 0.0
-        while not self._stopping.wait(interval):
-            ticks += 1
+    def _every(self, interval_s: float, what: str, work: Callable[[], None]) -> Callable[[], None]:
+        """A loop running ``work`` every ``interval_s`` until the broker stops; a failed
+        round is logged and the next one runs as planned."""
+
+        def loop() -> None:
+            while not self._stopping.wait(interval_s):
+                try:
+                    work()
+                except SparklogError as exc:
+                    log.warning(f"{what} failed", extra=fields(error=str(exc)[:500]))
+                except Exception:
+                    log.exception(f"{what} failed")
+
+        return loop
+
+    def _follow_cluster(self) -> None:
+        """The control loop: follow the metadata log (fences, registrations, topics) and
+        derive leadership from it and the leases; nothing else runs here."""
+        if time.monotonic() >= self._next_metadata_refresh:
+            self._next_metadata_refresh = time.monotonic() + self.config.metadata_refresh_ms / 1000
             try:
-                if time.monotonic() >= next_metadata:
-                    next_metadata = time.monotonic() + self.config.metadata_refresh_ms / 1000
-                    self.root.metadata.refresh()
+                self.root.metadata.refresh()
             except SparklogError as exc:
                 # an unreachable store must not stop the rest: leadership follows our lease
                 log.warning("metadata refresh failed", extra=fields(error=str(exc)))
-            try:
-                self._reload_topics()
-                self._update_leadership()
-                self._sweep_groups(with_lag=ticks % 5 == 0)
-            except SparklogError as exc:
-                log.warning("background tick failed", extra=fields(error=str(exc)))
-            except Exception:
-                log.exception("background tick failed")
+        self._update_leadership()
+
+    def _follow_topics(self) -> None:
+        """Reload the cached topics (partitions added, configs, deletions); warm followers."""
+        self._reload_topics()
+        if self.config.replication_factor > 1:
+            with self._lock:
+                cached = list(self._topics.values())
+            for topic in cached:
+                self._warm_followers(topic)
 
     def _transactions_loop(self) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids we coordinate."""
@@ -300,18 +325,30 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
         ]
 
-    def _sweep_groups(self, with_lag: bool) -> None:
+    def _sweep_groups(self) -> None:
+        """Session expiry and due rebalances of the groups we coordinate (memory only)."""
         mine = self.owned_groups(discover=False)
         for group in set(self.coordinator.known_groups()) - set(mine):
             self.coordinator.forget(group)  # another broker coordinates it now
         self.coordinator.sweep(mine)
-        if with_lag:
-            for group in mine:
-                for entry in self.coordinator.describe_group(group)["offsets"]:
-                    if entry["lag"] is not None:
-                        self.metrics.group_lag.labels(
-                            group, entry["topic"], str(entry["partition"])
-                        ).set(entry["lag"])
+
+    def _record_lag(self) -> None:
+        """The lag metric of the groups we coordinate: their committed offsets (one probe
+        of each group's log), then the high watermarks of all those partitions at once
+        (led shards from memory, others one read per shard, however many groups)."""
+        committed: dict[str, dict[TopicPartition, int]] = {}
+        for group in self.owned_groups(discover=False):
+            try:
+                committed[group] = self.coordinator.fetch_offsets(group)
+            except SparklogError:
+                continue
+        wanted = {tp for offsets in committed.values() for tp in offsets}
+        hwms = self.high_watermarks(wanted, led_from_memory=True)
+        for group, offsets in committed.items():
+            for tp, offset in offsets.items():
+                lag = lag_of(hwms.get(tp), offset)
+                if lag is not None:
+                    self.metrics.group_lag.labels(group, tp.topic, str(tp.partition)).set(lag)
 
     # -- topics and partitions ---------------------------------------------
 

@@ -26,6 +26,7 @@ calls (join, a follower's sync) poll the document every ``poll_ms``.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import threading
@@ -70,6 +71,7 @@ from sparklog.groups.consumer_groups import (
     has_members,
     is_consumer_group,
 )
+from sparklog.groups.lag import HighWatermarks, lag_of, read_high_watermarks
 from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import (
@@ -301,8 +303,15 @@ class GroupCoordinator:
         consumer_session_timeout_ms: int = 45_000,
         consumer_heartbeat_interval_ms: int = 5_000,
         consumer_migration_policy: str = "bidirectional",
+        high_watermarks: HighWatermarks | None = None,
     ) -> None:
+        """``high_watermarks``: where :meth:`describe_group` takes the high watermarks its
+        lag is computed from (a broker's in-memory partition states); by default each
+        topic is opened once per call and each of its shard logs read once."""
         self.root = root
+        self.high_watermarks: HighWatermarks = high_watermarks or functools.partial(
+            read_high_watermarks, root
+        )
         #: KIP-848 groups (``group.protocol=consumer``): their own state machine, same
         #: documents; ``consumer_migration_policy`` is Kafka's group.consumer.migration.policy
         self.consumer = ConsumerGroupProtocol(
@@ -814,21 +823,18 @@ class GroupCoordinator:
                 }
                 for m, v in sorted(found.items())
             ]
+        committed_offsets = self.fetch_offsets(group)
+        hwms = self.high_watermarks(list(committed_offsets))
         offsets = []
-        for (topic, partition), committed in sorted(self.fetch_offsets(group).items()):
-            hwm: int | None
-            try:
-                log = self.root.topic(topic).partition(partition)
-                hwm = log.high_watermark
-            except SparklogError:
-                hwm = None
+        for tp, committed in sorted(committed_offsets.items()):
+            hwm = hwms.get(tp)
             offsets.append(
                 {
-                    "topic": topic,
-                    "partition": partition,
+                    "topic": tp.topic,
+                    "partition": tp.partition,
                     "committed": committed,
                     "high_watermark": hwm,
-                    "lag": None if hwm is None else max(hwm - committed, 0),
+                    "lag": lag_of(hwm, committed),
                 }
             )
         return {
