@@ -39,16 +39,17 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> l
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_confluent_kafka_round_trip(one_broker: Cluster, codec: str) -> None:
-    bootstrap = one_broker.kafka_bootstrap
-    create_topic(bootstrap, "events", 3)
+def test_confluent_kafka_round_trip(brokers: Cluster, codec: str) -> None:
+    bootstrap = brokers.kafka_bootstrap
+    topic = f"events-{codec}"
+    create_topic(bootstrap, topic, 3)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec})
     sent = {}
     for i in range(300):
         key = f"k{i}".encode()
         value = None if i % 50 == 7 else f"value-{i}".encode() * (i % 5 + 1)
         producer.produce(
-            "events",
+            topic,
             key=key,
             value=value,
             headers=[("n", str(i).encode()), ("e", b"")],
@@ -56,7 +57,7 @@ def test_confluent_kafka_round_trip(one_broker: Cluster, codec: str) -> None:
         )
         sent[key] = (value, 1_700_000_000_000 + i, [("n", str(i).encode()), ("e", b"")])
     assert producer.flush(30) == 0
-    got = consume_all(bootstrap, "events", 3, 300)
+    got = consume_all(bootstrap, topic, 3, 300)
     assert len(got) == 300
     by_partition: dict[int, list[int]] = {}
     for msg in got:
@@ -69,8 +70,8 @@ def test_confluent_kafka_round_trip(one_broker: Cluster, codec: str) -> None:
         assert offsets == list(range(len(offsets)))  # dense, in order, none doubled
 
 
-def test_kafka_python_round_trip_and_log_append_time(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_kafka_python_round_trip_and_log_append_time(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     create_topic(bootstrap, "stamped", 2, {"message.timestamp.type": "LogAppendTime"})
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     before = int(time.time() * 1000)
@@ -90,8 +91,8 @@ def test_kafka_python_round_trip_and_log_append_time(one_broker: Cluster) -> Non
     assert [m.offset for m in got] == list(range(40))
 
 
-def test_acks_zero_and_one_are_written(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_acks_zero_and_one_are_written(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     create_topic(bootstrap, "acks", 1)
     for acks in ("0", "1"):
         producer = Producer({"bootstrap.servers": bootstrap, "acks": acks})
@@ -104,8 +105,8 @@ def test_acks_zero_and_one_are_written(one_broker: Cluster) -> None:
     )
 
 
-def test_list_offsets_earliest_latest_and_by_timestamp(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_list_offsets_earliest_latest_and_by_timestamp(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     create_topic(bootstrap, "times", 1)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(10):
@@ -123,18 +124,23 @@ def test_list_offsets_earliest_latest_and_by_timestamp(one_broker: Cluster) -> N
         consumer.close()
 
 
-def test_each_kafka_api_request_is_timed_in_the_metrics(one_broker: Cluster) -> None:
+def test_each_kafka_api_request_is_timed_in_the_metrics(brokers: Cluster) -> None:
     """``sparklog_kafka_request_seconds{api}``: a Produce and a Fetch each count once more."""
     import re
     import urllib.request
 
-    bootstrap = one_broker.kafka_bootstrap
-    url = f"http://127.0.0.1:{one_broker.brokers[0].metrics_port}/metrics"
+    bootstrap = brokers.kafka_bootstrap
 
     def counts() -> dict[str, float]:
-        text = urllib.request.urlopen(url, timeout=10).read().decode()
-        found = re.findall(r'sparklog_kafka_request_seconds_count\{api="(\w+)"\} (\S+)', text)
-        return {api: float(n) for api, n in found}
+        """Each API's count, summed over the cluster's brokers (one of them leads)."""
+        total: dict[str, float] = {}
+        for broker in brokers.brokers.values():
+            url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            found = re.findall(r'sparklog_kafka_request_seconds_count\{api="(\w+)"\} (\S+)', text)
+            for api, n in found:
+                total[api] = total.get(api, 0) + float(n)
+        return total
 
     create_topic(bootstrap, "timed", 1)
     before = counts()

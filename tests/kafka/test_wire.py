@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -18,10 +19,25 @@ from tests.support.brokers import Cluster
 
 
 @pytest.fixture
-def conn(one_broker: Cluster):
-    c = Connection(one_broker.brokers[0].kafka_address)
+def conn(brokers: Cluster):
+    c = Connection(brokers.brokers[0].kafka_address)
     yield c
     c.close()
+
+
+@pytest.fixture
+def leader_conn(brokers: Cluster):
+    """A connection to the leader of a topic's partition 0 (on three brokers, another
+    broker answers NOT_LEADER_OR_FOLLOWER to a Produce, as Kafka's do)."""
+    opened: list[Connection] = []
+
+    def connect(topic: str) -> Connection:
+        opened.append(Connection(brokers.kafka_leader(topic, 0)))
+        return opened[-1]
+
+    yield connect
+    for c in opened:
+        c.close()
 
 
 def produce_request(topic: str, records: bytes) -> ProduceRequest:
@@ -55,11 +71,11 @@ def test_newer_api_versions_gets_the_kip_511_answer(conn: Connection) -> None:
 
 
 def test_unknown_api_and_unsupported_version_close_the_connection_as_kafka(
-    one_broker: Cluster,
+    brokers: Cluster,
 ) -> None:
     # Kafka cannot parse such a request and closes the connection (a body in some
     # other version's layout would be misread); the broker keeps serving others
-    address = one_broker.brokers[0].kafka_address
+    address = brokers.brokers[0].kafka_address
     for api_key, version in ((9999, 0), (0, 12), (1, 99)):
         conn = Connection(address)
         try:
@@ -75,11 +91,12 @@ def test_unknown_api_and_unsupported_version_close_the_connection_as_kafka(
 
 
 def test_bad_crc_and_old_magic_are_refused_per_partition(
-    one_broker: Cluster, conn: Connection
+    brokers: Cluster, leader_conn: Callable[[str], Connection]
 ) -> None:
     from tests.kafka.test_roundtrip import create_topic
 
-    create_topic(one_broker.kafka_bootstrap, "wire", 1)
+    create_topic(brokers.kafka_bootstrap, "wire", 1)
+    conn = leader_conn("wire")
     good = record_batch_bytes([b"a", b"b"])
     corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
     old_magic = good[:16] + b"\x01" + good[17:]
@@ -91,19 +108,20 @@ def test_bad_crc_and_old_magic_are_refused_per_partition(
 
 
 def test_batch_over_max_message_bytes_is_message_too_large(
-    one_broker: Cluster, conn: Connection
+    brokers: Cluster, leader_conn: Callable[[str], Connection]
 ) -> None:
     from tests.kafka.test_roundtrip import create_topic
 
-    create_topic(one_broker.kafka_bootstrap, "small", 1, {"max.message.bytes": "2000"})
+    create_topic(brokers.kafka_bootstrap, "small", 1, {"max.message.bytes": "2000"})
+    conn = leader_conn("small")
     response = conn.call(produce_request("small", record_batch_bytes([b"x" * 3000])))
     assert response.responses[0].partition_responses[0].error_code == 10
     response = conn.call(produce_request("small", record_batch_bytes([b"x" * 100])))
     assert response.responses[0].partition_responses[0].error_code == 0
 
 
-def test_oversized_and_garbage_frames_close_only_that_connection(one_broker: Cluster) -> None:
-    address = one_broker.brokers[0].kafka_address
+def test_oversized_and_garbage_frames_close_only_that_connection(brokers: Cluster) -> None:
+    address = brokers.brokers[0].kafka_address
     other = Connection(address)
     big = Connection(address)
     big.sock.sendall(struct.pack(">i", 2**31 - 1))
@@ -117,7 +135,7 @@ def test_oversized_and_garbage_frames_close_only_that_connection(one_broker: Clu
 
 
 def test_tail_fetch_serves_the_producers_batch_at_its_committed_offset(
-    one_broker: Cluster, conn: Connection
+    brokers: Cluster, leader_conn: Callable[[str], Connection]
 ) -> None:
     """A consumer at the tail gets the producer's own bytes (codec kept), with the
     base offset the commit gave them; a fetch from inside that batch gets the
@@ -127,7 +145,8 @@ def test_tail_fetch_serves_the_producers_batch_at_its_committed_offset(
 
     from tests.kafka.test_roundtrip import create_topic
 
-    create_topic(one_broker.kafka_bootstrap, "raw", 1)
+    create_topic(brokers.kafka_bootstrap, "raw", 1)
+    conn = leader_conn("raw")
     sent = []
     for first in (0, 3):
         builder = DefaultRecordBatchBuilder(
@@ -172,7 +191,7 @@ def test_tail_fetch_serves_the_producers_batch_at_its_committed_offset(
 
 
 def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records(
-    one_broker: Cluster, conn: Connection
+    brokers: Cluster, leader_conn: Callable[[str], Connection]
 ) -> None:
     """The partitions of one Produce request are decoded into one Arrow batch and
     produced in one broker call (issue #22 item 6); each still gets its own answer
@@ -183,7 +202,9 @@ def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records
     from sparklog.storage import make_batch, open_root
     from tests.kafka.test_roundtrip import create_topic
 
-    create_topic(one_broker.kafka_bootstrap, "fan", 4)
+    # one shard: one leader answers for all four partitions
+    create_topic(brokers.kafka_bootstrap, "fan", 4, {"commit.shards": "1"})
+    conn = leader_conn("fan")
 
     def batch(values: list[bytes], headers: list | None = None) -> bytes:
         made = make_batch(values, timestamps_ms=[1_000] * len(values), headers=headers)
@@ -220,7 +241,7 @@ def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records
         (2, 0, 0),
         (3, 0, 0),
     ]
-    topic = open_root(one_broker.root).topic("fan")
+    topic = open_root(brokers.root).topic("fan")
     rows = {p: topic.partition(p).read(0).to_pylist() for p in range(4)}
     assert [r["value"] for r in rows[0]] == [b"a", b"b"] and rows[1] == []
     assert [r["value"] for r in rows[2]] == [b"c", b"d", b"e"]
@@ -234,7 +255,7 @@ def test_a_request_over_many_partitions_answers_each_and_keeps_each_ones_records
 
 
 def test_pipelined_produce_requests_land_in_the_order_sent(
-    one_broker: Cluster, conn: Connection
+    brokers: Cluster, leader_conn: Callable[[str], Connection]
 ) -> None:
     """Kafka appends a connection's Produce requests in the order sent, idempotent
     or not (kcat sends its lines so; CI once saw them land c, a, b).  A slow first
@@ -244,8 +265,14 @@ def test_pipelined_produce_requests_land_in_the_order_sent(
 
     from tests.kafka.test_roundtrip import create_topic
 
-    create_topic(one_broker.kafka_bootstrap, "order", 1)
-    create_topic(one_broker.kafka_bootstrap, "order-side", 1)
+    create_topic(brokers.kafka_bootstrap, "order", 1)
+    conn = leader_conn("order")
+    # the side topic led by the same broker (on three brokers, the first name that is)
+    for attempt in range(30):
+        side = f"order-side-{attempt}"
+        create_topic(brokers.kafka_bootstrap, side, 1)
+        if brokers.kafka_leader(side, 0) == brokers.kafka_leader("order", 0):
+            break
     builder = DefaultRecordBatchBuilder(2, DefaultRecordBatch.CODEC_GZIP, 0, -1, -1, -1, 1 << 26)
     many = 20_000
     for i in range(many):
@@ -259,7 +286,7 @@ def test_pipelined_produce_requests_land_in_the_order_sent(
             TopicProduceData(
                 name=name, partition_data=(PartitionProduceData(index=0, records=slow),)
             )
-            for name in ("order-side", "order")
+            for name in (side, "order")
         ),
     )
     second = produce_request("order", record_batch_bytes([b"second"]))
