@@ -270,12 +270,12 @@ def test_acls_written_on_the_root_reach_the_running_broker(acl_cluster: Cluster)
     assert '"User:mallory"' in listed.stdout
 
 
-def test_without_an_authorizer_the_acl_apis_answer_security_disabled(one_broker: Cluster) -> None:
+def test_without_an_authorizer_the_acl_apis_answer_security_disabled(brokers: Cluster) -> None:
     from kafka.errors import SecurityDisabledError
 
     with pytest.raises(SecurityDisabledError):  # librdkafka drops DescribeAcls' error
-        kafka_python_admin(one_broker.kafka_bootstrap, None).describe_acls(ANY_ACL)
-    admin = AdminClient({"bootstrap.servers": one_broker.kafka_bootstrap})
+        kafka_python_admin(brokers.kafka_bootstrap, None).describe_acls(ANY_ACL)
+    admin = AdminClient({"bootstrap.servers": brokers.kafka_bootstrap})
     grant = AclBinding(
         ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:a", "*",
         AclOperation.READ, AclPermissionType.ALLOW,

@@ -13,8 +13,8 @@ from tests.support.waiting import wait_for
 
 
 @pytest.fixture
-def admin(one_broker: Cluster):
-    client = KafkaAdminClient(bootstrap_servers=one_broker.kafka_bootstrap)
+def admin(brokers: Cluster):
+    client = KafkaAdminClient(bootstrap_servers=brokers.kafka_bootstrap)
     yield client
     client.close()
 
@@ -24,10 +24,20 @@ def configs_of(admin: KafkaAdminClient, topic: str) -> dict[str, str]:
     return {name: entry["value"] for name, entry in result["topic"][topic].items()}
 
 
-def test_topics_and_configs(admin: KafkaAdminClient) -> None:
+def _configs_become(admin: KafkaAdminClient, topic: str, wanted: dict[str, str]) -> None:
+    """On a cluster the answering broker learns a change made through another one at its
+    next look at the metadata log (``metadata_refresh_ms``), as Kafka's brokers do."""
+    wait_for(
+        lambda: {k: configs_of(admin, topic).get(k) for k in wanted} == wanted,
+        what=f"{topic}'s configs {wanted}",
+    )
+
+
+def test_topics_and_configs(brokers: Cluster, admin: KafkaAdminClient) -> None:
     admin.create_topics([NewTopic("audit", 2, 1, topic_configs={"retention.ms": "3600000"})])
     with pytest.raises(TopicAlreadyExistsError):
         admin.create_topics([NewTopic("audit", 2, 1)])
+    brokers.wait_listed("audit")
     assert "audit" in admin.list_topics()
     described = admin.describe_topics(["audit"])[0]
     assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1]
@@ -37,14 +47,13 @@ def test_topics_and_configs(admin: KafkaAdminClient) -> None:
     admin.alter_configs(
         [ConfigResource(ConfigResourceType.TOPIC, "audit", configs=compact)], incremental=True
     )
-    after = configs_of(admin, "audit")
-    assert (after["cleanup.policy"], after["retention.ms"]) == ("compact", "3600000")
+    _configs_become(admin, "audit", {"cleanup.policy": "compact", "retention.ms": "3600000"})
     admin.alter_configs(
         [ConfigResource(ConfigResourceType.TOPIC, "audit", configs={"retention.ms": "60000"})],
         incremental=False,
     )
-    after = configs_of(admin, "audit")  # kafka-python sends the whole set to AlterConfigs
-    assert (after["cleanup.policy"], after["retention.ms"]) == ("compact", "60000")
+    # kafka-python sends the whole set to AlterConfigs
+    _configs_become(admin, "audit", {"cleanup.policy": "compact", "retention.ms": "60000"})
 
     admin.create_partitions({"audit": NewPartitions(total_count=5)})
     wait_for(
@@ -57,8 +66,8 @@ def test_topics_and_configs(admin: KafkaAdminClient) -> None:
         admin.delete_topics(["audit"])
 
 
-def test_delete_records_and_groups(one_broker: Cluster, admin: KafkaAdminClient) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_delete_records_and_groups(brokers: Cluster, admin: KafkaAdminClient) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin.create_topics([NewTopic("trail", 1, 1)])
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     for i in range(20):

@@ -67,5 +67,5 @@ async def round_trip(bootstrap: str, codec: str | None) -> None:
 
 
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
-def test_aiokafka_round_trip(one_broker: Cluster, codec: str | None) -> None:
-    asyncio.run(round_trip(one_broker.kafka_bootstrap, codec))
+def test_aiokafka_round_trip(brokers: Cluster, codec: str | None) -> None:
+    asyncio.run(round_trip(brokers.kafka_bootstrap, codec))

@@ -31,8 +31,8 @@ def produce(bootstrap: str, topic: str, stamps: list[int]) -> None:
     assert producer.flush(30) == 0
 
 
-def test_max_timestamp_shrinking_and_illegal_names(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_max_timestamp_shrinking_and_illegal_names(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("stamps", 2, 1)])["stamps"].result(timeout=30)
     produce(bootstrap, "stamps", [1_000, 5_000, 3_000, 5_000, 2_000])
@@ -122,8 +122,8 @@ def epoch_end(conn: Connection, current: int, asked: int) -> tuple[int, int, int
     return part.error_code.value, part.leader_epoch, part.end_offset
 
 
-def test_offset_for_leader_epoch(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_offset_for_leader_epoch(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("epochs", 1, 1)])["epochs"].result(timeout=30)
     produce(bootstrap, "epochs", [1_000, 2_000, 3_000])

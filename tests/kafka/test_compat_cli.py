@@ -11,8 +11,8 @@ from sparklog.client.transports.kafka_probe import probe
 from tests.support.brokers import REPO, Cluster
 
 
-def test_cli_on_the_kafka_port_names_the_flight_address(one_broker: Cluster) -> None:
-    broker = one_broker.brokers[0]
+def test_cli_on_the_kafka_port_names_the_flight_address(brokers: Cluster) -> None:
+    broker = brokers.brokers[0]
     kafka = broker.kafka_address
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
     env.update(PYTHONPATH=str(REPO), COLUMNS="200")
@@ -39,8 +39,8 @@ def test_cli_on_the_kafka_port_names_the_flight_address(one_broker: Cluster) -> 
     assert "unreachable" not in proc.stderr
 
 
-def test_probe_tells_kafka_listeners_from_other_ports(one_broker: Cluster) -> None:
-    broker = one_broker.brokers[0]
+def test_probe_tells_kafka_listeners_from_other_ports(brokers: Cluster) -> None:
+    broker = brokers.brokers[0]
     found = probe(broker.kafka_address)
     assert found is not None and found.flight_address.endswith(
         broker.location.removeprefix("grpc://")

@@ -67,11 +67,12 @@ def run(program: pathlib.Path, *args: str) -> object:
 
 
 @pytest.mark.slow
-def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Cluster) -> None:
+def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(brokers: Cluster) -> None:
     program = build()
-    bootstrap = one_broker.kafka_bootstrap
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("go-sarama", 1, 1)])["go-sarama"].result(timeout=30)
+    brokers.wait_listed("go-sarama")
     seen = run(
         program, "sarama", "-brokers", bootstrap, "-topic", "go-sarama", "-group", "go-group"
     )
@@ -84,10 +85,11 @@ def test_sarama_produces_consumes_as_a_group_and_commits_with_v1(one_broker: Clu
 
 
 @pytest.mark.slow
-def test_kafka_go_produces_and_fetches(one_broker: Cluster) -> None:
+def test_kafka_go_produces_and_fetches(brokers: Cluster) -> None:
     program = build()
-    bootstrap = one_broker.kafka_bootstrap
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("go-kafka-go", 1, 1)])["go-kafka-go"].result(timeout=30)
+    brokers.wait_listed("go-kafka-go")
     values = run(program, "kafka-go", "-brokers", bootstrap, "-topic", "go-kafka-go")
     assert values == [f"go-{i}" for i in range(5)]

@@ -44,8 +44,8 @@ def consume_and_commit(bootstrap: str, group: str, count: int) -> list[bytes]:
 
 
 @pytest.mark.slow
-def test_any_non_empty_group_id_joins_commits_and_is_listed(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_any_non_empty_group_id_joins_commits_and_is_listed(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
     producer = Producer({"bootstrap.servers": bootstrap})

@@ -14,8 +14,8 @@ from tests.kafka.wire import Connection
 from tests.support.brokers import Cluster
 
 
-def test_join_group_v9_and_list_groups_v5_filters(one_broker: Cluster) -> None:
-    conn = Connection(one_broker.kafka_bootstrap)
+def test_join_group_v9_and_list_groups_v5_filters(brokers: Cluster) -> None:
+    conn = Connection(brokers.kafka_coordinator("g9"))
     try:
         join = JoinGroupRequest(
             group_id=GroupId("g9"),

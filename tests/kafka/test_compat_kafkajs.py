@@ -25,12 +25,12 @@ GROUP = "js-reset-me"
 
 @pytest.mark.slow
 def test_kafkajs_reset_offsets_earliest_commits_minus_2(
-    one_broker: Cluster,
+    brokers: Cluster,
 ) -> None:
     missing = install_kafkajs()
     if missing:
         pytest.skip(missing)
-    bootstrap = one_broker.kafka_bootstrap
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
     producer = Producer({"bootstrap.servers": bootstrap})

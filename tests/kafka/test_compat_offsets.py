@@ -63,8 +63,8 @@ def fetch(conn: Connection, group: str, partitions: list[int]) -> dict[int, int]
     return {p.partition_index: p.committed_offset for t in answer.topics for p in t.partitions}
 
 
-def test_sentinel_offsets_are_stored_as_given_and_readers_reset(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_sentinel_offsets_are_stored_as_given_and_readers_reset(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=30)
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -108,7 +108,7 @@ def test_sentinel_offsets_are_stored_as_given_and_readers_reset(one_broker: Clus
     # sparklog's consumer takes a negative commit as none (as Kafka's Java consumer
     # does) and resets by its auto_offset_reset
     with SparklogConsumer(
-        one_broker.address,
+        brokers.address,
         TOPIC,
         group_id="reset-me",
         auto_offset_reset="earliest",

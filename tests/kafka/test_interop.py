@@ -80,9 +80,9 @@ def sparklog_records(address: str, topic: str, count: int) -> list[tuple]:
     return sorted(got)
 
 
-def test_kafka_client_to_sparklog_consumer_and_cli(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
-    address = f"sparklog://{one_broker.bootstrap}"
+def test_kafka_client_to_sparklog_consumer_and_cli(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
+    address = f"sparklog://{brokers.bootstrap}"
     create(bootstrap, "k2s", 2)
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"})
     for i in range(50):
@@ -128,9 +128,9 @@ def test_kafka_client_to_sparklog_consumer_and_cli(one_broker: Cluster) -> None:
     assert sorted((p["partition"], p["offset"]) for p in printed) == [r[:2] for r in from_kafka]
 
 
-def test_sparklog_producer_to_kafka_client(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
-    address = f"sparklog://{one_broker.bootstrap}"
+def test_sparklog_producer_to_kafka_client(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
+    address = f"sparklog://{brokers.bootstrap}"
     Admin(address).create_topic("s2k", 3)
     producer = SlProducer(address)
     for i in range(60):
@@ -148,9 +148,9 @@ def test_sparklog_producer_to_kafka_client(one_broker: Cluster) -> None:
     assert sorted(r[2] for r in from_kafka) == sorted(f"key{i}".encode() for i in range(60))
 
 
-def test_group_offsets_are_shared_and_described_with_lag(one_broker: Cluster) -> None:
-    bootstrap = one_broker.kafka_bootstrap
-    address = f"sparklog://{one_broker.bootstrap}"
+def test_group_offsets_are_shared_and_described_with_lag(brokers: Cluster) -> None:
+    bootstrap = brokers.kafka_bootstrap
+    address = f"sparklog://{brokers.bootstrap}"
     create(bootstrap, "shared", 1)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(30):
@@ -199,11 +199,11 @@ def test_group_offsets_are_shared_and_described_with_lag(one_broker: Cluster) ->
     assert [r.offset for r in rest] == list(range(10, 30))
 
 
-def test_one_group_mixes_kafka_and_sparklog_members(one_broker: Cluster) -> None:
+def test_one_group_mixes_kafka_and_sparklog_members(brokers: Cluster) -> None:
     import threading
 
-    bootstrap = one_broker.kafka_bootstrap
-    address = f"sparklog://{one_broker.bootstrap}"
+    bootstrap = brokers.kafka_bootstrap
+    address = f"sparklog://{brokers.bootstrap}"
     create(bootstrap, "mixed-topic", 4)
     native = SlConsumer(
         address, group_id="mixed2", session_timeout_ms=6000, heartbeat_interval_ms=300

@@ -14,14 +14,14 @@ from tests.support.waiting import wait_for
 
 
 @pytest.fixture
-def admin(one_broker: Cluster):
-    client = KafkaAdminClient(bootstrap_servers=one_broker.kafka_bootstrap)
+def admin(brokers: Cluster):
+    client = KafkaAdminClient(bootstrap_servers=brokers.kafka_bootstrap)
     yield client
     client.close()
 
 
-def test_offset_delete(one_broker: Cluster, admin: KafkaAdminClient) -> None:
-    bootstrap = one_broker.kafka_bootstrap
+def test_offset_delete(brokers: Cluster, admin: KafkaAdminClient) -> None:
+    bootstrap = brokers.kafka_bootstrap
     admin.create_topics([NewTopic("t", 2, 1), NewTopic("u", 1, 1)])
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     for i in range(4):

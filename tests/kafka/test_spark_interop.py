@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_spark_reads_kafka_clients_records_and_kafka_reads_the_sink(
-    spark, one_broker: Cluster
+    spark, brokers: Cluster
 ) -> None:
-    bootstrap = one_broker.kafka_bootstrap
-    root = one_broker.root
+    bootstrap = brokers.kafka_bootstrap
+    root = brokers.root
     create(bootstrap, "k2spark", 2)
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "zstd"})
     for i in range(30):

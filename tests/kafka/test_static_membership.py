@@ -15,11 +15,11 @@ from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
 
-def _consumer(cluster: Cluster, instance: str) -> Consumer:
+def _consumer(cluster: Cluster, instance: str, group: str = "static") -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": cluster.kafka_bootstrap,
-            "group.id": "static",
+            "group.id": group,
             "group.instance.id": instance,
             "session.timeout.ms": 30_000,
             "heartbeat.interval.ms": 300,
@@ -35,15 +35,15 @@ def _assigned(consumer: Consumer) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_static_member_back_within_its_session_keeps_its_place(one_broker: Cluster) -> None:
-    with BrokerClient(one_broker.bootstrap) as admin:
+def test_a_static_member_back_within_its_session_keeps_its_place(brokers: Cluster) -> None:
+    with BrokerClient(brokers.bootstrap) as admin:
         admin.create_topic("events", 4)
-        first = _consumer(one_broker, "pod-1")
+        first = _consumer(brokers, "pod-1")
         first.subscribe(["events"])
         wait_for(lambda: _assigned(first) == [0, 1, 2, 3], 60, "the first assignment")
         generation = admin.describe_group("static")["generation"]
         first.close()  # a static member's close sends no LeaveGroup: the pod restarts
-        again = _consumer(one_broker, "pod-1")
+        again = _consumer(brokers, "pod-1")
         again.subscribe(["events"])
         try:
             wait_for(lambda: _assigned(again) == [0, 1, 2, 3], 60, "the place taken back")
@@ -55,15 +55,15 @@ def test_a_static_member_back_within_its_session_keeps_its_place(one_broker: Clu
 
 
 @pytest.mark.slow
-def test_a_duplicate_instance_id_fences_the_older_consumer(one_broker: Cluster) -> None:
-    with BrokerClient(one_broker.bootstrap) as admin:
-        admin.create_topic("events", 4)
-    older = _consumer(one_broker, "pod-2")
-    older.subscribe(["events"])
-    newer = _consumer(one_broker, "pod-2")
+def test_a_duplicate_instance_id_fences_the_older_consumer(brokers: Cluster) -> None:
+    with BrokerClient(brokers.bootstrap) as admin:
+        admin.create_topic("events-2", 4)
+    older = _consumer(brokers, "pod-2", "static-2")
+    older.subscribe(["events-2"])
+    newer = _consumer(brokers, "pod-2", "static-2")
     try:
         wait_for(lambda: _assigned(older) == [0, 1, 2, 3], 60, "the older one's assignment")
-        newer.subscribe(["events"])
+        newer.subscribe(["events-2"])
         fenced: list[int] = []
 
         def older_fenced() -> bool:

@@ -19,7 +19,9 @@ class Connection:
     """One client connection; ``call`` sends a kio request and decodes the answer."""
 
     def __init__(self, address: str, timeout_s: float = 30) -> None:
-        host, port = address.rsplit(":", 1)
+        # a cluster's bootstrap list: the first broker (requests a leader must answer take
+        # ``Cluster.kafka_leader``'s address instead)
+        host, port = address.split(",")[0].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.correlation = 0
 

@@ -244,6 +244,37 @@ class Cluster:
         assert address is not None
         return address
 
+    def kafka_coordinator(self, key: str) -> str:
+        """The Kafka listener address of the coordinator of a group or transactional id
+        (FindCoordinator's answer: the rendezvous hash over the live brokers)."""
+        from sparklog.broker_lite.cluster import rendezvous_weight
+
+        live = [b for b in self.brokers.values() if b.alive]
+        chosen = max(live, key=lambda b: rendezvous_weight(key, 0, b.broker_id))
+        assert chosen.kafka_address is not None
+        return chosen.kafka_address
+
+    def wait_listed(self, topic: str, timeout_s: float = 30) -> None:
+        """Wait until every running broker lists ``topic`` in an all-topics Metadata.
+
+        A broker learns of a topic created through another one when it next follows
+        the metadata log (``metadata_refresh_ms``), as Kafka's brokers learn of it
+        from the controller; Kafka's own test utilities wait so too.
+        """
+        from confluent_kafka.admin import AdminClient
+
+        from tests.support.waiting import wait_for
+
+        for broker in self.brokers.values():
+            if not broker.alive:
+                continue
+            admin = AdminClient({"bootstrap.servers": broker.kafka_address})
+            wait_for(
+                lambda admin=admin: topic in admin.list_topics(timeout=10).topics,
+                timeout_s=timeout_s,
+                what=f"broker {broker.broker_id} to list {topic}",
+            )
+
     def stop_all(self) -> None:
         for b in self.brokers.values():
             if b.alive:
