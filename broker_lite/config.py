@@ -116,11 +116,11 @@ class BrokerConfig:
         ),
     )
     flight_security_protocol: str = field(
-        default="PLAINTEXT",
+        default="",
         metadata=about(
             "Flight listener's security: TLS (SSL) and/or users by basic auth (SASL_*), with "
-            "the ssl_* keys and the same users as Kafka",
-            choice("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+            "the ssl_* keys and the same users as Kafka; empty = kafka_security_protocol's",
+            choice("", "PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
         ),
     )
     authorizer: str = field(
@@ -144,8 +144,17 @@ class BrokerConfig:
     allow_insecure_listener: bool = field(
         default=False,
         metadata=about(
-            "Allow a PLAINTEXT Kafka listener on a non-loopback address without an authorizer",
+            "Allow a listener without authentication (Kafka or Flight without an authorizer, "
+            "the metrics endpoint) on a non-loopback address",
             BOOLEAN,
+        ),
+    )
+    sasl_server_max_receive_size: int = field(
+        default=524_288,
+        metadata=about(
+            "Kafka's sasl.server.max.receive.size: largest Kafka request frame of a connection "
+            "that has not finished SASL authentication; a bigger size prefix closes it",
+            integer(1024),
         ),
     )
     connections_max_idle_ms: int = field(
@@ -359,6 +368,19 @@ class BrokerConfig:
     )
 
     @property
+    def flight_protocol(self) -> str:
+        """The Flight listener's security protocol: its own key, else the Kafka listener's."""
+        return self.flight_security_protocol or self.kafka_security_protocol
+
+    @property
+    def authenticates(self) -> bool:
+        """Some listener of this broker asks its clients who they are (SASL or certificates)."""
+        return any(
+            _authenticating(protocol, self.ssl_client_auth)
+            for protocol in (self.kafka_security_protocol, self.flight_protocol)
+        )
+
+    @property
     def listen_host(self) -> str:
         return self.listen.rpartition(":")[0]
 
@@ -412,28 +434,61 @@ def _loopback(host: str) -> bool:
     return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
-def _check_security(values: Mapping[str, Any]) -> None:
-    listen = values["kafka_listen"]
-    protocol = values["kafka_security_protocol"]
-    if (
-        listen
-        and protocol == "PLAINTEXT"
-        and not values["authorizer"]
-        and not values["allow_insecure_listener"]
-        and not _loopback(listen.rpartition(":")[0])
-    ):
-        raise InvalidConfigurationError(
-            f"config key 'kafka_listen' = {listen!r} is not a loopback address, and with "
-            "kafka_security_protocol = PLAINTEXT and no authorizer anyone who reaches it may "
-            "read, write and delete every topic; set kafka_security_protocol (SASL_SSL, "
-            'SASL_PLAINTEXT, SSL) or authorizer = "acl", or allow_insecure_listener = true '
-            "(SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
+def _authenticating(protocol: str, client_auth: str, *, every_client: bool = False) -> bool:
+    """A listener of ``protocol`` asks who its clients are (SASL, or client certificates;
+    ``every_client``: certificates are required, not only requested)."""
+    wanted = ("required",) if every_client else ("requested", "required")
+    return protocol.startswith("SASL_") or (protocol == "SSL" and client_auth in wanted)
+
+
+def _check_listeners(values: Mapping[str, Any]) -> None:
+    """Every door is one door: no listener without authentication off loopback, unless
+    ``allow_insecure_listener`` says so (an authorizer covers Kafka and Flight)."""
+    if values["allow_insecure_listener"]:
+        return
+    client_auth = values["ssl_client_auth"]
+    flight = values["flight_security_protocol"] or values["kafka_security_protocol"]
+    doors = [
+        ("kafka_listen", "kafka_security_protocol", values["kafka_security_protocol"]),
+        ("listen", "flight_security_protocol", flight),
+    ]
+    for key, protocol_key, protocol in doors:
+        address = values[key]
+        if not address or _loopback(address.rpartition(":")[0]):
+            continue
+        if _authenticating(protocol, client_auth, every_client=True) or values["authorizer"]:
+            continue
+        how = (
+            f"{protocol_key} = {protocol}"
+            if protocol == "PLAINTEXT"
+            else f"{protocol_key} = SSL with ssl_client_auth = {client_auth}"
         )
-    flight_tls = values["flight_security_protocol"] in ("SSL", "SASL_SSL")
-    if flight_tls and not (values["ssl_certfile"] and values["ssl_keyfile"]):
         raise InvalidConfigurationError(
-            f"config key 'flight_security_protocol' = {values['flight_security_protocol']!r} "
-            "needs ssl_certfile and ssl_keyfile (PEM files)"
+            f"config key {key!r} = {address!r} is not a loopback address, and with {how} and "
+            "no authorizer anyone who reaches it may read, write and delete every topic; set "
+            f"{protocol_key} (SASL_SSL, SASL_PLAINTEXT, or SSL with ssl_client_auth = "
+            'required) or authorizer = "acl", listen on 127.0.0.1, or set '
+            "allow_insecure_listener = true (SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
+        )
+    metrics = values["metrics_listen"]
+    if metrics and not _loopback(metrics.rpartition(":")[0]):
+        raise InvalidConfigurationError(
+            f"config key 'metrics_listen' = {metrics!r} is not a loopback address, and the "
+            "metrics endpoint asks no one who they are while its series name every topic and "
+            "group; accepted: a loopback HOST:PORT (127.0.0.1:9815, scraped through a proxy "
+            'that authenticates), "" to disable, or allow_insecure_listener = true '
+            "(SPARKLOG_ALLOW_INSECURE_LISTENER) to publish it anyway"
+        )
+
+
+def _check_security(values: Mapping[str, Any]) -> None:
+    protocol = values["kafka_security_protocol"]
+    _check_listeners(values)
+    flight = values["flight_security_protocol"]
+    if flight in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
+        raise InvalidConfigurationError(
+            f"config key 'flight_security_protocol' = {flight!r} needs ssl_certfile and "
+            "ssl_keyfile (PEM files)"
         )
     if protocol in ("SSL", "SASL_SSL") and not (values["ssl_certfile"] and values["ssl_keyfile"]):
         raise InvalidConfigurationError(

@@ -7,7 +7,9 @@ topic, a group call READ on its group, and so on.  Listing calls leave out what
 the principal may not describe, as Kafka's Metadata and ListGroups do.  The
 principal is the Flight user (basic auth, ``flight_security_protocol`` SASL_*)
 or ``User:ANONYMOUS``; the host is the caller's address.  Without an
-authorizer every call is allowed, as on the Kafka listener.
+authorizer every call is allowed, as on the Kafka listener, except that on a
+broker where some listener authenticates User:ANONYMOUS never changes the
+cluster (``acls.decide``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog.security.acls import ANONYMOUS, DENIED, authorize, super_users
+from sparklog.security.acls import ANONYMOUS, DENIED, decide
 
 #: (operation, resource type, resource name) the caller must be allowed
 Check = tuple[str, str, str]
@@ -93,24 +95,16 @@ ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
 
 @dataclass(frozen=True)
 class Caller:
-    """Who makes a Flight call, and the broker's ACL settings at that moment."""
+    """Who makes a Flight call, the broker's settings and its ACLs at that moment."""
 
     principal: str
     host: str
     acls: tuple[Mapping[str, str], ...]
-    supers: frozenset[str]
-    allow_if_no_acl: bool
+    config: Any
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
-        return authorize(
-            self.acls,
-            self.principal,
-            self.host,
-            operation,
-            resource_type,
-            name,
-            supers=set(self.supers),
-            allow_if_no_acl=self.allow_if_no_acl,
+        return decide(
+            self.config, self.acls, self.principal, self.host, operation, resource_type, name
         )
 
     def check(self, operation: str, resource_type: str, name: str) -> None:
@@ -129,21 +123,18 @@ class Caller:
 
 
 def caller(broker: Any, context: flight.ServerCallContext) -> Caller | None:
-    """The call's :class:`Caller`, or None without an authorizer (everything allowed)."""
+    """The call's :class:`Caller`, or None when nothing is checked: no authorizer, and the
+    caller is a user or no listener of the broker authenticates (everything allowed)."""
     config = broker.config
-    if str(config.authorizer) != "acl":
-        return None
     auth = context.get_middleware("auth")
     principal = getattr(auth, "principal", None) or ANONYMOUS
+    acl = str(config.authorizer) == "acl"
+    if not acl and not (config.authenticates and principal == ANONYMOUS):
+        return None
     peer = context.peer()  # "ipv4:127.0.0.1:54321", "ipv6:[::1]:54321"
     host = peer.partition(":")[2].rpartition(":")[0].strip("[]") or "*"
-    return Caller(
-        principal,
-        host,
-        tuple(broker.root.metadata.image().acls.values()),
-        frozenset(super_users(config)),
-        bool(config.allow_everyone_if_no_acl_found),
-    )
+    acls = tuple(broker.root.metadata.image().acls.values()) if acl else ()
+    return Caller(principal, host, acls, config)
 
 
 def check_action(

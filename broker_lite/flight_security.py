@@ -1,4 +1,5 @@
-"""TLS and users on the Flight listener (``flight_security_protocol``), docs/security.md.
+"""TLS and users on the Flight listener (``flight_security_protocol``, by default the
+Kafka listener's ``kafka_security_protocol``: one stance for every door), docs/security.md.
 
 ``SSL``/``SASL_SSL`` serve ``grpc+tls://`` with the Kafka listener's
 certificate keys (``ssl_certfile``, ``ssl_keyfile``; ``ssl_client_auth`` with
@@ -26,7 +27,7 @@ from sparklog.security import scram, users
 
 
 def scheme(config: Any) -> str:
-    return "grpc+tls" if config.flight_security_protocol in ("SSL", "SASL_SSL") else "grpc"
+    return "grpc+tls" if config.flight_protocol in ("SSL", "SASL_SSL") else "grpc"
 
 
 def server_options(config: Any) -> dict[str, Any]:
@@ -103,6 +104,6 @@ class BasicAuth(flight.ServerMiddlewareFactory):
 
 
 def middleware(broker: Any) -> dict[str, flight.ServerMiddlewareFactory]:
-    if broker.config.flight_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+    if broker.config.flight_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         return {"auth": BasicAuth(broker)}
     return {}

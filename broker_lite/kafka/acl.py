@@ -19,8 +19,8 @@ from sparklog.security.acls import (  # noqa: F401  (re-exported for the Kafka l
     PATTERN_TYPES,
     PERMISSIONS,
     RESOURCE_TYPES,
-    authorize,
     binding,
+    decide,
     key,
     matches_filter,
     super_users,
@@ -31,23 +31,32 @@ def enabled(broker: Any) -> bool:
     return str(broker.config.authorizer) == "acl"
 
 
+def _principal(ctx: Any) -> str:
+    session = getattr(ctx, "session", None)
+    return session.principal if session is not None else ANONYMOUS
+
+
+def checked(ctx: Any) -> bool:
+    """Whether the request's checks run: with an authorizer, and for User:ANONYMOUS on a
+    broker where some listener authenticates (it may not change the cluster there)."""
+    broker = ctx.broker
+    return enabled(broker) or (bool(broker.config.authenticates) and _principal(ctx) == ANONYMOUS)
+
+
 def allowed(ctx: Any, operation: str, resource_type: str, name: str) -> bool:
     """Whether the request's principal may do ``operation`` on the resource."""
     broker = ctx.broker
-    if not enabled(broker):
+    if not checked(ctx):
         return True
     session = getattr(ctx, "session", None)
-    principal = session.principal if session is not None else ANONYMOUS
-    host = session.host if session is not None else "*"
-    return authorize(
-        broker.root.metadata.image().acls.values(),
-        principal,
-        host,
+    return decide(
+        broker.config,
+        broker.root.metadata.image().acls.values() if enabled(broker) else (),
+        _principal(ctx),
+        session.host if session is not None else "*",
         operation,
         resource_type,
         name,
-        supers=super_users(broker.config),
-        allow_if_no_acl=bool(broker.config.allow_everyone_if_no_acl_found),
     )
 
 

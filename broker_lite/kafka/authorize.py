@@ -659,7 +659,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
 
 def run(handler: Handler, ctx: Any, request: Any) -> Any:
     """The handler's answer, within what the request's principal may do."""
-    if ctx.api_key in OPEN_APIS or not acl.enabled(ctx.broker):
+    if ctx.api_key in OPEN_APIS or not acl.checked(ctx):
         return handler(ctx, request)
     guard = GUARDS.get(ctx.api_key)
     if guard is None:  # an API without a check here: super users only

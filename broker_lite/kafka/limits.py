@@ -13,7 +13,12 @@
   read (and then handled) hold together is bounded by
   ``queued_max_request_bytes`` (:class:`ByteBudget`); a reader that cannot get
   memory for ``QUEUED_WAIT_S`` closes its connection, so half-sent frames that
-  hold the budget cannot stall the listener for good.
+  hold the budget cannot stall the listener for good.  Before SASL
+  authentication a frame may be ``sasl_server_max_receive_size`` at most
+  (Kafka's ``sasl.server.max.receive.size``, checked on the size prefix) and is
+  charged to a budget of its own, room for that size on each of the
+  ``max_unauthenticated_connections``: connections that never log in cannot
+  take memory from the tenants that did, nor from each other.
 * **Produce** (:func:`bounded_produce`): the Kafka path applies Flight's
   ``max_request_batches`` and ``max_inflight_request_bytes``.
 * **Logs** (:class:`RateLimitedLog`): refusals are logged a few times a second
@@ -49,7 +54,16 @@ SIZE = struct.Struct(">i")
 
 
 class FrameError(Exception):
-    """A frame that cannot be read within the bounds: its connection is closed."""
+    """A frame that cannot be read: its connection is closed.
+
+    ``limit`` names the key whose bound refused it (None: the peer broke the framing),
+    ``size`` the frame's announced size; a refusal by a bound is logged at WARNING.
+    """
+
+    def __init__(self, message: str, limit: str | None = None, size: int = 0) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.size = size
 
 
 class Idle(Exception):
@@ -189,14 +203,20 @@ def _recv_into(conn: socket.socket, view: memoryview) -> int:
 
 
 def read_frame(
-    conn: socket.socket, max_request_bytes: int, budget: ByteBudget
+    conn: socket.socket,
+    max_request_bytes: int,
+    budget: ByteBudget,
+    limit_key: str = "kafka_max_request_bytes",
+    budget_key: str = "queued_max_request_bytes",
 ) -> tuple[bytes, int] | None:
     """One request frame and the bytes it holds of ``budget`` (None: the peer closed).
 
-    The buffer starts at :data:`FIRST_CHUNK_BYTES` and doubles as the bytes
-    arrive, each growth taken from ``budget`` first: a peer announcing a
-    100 MiB frame and sending 4 bytes holds 64 KiB, not 100 MiB.  The caller
-    gives the returned amount back once the request is answered.
+    A size prefix over ``max_request_bytes`` (the key ``limit_key``) is refused
+    before a byte of the body is read.  The buffer starts at
+    :data:`FIRST_CHUNK_BYTES` and doubles as the bytes arrive, each growth taken
+    from ``budget`` (the key ``budget_key``) first: a peer announcing a 100 MiB
+    frame and sending 4 bytes holds 64 KiB, not 100 MiB.  The caller gives the
+    returned amount back once the request is answered.
     """
     head = bytearray(4)
     try:
@@ -212,10 +232,13 @@ def read_frame(
     if got < 4:
         raise FrameError("connection closed inside a frame's size")
     (size,) = SIZE.unpack(head)
-    if size < 8 or size > max_request_bytes:
+    if size < 8:
+        raise FrameError(f"request frame of {size} bytes; accepted: 8 to {max_request_bytes}")
+    if size > max_request_bytes:
         raise FrameError(
-            f"request frame of {size} bytes; accepted: 8 to kafka_max_request_bytes="
-            f"{max_request_bytes}"
+            f"request frame of {size} bytes; accepted: 8 to {limit_key}={max_request_bytes}",
+            limit=limit_key,
+            size=size,
         )
     held = 0
     buf = bytearray()
@@ -227,7 +250,9 @@ def read_frame(
             if not budget.take(grow, QUEUED_WAIT_S):
                 raise FrameError(
                     f"no memory for a {size}-byte request within {QUEUED_WAIT_S:.0f} s "
-                    f"(queued_max_request_bytes={budget.limit} held by requests being read)"
+                    f"({budget_key}={budget.limit} held by requests being read)",
+                    limit=budget_key,
+                    size=size,
                 )
             held += grow
             buf += bytearray(grow)

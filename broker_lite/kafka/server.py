@@ -121,6 +121,14 @@ class KafkaListener:
         )
         #: memory of the frames being read and handled (queued_max_request_bytes)
         self.queued_bytes = limits.ByteBudget(config.queued_max_request_bytes)
+        #: before SASL authentication: frames of sasl_server_max_receive_size at most, in a
+        #: budget of their own with room for one on each unauthenticated connection
+        self.pre_auth_max_bytes = min(
+            self.max_request_bytes, int(config.sasl_server_max_receive_size)
+        )
+        self.pre_auth_bytes = limits.ByteBudget(
+            self.pre_auth_max_bytes * int(config.max_unauthenticated_connections)
+        )
         #: bytes of Produce requests being handled (max_inflight_request_bytes, as Flight)
         self.produce_bytes = limits.ByteBudget(config.max_inflight_request_bytes)
         self.refusals = limits.RateLimitedLog()
@@ -243,7 +251,7 @@ class KafkaListener:
         try:
             while not self._stopping.is_set() and not closed.is_set():
                 try:
-                    got = limits.read_frame(conn, self.max_request_bytes, self.queued_bytes)
+                    got = self._read_frame(conn, session)
                 except limits.Idle:
                     if last is not None and not last.done():
                         continue  # a request is being answered (a long-polling fetch)
@@ -253,7 +261,17 @@ class KafkaListener:
                     )
                     break
                 except limits.FrameError as exc:
-                    raise MalformedRequest(str(exc)) from None
+                    if exc.limit is None:
+                        raise MalformedRequest(str(exc)) from None
+                    self.refusals.warning(
+                        "kafka connection closed: request frame over a limit",
+                        peer=str(peer),
+                        size=exc.size,
+                        limit=exc.limit,
+                        authenticated=session.authenticated,
+                        error=str(exc),
+                    )
+                    break
                 if got is None:
                     break
                 frame, held = got
@@ -289,6 +307,19 @@ class KafkaListener:
             writer.join()
             conn.close()
             self.connections.remove(conn)
+
+    def _read_frame(self, conn: Any, session: Any) -> tuple[bytes, int] | None:
+        """The next frame within the bounds of the connection's state: before SASL
+        authentication ``sasl_server_max_receive_size`` and the pre-authentication budget."""
+        if session.authenticated:
+            return limits.read_frame(conn, self.max_request_bytes, self.queued_bytes)
+        return limits.read_frame(
+            conn,
+            self.pre_auth_max_bytes,
+            self.pre_auth_bytes,
+            "sasl_server_max_receive_size",
+            "max_unauthenticated_connections x sasl_server_max_receive_size",
+        )
 
     def _handle_in_order(
         self, frame: bytes, turn: ProduceTurn | None, held: int = 0, session: Any = None
@@ -356,7 +387,7 @@ class KafkaListener:
             answer: Future[bytes | None] = Future()
             answer.set_result(self.handle_frame(frame, None, session))
         finally:
-            self.queued_bytes.give(held)
+            self.pre_auth_bytes.give(held)
         pending.put(answer)
         return not session.close_after
 

@@ -69,6 +69,10 @@ IMPLIED = {
     "DESCRIBE": {"READ", "WRITE", "DELETE", "ALTER"},
     "DESCRIBE_CONFIGS": {"ALTER_CONFIGS"},
 }
+#: operations on the cluster that change it: users' credentials, ACLs, quotas, mirror links,
+#: other producers' transactions.  A broker that authenticates anyone never grants them to
+#: User:ANONYMOUS by default (:func:`decide`): only a binding that names it (or User:*) does.
+CLUSTER_CHANGES = frozenset({"ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "ALL"})
 FIELDS = ("resource_type", "pattern_type", "name", "principal", "host", "operation", "permission")
 
 
@@ -146,23 +150,40 @@ def super_users(config: Any) -> set[str]:
     return {p.strip() for p in str(config.super_users).split(";") if p.strip()}
 
 
-def authorize(
+def anonymous_change(principal: str, operation: str, resource_type: str) -> bool:
+    """User:ANONYMOUS asks to change the cluster (:data:`CLUSTER_CHANGES`)."""
+    return principal == ANONYMOUS and resource_type == "CLUSTER" and operation in CLUSTER_CHANGES
+
+
+def decide(
+    config: Any,
     acls: Iterable[Mapping[str, str]],
     principal: str,
     host: str,
     operation: str,
     resource_type: str,
     name: str,
-    *,
-    supers: set[str],
-    allow_if_no_acl: bool,
 ) -> bool:
-    """Kafka's AclAuthorizer decision for one action."""
-    if principal in supers:
+    """The broker's decision on every listener (one door).
+
+    With ``authorizer = "acl"``, Kafka's AclAuthorizer: super users are allowed, a
+    matching DENY wins, a resource no binding names is open with
+    ``allow_everyone_if_no_acl_found``, else a matching ALLOW is needed.  Without
+    one, everything is allowed.  On a broker where some listener authenticates
+    (``config.authenticates``), User:ANONYMOUS changes the cluster
+    (:data:`CLUSTER_CHANGES`) only by a binding naming it, never through
+    ``allow_everyone_if_no_acl_found`` or the absence of an authorizer.
+    """
+    refused_anonymous = bool(config.authenticates) and anonymous_change(
+        principal, operation, resource_type
+    )
+    if str(config.authorizer) != "acl":
+        return not refused_anonymous
+    if principal in super_users(config):
         return True
     found = [a for a in acls if a["resource_type"] == resource_type and _applies(a, name)]
     if not found:
-        return allow_if_no_acl
+        return bool(config.allow_everyone_if_no_acl_found) and not refused_anonymous
 
     def mine(a: Mapping[str, str]) -> bool:
         return a["principal"] in (principal, "User:*") and a["host"] in (host, "*")

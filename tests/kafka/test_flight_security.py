@@ -18,12 +18,14 @@ import pytest
 from sparklog import Admin, Consumer, Producer
 from sparklog.errors import (
     BrokerNotAvailableError,
+    ClusterAuthorizationFailedError,
     SaslAuthenticationFailedError,
 )
 from sparklog.security import users
 from sparklog.storage.catalog import open_root
 from tests.kafka.test_tls import certs  # noqa: F401  (the module's certificate fixture)
 from tests.support.brokers import Cluster
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -108,3 +110,62 @@ def test_the_cli_takes_the_settings_from_the_environment(
     )  # fmt: skip
     assert listed.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in listed.stderr
     assert "not-it" not in listed.stderr
+
+
+# -- issue 38, finding 2: every door is one door ----------------------------------------
+ADMIN_PW = "admin-pw"
+ANONYMOUS_FLIGHT = [
+    # Flight left at its default: it follows the Kafka listener (SASL_PLAINTEXT)
+    {},
+    # Flight anonymous on purpose, no authorizer: users may not be changed from there
+    {"flight_security_protocol": "PLAINTEXT"},
+    # ... nor with ACLs where "no ACL found" would open the cluster to everyone
+    {"flight_security_protocol": "PLAINTEXT", "authorizer": "acl",
+     "allow_everyone_if_no_acl_found": True},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flight", ANONYMOUS_FLIGHT, ids=["follows-kafka", "plaintext", "acl-allow-everyone"]
+)
+def test_an_anonymous_flight_caller_cannot_take_over_a_kafka_user(
+    tmp_path: pathlib.Path, flight: dict
+) -> None:
+    """An anonymous Flight caller replaces admin's password, then logs in as admin on the
+    SASL Kafka listener: refused (CLUSTER_AUTHORIZATION_FAILED, or no anonymous Flight)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka import Producer as KafkaProducer
+
+    root = f"file://{tmp_path}/root"
+    users.create(open_root(root, create=True).metadata, "admin", "SCRAM-SHA-256", ADMIN_PW)
+    cluster = Cluster(tmp_path, root)
+    try:
+        cluster.start(0, kafka_security_protocol="SASL_PLAINTEXT", **flight)
+        refused = pytest.raises((ClusterAuthorizationFailedError, SaslAuthenticationFailedError))
+        with refused, Admin(cluster.address, retry_timeout_ms=2000) as admin:
+            admin.create_user("admin", "attacker-pw")
+        if flight:  # anonymous Flight still serves what does not change the cluster
+            with Admin(cluster.address) as admin:
+                admin.create_topic("anyone", 1)
+        errors: list[KafkaError] = []
+        taken = KafkaProducer(
+            {
+                "bootstrap.servers": cluster.kafka_bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "admin",
+                "sasl.password": "attacker-pw",
+                "error_cb": errors.append,
+            }
+        )
+
+        def login_failed() -> list[KafkaError]:
+            taken.poll(0.1)
+            return errors
+
+        wait_for(login_failed, timeout_s=30, what="admin's login with the attacker's password")
+        assert errors[0].code() == KafkaError._AUTHENTICATION
+    finally:
+        cluster.stop_all()
+    with Admin(root) as admin:  # admin's credential is the one the operator set
+        assert admin.list_users() == {"admin": [("SCRAM-SHA-256", 4096)]}

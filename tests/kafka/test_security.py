@@ -8,7 +8,10 @@ kafka-python and aiokafka then produce and consume as those users.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -43,6 +46,14 @@ def sparklog_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
 @pytest.fixture
 def sasl_cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
     """One SASL_PLAINTEXT broker; users alice (both SCRAM mechanisms) and bob (SHA-256)."""
+    cluster = sasl_users_cluster(tmp_path)
+    cluster.start(0, **SASL_CONFIG)
+    yield cluster
+    cluster.stop_all()
+
+
+def sasl_users_cluster(tmp_path: pathlib.Path) -> Cluster:
+    """A cluster (no broker yet) on a root with users alice (PASSWORD) and bob (pw-b)."""
     root = f"file://{tmp_path}/root"
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
@@ -53,10 +64,7 @@ def sasl_cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
     assert made.returncode == 0, made.stderr
     made = sparklog_cli("-a", root, "users", "create", "bob", "--password-file", "-", stdin="pw-b")
     assert made.returncode == 0, made.stderr
-    cluster = Cluster(tmp_path, root)
-    cluster.start(0, **SASL_CONFIG)
-    yield cluster
-    cluster.stop_all()
+    return Cluster(tmp_path, root)
 
 
 def confluent_auth(mechanism: str, user: str = "alice", password: str = PASSWORD) -> dict:
@@ -299,3 +307,153 @@ def test_a_plaintext_listener_off_loopback_without_an_authorizer_is_refused() ->
         {"kafka_listen": "10.1.2.3:9092", "kafka_security_protocol": "SASL_PLAINTEXT"},
         env={},
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"listen": "10.1.2.3:8815"}, "'listen' = '10.1.2.3:8815'"),
+        ({"metrics_listen": "0.0.0.0:0"}, "'metrics_listen' = '0.0.0.0:0'"),
+        # Kafka secured, Flight anonymous on purpose: not off loopback without an authorizer
+        (
+            {"listen": "10.1.2.3:8815", "kafka_security_protocol": "SASL_PLAINTEXT",
+             "flight_security_protocol": "PLAINTEXT"},
+            "flight_security_protocol = PLAINTEXT",
+        ),
+        # TLS without client certificates asks no one who they are
+        (
+            {"kafka_listen": "10.1.2.3:9092", "kafka_security_protocol": "SSL",
+             "ssl_certfile": "b.pem", "ssl_keyfile": "b.key"},
+            "ssl_client_auth = none",
+        ),
+    ],
+)  # fmt: skip
+def test_every_listener_off_loopback_without_authentication_is_refused(
+    settings: dict, key: str
+) -> None:
+    """Issue 38, finding 2: the Flight listener and the metrics endpoint, as Kafka's."""
+    from sparklog.broker_lite.config import load_config
+    from sparklog.errors import InvalidConfigurationError
+
+    with pytest.raises(InvalidConfigurationError) as refused:
+        load_config(None, settings, env={})
+    assert key in str(refused.value) and "allow_insecure_listener = true" in str(refused.value)
+    assert load_config(None, {**settings, "allow_insecure_listener": True}, env={})
+
+
+def test_flight_follows_the_kafka_listener_unless_its_own_key_says() -> None:
+    from sparklog.broker_lite.config import load_config
+
+    def flight(**settings: str) -> tuple[str, bool]:
+        config = load_config(None, settings, env={})
+        return config.flight_protocol, config.authenticates
+
+    assert flight() == ("PLAINTEXT", False)
+    assert flight(kafka_security_protocol="SASL_PLAINTEXT") == ("SASL_PLAINTEXT", True)
+    explicit = {
+        "kafka_security_protocol": "SASL_PLAINTEXT",
+        "flight_security_protocol": "PLAINTEXT",
+    }
+    assert flight(**explicit) == ("PLAINTEXT", True)
+    # secured listeners off loopback, and Flight following Kafka's SASL there, start
+    assert load_config(
+        None,
+        {"listen": "10.1.2.3:8815", "kafka_listen": "10.1.2.3:9092",
+         "kafka_security_protocol": "SASL_PLAINTEXT"},
+        env={},
+    )  # fmt: skip
+
+
+def _plain_login(address: str, user: str = "alice", password: str = PASSWORD) -> Connection:
+    """A raw connection logged in with SaslHandshake v1 and SaslAuthenticate (PLAIN)."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    conn = Connection(address)
+    assert conn.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+    token = f"\0{user}\0{password}".encode()
+    assert conn.call(SaslAuthenticateRequest(auth_bytes=token)).error_code == ErrorCode.none
+    return conn
+
+
+def _metadata_brokers(conn: Connection) -> list[int]:
+    request = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    return [b.node_id for b in conn.call(request).brokers]
+
+
+def _not_logged_in(address: str) -> socket.socket:
+    """A connection that will never log in, its ApiVersions answered (its reader runs)."""
+    conn = Connection(address)
+    versions = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    assert versions.error_code == ErrorCode.none
+    return conn.sock
+
+
+def _stall(sock: socket.socket, announced: int, sent: int) -> None:
+    """Announce a frame of ``announced`` bytes, send ``sent`` of them and stall."""
+    # refused on the size prefix while the body is on its way: the send may fail
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(struct.pack(">i", announced) + b"\x00\x11\x00\x01" + bytes(sent - 4))
+
+
+def _closed_by_broker(sock: socket.socket, timeout_s: float = 30) -> bool:
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_unauthenticated_frames_cannot_lock_tenants_out(tmp_path: pathlib.Path) -> None:
+    """Issue 38, finding 1: connections that never log in announce 100 MiB frames (refused
+    on the size prefix, Kafka's sasl.server.max.receive.size) or hold frames under that cap
+    (their own memory budget): alice, logged in before and logging in during, is served."""
+    cluster = sasl_users_cluster(tmp_path)
+    try:
+        # room for two half-sent frames of the attackers below, were they charged to tenants
+        broker = cluster.start(0, **SASL_CONFIG, queued_max_request_bytes=1_048_576)
+        _lock_out_attempt(broker.kafka_address)
+        refusals = [
+            line
+            for line in broker.log_lines()
+            if line.get("msg") == "kafka connection closed: request frame over a limit"
+        ]
+    finally:
+        cluster.stop_all()
+    assert refusals and all(line["level"] == "WARNING" for line in refusals)
+    first = refusals[0]
+    assert first["limit"] == "sasl_server_max_receive_size"
+    assert first["size"] == 100 * 1024 * 1024
+    assert "127.0.0.1" in first["peer"] and "sasl_server_max_receive_size=524288" in first["error"]
+
+
+def _lock_out_attempt(address: str | None) -> None:
+    assert address is not None
+    before = _plain_login(address)
+    assert _metadata_brokers(before) == [0]
+    # two frames of 512 KiB, all but one byte sent: the whole 1 MiB were they tenants' memory
+    fillers = [_not_logged_in(address) for _ in range(2)]
+    huge = [_not_logged_in(address) for _ in range(5)]
+    try:
+        for sock in fillers:
+            _stall(sock, 524_288, 524_287)
+        # served: before the fix each request waited 10 s for memory, then was closed
+        assert _metadata_brokers(before) == [0]
+        for _ in range(3):
+            during = _plain_login(address)
+            assert _metadata_brokers(during) == [0]
+            during.close()
+        for sock in huge:  # 100 MiB announced: closed on the size prefix, before its body
+            _stall(sock, 100 * 1024 * 1024, 4)
+        for sock in huge:
+            assert _closed_by_broker(sock)
+    finally:
+        for sock in [*fillers, *huge]:
+            sock.close()
+        before.close()
