@@ -75,7 +75,7 @@ def _free_port() -> int:
 
 
 def start_broker(
-    root: str, log_path: Path, settings: dict[str, str] | None = None
+    root: str, log_path: Path, settings: dict[str, str] | None = None, broker_id: int = 1
 ) -> tuple[subprocess.Popen, str, str]:
     """A broker process; (process, Flight address, Kafka bootstrap) once it is up."""
     port = _free_port()
@@ -90,7 +90,8 @@ def start_broker(
     log = open(log_path, "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "sparklog.cli", "broker", "start", "--root", root,
-         "--listen", f"127.0.0.1:{port}", "--broker-id", "1", "--kafka-listen", "127.0.0.1:0"],
+         "--listen", f"127.0.0.1:{port}", "--broker-id", str(broker_id),
+         "--kafka-listen", "127.0.0.1:0"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 60

@@ -11,6 +11,11 @@ transactional run (``sparklog_kafka_request_seconds`` from its metrics endpoint)
 what the transaction waits for, one round trip at a time.
 
     .venv/bin/python bench/txn_bench.py --records 100000 --linger-ms 5,0
+    .venv/bin/python bench/txn_bench.py --records 100000 --txn-size 10000 --brokers 1,3
+
+``--brokers`` runs the same on clusters of that many brokers on one root (issue 36:
+no refusal on a healthy cluster; the topics' shards spread over every broker, so
+most of a transaction's partitions are led by brokers other than its coordinator).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import re
 import signal
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -32,6 +38,7 @@ from bench.kafka_bench import (
     start_broker,
 )
 from sparklog import Admin
+from sparklog.client.transports.flight_client import BrokerClient
 
 APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
 
@@ -47,33 +54,59 @@ def _api_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:
     return {api: (n, s) for api, (n, s) in out.items()}
 
 
-def run(linger_ms: int, records: int, txn_size: int, warm_up: int) -> dict[str, float]:
+def _api_seconds_of(urls: list[str]) -> dict[str, tuple[float, float]]:
+    """api -> (requests, seconds) so far, summed over the brokers."""
+    total: dict[str, tuple[float, float]] = {}
+    for url in urls:
+        for api, (n, s) in _api_seconds(url).items():
+            was = total.get(api, (0.0, 0.0))
+            total[api] = (was[0] + n, was[1] + s)
+    return total
+
+
+def run(
+    linger_ms: int, records: int, txn_size: int, warm_up: int, brokers: int = 1
+) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="sparklog-txn-bench-"))
-    metrics_port = _free_port()
-    proc, address, bootstrap = start_broker(
-        f"file://{work}/root",
-        work / "broker.log",
-        {
-            "SPARKLOG_LINGER_MS": str(linger_ms),
-            "SPARKLOG_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
-        },
-    )
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    procs, urls, addresses, bootstraps = [], [], [], []
+    for broker_id in range(1, brokers + 1):
+        metrics_port = _free_port()
+        proc, address, bootstrap = start_broker(
+            f"file://{work}/root",
+            work / f"broker-{broker_id}.log",
+            {
+                "SPARKLOG_LINGER_MS": str(linger_ms),
+                "SPARKLOG_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            },
+            broker_id=broker_id,
+        )
+        procs.append(proc)
+        urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
+        addresses.append(address.removeprefix("sparklog://"))
+        bootstraps.append(bootstrap)
+    address = "sparklog://" + ",".join(addresses)
+    bootstrap = ",".join(bootstraps)
     try:
+        # topics made once every broker is live: their shards spread over all of them
+        with BrokerClient(",".join(addresses)) as client:
+            while len(client.describe_cluster()["brokers"]) < brokers:
+                time.sleep(0.1)
         with Admin(address) as admin:
             for name in ("idem-warm-up", "txn-warm-up", "idempotent", "transactional"):
                 admin.create_topic(f"bench-{name}", 4)
         kafka_produce_idempotent(bootstrap, "bench-idem-warm-up", warm_up)
         kafka_produce_transactional(bootstrap, "bench-txn-warm-up", warm_up, txn_size)
         idempotent = kafka_produce_idempotent(bootstrap, "bench-idempotent", records)
-        before = _api_seconds(url)
+        before = _api_seconds_of(urls)
         transactional = kafka_produce_transactional(
             bootstrap, "bench-transactional", records, txn_size
         )
-        after = _api_seconds(url)
+        after = _api_seconds_of(urls)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
     result = {"idempotent": idempotent, "transactional": transactional}
     for api in APIS:
         n = after.get(api, (0, 0))[0] - before.get(api, (0, 0))[0]
@@ -91,18 +124,23 @@ def main() -> None:
     parser.add_argument(
         "--linger-ms", default="5,0", help="broker linger_ms values, comma-separated"
     )
+    parser.add_argument(
+        "--brokers", default="1", help="cluster sizes on one root, comma-separated (e.g. 1,3)"
+    )
     args = parser.parse_args()
     transactions = args.records / args.txn_size
     print(f"records: {args.records:,} x 100 B, {args.txn_size:,} per transaction, 4 partitions")
     header = (
         f"{'linger_ms':>9} {'idempotent/s':>13} {'txn/s':>10} {'ratio':>6} {'ms/txn extra':>13}"
     )
-    print(header + "".join(f" {api + ' ms':>22}" for api in APIS))
-    for linger_ms in (int(v) for v in args.linger_ms.split(",")):
-        r = run(linger_ms, args.records, args.txn_size, args.warm_up)
+    print(f"{'brokers':>7} " + header + "".join(f" {api + ' ms':>22}" for api in APIS))
+    for brokers, linger_ms in (
+        (int(b), int(v)) for b in args.brokers.split(",") for v in args.linger_ms.split(",")
+    ):
+        r = run(linger_ms, args.records, args.txn_size, args.warm_up, brokers)
         extra_ms = 1000 * (args.records / r["transactional"] - args.records / r["idempotent"])
         line = (
-            f"{linger_ms:>9} {r['idempotent']:>13,.0f} {r['transactional']:>10,.0f}"
+            f"{brokers:>7} {linger_ms:>9} {r['idempotent']:>13,.0f} {r['transactional']:>10,.0f}"
             f" {r['transactional'] / r['idempotent']:>5.2f}x {extra_ms / transactions:>13.2f}"
         )
         line += "".join(f" {r[api + ' ms']:>12.2f} ({r[api + ' requests']:>5.0f})" for api in APIS)
