@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
 from sparklog.broker_lite.config import BrokerConfig
+from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.produce import TopicBatcher
@@ -95,11 +96,6 @@ class PartitionState:
         self.shard.refresh(min_interval_s)
 
 
-#: damage already reported (each damaged file is logged once, not once per request)
-_REPORTED_DAMAGE: set[str] = set()
-_REPORTED_DAMAGE_MAX = 1024
-
-
 def storage_call(call: Callable[[], Any]) -> Any:
     """Run a storage call; damaged stored data is logged as an ERROR (once per file).
 
@@ -111,16 +107,6 @@ def storage_call(call: Callable[[], Any]) -> Any:
     except errors.CorruptRecordError as exc:
         report_damage(exc)
         raise
-
-
-def report_damage(exc: errors.CorruptRecordError) -> None:
-    """Log damaged stored data as an ERROR naming it, once per distinct damage."""
-    message = str(exc)
-    if message in _REPORTED_DAMAGE:
-        return
-    if len(_REPORTED_DAMAGE) < _REPORTED_DAMAGE_MAX:
-        _REPORTED_DAMAGE.add(message)
-    log.error("damaged storage: %s", message)
 
 
 class BrokerState:

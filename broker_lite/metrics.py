@@ -6,6 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from sparklog.broker_lite.damage import damage_seen
+
 
 class Metrics:
     """Produce/fetch rates and bytes, commit latency, root requests, lag, leadership."""
@@ -87,6 +89,13 @@ class Metrics:
             "sparklog_cleaner_runs", "Maintenance passes, by outcome", ["outcome"], registry=r
         )
         self._server: Any = None
+
+        self.damaged_storage = Gauge(
+            "sparklog_damaged_storage_seen",
+            "Times this process met damaged or missing stored data (each file is logged once)",
+            registry=r,
+        )
+        self.damaged_storage.set_function(damage_seen)
 
     def serve(self, address: str) -> int:
         """Start the HTTP endpoint; return the port it listens on."""

@@ -39,8 +39,8 @@ import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite import flight_protocol as wire
-from sparklog.broker_lite.broker_state import report_damage
 from sparklog.broker_lite.config import BrokerConfig, load_config
+from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker

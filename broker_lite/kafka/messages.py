@@ -17,7 +17,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import SparklogError, UnknownServerError
+from sparklog.broker_lite.damage import report_damage
+from sparklog.errors import CorruptRecordError, SparklogError, UnknownServerError
 
 
 @cache
@@ -73,7 +74,13 @@ def error_code(errno: int) -> ErrorCode:
 
 
 def errno_of(exc: BaseException) -> int:
-    """Kafka's error code for an exception (sparklog.errors classes carry it)."""
+    """Kafka's error code for an exception (sparklog.errors classes carry it).
+
+    Every error a Kafka answer carries passes here, so damaged stored data met on
+    any path is reported (once per file, counted each time) here too.
+    """
+    if isinstance(exc, CorruptRecordError):
+        report_damage(exc)
     if isinstance(exc, SparklogError):
         return int(type(exc).errno)
     return int(UnknownServerError.errno)

@@ -175,3 +175,57 @@ def _cli_check(url: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def test_kafka_clients_meeting_a_damaged_shard_commit_get_it_logged_once_and_counted(
+    tmp_path,
+) -> None:
+    """Issue 36: consumers got CORRUPT_MESSAGE a hundred times over the Kafka listener
+    while the brokers logged nothing. Every meeting is now counted in
+    ``sparklog_damaged_storage_seen`` and the file is named in one ERROR line."""
+    import re
+    import urllib.request
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.support.brokers import Cluster
+    from tests.support.waiting import wait_for
+
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    try:
+        cluster.start(0)
+        bootstrap = cluster.kafka_bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("t", 3, 1, config={"commit.shards": "3"})])["t"].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for p in range(3):
+            producer.produce("t", value=b"a", partition=p)
+        assert producer.flush(30) == 0
+        cluster.brokers[0].terminate()
+        commits = sorted(sorted((tmp_path / "root").rglob("shards/*/log"))[2].glob("*.json"))
+        commits[-1].write_bytes(commits[-1].read_bytes()[:-10])  # a torn last commit
+        broker = cluster.restart(0)
+        url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
+
+        def seen() -> float:
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            return float(re.findall(r"^sparklog_damaged_storage_seen (\S+)$", text, re.M)[0])
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "damage-reader"})
+        consumer.assign([KafkaTopicPartition("t", p, 0) for p in range(3)])
+        try:
+            wait_for(lambda: consumer.poll(0.2) is None and seen() >= 3, 60, "three meetings")
+        finally:
+            consumer.close()
+        errors = [
+            line
+            for line in broker.log_lines()
+            if line.get("levelname", line.get("level")) == "ERROR"
+            and "damaged storage" in str(line.get("msg", line.get("message", "")))
+        ]
+        assert len(errors) == 1, errors
+        assert commits[-1].name in str(errors[0])
+    finally:
+        cluster.stop_all()
