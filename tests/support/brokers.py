@@ -76,7 +76,7 @@ class BrokerProcess:
             ]
         return ["-m", "sparklog.broker_lite"]
 
-    def start(self, timeout_s: float = 30) -> BrokerProcess:
+    def start(self, timeout_s: float = 90) -> BrokerProcess:
         conf = {**TEST_CONFIG, **self.config}
         path = self.workdir / f"broker-{self.broker_id}.toml"
         path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
@@ -118,7 +118,12 @@ class BrokerProcess:
                 raise RuntimeError(f"broker {self.broker_id} exited: {self.log_text()}")
             time.sleep(0.05)
         self.kill()  # never leave a broker that did not start running
-        raise RuntimeError(f"broker {self.broker_id} did not start: {self.log_text()}")
+        text = self.log_text()
+        why = text or (
+            "its log is empty: the process was still importing (a machine too busy?) or "
+            "hung before its first log line"
+        )
+        raise RuntimeError(f"broker {self.broker_id} did not start within {timeout_s:.0f} s: {why}")
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
