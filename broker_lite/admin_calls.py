@@ -16,8 +16,10 @@ import pyarrow as pa
 from sparklog import errors
 from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
 from sparklog.broker_lite.cluster import BrokerInfo
+from sparklog.broker_lite.logs import fields
 from sparklog.errors import InvalidRequestError
 from sparklog.storage.catalog import TopicInfo, value_type_from_text, value_type_to_text
+from sparklog.storage.config import TOPIC_CONFIG_KEYS
 from sparklog.storage.maintenance import delete_records
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -79,6 +81,7 @@ class AdminCalls(BrokerState):
                     info, held.get((name, info.topic_id), {}), sizes
                 ),
                 "config": info.config,
+                "replication_factor": info.replication_factor,
                 "value_schema": (
                     value_type_to_text(info.value_type) if info.value_type is not None else None
                 ),
@@ -105,7 +108,7 @@ class AdminCalls(BrokerState):
                 "partition": p,
                 "leader_id": leader_id,
                 "leader_location": location,
-                "replicas": self.cluster.shard_replicas(info.name, shard),
+                "replicas": self.cluster.shard_replicas(info.name, shard, info.replication_factor),
             }
             st = held.get(p)
             if sizes:
@@ -127,17 +130,55 @@ class AdminCalls(BrokerState):
                 "size_bytes": sum(s.size_bytes for s in st.log.segments()),
             }
 
+    def led_partition_sizes(self, topics: Sequence[str] | None = None) -> dict[str, dict[int, int]]:
+        """Stored bytes of each partition this broker leads (of ``topics``; None: all), from
+        the segment index the leader holds in memory (loaded once if it never was): topic ->
+        partition -> bytes.  Kafka's DescribeLogDirs answers the same per broker."""
+        wanted = None if topics is None else set(topics)
+        out: dict[str, dict[int, int]] = {}
+        for name, partition in sorted(set(self._led)):
+            if wanted is not None and name not in wanted:
+                continue
+            try:
+                st = self.partition_state(self.topic(name), partition)
+                with st.lock:
+                    segments = storage_call(st.log.segments)
+            except errors.SparklogError:
+                continue  # deleted or damaged since leadership was computed
+            out.setdefault(name, {})[partition] = sum(s.size_bytes for s in segments)
+        return out
+
     def create_topic(
         self,
         name: str,
         partitions: int,
         config: Mapping[str, Any] | None = None,
         value_schema: str | None = None,
+        replication_factor: int = 1,
     ) -> dict[str, Any]:
+        """Create a topic; ``replication_factor`` is accepted from 1 to the live brokers (or
+        -1, the default), stored and reported back: the object store keeps the data."""
+        assert self.cluster is not None
         value_type = _schema_from_text(value_schema) if value_schema else None
-        info = storage_call(lambda: self.root.create_topic(name, partitions, config, value_type))
+        _log_unknown_keys(name, config)
+        live = len(self.cluster.live())
+        info = storage_call(
+            lambda: self.root.create_topic(
+                name,
+                partitions,
+                config,
+                value_type,
+                replication_factor=replication_factor,
+                live_brokers=max(1, live),
+            )
+        )
         self._forget_topic(name)
-        return {"name": info.name, "topic_id": info.topic_id, "partitions": info.partitions}
+        return {
+            "name": info.name,
+            "topic_id": info.topic_id,
+            "partitions": info.partitions,
+            "replication_factor": info.replication_factor,
+        }
 
     def delete_topic(self, name: str) -> None:
         storage_call(lambda: self.root.delete_topic(name))
@@ -146,6 +187,7 @@ class AdminCalls(BrokerState):
     def alter_topic_config(
         self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
     ) -> dict[str, Any]:
+        _log_unknown_keys(name, {**updates, **dict.fromkeys(remove)})
         info = storage_call(lambda: self.root.alter_topic_config(name, updates, remove))
         self._forget_topic(name)
         return dict(info.config)
@@ -172,6 +214,15 @@ class AdminCalls(BrokerState):
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (random 62-bit, so brokers need not coordinate) and epoch 0."""
         return secrets.randbits(62) | 1, 0
+
+
+def _log_unknown_keys(topic: str, config: Mapping[str, Any] | None) -> None:
+    """A WARNING for each topic config name nobody defines (the request is refused)."""
+    for key in config or {}:
+        if key not in TOPIC_CONFIG_KEYS:
+            log.warning(
+                "topic config refused: unknown key", extra=fields(topic=topic, key=str(key))
+            )
 
 
 def _schema_from_text(text: str) -> pa.DataType:

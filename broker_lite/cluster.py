@@ -406,8 +406,10 @@ class Cluster:
         shards = self._shard_count(topic)
         return partition if shards is None else partition % shards  # unknown: any stable answer
 
-    def shard_replicas(self, topic: str, shard: int) -> list[int]:
-        """Brokers serving the shard, leader first, then the others in rendezvous order."""
+    def shard_replicas(self, topic: str, shard: int, at_least: int = 1) -> list[int]:
+        """Brokers serving the shard, leader first, then the others in rendezvous order (the
+        order they would take it over in): ``replication_factor`` of them, or ``at_least``
+        (a topic's replication factor), as many as are live."""
         live = self.live()
         leader = self._shard_leader_id(topic, shard, live)
         if leader is None:
@@ -417,7 +419,7 @@ class Cluster:
             key=lambda b: rendezvous_weight(topic, shard, b),
             reverse=True,
         )
-        return [leader, *rest][: self.replication_factor]
+        return [leader, *rest][: max(self.replication_factor, at_least)]
 
     def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()

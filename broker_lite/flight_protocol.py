@@ -93,6 +93,7 @@ ACTIONS: dict[str, Request] = {
         Field("partitions", int, 1),
         Field("config", dict, None),
         Field("value_schema", str, None),
+        Field("replication_factor", int, 1),
     ),
     "delete_topic": (_NAME,),
     "alter_topic_config": (_NAME, Field("updates", dict, {}), Field("remove", list, [])),

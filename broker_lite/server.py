@@ -200,8 +200,8 @@ class FlightBroker(flight.FlightServerBase):
             "metadata": lambda topics, sizes: broker.metadata(topics, sizes=sizes),
             "describe_cluster": lambda: broker.describe_cluster(),
             "list_topics": lambda: broker.root.list_topics(),
-            "create_topic": lambda name, partitions, config, value_schema: broker.create_topic(
-                name, partitions, config, value_schema
+            "create_topic": lambda name, partitions, config, value_schema, replication_factor: (
+                broker.create_topic(name, partitions, config, value_schema, replication_factor)
             ),
             "delete_topic": lambda name: broker.delete_topic(name),
             "alter_topic_config": lambda name, updates, remove: broker.alter_topic_config(

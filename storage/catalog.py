@@ -35,6 +35,7 @@ from sparklog.errors import (
     CorruptRecordError,
     InvalidConfigurationError,
     InvalidPartitionsError,
+    InvalidReplicationFactorError,
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -46,7 +47,13 @@ from sparklog.storage.cluster_metadata import (
     Record,
     topic_record,
 )
-from sparklog.storage.config import TOPIC_CONFIG_KEYS, effective_config, validate_config
+from sparklog.storage.config import (
+    TOPIC_CONFIG_KEYS,
+    check_combination,
+    effective_config,
+    unknown_topic_key,
+    validate_config,
+)
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL
 from sparklog.storage.objectstore import ObjectStore, local_root
 
@@ -130,6 +137,9 @@ class TopicInfo:
     #: (the source cluster's address), ``source_topic``, ``state`` ("mirroring", or
     #: "promoted": writable, no longer copied) and the link's ``origins`` chain
     mirror: dict[str, Any] | None = None
+    #: the replication factor the topic was created with: accepted for Kafka compatibility
+    #: and reported back (the data is stored once, on the object store)
+    replication_factor: int = 1
 
     @property
     def mirrored(self) -> bool:
@@ -165,6 +175,11 @@ class TopicInfo:
             "value_schema_id": self.value_schema_id,
             "value_schemas": {k: value_type_to_text(t) for k, t in self.value_types.items()},
             **({"mirror": self.mirror} if self.mirror is not None else {}),
+            **(
+                {"replication_factor": self.replication_factor}
+                if self.replication_factor != 1
+                else {}
+            ),
         }
 
     @classmethod
@@ -200,7 +215,23 @@ class TopicInfo:
             value_schema_id=sid,
             value_types=types,
             mirror=dict(doc["mirror"]) if isinstance(doc.get("mirror"), Mapping) else None,
+            replication_factor=int(doc.get("replication_factor", 1)),
         )
+
+
+def replication_factor_of(asked: int, brokers: int) -> int:
+    """A CreateTopics replication factor as Kafka accepts it: 1 to the live brokers, or -1
+    for the default (1); InvalidReplicationFactorError naming the value otherwise."""
+    if isinstance(asked, int) and not isinstance(asked, bool):
+        if asked == -1:
+            return 1
+        if 1 <= asked <= brokers:
+            return asked
+    raise InvalidReplicationFactorError(
+        f"replication factor {asked!r} is not accepted; accepted: 1 to {brokers} (the live "
+        "brokers) or -1 for the default (1); the data is stored once, on the object store, "
+        "and the factor is kept for Kafka compatibility"
+    )
 
 
 class LogRoot:
@@ -277,17 +308,22 @@ class LogRoot:
         value_type: pa.DataType | None = None,
         *,
         mirror: Mapping[str, Any] | None = None,
+        replication_factor: int = 1,
+        live_brokers: int | None = None,
     ) -> TopicInfo:
         """Create a topic; TopicAlreadyExistsError if a live topic has the name.
 
         ``mirror`` makes it a mirror topic (see :attr:`TopicInfo.mirror`): read-only to
-        producers until promoted."""
+        producers until promoted.  ``replication_factor`` (-1: the default, 1) is accepted
+        up to ``live_brokers`` (a broker's live set; without it, the brokers registered
+        on the root, at least 1), as Kafka accepts it, and stored to be reported back."""
         validate_topic_name(name)
         if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
                 f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
             )
         parsed = validate_config(config)
+        check_combination(parsed)
         if value_type is not None and not _is_struct(value_type):
             raise InvalidConfigurationError(
                 f"value schema {value_type} is not accepted; a typed topic's value is a struct"
@@ -309,11 +345,16 @@ class LogRoot:
         def build(image: MetadataImage) -> list[Record]:
             if name in image.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            live = sum(1 for b in image.brokers.values() if not b.get("fenced"))
+            factor = replication_factor_of(
+                replication_factor, max(1, live) if live_brokers is None else live_brokers
+            )
+            if factor != 1:
+                doc["replication_factor"] = factor
             if "commit.shards" not in parsed:
                 # one shard per registered broker (at most one per partition), so the
                 # partitions' leaders spread over the cluster as Kafka's do, while a
                 # broker's flush still commits once per shard it leads
-                live = sum(1 for b in image.brokers.values() if not b.get("fenced"))
                 shards = max(1, min(partitions, live))
                 if shards > 1:  # (1 is the default: the config stays as the user gave it)
                     config = {**doc["config"], "commit.shards": shards}
@@ -358,9 +399,7 @@ class LogRoot:
         parsed = validate_config(updates)
         unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
         if unknown:
-            raise InvalidConfigurationError(
-                f"unknown topic config key {unknown[0]!r}; accepted: {', '.join(TOPIC_CONFIG_KEYS)}"
-            )
+            raise unknown_topic_key(unknown[0])
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             # a fixed key may be restated with its value (Kafka tools send the whole set)
@@ -377,6 +416,7 @@ class LogRoot:
                 )
             config = {k: v for k, v in doc["config"].items() if k not in remove}
             config.update(parsed)
+            check_combination(config)
             doc["config"] = config
             return doc
 

@@ -20,6 +20,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.background import background_pool, outcome
+from sparklog.storage.config import KAFKA_CODECS
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
@@ -233,7 +234,7 @@ class Topic:
                 batches = [b for d in data for b in self.normalize(d)]
             ready[p] = batches
         topic_codec = self.info.effective_config["compression.type"]
-        codec = compression if topic_codec == "producer" else topic_codec
+        codec = compression if topic_codec == "producer" else KAFKA_CODECS[topic_codec]
         checking = None
         if unchecked:
             limit = self.info.effective_config["max.message.bytes"]

@@ -19,14 +19,23 @@ from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import (
-    InvalidReplicationFactorError,
     InvalidRequestError,
     SecurityDisabledError,
     SparklogError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.storage.catalog import FIXED_AT_CREATION, validate_topic_name
+from sparklog.storage.catalog import (
+    FIXED_AT_CREATION,
+    replication_factor_of,
+    validate_topic_name,
+)
+from sparklog.storage.config import (
+    CONFIG_TYPES,
+    TOPIC_CONFIG_KEYS,
+    check_combination,
+    validate_config,
+)
 
 TOPIC = 2
 BROKER = 4
@@ -49,16 +58,12 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
     results = []
     for topic in request.topics:
         error, message, partitions, topic_id = 0, None, -1, uuid.UUID(int=0)
+        factor = -1
         try:
             if topic.assignments:
                 raise InvalidRequestError(
                     "manual replica assignments are not accepted; sparklog's data lives in the "
                     "shared root and leaders follow the live brokers"
-                )
-            if topic.replication_factor not in (-1, 1):
-                raise InvalidReplicationFactorError(
-                    f"replication factor {topic.replication_factor} is not accepted; accepted: "
-                    "1 or -1 (the data is stored once in the root, served by any broker)"
                 )
             count = int(topic.num_partitions)
             if count == -1:  # the broker's default, as Kafka's num.partitions
@@ -66,9 +71,16 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
             config = {c.name: c.value for c in topic.configs if c.value is not None}
             validate_topic_name(topic.name)
             consumer_offsets.refuse_create(topic.name)
-            if not request.validate_only:
-                made = ctx.broker.create_topic(topic.name, count, config)
+            if request.validate_only:
+                live = max(1, len(ctx.broker.cluster.live()))
+                factor = replication_factor_of(int(topic.replication_factor), live)
+                check_combination(validate_config(config))
+            else:
+                made = ctx.broker.create_topic(
+                    topic.name, count, config, replication_factor=int(topic.replication_factor)
+                )
                 topic_id = topic_uuid(made.get("topic_id", ""))
+                factor = int(made["replication_factor"])
             partitions = count
         except SparklogError as exc:
             error, message = errno_of(exc), str(exc)
@@ -81,7 +93,7 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
                 error_message=message,
                 topic_config_error_code=0,
                 num_partitions=partitions,
-                replication_factor=1 if not error else -1,
+                replication_factor=-1 if error else factor,
                 configs=None if error else (),
             )
         )
@@ -197,6 +209,32 @@ def broker_configs(broker: Any, name: str) -> list[tuple[str, str]]:
     ]
 
 
+def _config_entry(
+    entry_cls: type,
+    documented: bool,
+    is_topic: bool,
+    name: str,
+    value: str | None,
+    read_only: bool,
+    source: int,
+) -> Any:
+    """One DescribeConfigs entry; a topic key carries Kafka's config type (and its meaning,
+    when documentation is asked for)."""
+    topic_key = TOPIC_CONFIG_KEYS.get(name) if is_topic else None
+    return make(
+        entry_cls,
+        name=name,
+        value=value,
+        read_only=read_only,
+        is_default=source == SOURCE_DEFAULT,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=(),
+        config_type=CONFIG_TYPES.get(name, 0) if topic_key is not None else 0,
+        documentation=topic_key.doc if topic_key is not None and documented else None,
+    )
+
+
 def handle_describe_configs(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(32, ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
@@ -204,21 +242,8 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     results = []
     for resource in request.resources:
         error, message, entries = 0, None, []
-
-        def entry(name: str, value: str | None, read_only: bool, source: int) -> Any:
-            return make(
-                entry_cls,
-                name=name,
-                value=value,
-                read_only=read_only,
-                is_default=source == SOURCE_DEFAULT,
-                config_source=source,
-                is_sensitive=False,
-                synonyms=(),
-                config_type=0,
-                documentation=None,
-            )
-
+        documented = bool(getattr(request, "include_documentation", False))
+        entry = partial(_config_entry, entry_cls, documented, resource.resource_type == TOPIC)
         wanted = resource.configuration_keys
         try:
             if resource.resource_type == TOPIC and consumer_offsets.is_topic(

@@ -638,6 +638,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     31: _cluster("ALTER"),
     32: _configs("DESCRIBE_CONFIGS", "results", "DescribeConfigsResult"),
     33: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
+    35: _cluster("DESCRIBE"),
     37: _topics_guard,
     42: _delete_groups,
     44: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),

@@ -119,7 +119,13 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
             error = 0
             if leader not in brokers:
                 error, leader = LeaderNotAvailableError.errno, -1
-            nodes = (leader,) if leader >= 0 else ()
+            # the leader, then the brokers that would take the partition over, as many as
+            # the topic's replication factor (all in sync: they read one object store)
+            nodes = (
+                (leader, *(r for r in p.get("replicas", ()) if r != leader and r in brokers))
+                if leader >= 0
+                else ()
+            )
             partitions.append(
                 make(
                     partition_cls,

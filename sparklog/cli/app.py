@@ -21,7 +21,7 @@ from sparklog.cli.output import plural, print_json, print_table, quiet_exit, say
 from sparklog.cli.parse import one_group, parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
-from sparklog.errors import InvalidConfigurationError, SparklogError
+from sparklog.errors import InvalidConfigurationError, SparklogError, TopicAlreadyExistsError
 
 if TYPE_CHECKING:
     from sparklog.client.types import GroupDescription, TopicDescription
@@ -110,6 +110,7 @@ def topic_doc(desc: TopicDescription) -> dict[str, Any]:
             }
             for p in desc.partitions
         ],
+        "replication_factor": desc.replication_factor,
         "config": desc.config,
     }
 
@@ -118,7 +119,10 @@ def _print_topic(desc: TopicDescription, as_json: bool) -> None:
     if as_json:
         print_json(topic_doc(desc))
         return
-    stdout.print(f"[bold]{desc.name}[/]  id {desc.topic_id}  partitions {len(desc.partitions)}")
+    stdout.print(
+        f"[bold]{desc.name}[/]  id {desc.topic_id}  partitions {len(desc.partitions)}  "
+        f"replication factor {desc.replication_factor}"
+    )
     print_table(
         None,
         ["partition", "leader", "log start", "high watermark", "size bytes"],
@@ -147,6 +151,16 @@ def topics_create(
         list[str] | None,
         typer.Option("--config", "-c", metavar="K=V", help="Topic config key=value"),
     ] = None,
+    replication_factor: int = typer.Option(
+        1,
+        "--replication-factor",
+        metavar="N",
+        help="1 to the number of live brokers, or -1 for the default (1); kept and described "
+        "back as Kafka's, the object store holds the data once",
+    ),
+    if_not_exists: bool = typer.Option(
+        False, "--if-not-exists", help="Succeed without a change if the topic exists"
+    ),
 ) -> None:
     """Create a topic. The first topic of a root also creates the root.
 
@@ -156,8 +170,21 @@ def topics_create(
     brokers; set --config commit.shards=N to choose (fixed at creation).
     """
     st = state(ctx)
+    pairs = parse_pairs(config or [], "--config")
     with st.admin(create=True) as admin:
-        desc = admin.create_topic(name, partitions, parse_pairs(config or [], "--config"))
+        try:
+            desc = admin.create_topic(
+                name, partitions, pairs, replication_factor=replication_factor
+            )
+        except TopicAlreadyExistsError:
+            if not if_not_exists:
+                raise
+            desc = admin.describe_topic(name, sizes=False)
+            if st.json:
+                print_json(topic_doc(desc))
+            else:
+                say(f"topic {name} already exists (--if-not-exists: nothing changed)")
+            return
     if st.json:
         print_json(topic_doc(desc))
     else:
@@ -526,7 +553,6 @@ KAFKA_HINTS = {
     "--describe": "sparklog topics describe TOPIC (or sparklog groups describe GROUP)",
     "--delete": "sparklog topics delete TOPIC (or sparklog groups delete GROUP)",
     "--alter": "sparklog topics alter TOPIC --config K=V",
-    "--replication-factor": "not needed: the storage root keeps the copies",
     "--reset-offsets": "sparklog groups reset-offsets GROUP --topic TOPIC --to-earliest",
     "--delete-offsets": "sparklog groups delete-offsets GROUP --topic TOPIC",
     "--consumer-property": "use --storage-option K=V for storage, or the command's options",

@@ -125,9 +125,15 @@ class Admin:
         partitions: int = 1,
         config: Mapping[str, Any] | None = None,
         value_type: pa.DataType | pa.Schema | None = None,
+        replication_factor: int = 1,
     ) -> TopicDescription:
-        """Create a topic; ``value_type`` (an Arrow struct or schema) makes it a typed topic."""
-        self._backend.create_topic(name, partitions, dict(config or {}), _struct(value_type))
+        """Create a topic; ``value_type`` (an Arrow struct or schema) makes it a typed topic.
+
+        ``replication_factor``: 1 to the live brokers, or -1 (the default, 1), as Kafka
+        accepts it; stored and described back (the object store holds the only copy)."""
+        self._backend.create_topic(
+            name, partitions, dict(config or {}), _struct(value_type), replication_factor
+        )
         return self._backend.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
@@ -414,7 +420,11 @@ class Admin:
                 out[topic.name] = None
                 continue
             out[topic.name] = self.create_topic(
-                topic.name, topic.num_partitions, topic.topic_configs, topic.value_type
+                topic.name,
+                topic.num_partitions,
+                topic.topic_configs,
+                topic.value_type,
+                topic.replication_factor,
             )
         return out
 

@@ -134,6 +134,8 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     config: dict[str, Any]
     value_type: Any = None  # a pyarrow struct type on typed topics
+    #: as created (kept for Kafka compatibility: the object store holds the only copy)
+    replication_factor: int = 1
 
 
 @dataclass(frozen=True)
@@ -179,8 +181,9 @@ class GroupDescription:
 class NewTopic:
     """A topic to create (kafka-python's NewTopic), plus sparklog's ``value_type`` (typed topics).
 
-    ``replication_factor`` and ``replica_assignments`` are accepted for
-    kafka-python's signature; the object store holds the only copy.
+    ``replication_factor`` (1 to the live brokers, or -1) is stored and described back, as
+    Kafka's; the object store holds the only copy.  ``replica_assignments`` is accepted for
+    kafka-python's signature.
     """
 
     name: str

@@ -28,6 +28,7 @@ from typing import Any
 
 from sparklog.errors import SparkOptionError
 from sparklog.settings import choice, integer, parse_value, refusal
+from sparklog.storage.config import KAFKA_CODECS as KAFKA_COMPRESSIONS
 from sparklog.storage_options import set_storage_option
 
 log = logging.getLogger(__name__)
@@ -124,14 +125,6 @@ COMPRESSIONS = ("none", "lz4", "zstd")
 #: Kafka producer codecs -> the Arrow IPC codec the stored objects use.  Arrow IPC
 #: compresses with lz4 or zstd only, so gzip (a ratio codec) is stored as zstd and snappy
 #: (a speed codec) as lz4: compressed as Kafka's producer would, by the nearest codec.
-KAFKA_COMPRESSIONS = {
-    "none": "none",
-    "uncompressed": "none",
-    "gzip": "zstd",
-    "snappy": "lz4",
-    "lz4": "lz4",
-    "zstd": "zstd",
-}
 DURATION_RE = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 DURATION_MS["d"] = 86_400_000

@@ -82,6 +82,7 @@ class Backend(Protocol):
         partitions: int,
         config: Mapping[str, Any],
         value_type: pa.DataType | None = None,
+        replication_factor: int = 1,
     ) -> None: ...
     def delete_topic(self, name: str) -> None: ...
     def alter_topic_config(
@@ -182,8 +183,11 @@ class TopicCalls:
         partitions: int,
         config: Mapping[str, Any],
         value_type: pa.DataType | None = None,
+        replication_factor: int = 1,
     ) -> None:
-        self._topic_api.create_topic(name, partitions, dict(config), value_type)
+        self._topic_api.create_topic(
+            name, partitions, dict(config), value_type, replication_factor=replication_factor
+        )
 
     def delete_topic(self, name: str) -> None:
         self._topic_api.delete_topic(name)

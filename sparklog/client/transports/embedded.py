@@ -131,6 +131,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
             parts,
             dict(topic.info.effective_config),
             topic.info.value_type,
+            topic.info.replication_factor,
         )
 
     def topic_layout(self, name: str) -> TopicLayout:

@@ -81,7 +81,12 @@ class BrokerBackend(TopicCalls, GroupCalls):
         ]
         # metadata carries the topic's own settings; show every key with its default too
         return TopicDescription(
-            name, meta.topic_id, parts, effective_config(meta.config), meta.value_type
+            name,
+            meta.topic_id,
+            parts,
+            effective_config(meta.config),
+            meta.value_type,
+            meta.replication_factor,
         )
 
     def topic_layout(self, name: str) -> TopicLayout:

@@ -61,6 +61,7 @@ class TopicMetadata:
     partitions: list[PartitionMetadata]
     config: dict[str, Any]
     value_type: pa.DataType | None = None
+    replication_factor: int = 1
 
 
 #: errors a broker answers before it writes anything: the produce was certainly not applied
@@ -304,6 +305,7 @@ class BrokerClient:
                 ],
                 config=t["config"],
                 value_type=value_type,
+                replication_factor=int(t.get("replication_factor", 1)),
             )
         self._meta.update(out)
         return out
@@ -338,10 +340,14 @@ class BrokerClient:
         partitions: int = 1,
         config: Mapping[str, Any] | None = None,
         value_type: pa.DataType | None = None,
+        *,
+        replication_factor: int = 1,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         if value_type is not None:
             fields["value_schema"] = value_type_to_text(value_type)
+        if replication_factor != 1:  # (a broker before it knew the field is asked without it)
+            fields["replication_factor"] = replication_factor
         return dict(
             self._action(
                 "create_topic",
