@@ -1,4 +1,5 @@
-"""The chaos scenarios, short (CI) and long (``slow``); bench/chaos.py runs them longer still.
+"""The chaos scenarios, short (the default run) and long (``soak``: ``SPARKLOG_SOAK=1`` or
+``pytest -m soak``); bench/chaos.py runs them longer still.
 
 Each asserts 0 acknowledged records lost, 0 duplicates, no offset gaps, no
 record reported failed that is in the log, produce again within the scenario's
@@ -36,6 +37,25 @@ def test_storage_black_hole_s3(tmp_path, moto_s3: MotoS3) -> None:
         setup.proxy.stop()
 
 
+def test_leader_kills_s3(tmp_path, moto_s3: MotoS3) -> None:
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        scenarios.leader_kills(setup, kills=1, recover_s=60)
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
+
+
+@pytest.mark.parametrize("mode", ["reset", "drop"])
+def test_storage_outages_s3(tmp_path, moto_s3: MotoS3, mode: str) -> None:
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        scenarios.storage_faults(setup, mode, outages=1, fault_s=4)
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
+
+
 def test_hostile_requests_file(tmp_path) -> None:
     scenarios.hostile_requests(scenarios.file_setup(tmp_path), idle_connections=200)
 
@@ -45,6 +65,7 @@ def test_damaged_topic_file(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_leader_kills_s3_long(tmp_path, moto_s3: MotoS3) -> None:
     setup = scenarios.s3_setup(tmp_path, moto_s3)
     try:
@@ -55,6 +76,7 @@ def test_leader_kills_s3_long(tmp_path, moto_s3: MotoS3) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("mode", ["reset", "drop", "blackhole"])
 def test_storage_outages_s3_long(tmp_path, moto_s3: MotoS3, mode: str) -> None:
     setup = scenarios.s3_setup(tmp_path, moto_s3)
@@ -66,6 +88,7 @@ def test_storage_outages_s3_long(tmp_path, moto_s3: MotoS3, mode: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_leader_kills_and_pauses_file_long(tmp_path) -> None:
     setup = scenarios.file_setup(tmp_path)
     scenarios.leader_kills(setup, kills=10)
