@@ -8,10 +8,24 @@ bound after each fault, and broker memory under ``RSS_MAX_BYTES``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from tests.chaos import scenarios
 from tests.support.s3 import MotoS3
+
+
+@contextmanager
+def s3_setup(tmp_path, moto_s3: MotoS3) -> Iterator[scenarios.Setup]:
+    """A scenario's S3 setup (behind a fault proxy), its proxy stopped after."""
+    setup = scenarios.s3_setup(tmp_path, moto_s3)
+    try:
+        yield setup
+    finally:
+        assert setup.proxy is not None
+        setup.proxy.stop()
 
 
 def test_leader_kills_file(tmp_path) -> None:
@@ -28,32 +42,15 @@ def test_clock_skew_moves_no_leadership_file(tmp_path) -> None:
     assert figures.notes["leadership_changes"] <= 12, figures.summary()
 
 
-def test_storage_black_hole_s3(tmp_path, moto_s3: MotoS3) -> None:
-    setup = scenarios.s3_setup(tmp_path, moto_s3)
-    try:
-        scenarios.storage_faults(setup, "blackhole", outages=1, fault_s=4)
-    finally:
-        assert setup.proxy is not None
-        setup.proxy.stop()
-
-
 def test_leader_kills_s3(tmp_path, moto_s3: MotoS3) -> None:
-    setup = scenarios.s3_setup(tmp_path, moto_s3)
-    try:
+    with s3_setup(tmp_path, moto_s3) as setup:
         scenarios.leader_kills(setup, kills=1, recover_s=60)
-    finally:
-        assert setup.proxy is not None
-        setup.proxy.stop()
 
 
-@pytest.mark.parametrize("mode", ["reset", "drop"])
+@pytest.mark.parametrize("mode", ["reset", "drop", "blackhole"])
 def test_storage_outages_s3(tmp_path, moto_s3: MotoS3, mode: str) -> None:
-    setup = scenarios.s3_setup(tmp_path, moto_s3)
-    try:
+    with s3_setup(tmp_path, moto_s3) as setup:
         scenarios.storage_faults(setup, mode, outages=1, fault_s=4)
-    finally:
-        assert setup.proxy is not None
-        setup.proxy.stop()
 
 
 def test_hostile_requests_file(tmp_path) -> None:
@@ -67,24 +64,16 @@ def test_damaged_topic_file(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.soak
 def test_leader_kills_s3_long(tmp_path, moto_s3: MotoS3) -> None:
-    setup = scenarios.s3_setup(tmp_path, moto_s3)
-    try:
+    with s3_setup(tmp_path, moto_s3) as setup:
         scenarios.leader_kills(setup, kills=6, recover_s=60)
-    finally:
-        assert setup.proxy is not None
-        setup.proxy.stop()
 
 
 @pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.parametrize("mode", ["reset", "drop", "blackhole"])
 def test_storage_outages_s3_long(tmp_path, moto_s3: MotoS3, mode: str) -> None:
-    setup = scenarios.s3_setup(tmp_path, moto_s3)
-    try:
+    with s3_setup(tmp_path, moto_s3) as setup:
         scenarios.storage_faults(setup, mode, outages=3, fault_s=5)
-    finally:
-        assert setup.proxy is not None
-        setup.proxy.stop()
 
 
 @pytest.mark.slow
