@@ -111,6 +111,13 @@ def test_topic_commands(cli):
     _one_error_line(cli("topics", "describe", "orders", ok=False), "orders")
 
 
+@pytest.mark.parametrize(
+    "cli",
+    # how S3 options reach the CLI (variables or -S) is what s3-env and s3-options differ
+    # in: the other tests here check both; this long one the default run checks on s3-env
+    ["file", "s3-env", pytest.param("s3-options", marks=pytest.mark.soak), "broker"],
+    indirect=True,
+)
 def test_produce_consume_offsets_groups(cli, tmp_path):
     cli("topics", "create", "events", "-p", "2")
     cli(
