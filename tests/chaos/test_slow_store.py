@@ -20,7 +20,7 @@ from tests.chaos.inproc import inproc_broker
     "produces",
     # two slow produces (several 3-5 s requests each) outlast the 6 s lease timeout twice
     # over; the soak holds the slow patch twice as long
-    [2, pytest.param(4, marks=pytest.mark.soak)],
+    [pytest.param(2, id="default"), pytest.param(4, marks=pytest.mark.soak, id="soak")],
 )
 def test_a_store_taking_seconds_per_request_keeps_producing(
     proxied_s3: ProxiedS3, produces: int
