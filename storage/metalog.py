@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SNAPSHOT_INTERVAL = 32
 DEFAULT_COMMIT_ATTEMPTS = 200
-DEFAULT_COMMIT_DEADLINE_MS = 120_000
 #: A view not confirmed for this long re-reads the snapshot hint before trusting
 #: "no next version": commits below the newest snapshot may have been pruned.
 RELOAD_AFTER_MS = 5 * 60 * 1000
@@ -269,7 +268,7 @@ class MetaLog(Generic[S]):
         name: str,
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
         commit_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        commit_deadline_ms: int = DEFAULT_COMMIT_DEADLINE_MS,
+        commit_deadline_ms: int | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
@@ -278,7 +277,11 @@ class MetaLog(Generic[S]):
         self.name = name
         self.snapshot_interval = snapshot_interval
         self.commit_attempts = commit_attempts
-        self.commit_deadline_ms = commit_deadline_ms
+        #: how long one commit retries (lost races, outages) before it raises; None: the
+        #: store's storage option ``commit_deadline_ms`` (default 120000)
+        self.commit_deadline_ms = (
+            store.commit_deadline_ms if commit_deadline_ms is None else commit_deadline_ms
+        )
         self.clock_ms = clock_ms
         self._state: S | None = None
         self._confirmed = 0.0  # monotonic time the view was last seen at the head

@@ -67,6 +67,9 @@ __all__ = [
 
 #: overall deadline of one call to a remote store (storage option ``request_timeout_ms``)
 REQUEST_TIMEOUT_MS = 30_000
+#: default of the storage option ``commit_deadline_ms``: how long a commit to a metadata
+#: log (shard, group, cluster) retries lost races and store outages before it gives up
+COMMIT_DEADLINE_MS = 120_000
 
 
 def _transports_loaded() -> tuple[bool, bool]:
@@ -198,18 +201,8 @@ class ObjectStore:
         self.url = normalize_url(url).rstrip("/")
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.fsync = fsync
-        try:
-            self.request_timeout_ms = int(
-                self.storage_options.get("request_timeout_ms", REQUEST_TIMEOUT_MS)
-            )
-        except (TypeError, ValueError):
-            self.request_timeout_ms = -1
-        if self.request_timeout_ms < 1:
-            raise InvalidConfigurationError(
-                f"storage option 'request_timeout_ms' = "
-                f"{self.storage_options.get('request_timeout_ms')!r} is not accepted; "
-                "accepted: an integer >= 1 (milliseconds)"
-            )
+        self.request_timeout_ms = self._positive_ms("request_timeout_ms", REQUEST_TIMEOUT_MS)
+        self.commit_deadline_ms = self._positive_ms("commit_deadline_ms", COMMIT_DEADLINE_MS)
         self.protocol = self.url.split("://", 1)[0]
         self._backend: StoreBackend = open_backend(
             self.url,
@@ -218,6 +211,21 @@ class ObjectStore:
             fsync=fsync,
             request_timeout_ms=self.request_timeout_ms,
         )
+
+    def _positive_ms(self, key: str, default: int) -> int:
+        """Storage option ``key``: milliseconds, an integer >= 1 (text from the
+        environment, the CLI or Spark options is accepted)."""
+        raw = self.storage_options.get(key, default)
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            value = -1
+        if value < 1 or isinstance(raw, bool):
+            raise InvalidConfigurationError(
+                f"storage option {key!r} = {raw!r} is not accepted; "
+                "accepted: an integer >= 1 (milliseconds)"
+            )
+        return value
 
     # -- pickling ----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

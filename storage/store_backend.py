@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 #: storage options that are sparklog's own (not passed to fsspec)
-OWN_OPTIONS = ("request_timeout_ms",)
+OWN_OPTIONS = ("request_timeout_ms", "commit_deadline_ms")
 
 
 class Writable(Protocol):

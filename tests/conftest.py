@@ -15,6 +15,27 @@ from tests.support.s3 import MotoS3
 leftovers.track()
 
 
+#: ``SPARKLOG_SOAK=1`` (or a ``-m`` expression naming ``soak``) runs the soak tests: the
+#: long forms (more kills, records, outages) of guarantees the default run tests smaller
+SOAK_ENV = "SPARKLOG_SOAK"
+
+
+def soak_selected(config: pytest.Config) -> bool:
+    return os.environ.get(SOAK_ENV, "") not in ("", "0") or "soak" in (
+        config.getoption("markexpr") or ""
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run deselects the ``soak`` tests (a nightly job runs them)."""
+    if soak_selected(config):
+        return
+    soak = [item for item in items if item.get_closest_marker("soak")]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left() -> Iterator[None]:
     """At the end of the run, fail loudly if a process the suite started still runs.

@@ -55,6 +55,17 @@ def test_request_timeout_option_is_checked() -> None:
         ObjectStore("memory://x", {"request_timeout_ms": "soon"})
 
 
+def test_commit_deadline_option_is_checked_and_reaches_every_metadata_log(tmp_path) -> None:
+    with pytest.raises(ValueError, match="commit_deadline_ms"):
+        ObjectStore("memory://x", {"commit_deadline_ms": "0"})
+    root = open_root(f"file://{tmp_path}/root", {"commit_deadline_ms": "1500"})
+    root.create_topic("t", 1)
+    assert root.metadata.log.commit_deadline_ms == 1500
+    assert root.topic("t").shard(0).commit_deadline_ms == 1500
+    assert root.groups.log("g")[0].commit_deadline_ms == 1500
+    assert open_root(f"file://{tmp_path}/root", {}).metadata.log.commit_deadline_ms == 120_000
+
+
 def test_lease_ignores_peer_wall_clocks(tmp_path) -> None:
     """A peer whose clock runs 6 s behind is live as long as its lease keeps changing."""
     root = open_root(f"file://{tmp_path}/root")

@@ -111,6 +111,17 @@ def test_topic_commands(cli):
     _one_error_line(cli("topics", "describe", "orders", ok=False), "orders")
 
 
+#: how S3 options reach the CLI (variables or -S) is all s3-env and s3-options differ in:
+#: test_topic_commands checks both ways; the long tests the default run checks on s3-env
+#: (the soak on both)
+LONG_ON_EACH_BACKEND = pytest.mark.parametrize(
+    "cli",
+    ["file", "s3-env", pytest.param("s3-options", marks=pytest.mark.soak), "broker"],
+    indirect=True,
+)
+
+
+@LONG_ON_EACH_BACKEND
 def test_produce_consume_offsets_groups(cli, tmp_path):
     cli("topics", "create", "events", "-p", "2")
     cli(
@@ -199,6 +210,7 @@ MISTAKES = [
 ]
 
 
+@LONG_ON_EACH_BACKEND
 def test_user_mistakes_are_one_line(cli):
     cli("topics", "create", "t0")
     for args, needles in MISTAKES:

@@ -2,8 +2,9 @@
 
 Kills alternate between "rows computed, nothing written" and "Delta commit made,
 Spark's checkpoint not" (the replay that must be skipped by the table's app
-transaction version). CI runs 2 kills, one of each kind (each restart costs a
-Spark start); ``SPARKLOG_CONNECT_KILLS=10`` (or more) runs the long form.
+transaction version). The default run makes 2 kills, one of each kind (each
+restart costs a Spark start); the soak (``SPARKLOG_SOAK=1``) 10, and
+``SPARKLOG_CONNECT_KILLS`` sets the default run's.
 After the last run the table holds every topic record exactly once.
 """
 
@@ -36,7 +37,11 @@ def produce(root, start: int, count: int) -> None:
     )
 
 
-def test_killed_delta_sink_lands_every_record_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "kills",
+    [pytest.param(KILLS, id="default"), pytest.param(10, marks=pytest.mark.soak, id="soak")],
+)
+def test_killed_delta_sink_lands_every_record_once(tmp_path: Path, kills: int) -> None:
     url = f"file://{tmp_path}/root"
     root = open_root(url)
     root.create_topic("events", 3)
@@ -46,7 +51,7 @@ def test_killed_delta_sink_lands_every_record_once(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ck"
     args = ("events", table, str(PER_BATCH))
     driver = "tests.connect.delta_driver"
-    for n in range(KILLS):
+    for n in range(kills):
         point = "delta.after_commit" if n % 2 == 0 else "delta.before_commit"
         version = DeltaTable(table).transaction_version("delta-kills") if n else None
         batch = 0 if version is None else version + 1

@@ -1,13 +1,14 @@
 """PostgreSQL -> topics -> Delta tables end to end, both processes SIGKILLed again and again.
 
-Three tables get ``CHANGES`` row changes (inserts, updates, deletes; 10,000 by
-default) while ``sparklog connect postgres-source`` runs as a process and a Spark
-driver (tests/connect/pg_delta_driver.py) lands the three Debezium topics in three
-Delta tables (upsert). ``KILLS`` times (2 in CI, where each driver restart costs a
-Spark start: 3 took 200 s on 2 shared cores; the long form
-``SPARKLOG_CONNECT_E2E_KILLS=5`` took 290 s) a round of changes is made, then
-the connector is SIGKILLed once it has written some of it and restarted, then
-the driver's process group is SIGKILLed once a Delta table moved and restarted.
+Three tables get ``changes`` row changes (inserts, updates, deletes) while
+``sparklog connect postgres-source`` runs as a process and a Spark driver
+(tests/connect/pg_delta_driver.py) lands the three Debezium topics in three Delta
+tables (upsert). ``kills`` times a round of changes is made, then the connector
+is SIGKILLed once it has written some of it and restarted, then the driver's
+process group is SIGKILLed once a Delta table moved and restarted. The default
+run kills each once among 4,000 changes (each driver restart costs a Spark
+start); the soak (``SPARKLOG_SOAK=1``) 5 times among 10,000 (290 s on 2 shared
+cores); ``SPARKLOG_CONNECT_E2E_KILLS`` / ``_CHANGES`` set the default run's.
 At the end both catch up (``--once``, AvailableNow) and: every Delta table equals
 its PostgreSQL table row by row, and every topic holds each change once (no two
 records with one LSN and key) and replays to its table.
@@ -43,8 +44,8 @@ psycopg = pytest.importorskip("psycopg")
 deltalake = pytest.importorskip("deltalake")
 pytestmark = pytest.mark.slow
 
-KILLS = int(os.environ.get("SPARKLOG_CONNECT_E2E_KILLS", "2"))
-CHANGES = int(os.environ.get("SPARKLOG_CONNECT_E2E_CHANGES", "10000"))
+KILLS = int(os.environ.get("SPARKLOG_CONNECT_E2E_KILLS", "1"))
+CHANGES = int(os.environ.get("SPARKLOG_CONNECT_E2E_CHANGES", "4000"))
 TOPICS = [f"shop.public.{t}" for t in TABLES]
 
 
@@ -97,14 +98,23 @@ def delta_rows(tmp_path: Path, topic: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in data.select(["id", "name", "qty"]).to_pylist())
 
 
-def test_postgres_to_delta_through_topics_under_kills(postgres: Postgres, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kills", "changes"),
+    [
+        pytest.param(KILLS, CHANGES, id="default"),
+        pytest.param(5, 10_000, marks=pytest.mark.soak, id="soak"),
+    ],
+)
+def test_postgres_to_delta_through_topics_under_kills(
+    postgres: Postgres, tmp_path: Path, kills: int, changes: int
+) -> None:
     create_tables(postgres)
     history = History()
     history.round(postgres, transactions=4)  # rows before the connector: its snapshot
     snapshot_rows, history_before = sum(map(len, history.live.values())), history.changes
     url = f"file://{tmp_path}/root"
     root = open_root(url)
-    per_round = max(1, CHANGES // (2 * CHANGES_PER_STEP) // (KILLS + 1))
+    per_round = max(1, changes // (2 * CHANGES_PER_STEP) // (kills + 1))
 
     def topic_records() -> int:
         """Records in the topics (their high watermarks); fails if the connector exited."""
@@ -124,7 +134,7 @@ def test_postgres_to_delta_through_topics_under_kills(postgres: Postgres, tmp_pa
     wait_for(lambda: topic_records() > 0, timeout_s=120, what="the snapshot in the topics")
     driver = start_driver(url, tmp_path, "stream")
     try:
-        for _ in range(KILLS):
+        for _ in range(kills):
             written, landed = topic_records(), delta_batches(tmp_path)
             history.round(postgres, transactions=per_round)
             wait_for(
@@ -149,7 +159,7 @@ def test_postgres_to_delta_through_topics_under_kills(postgres: Postgres, tmp_pa
     finally:
         kill_group(final)
 
-    assert history.changes >= CHANGES
+    assert history.changes >= changes
     ops = check_topics_mirror_tables(root, postgres)
     assert ops["r"] == snapshot_rows
     assert ops["c"] + ops["u"] + ops["d"] == history.changes - history_before

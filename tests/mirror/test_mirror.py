@@ -171,6 +171,7 @@ def test_exactly_once_across_sigkills_while_a_producer_writes(tmp_path, moto_s3)
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the long form of the test above
 def test_exactly_once_across_ten_sigkills_four_topics_eight_partitions(tmp_path, moto_s3):
     _sigkill_drill(tmp_path, moto_s3, topics=4, partitions=8, kills=10)
 

@@ -441,6 +441,8 @@ def test_unreachable_s3_endpoint_gives_a_clear_retriable_error():
         "secret": "s",
         "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
         "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+        # the metadata log's commit retries the outage this long (default 120 s) first
+        "commit_deadline_ms": 3_000,
     }
     root = open_root("s3://nowhere/root", options)
     with pytest.raises(StoreUnavailableError, match="s3://nowhere/root") as info:
