@@ -27,6 +27,20 @@ TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 
 
+#: Kafka's compression.type values as the codec objects are written with (Arrow IPC has
+#: lz4 and zstd: gzip is stored as zstd, snappy as lz4); "none" is sparklog's spelling.
+#: Here, at the bottom of the package, so the Spark sink's options and the topic configs
+#: share it without the Spark planner importing storage.
+KAFKA_CODECS = {
+    "none": "none",
+    "uncompressed": "none",
+    "gzip": "zstd",
+    "snappy": "lz4",
+    "lz4": "lz4",
+    "zstd": "zstd",
+}
+
+
 @dataclass(frozen=True)
 class ValueKind:
     """What a setting's value may be: a converter (raising ValueError) and its description."""

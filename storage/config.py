@@ -16,20 +16,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparklog.errors import InvalidConfigurationError
-from sparklog.settings import Setting, ValueKind, choice, choice_set, integer, unknown_key
+from sparklog.settings import (
+    Setting,
+    ValueKind,
+    choice,
+    choice_set,
+    integer,
+    unknown_key,
+)
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
-#: Kafka's compression.type values as the codec objects are written with (Arrow IPC has
-#: lz4 and zstd: gzip is stored as zstd, snappy as lz4); "none" is sparklog's spelling
-KAFKA_CODECS = {
-    "none": "none",
-    "uncompressed": "none",
-    "gzip": "zstd",
-    "snappy": "lz4",
-    "lz4": "lz4",
-    "zstd": "zstd",
-}
 
 
 def _int(minimum: int | None = None, maximum: int = INT_MAX) -> ValueKind:
@@ -38,8 +35,10 @@ def _int(minimum: int | None = None, maximum: int = INT_MAX) -> ValueKind:
 
 
 def _long(minimum: int | None = None) -> ValueKind:
-    """Kafka's LONG: a 64-bit integer within the range."""
-    return integer(-(2**63) if minimum is None else minimum, LONG_MAX)
+    """Kafka's LONG: a 64-bit integer within the range (worded as every layer words an
+    integer, without the 64-bit bound no setting reaches)."""
+    bounded = integer(-(2**63) if minimum is None else minimum, LONG_MAX)
+    return ValueKind(integer(minimum).accepted, bounded.convert)
 
 
 def _kafka_boolean(raw: Any) -> bool:

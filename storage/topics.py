@@ -19,8 +19,8 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.settings import KAFKA_CODECS
 from sparklog.storage.background import background_pool, outcome
-from sparklog.storage.config import KAFKA_CODECS
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,

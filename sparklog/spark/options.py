@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.errors import SparkOptionError
+from sparklog.settings import KAFKA_CODECS as KAFKA_COMPRESSIONS
 from sparklog.settings import choice, integer, parse_value, refusal
-from sparklog.storage.config import KAFKA_CODECS as KAFKA_COMPRESSIONS
 from sparklog.storage_options import set_storage_option
 
 log = logging.getLogger(__name__)

@@ -234,7 +234,9 @@ def test_malformed_stdin_line_reports_what_was_written(local):
 def test_json_shapes_and_json_errors(local):
     topic = json.loads(local("-o", "json", "topics", "describe", "t").out)
     created = json.loads(local("-o", "json", "topics", "create", "u").out)
-    assert set(topic) == set(created) == {"topic", "topic_id", "partitions", "config"}
+    assert set(topic) == set(created) == {
+        "topic", "topic_id", "partitions", "replication_factor", "config",
+    }  # fmt: skip
     assert set(topic["partitions"][0]) == {
         "topic", "partition", "leader", "log_start_offset", "high_watermark", "size_bytes",
     }  # fmt: skip
