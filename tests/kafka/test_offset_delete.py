@@ -72,4 +72,6 @@ def test_incremental_alter_configs_delete(admin: KafkaAdminClient) -> None:
     admin.alter_configs(
         [ConfigResource(ConfigResourceType.TOPIC, "c", configs=delete)], incremental=True
     )
-    assert set_here() == {"cleanup.policy": "compact"}
+    # on a cluster the broker answering may learn the change at its next look at the
+    # metadata log (metadata_refresh_ms), as Kafka's brokers learn it from the controller
+    wait_for(lambda: set_here() == {"cleanup.policy": "compact"}, what="retention.ms deleted")
