@@ -31,7 +31,7 @@ from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
-from sparklog.broker_lite.produce import TopicBatcher, commit_pool
+from sparklog.broker_lite.produce import FlushBatcher, commit_pool
 from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
@@ -41,6 +41,7 @@ from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.groups.lag import lag_of
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
+from sparklog.storage.shared_objects import SharedSection
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -96,7 +97,9 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._topics: dict[str, Topic] = {}
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._shards: dict[tuple[str, str, int], ShardState] = {}
-        self._batchers: dict[str, TopicBatcher] = {}
+        self._batcher: FlushBatcher | None = None
+        #: the sections each shared object names (objects never change): read once
+        self._shared_trailers: dict[str, list[SharedSection]] = {}
         self._led: set[TopicPartition] = set()
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
@@ -188,8 +191,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             return
         self._stopping.set()
         with self._lock:
-            batchers = list(self._batchers.values())
-        for batcher in batchers:
+            batcher = self._batcher
+        if batcher is not None:
             batcher.close()
         for st in list(self._partitions.values()):
             with st.changed:
@@ -289,6 +292,20 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         from sparklog.storage.maintenance import collect_garbage
 
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
+
+    def collect_shared_objects(self) -> int | None:
+        """The objects broker flushes shared between topics are collected by one broker: the
+        live broker of lowest id (any broker may; one saves the others' reads)."""
+        from sparklog.storage.shared_objects import collect_shared_garbage
+
+        if self.cluster is not None and self.cluster.broker_id != min(
+            self.cluster.live(), default=self.cluster.broker_id
+        ):
+            return None
+        report = collect_shared_garbage(
+            self.root, self.config.gc_grace_ms, trailers=self._shared_trailers
+        )
+        return len(report.deleted)
 
     def remove_stale_temp_files(self) -> int:
         from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS

@@ -11,6 +11,7 @@ has a dry run that reports what it would change and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from sparklog.storage.catalog import LogRoot
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
+from sparklog.storage.objectstore import ObjectInfo, ObjectStore
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segments import Segment, write_object
 from sparklog.storage.topics import Topic
@@ -559,26 +561,18 @@ def collect_garbage(
     now = now_ms() if now is None else now
     topic.reload()
     referenced = _referenced_objects(topic)
-    raw = topic.store.get_or_none(MARKS_KEY)
-    marks = (
-        {k: int(v) for k, v in parse_document(raw, f"{topic.store.url}/{MARKS_KEY}").items()}
-        if raw
-        else {}
-    )
+    marks = read_gc_marks(topic.store, MARKS_KEY)
     report = GcReport(dry_run=dry_run)
     new_marks: dict[str, int] = {}
     for obj in topic.store.list_objects("objects"):
         if obj.key in referenced:
             report.live_objects += 1
             continue
-        marked_at = marks.get(obj.key)
-        if marked_at is None:
+        verdict = mark_or_sweep(obj, marks, new_marks, now, grace_ms)
+        if verdict == "marked":
             report.marked.append(obj.key)
-            new_marks[obj.key] = now
-        elif now - marked_at >= grace_ms and now - obj.modified_ms >= grace_ms:
+        elif verdict == "due":
             report.deleted.append(obj.key)
-        else:
-            new_marks[obj.key] = marked_at
     if dry_run:
         return report
     # Re-check references just before deleting: a writer may have committed meanwhile.
@@ -592,6 +586,30 @@ def collect_garbage(
         "", max(grace_ms, STAGED_OBJECT_MAX_AGE_MS), now
     )
     return report
+
+
+def read_gc_marks(store: ObjectStore, key: str) -> dict[str, int]:
+    """A collector's marks: object key -> when it was first seen unreferenced (ms)."""
+    raw = store.get_or_none(key)
+    if not raw:
+        return {}
+    return {k: int(v) for k, v in parse_document(raw, f"{store.url}/{key}").items()}
+
+
+def mark_or_sweep(
+    obj: ObjectInfo, marks: Mapping[str, int], new_marks: dict[str, int], now: int, grace_ms: int
+) -> str:
+    """The fate of an object nothing references: ``marked`` (first seen now), ``due`` (it
+    has been unreferenced for ``grace_ms`` and is itself that old) or ``kept`` (not yet);
+    the marks the next pass keeps go into ``new_marks``."""
+    marked_at = marks.get(obj.key)
+    if marked_at is None:
+        new_marks[obj.key] = now
+        return "marked"
+    if now - marked_at >= grace_ms and now - obj.modified_ms >= grace_ms:
+        return "due"
+    new_marks[obj.key] = marked_at
+    return "kept"
 
 
 def _referenced_objects(topic: Topic) -> set[str]:

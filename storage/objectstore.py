@@ -197,8 +197,13 @@ class ObjectStore:
         url: str,
         storage_options: Mapping[str, Any] | None = None,
         fsync: bool = False,
+        root_url: str | None = None,
     ) -> None:
         self.url = normalize_url(url).rstrip("/")
+        #: the root this store was derived from (itself unless made by :meth:`child`):
+        #: a key beginning with ``/`` names an object below it (:meth:`locate`)
+        self.root_url = self.url if root_url is None else normalize_url(root_url).rstrip("/")
+        self._root_store: ObjectStore | None = None
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.fsync = fsync
         self.request_timeout_ms = self._positive_ms("request_timeout_ms", REQUEST_TIMEOUT_MS)
@@ -229,10 +234,17 @@ class ObjectStore:
 
     # -- pickling ----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "fsync": self.fsync}
+        return {
+            "url": self.url,
+            "storage_options": self.storage_options,
+            "fsync": self.fsync,
+            "root_url": self.root_url,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["storage_options"], state["fsync"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["url"], state["storage_options"], state["fsync"], state.get("root_url")
+        )
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -241,7 +253,7 @@ class ObjectStore:
     def with_request_timeout(self, request_timeout_ms: int) -> ObjectStore:
         """The same root with a shorter deadline per call (e.g. for lease renewal)."""
         options = {**self.storage_options, "request_timeout_ms": request_timeout_ms}
-        return ObjectStore(self.url, options, self.fsync)
+        return ObjectStore(self.url, options, self.fsync, self.root_url)
 
     @property
     def is_local(self) -> bool:
@@ -257,8 +269,24 @@ class ObjectStore:
         return self._backend.path(key)
 
     def child(self, prefix: str) -> ObjectStore:
-        """A store rooted at ``prefix`` below this one."""
-        return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)
+        """A store rooted at ``prefix`` below this one (same root for ``/`` keys)."""
+        return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync, self.root_url)
+
+    def locate(self, key: str) -> tuple[ObjectStore, str]:
+        """The store and key that hold ``key``.
+
+        A segment's object key is relative to its topic's folder, except for an
+        object shared by several topics (one broker flush, see
+        :mod:`sparklog.storage.shared_objects`), whose key begins with ``/`` and
+        is relative to the root the topic's store was derived from.
+        """
+        if not key.startswith("/"):
+            return self, key
+        if self.root_url == self.url:
+            return self, key[1:]
+        if self._root_store is None:
+            self._root_store = ObjectStore(self.root_url, self.storage_options, self.fsync)
+        return self._root_store, key[1:]
 
     def _raise_failure(
         self, op: str, key: str, exc: BaseException, outcome_unknown: bool = False

@@ -29,7 +29,7 @@ from sparklog.storage.log import (
     ShardLog,
 )
 from sparklog.storage.records import check_sizes, normalize, record_schema
-from sparklog.storage.segments import Segment, write_object
+from sparklog.storage.segments import Section, Segment, write_object
 
 if TYPE_CHECKING:
     from sparklog.storage.catalog import LogRoot, TopicInfo
@@ -233,8 +233,7 @@ class Topic:
             else:
                 batches = [b for d in data for b in self.normalize(d)]
             ready[p] = batches
-        topic_codec = self.info.effective_config["compression.type"]
-        codec = compression if topic_codec == "producer" else KAFKA_CODECS[topic_codec]
+        codec = self.codec_for(compression)
         checking = None
         if unchecked:
             limit = self.info.effective_config["max.message.bytes"]
@@ -255,6 +254,32 @@ class Topic:
                         self.store.delete(key)
                 raise
         return staged
+
+    def codec_for(self, compression: str) -> str:
+        """The codec an object of this topic is written with: the topic's
+        ``compression.type``, or the producer's (``compression``) when it says ``producer``."""
+        topic_codec = self.info.effective_config["compression.type"]
+        return compression if topic_codec == "producer" else KAFKA_CODECS[topic_codec]
+
+    def section(
+        self, parts: Mapping[int, Sequence[pa.RecordBatch]], compression: str = "none"
+    ) -> Section:
+        """This topic's section of an object shared with other topics (validated batches).
+
+        The same checks as :meth:`write` (a producible topic, partitions in range)
+        and the same codec; the caller writes the object
+        (:func:`sparklog.storage.shared_objects.write_shared_object`).
+        """
+        self.check_writable()
+        for p in parts:
+            if not 0 <= p < self.info.partitions:
+                self.partition(p)  # raises with the accepted range
+        return Section(
+            parts,
+            self.info.record_schema,
+            self.codec_for(compression),
+            self.info.value_schema_id,
+        )
 
     def check_writable(self) -> None:
         """Refuse producers on a mirror topic (POLICY_VIOLATION), naming its link."""

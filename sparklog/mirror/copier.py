@@ -250,6 +250,7 @@ class Mirror:
             report.lag.append(PartitionLag(dst.name, p, state.high_watermark, end, lag_s))
         if not planned:
             return
+        planned = self._copy_shared_segments(src, dst, planned)
         self._copy_objects(src, dst, planned, report)
         results = dst.append_mirrored(planned, link=self.link.name, expected=expected)
         for p, result in results.items():
@@ -289,6 +290,26 @@ class Mirror:
         self._copied.move_to_end(key)
         while len(self._copied) > COPIED_KEYS_REMEMBERED:
             self._copied.popitem(last=False)
+
+    def _copy_shared_segments(
+        self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]]
+    ) -> dict[int, list[Segment]]:
+        """Segments in objects the source shares with other topics (one broker flush of
+        several topics): their byte ranges copied into one destination object, never the
+        other topics' records; the plan naming that object instead."""
+        from sparklog.storage.shared_objects import copy_segments_out
+
+        shared = [seg for segments in planned.values() for seg in segments if _shared(seg)]
+        if not shared:
+            return dict(planned)
+        copied = dict(
+            zip(map(id, shared), copy_segments_out(src.store, dst.store, shared), strict=True)
+        )
+        for seg in copied.values():
+            self._remember(seg.object_key)
+        return {
+            p: [copied.get(id(seg), seg) for seg in segments] for p, segments in planned.items()
+        }
 
     def _copy_objects(
         self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]], report: StepReport
@@ -411,6 +432,10 @@ def sync_group(
         metadata=f"mirror:{link.name}",
     )
     return True
+
+
+def _shared(segment: Segment) -> bool:
+    return segment.object_key.startswith("/")
 
 
 def write_with_offsets(dst: Topic, partition: int, table: Any) -> Segment:
