@@ -1,6 +1,6 @@
 """The Arrow Flight face of the broker, and ``serve()``, the blocking entry point.
 
-The wire format (requests, replies, errors) is :mod:`sparklog.broker_lite.flight_protocol`:
+The wire format (requests, replies, errors) is :mod:`sparklog.protocol.flight`:
 
 * ``DoPut``   produce: a ``PRODUCE`` command, batches with ``PRODUCE_BATCH`` metadata.
 * ``DoGet``   fetch: a ``FETCH`` ticket; every batch carries the fetch metadata.
@@ -8,7 +8,7 @@ The wire format (requests, replies, errors) is :mod:`sparklog.broker_lite.flight
 * ``DoAction``: admin, metadata, offsets and group calls, bodies as in ``ACTIONS``.
 
 Errors leave as a FlightServerError whose message holds a stable code and JSON
-details (``flight_protocol.encode``); nothing a client sends crashes the broker.
+details (``wire.encode``); nothing a client sends crashes the broker.
 
 Resources are bounded: calls served at once (``max_concurrent_calls``, and
 ``max_calls_per_connection`` per client connection), memory of produce requests
@@ -38,10 +38,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_acls
-from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
-from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.service import Broker
 from sparklog.clock import Clock, now_ms
@@ -58,6 +56,8 @@ from sparklog.errors import (
     UnknownServerError,
 )
 from sparklog.mirror import admin as mirror_admin
+from sparklog.protocol import flight as wire
+from sparklog.protocol.flight import encode
 from sparklog.security import users
 from sparklog.storage import LogRoot
 from sparklog.topic_partition import TopicPartition

@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog.broker_lite import flight_protocol as wire
-from sparklog.broker_lite.flight_protocol import decode
 from sparklog.client.address import parse_bootstrap
 from sparklog.client.transports.base import FetchResult, ProduceResult
 from sparklog.errors import (
@@ -36,6 +34,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
+from sparklog.protocol import flight as wire
+from sparklog.protocol.flight import decode
 from sparklog.retry import retrying
 from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
@@ -236,7 +236,7 @@ class BrokerClient:
         raise last
 
     def _action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
-        """Run ``action`` (its ``fields`` as in ``flight_protocol.ACTIONS``) on any broker."""
+        """Run ``action`` (its ``fields`` as in ``wire.ACTIONS``) on any broker."""
         payload = wire.build_action(action, **fields)
 
         def call(conn: flight.FlightClient) -> Any:
@@ -537,7 +537,7 @@ class BrokerClient:
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
         )
-        return wire.decode_join_result(raw)
+        return JoinResult(**wire.decode_join_result(raw))
 
     def sync_group(
         self,

@@ -1,0 +1,6 @@
+"""The Flight wire format, defined once for the client and the broker (docs/architecture.md,
+"Layers"), as Kafka's clients package owns its protocol: the broker and the client both import
+it, it imports neither (only sparklog's ground modules: errors, topic_partition).
+
+* :mod:`sparklog.protocol.flight`: actions, tickets, their bodies and replies, errors.
+"""
