@@ -146,6 +146,6 @@ class RootLinks:
 
     def run(self, link: str, stop: threading.Event) -> None:
         """Copy ``link`` into this root until ``stop`` is set or the link is deleted."""
-        from sparklog.mirror.copier import run
+        from sparklog.mirror.runner import run
 
         run(self.root, link, stop=stop)
