@@ -39,6 +39,7 @@ from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.groups.lag import lag_of
+from sparklog.protocol.hooks import MirrorLinks
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
 from sparklog.storage.shared_objects import SharedSection
@@ -55,11 +56,22 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     """One broker: everything durable lives in ``root``; this holds caches and threads."""
 
     def __init__(
-        self, config: BrokerConfig, root: LogRoot | None = None, *, clock_ms: Clock = now_ms
+        self,
+        config: BrokerConfig,
+        root: LogRoot | None = None,
+        *,
+        clock_ms: Clock = now_ms,
+        mirror: Callable[[LogRoot], MirrorLinks] | None = None,
     ) -> None:
-        """``clock_ms``: the wall clock of this broker's lease (tests skew it)."""
+        """``clock_ms``: the wall clock of this broker's lease (tests skew it).
+
+        ``mirror``: the mirroring application's hook, given a root (the process's entry
+        point hands it: the broker never imports an application); without it the mirror
+        link actions are refused and the key ``mirror_links`` cannot be set.
+        """
         self.config = config
         self.clock_ms = clock_ms
+        self._mirror = mirror
         # Topic metadata is answered from the cluster metadata log's image in memory;
         # the tick loop follows the log (metadata_max_staleness_ms=None: reads never probe).
         self.root = root or open_root(
@@ -115,6 +127,13 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     # -- lifecycle ---------------------------------------------------------
     def start(self, location: str, kafka_address: str | None = None) -> None:
         """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
+        links = [x for x in (x.strip() for x in self.config.mirror_links.split(",")) if x]
+        if links and self._mirror is None:
+            raise errors.InvalidConfigurationError(
+                f"config key 'mirror_links' = {self.config.mirror_links!r}: this process was "
+                "started without the mirroring application; accepted: a broker started by "
+                "`sparklog broker start` or `python -m sparklog.broker_lite`, or empty"
+            )
         storage_call(self.root.store.ensure_root)
         # the first broker to open a root of the previous layout upgrades it, once
         storage_call(
@@ -150,7 +169,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
             cleaner = Cleaner(self, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
-        for link in filter(None, (x.strip() for x in self.config.mirror_links.split(","))):
+        for link in links:
             self._spawn(f"mirror-{link}", functools.partial(self._mirror_loop, link))
 
         self._ready.set()
@@ -162,14 +181,23 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         metadata, as ``sparklog mirror run`` has): its commits are optimistic, like
         any brokerless writer's, and the broker's reads follow them.
         """
-        from sparklog.mirror.copier import run
-
+        assert self._mirror is not None  # start() refuses mirror_links without the hook
         root = open_root(self.config.root, self.config.storage_options)
         log.info("mirror link started", extra=fields(link=link))
         try:
-            run(root, link, stop=self._stopping)
+            self._mirror(root).run(link, self._stopping)
         except Exception:
             log.exception("mirror link stopped", extra=fields(link=link))
+
+    def mirror_links(self) -> MirrorLinks:
+        """The mirror link actions on this broker's root, through the hook it was handed."""
+        if self._mirror is None:
+            raise errors.InvalidConfigurationError(
+                "this broker was started without the mirroring application: it serves no "
+                "mirror link actions; accepted: a broker started by `sparklog broker start` "
+                "or `python -m sparklog.broker_lite`"
+            )
+        return self._mirror(self.root)
 
     @property
     def ready(self) -> bool:

@@ -552,6 +552,19 @@ class DataLossError(SparkSourceError, code="DATA_LOSS"):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
 
 
+# -- mirror links (sparklog.mirror: links in the destination's cluster metadata log) ----------
+# Here, not in sparklog.mirror, so a Flight client decodes them by name without importing the
+# mirroring application.
+
+
+class UnknownMirrorLinkError(SparklogError, code="UNKNOWN_MIRROR_LINK"):
+    """No mirror link of that name in the destination's metadata log."""
+
+
+class MirrorLinkExistsError(SparklogError, code="MIRROR_LINK_EXISTS"):
+    """A mirror link of that name exists already."""
+
+
 # -- connectors (sparklog.connect: topic -> Delta table, PostgreSQL -> topic) ------------------
 
 

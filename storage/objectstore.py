@@ -45,7 +45,6 @@ from sparklog.storage.store_backend import (
     ObjectInfo,
     StoreBackend,
     Writable,
-    open_backend,
 )
 from sparklog.storage.store_local import local_root
 
@@ -183,6 +182,27 @@ def normalize_url(url: str) -> str:
     if "://" not in url:
         return "file://" + os.path.abspath(os.path.expanduser(url))
     return url
+
+
+def open_backend(
+    url: str,
+    protocol: str,
+    storage_options: Mapping[str, Any],
+    *,
+    fsync: bool,
+    request_timeout_ms: int,
+) -> StoreBackend:
+    """The backend of ``url``, chosen once; fsspec is imported only for non-local roots
+    (and then only when the backend first needs its filesystem).  Here, not in
+    ``store_backend`` (which every backend imports), so no two modules import each other."""
+    if protocol in ("file", "local"):
+        from sparklog.storage.store_local import LocalBackend
+
+        return LocalBackend(url, fsync=fsync)
+    from sparklog.storage.store_fsspec import FsspecBackend, MemoryBackend
+
+    backend = MemoryBackend if protocol == "memory" else FsspecBackend
+    return backend(url, protocol, storage_options, request_timeout_ms=request_timeout_ms)
 
 
 class ObjectStore:

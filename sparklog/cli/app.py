@@ -500,12 +500,15 @@ def broker_start(
             f"the broker is not available in this installation ({exc}); accepted: a "
             "storage root address works without one"
         ) from None
+    from sparklog.mirror.admin import RootLinks
+
     serve(
         config_path=config,
         root=root,
         listen=listen,
         broker_id=broker_id,
         kafka_listen=kafka_listen,
+        mirror=RootLinks,  # this process runs mirror links: the broker is handed the hook
     )
 
 

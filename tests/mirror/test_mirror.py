@@ -285,8 +285,8 @@ def test_active_active_with_prefixes_never_mirrors_a_topic_back(tmp_path, moto_s
 def test_run_reports_lag_as_metrics_and_keeps_its_position_while_the_source_is_away(
     tmp_path, moto_s3
 ):
-    from sparklog.mirror.copier import run
     from sparklog.mirror.metrics import MirrorMetrics
+    from sparklog.mirror.runner import run
 
     source, dest = _roots(tmp_path, moto_s3)
     source.create_topic("orders", partitions=2)
