@@ -395,10 +395,17 @@ ENTITY_TYPES = {"users": "user", "clients": "client-id"}
 
 
 def _kafka_entity(
-    argv: list[str], types: list[str] | None, names: list[str] | None, default: bool
-) -> tuple[str | None, str | None]:
+    argv: list[str],
+    types: list[str] | None,
+    names: list[str] | None,
+    default: bool,
+    *,
+    bare_is_any: bool = False,
+) -> dict[str, str | None]:
     """kafka-configs' ``--entity-type users --entity-name bob [--entity-type clients
-    --entity-default]`` as (user, client_id): each type takes the name or default after it.
+    --entity-default]`` as {"user": "bob", "client-id": ""}: each type takes the name, or
+    the default (""), after it.  ``bare_is_any`` (describe): a type with neither means
+    every entity of that type (None), as ``kafka-configs --describe --entity-type users``.
 
     Read in command-line order from ``argv`` (options of different names lose their order
     once parsed); InvalidConfigurationError names a type or pairing not accepted.
@@ -409,22 +416,29 @@ def _kafka_entity(
                 "--entity-name / --entity-default without --entity-type; accepted: "
                 "--entity-type users|clients --entity-name NAME (or --entity-default)"
             )
-        return None, None
+        return {}
     for kind in types:
         if kind not in ENTITY_TYPES:
             raise InvalidConfigurationError(
                 f"--entity-type {kind!r} is not accepted for quotas; accepted: users, clients"
             )
-    found: dict[str, str] = {}
+    found: dict[str, str | None] = {}
     pending: str | None = None
+
+    def bare(kind: str) -> None:
+        """A type with no name or default after it: every entity of it, or refused."""
+        if not bare_is_any:
+            raise InvalidConfigurationError(
+                f"--entity-type {kind} has no --entity-name or --entity-default after it"
+            )
+        found[ENTITY_TYPES[kind]] = None
+
     words = iter(argv)
     for word in words:
         flag, eq, inline = word.partition("=")
         if flag == "--entity-type":
             if pending is not None:
-                raise InvalidConfigurationError(
-                    f"--entity-type {pending} has no --entity-name or --entity-default after it"
-                )
+                bare(pending)
             pending = inline if eq else next(words, "")
         elif flag in ("--entity-name", "--entity-default"):
             if pending is None:
@@ -438,10 +452,8 @@ def _kafka_entity(
             found[ENTITY_TYPES[pending]] = value
             pending = None
     if pending is not None:
-        raise InvalidConfigurationError(
-            f"--entity-type {pending} has no --entity-name or --entity-default after it"
-        )
-    return found.get("user"), found.get("client-id")
+        bare(pending)
+    return found
 
 
 def _quota_entity(
@@ -498,8 +510,8 @@ def quotas_alter(
     from sparklog.cli import state as cli_state
 
     argv = cli_state.COMMAND_LINE or sys.argv[1:]
-    kafka_form = _kafka_entity(argv, entity_type, entity_name, entity_default)
-    entity = _quota_entity(user, client_id, kafka_form)
+    named = _kafka_entity(argv, entity_type, entity_name, entity_default)
+    entity = _quota_entity(user, client_id, (named.get("user"), named.get("client-id")))
     sets: dict[str, float] = {}
     for pair in (add_config or "").split(","):
         if not pair.strip():
@@ -540,19 +552,20 @@ def quotas_describe(
     from sparklog.security import quotas
 
     argv = cli_state.COMMAND_LINE or sys.argv[1:]
-    kafka_form = _kafka_entity(argv, entity_type, entity_name, entity_default)
-    if kafka_form != (None, None):
-        if user is not None or client_id is not None:
-            raise InvalidConfigurationError(
-                "--entity-type and --user/--client-id both given; accepted: one form"
-            )
-        user, client_id = kafka_form
+    named = _kafka_entity(argv, entity_type, entity_name, entity_default, bare_is_any=True)
+    if named and (user is not None or client_id is not None):
+        raise InvalidConfigurationError(
+            "--entity-type and --user/--client-id both given; accepted: one form"
+        )
+    if not named:
+        named = {k: v for k, v in (("user", user), ("client-id", client_id)) if v is not None}
     st = state(ctx)
     image = _metadata(st, create=False).image()
-    components: list[tuple[str, int, str | None]] = []
-    for kind, name in (("user", user), ("client-id", client_id)):
-        if name is not None:
-            components.append((kind, 0 if name else 1, name or None))
+    # Kafka's DescribeClientQuotas match types: 0 this name, 1 the default, 2 any
+    components: list[tuple[str, int, str | None]] = [
+        (kind, 2, None) if name is None else (kind, 0 if name else 1, name or None)
+        for kind, name in named.items()
+    ]
     docs = [
         quotas.describe_doc(entity, values)
         for entity, values in quotas.entries(image)

@@ -142,6 +142,20 @@ def test_quotas_in_kafka_configs_spelling(cli) -> None:
         '{"user": "bob"}': {"producer_byte_rate": 1024.0},
         '{"client-id": "<default>", "user": "bob"}': {"consumer_byte_rate": 2048.0},
     }
+    # describe with a type and no name: every entity of that type, as kafka-configs
+    app = "--entity-type clients --entity-name app"
+    cli(*f"quotas alter {app} --add-config request_percentage=5".split())
+    entities = {
+        kind: sorted(
+            ",".join(f"{k}={v}" for k, v in sorted(d["entity"].items()))
+            for d in json.loads(cli(*f"-o json quotas describe --entity-type {kind}".split()).out)
+        )
+        for kind in ("users", "clients")
+    }
+    assert entities == {
+        "users": ["client-id=<default>,user=bob", "user=bob"],
+        "clients": ["client-id=<default>,user=bob", "client-id=app"],
+    }
     topics = "quotas alter --entity-type topics --entity-name t --add-config producer_byte_rate=1"
     _one_error_line(
         cli(*topics.split(), ok=False), "--entity-type 'topics'", "accepted: users, clients"
