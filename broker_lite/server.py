@@ -546,6 +546,36 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a Flight listen address another process holds, in one line.
+
+    gRPC reports a port in use only through its C++ log (several lines on stderr)
+    and a bare "Server did not start properly"; a plain bind first, with the
+    SO_REUSEADDR gRPC itself uses, names the cause. A port taken between this check
+    and gRPC's bind still fails, with gRPC's words.
+    """
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unresolvable host: gRPC's own error says so
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise InvalidConfigurationError(
+                f"config key 'listen' = {host}:{port}: cannot listen there "
+                f"({exc.strerror or exc}: another process, perhaps another broker, holds it); "
+                "accepted: a free HOST:PORT on this machine (each broker on one host needs its "
+                "own, e.g. --listen 127.0.0.1:8816), port 0 to pick one"
+            ) from None
+
+
 def start_broker(
     config: BrokerConfig,
     root: LogRoot | None = None,
@@ -555,6 +585,7 @@ def start_broker(
 ) -> tuple[FlightBroker, Broker, int | None]:
     """Start a broker in this process; return (flight server, broker, metrics port).
     ``mirror``: the mirroring application's hook (:class:`Broker`), if this process has it."""
+    _check_port_free(config.listen_host, config.listen_port)
     broker = Broker(config, root, clock_ms=clock_ms, mirror=mirror)
     try:
         from sparklog.broker_lite.flight_security import scheme

@@ -339,6 +339,11 @@ class MessageSizeTooLargeError(
     """A record (or batch) over ``max.message.bytes``."""
 
 
+class InvalidTimestampError(InvalidRecordError, errno=32, code="INVALID_TIMESTAMP", canonical=True):
+    """A CreateTime record whose timestamp lies outside the topic's window
+    (``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms``)."""
+
+
 class CorruptRecordError(SparklogError, errno=2, code="CORRUPT_MESSAGE", canonical=True):
     """Stored bytes fail their checksum or cannot be decoded; the message names the file.
 

@@ -371,6 +371,49 @@ class _SegmentWriter:
         return out
 
 
+def _cleanable_end(
+    segments: list[Segment], dirty_from: int, config: dict[str, Any], now: int
+) -> int:
+    """How many of ``segments`` compaction may take: up to the first dirty one holding a
+    record younger than ``min.compaction.lag.ms`` (Kafka's first uncleanable offset)."""
+    lag = config["min.compaction.lag.ms"]
+    if lag <= 0:
+        return len(segments)
+    for i in range(dirty_from, len(segments)):
+        if segments[i].max_timestamp_ms > now - lag:
+            return i
+    return len(segments)
+
+
+def compaction_due(state: LogState, config: dict[str, Any], now: int) -> str:
+    """Whether the cleaner compacts this log now: "" if so, else why not.
+
+    Kafka's choice of a log to clean: its cleanable dirty part (never compacted,
+    below the last stable offset and ``min.compaction.lag.ms``) is more than
+    ``min.cleanable.dirty.ratio`` of the cleanable log's bytes, or its oldest dirty
+    record has waited ``max.compaction.lag.ms``.
+    """
+    segments = [s for s in state.segments.all() if s.end_offset <= state.last_stable_offset]
+    dirty_from = next((i for i, s in enumerate(segments) if not s.has_offsets), None)
+    if dirty_from is None:
+        return "no dirty segment"
+    max_lag = config["max.compaction.lag.ms"]
+    oldest = min(s.min_timestamp_ms for s in segments[dirty_from:])
+    if oldest < now - max_lag:
+        return ""  # Kafka's needCompactionNow: the ratio does not matter
+    end = _cleanable_end(segments, dirty_from, config, now)
+    dirty = sum(s.size_bytes for s in segments[dirty_from:end])
+    total = sum(s.size_bytes for s in segments[:end])
+    ratio = dirty / total if total else 0.0
+    if dirty and ratio > config["min.cleanable.dirty.ratio"]:
+        return ""
+    return (
+        f"dirty ratio {ratio:.3f} is not above min.cleanable.dirty.ratio="
+        f"{config['min.cleanable.dirty.ratio']} (and no dirty record is older than "
+        f"max.compaction.lag.ms={max_lag})"
+    )
+
+
 def compact(
     topic: Topic,
     partition: int,
@@ -385,7 +428,11 @@ def compact(
     Records without a key cannot be compacted and are kept as they are.
 
     Offsets are preserved (the new objects carry an offset column).  Runs only
-    when some segment has not been compacted yet (the log has a dirty part).
+    when some segment has not been compacted yet (the log has a dirty part), and
+    takes the dirty segments only up to the first holding a record younger than
+    ``min.compaction.lag.ms``.  Whether a log is worth compacting now
+    (``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``) is the cleaner's
+    choice: :func:`compaction_due`, asked by :func:`run_maintenance`.
     Memory is bounded as in Kafka's cleaner: a first pass builds the key map
     of the dirty segments (at most ``key_map_bytes_max`` of keys; beyond it,
     only a prefix of them is compacted this pass, the rest by the next), a
@@ -410,6 +457,13 @@ def compact(
     # and the pass rewrites everything up to there, the clean part included (a key seen
     # again in the dirty part supersedes its older records there too).
     dirty_from = next(i for i, s in enumerate(segments) if not s.has_offsets)
+    segments = segments[: _cleanable_end(segments, dirty_from, config, now)]
+    if len(segments) == dirty_from:
+        report.skipped_reason = (
+            f"min.compaction.lag.ms={config['min.compaction.lag.ms']}: no dirty segment is "
+            "that old yet"
+        )
+        return report
     key_map, count = _key_map(log, segments[dirty_from:], key_map_bytes_max, aborted)
     old = segments[: dirty_from + count]
     if key_map is None:
@@ -455,13 +509,32 @@ def compact(
     return report
 
 
-def plan_merges(segments: list[Segment], segment_bytes: int) -> list[list[Segment]]:
-    """Runs of adjacent small segments whose total stays within ``segment_bytes``."""
+def plan_merges(
+    segments: list[Segment],
+    segment_bytes: int,
+    segment_ms: int | None = None,
+    *,
+    dirty_apart: bool = False,
+) -> list[list[Segment]]:
+    """Runs of adjacent small segments whose total stays within ``segment_bytes`` and
+    whose records' timestamps span at most ``segment_ms`` (Kafka rolls a segment at
+    ``segment.ms``: retention then drops records of about one age together).
+
+    ``dirty_apart`` (compacted topics): a run never mixes compacted segments (with
+    offsets) and dirty ones, since the merged segment would carry offsets and read as
+    compacted, and its dirty records would never be compacted.
+    """
     groups: list[list[Segment]] = []
     run: list[Segment] = []
     size = 0
     for seg in segments:
         contiguous = not run or run[-1].end_offset == seg.base_offset
+        if dirty_apart and run:
+            contiguous = contiguous and run[-1].has_offsets == seg.has_offsets
+        if segment_ms is not None and run:
+            first = min(min(s.min_timestamp_ms for s in run), seg.min_timestamp_ms)
+            last = max(max(s.max_timestamp_ms for s in run), seg.max_timestamp_ms)
+            contiguous = contiguous and last - first <= segment_ms
         if contiguous and size + seg.size_bytes <= segment_bytes:
             run.append(seg)
             size += seg.size_bytes
@@ -481,10 +554,16 @@ def merge_small_segments(
     dry_run: bool = False,
     leader_epoch: int | None = None,
 ) -> RewriteReport:
-    """Merge runs of small adjacent segments into segments near ``segment.bytes``."""
-    segment_bytes = topic.info.effective_config["segment.bytes"]
+    """Merge runs of small adjacent segments into segments near ``segment.bytes``
+    (each spanning at most ``segment.ms`` of record time)."""
+    config = topic.info.effective_config
     log = topic.partition(partition)
-    groups = plan_merges(log.refresh().segments.all(), segment_bytes)
+    groups = plan_merges(
+        log.refresh().segments.all(),
+        config["segment.bytes"],
+        config["segment.ms"],
+        dirty_apart="compact" in config["cleanup.policy"],
+    )
     report = RewriteReport()
     for group in groups:
         report.replaced_segments += len(group)
@@ -525,9 +604,15 @@ def run_maintenance(
             log, config, now=now, dry_run=dry_run, leader_epoch=leader_epoch
         )
     if "compact" in policy:
-        report.compaction = compact(
-            topic, partition, now=now, dry_run=dry_run, leader_epoch=leader_epoch
-        )
+        why_not = compaction_due(
+            log.refresh(), config, now_ms() if now is None else now
+        )  # the cleaner's choice; compact() itself compacts whatever is dirty
+        if why_not:
+            report.compaction = RewriteReport(skipped_reason=why_not)
+        else:
+            report.compaction = compact(
+                topic, partition, now=now, dry_run=dry_run, leader_epoch=leader_epoch
+            )
     report.merge = merge_small_segments(
         topic, partition, dry_run=dry_run, leader_epoch=leader_epoch
     )

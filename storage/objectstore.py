@@ -165,6 +165,16 @@ def _missing_bucket(exc: BaseException) -> bool:
     return isinstance(exc, FileNotFoundError) and "bucket does not exist" in str(exc).lower()
 
 
+def _missing_credentials(exc: BaseException) -> bool:
+    """True when the S3 client found no credentials to sign with (botocore's
+    NoCredentialsError / PartialCredentialsError): waiting does not fix it."""
+    if "botocore.exceptions" not in sys.modules:  # only s3fs raises them, once loaded
+        return False
+    import botocore.exceptions as boto
+
+    return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError)
+
+
 def _precondition_failed(exc: BaseException) -> bool:
     """True when the store refused a create-only write because the key exists (HTTP 412)."""
     for err in (exc, exc.__cause__):
@@ -322,7 +332,17 @@ class ObjectStore:
         """
         if isinstance(exc, SparklogError) or not is_io_failure(exc):
             raise exc
-        where = f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
+        what = f"{op} {key!r}" if key else f"{op} the root"  # the root itself has no key
+        where = f"storage root {self.url!r} failed to {what}: {type(exc).__name__}: {exc}"
+        if _missing_credentials(exc):
+            raise StoreAccessError(
+                f"{where}; the S3 client found no credentials: give them as storage options "
+                "(-S key=... -S secret=..., or SPARKLOG_STORAGE_KEY / SPARKLOG_STORAGE_SECRET), "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or an AWS profile (-S profile=NAME); "
+                "-S anon=true for a public bucket",
+                url=self.url,
+                key=key,
+            ) from exc
         if isinstance(exc, PermissionError) or _missing_bucket(exc):
             raise StoreAccessError(
                 f"{where}; check the root's bucket and credentials ({self._credential_source()})",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     InvalidRecordError,
     PolicyViolationError,
@@ -21,6 +22,7 @@ from sparklog.errors import (
 )
 from sparklog.settings import KAFKA_CODECS
 from sparklog.storage.background import background_pool, outcome
+from sparklog.storage.config import LONG_MAX, timestamp_window
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
@@ -28,7 +30,7 @@ from sparklog.storage.log import (
     ProducerBatch,
     ShardLog,
 )
-from sparklog.storage.records import check_sizes, normalize, record_schema
+from sparklog.storage.records import check_sizes, check_timestamps, normalize, record_schema
 from sparklog.storage.segments import Section, Segment, write_object
 
 if TYPE_CHECKING:
@@ -151,12 +153,18 @@ class Topic:
         caller (:meth:`write` runs it beside the object's write).
         """
         config = self.info.effective_config
-        return normalize(
+        log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+        batches = normalize(
             data,
             self.info.record_schema,
-            log_append_time=config["message.timestamp.type"] == "LogAppendTime",
+            log_append_time=log_append_time,
             max_message_bytes=config["max.message.bytes"] if check_sizes else None,
         )
+        if not log_append_time:  # LogAppendTime stamps the write time: always in the window
+            before, after = timestamp_window(self.info.config)
+            if before < LONG_MAX or after < LONG_MAX:
+                check_timestamps(batches, before, after, now_ms())
+        return batches
 
     def normalize_many(self, inputs: Sequence[pa.RecordBatch | pa.Table]) -> list[Normalized]:
         """:meth:`normalize` of many inputs (a request's partitions), once per input schema.

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from sparklog.storage.catalog import LogRoot
 
 OUTPUTS = ("table", "json")
+#: This invocation's arguments, as :func:`sparklog.cli.app.main` got them: the few options
+#: whose meaning depends on their order among others (kafka-configs' --entity-type NAME
+#: pairs) read them here, since parsed options lose their relative order.
+COMMAND_LINE: list[str] = []
 #: A person at a terminal should hear about an unreachable broker within seconds.
 CLI_RETRY_TIMEOUT_MS = 5_000
 
