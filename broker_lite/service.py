@@ -39,7 +39,7 @@ from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.groups.lag import lag_of
-from sparklog.protocol.hooks import MirrorLinks
+from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
 from sparklog.storage.shared_objects import SharedSection
@@ -128,6 +128,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     def start(self, location: str, kafka_address: str | None = None) -> None:
         """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         links = [x for x in (x.strip() for x in self.config.mirror_links.split(",")) if x]
+        if links:
+            self._mirror = mirror_links_factory(self._mirror)
         if links and self._mirror is None:
             raise errors.InvalidConfigurationError(
                 f"config key 'mirror_links' = {self.config.mirror_links!r}: this process was "
@@ -190,7 +192,9 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             log.exception("mirror link stopped", extra=fields(link=link))
 
     def mirror_links(self) -> MirrorLinks:
-        """The mirror link actions on this broker's root, through the hook it was handed."""
+        """The mirror link actions on this broker's root, through the hook it was handed
+        (or the shipped application's)."""
+        self._mirror = mirror_links_factory(self._mirror)
         if self._mirror is None:
             raise errors.InvalidConfigurationError(
                 "this broker was started without the mirroring application: it serves no "

@@ -8,13 +8,25 @@ Without one, the mirror link actions are refused and ``mirror_links`` cannot be 
 
 The hook is bound to one destination root: the broker and the embedded backend build it from
 their root with the factory they were handed, ``Callable[[LogRoot], MirrorLinks]``.
+
+A process handed no hook (a Python program's own ``Admin(root)`` or ``Broker(config)``)
+gets the mirroring application that ships with sparklog, loaded by name on the first mirror
+call (:func:`mirror_links_factory`, as fsspec loads its known implementations): its calls
+keep working, and a broker that never serves one never imports the application.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sparklog.storage import LogRoot
+
+#: the mirroring application that ships with sparklog, as ``module:factory``
+DEFAULT_MIRROR_LINKS = "sparklog.mirror.admin:RootLinks"
 
 
 class MirrorLinks(Protocol):
@@ -42,3 +54,18 @@ class MirrorLinks(Protocol):
     ) -> dict[str, Any]: ...
 
     def run(self, link: str, stop: threading.Event) -> None: ...
+
+
+def mirror_links_factory(
+    handed: Callable[[LogRoot], MirrorLinks] | None,
+) -> Callable[[LogRoot], MirrorLinks] | None:
+    """The hook a process was handed, else the shipped application's (loaded by name);
+    None when that cannot be imported (an install without it)."""
+    if handed is not None:
+        return handed
+    module, _, name = DEFAULT_MIRROR_LINKS.partition(":")
+    try:
+        factory: Callable[[LogRoot], MirrorLinks] = getattr(importlib.import_module(module), name)
+    except ImportError:
+        return None
+    return factory

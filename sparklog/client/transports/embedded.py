@@ -34,7 +34,7 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import InvalidConfigurationError
-from sparklog.protocol.hooks import MirrorLinks
+from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
 
@@ -292,7 +292,9 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         return users.users(self.root.metadata.image())
 
     def _mirror_links(self) -> MirrorLinks:
-        """The mirror link calls on this root, through the hook this backend was handed."""
+        """The mirror link calls on this root, through the hook this backend was handed
+        (or the shipped application's)."""
+        self._mirror = mirror_links_factory(self._mirror)
         if self._mirror is None:
             raise InvalidConfigurationError(
                 "mirror links on a storage root are the mirroring application's: use "
