@@ -325,14 +325,25 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
 
+    def _collects_for_the_cluster(self) -> bool:
+        """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
+        log): the live broker of lowest id (any broker may; one saves the others' reads)."""
+        return self.cluster is None or self.cluster.broker_id == min(
+            self.cluster.live(), default=self.cluster.broker_id
+        )
+
+    def prune_metadata_log(self, now_ms: int) -> int | None:
+        from sparklog.storage.maintenance import prune_metadata_log
+
+        if not self._collects_for_the_cluster():
+            return None
+        return len(prune_metadata_log(self.root, now=now_ms).deleted)
+
     def collect_shared_objects(self) -> int | None:
-        """The objects broker flushes shared between topics are collected by one broker: the
-        live broker of lowest id (any broker may; one saves the others' reads)."""
+        """The objects broker flushes shared between topics are collected by one broker."""
         from sparklog.storage.shared_objects import collect_shared_garbage
 
-        if self.cluster is not None and self.cluster.broker_id != min(
-            self.cluster.live(), default=self.cluster.broker_id
-        ):
+        if not self._collects_for_the_cluster():
             return None
         report = collect_shared_garbage(
             self.root, self.config.gc_grace_ms, trailers=self._shared_trailers
