@@ -29,6 +29,8 @@ class LeadershipRole(BrokerState):
     _lease_was_healthy = True
     #: shards led when the lease went stale (the lease_stale state of the metric)
     _shards_before_stale = 0
+    #: what the led partitions were last derived from (see :meth:`_update_leadership`)
+    _leadership_inputs: tuple[Any, frozenset[int], bool] | None = None
 
     def _lease_loop(self) -> None:
         """Renew our lease, and nothing else: no other work may delay it.
@@ -100,15 +102,28 @@ class LeadershipRole(BrokerState):
         self.metrics.leadership_shards.labels("lease_stale").set(stale)
 
     def _update_leadership(self) -> None:
+        """Derive the partitions this broker leads, when anything they depend on changed.
+
+        They depend on the image's topics (a section replaced, never changed in place,
+        when a commit changes it), the live set and our lease's health: an idle tick
+        with none of them changed walks no topic (issue 37: a tick walked every topic
+        and partition each second, idle CPU growing with topics).
+        """
         assert self.cluster is not None
         live = self.cluster.live()
         self.metrics.live_brokers.set(len(live))
+        inputs = (self.root.metadata.image().topics, frozenset(live), self.cluster.healthy)
+        seen = self._leadership_inputs
+        if seen is not None and seen[0] is inputs[0] and seen[1:] == inputs[1:]:
+            return
+        self._leadership_inputs = inputs
         led: set[TopicPartition] = set()
         for name in storage_call(self.root.list_topics):
             try:
                 topic = self.topic(name)
             except errors.CorruptRecordError as exc:
                 self._report_damaged(name, exc)
+                self._leadership_inputs = None  # look again next tick: it may be repaired
                 continue
             except SparklogError:
                 continue

@@ -64,3 +64,36 @@ def check_the_cleaner_collects_it_once_unreferenced(broker, root) -> None:
     assert cleaner.run_once()["shared_objects_deleted"] == 0  # marked
     assert cleaner.run_once()["shared_objects_deleted"] == 1
     assert not root.store.exists(key)
+
+
+def test_an_idle_tick_walks_no_topic(tmp_path, monkeypatch):
+    """Issue 37: the control loop walked every topic and partition each tick, so idle CPU
+    grew with topics. Leadership is derived again only when the image's topics, the live
+    set or the lease's health changed (counted calls, not time)."""
+    from sparklog.broker_lite.cluster import Cluster
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for i in range(20):
+        root.create_topic(f"idle{i}", 4)
+    asked: list[tuple[str, int]] = []
+    original = Cluster.is_leader
+
+    def counted(self, topic, partition):
+        asked.append((topic, partition))
+        return original(self, topic, partition)
+
+    monkeypatch.setattr(Cluster, "is_leader", counted)
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        broker = server.broker
+        broker._update_leadership()
+        assert len(broker.led_partitions()) == 80
+        asked.clear()
+        for _ in range(3):
+            broker._update_leadership()  # nothing changed
+        assert asked == []
+        root.create_topic("new", 2)
+        broker.root.metadata.refresh()
+        broker._update_leadership()
+        assert {("new", 0), ("new", 1)} <= set(asked)
+        assert len(broker.led_partitions()) == 82
