@@ -50,6 +50,11 @@ log = logging.getLogger("sparklog.broker_lite.broker")
 TRANSACTIONS_TICK_S = 1.0
 #: the lag metric is computed every this many ticks (group sweeps run every tick)
 LAG_TICKS = 5
+#: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
+#: writer's abandoned upload appears without a commit)
+UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
+#: how often (at most) the objects shared by topics are listed for collection
+SHARED_GC_INTERVAL_MS = 60 * 60 * 1000
 
 
 class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
@@ -110,6 +115,15 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._shards: dict[tuple[str, str, int], ShardState] = {}
         self._batcher: FlushBatcher | None = None
+        #: (topic, job) -> (topic id and shard versions, last full pass ms, work waiting):
+        #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
+        self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
+        self._maintenance_topics: dict[str, Topic] = {}
+        #: the metadata log version and whether files waited, at the last pruning
+        self._metadata_pruned: tuple[int, bool] | None = None
+        self._shared_collected_ms = 0
+        self._groups_listed: list[str] = []
+        self._groups_listed_ms = -UPKEEP_FULL_PASS_MS
         #: the sections each shared object names (objects never change): read once
         self._shared_trailers: dict[str, list[SharedSection]] = {}
         self._led: set[TopicPartition] = set()
@@ -313,17 +327,62 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         from sparklog.storage.maintenance import run_maintenance
 
         st = self.partition_state(self.topic(topic), partition)
-        fresh = self.root.topic(topic)  # its own log objects; races are safe
-        report = run_maintenance(fresh, partition, leader_epoch=st.epoch)
+        handle = self._maintenance_topic(topic)
+        report = run_maintenance(handle, partition, leader_epoch=st.epoch)
         with st.lock:
             st.refresh()
             self.cache.trim(st.key, st.log.log_start_offset)
         return report
 
+    def _maintenance_topic(self, name: str) -> Topic:
+        """The cleaner's own handle on a topic (its own log objects, apart from the produce
+        path's: races are safe), kept across passes so a pass probes each shard log once
+        instead of loading it again (a fresh handle per led partition per pass listed the
+        log's versions when it had no snapshot yet)."""
+        handle = self._maintenance_topics.get(name)
+        if handle is not None:
+            try:
+                handle.reload()
+                return handle
+            except SparklogError:
+                pass  # deleted, or re-created under another id: a fresh handle
+        handle = self.root.topic(name)
+        self._maintenance_topics[name] = handle
+        return handle
+
+    def _topic_unchanged(self, name: str, job: str) -> tuple[bool, Any]:
+        """Whether ``job`` (``gc``, ``prune``) may skip the topic this pass: its shard logs
+        are at the versions of the job's last pass (one probe each), that pass left nothing
+        waiting, and a full pass ran within :data:`UPKEEP_FULL_PASS_MS`; and the versions
+        to remember after the pass.  Listing an idle topic's objects and logs every pass
+        (a LIST each) was most of an idle cluster's bill (issue 37: 2.93 LIST/s at 1,000
+        topics); objects appear only through commits, except a brokerless writer's
+        abandoned upload, which the daily full pass collects."""
+        topic = self.topic(name)
+        versions = (
+            topic.info.topic_id,
+            tuple(topic.shard(s).refresh().version for s in range(topic.shards)),
+        )
+        seen = self._upkeep.get((name, job))
+        unchanged = (
+            seen is not None
+            and seen[0] == versions
+            and not seen[2]
+            and now_ms() - seen[1] < UPKEEP_FULL_PASS_MS
+        )
+        return unchanged, versions
+
+    def _remember_upkeep(self, name: str, job: str, versions: Any, waiting: bool) -> None:
+        self._upkeep[(name, job)] = (versions, now_ms(), waiting)
+
     def collect_garbage(self, topic: str) -> None:
         from sparklog.storage.maintenance import collect_garbage
 
-        collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
+        unchanged, versions = self._topic_unchanged(topic, "gc")
+        if unchanged:
+            return
+        report = collect_garbage(self.topic(topic), self.config.gc_grace_ms)
+        self._remember_upkeep(topic, "gc", versions, bool(report.pending_marks))
 
     def _collects_for_the_cluster(self) -> bool:
         """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
@@ -337,7 +396,12 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
         if not self._collects_for_the_cluster():
             return None
-        return len(prune_metadata_log(self.root, now=now_ms).deleted)
+        version = self.root.metadata.image().version
+        if self._metadata_pruned == (version, False):
+            return 0  # nothing appended and nothing waiting since the last pruning: no LIST
+        report = prune_metadata_log(self.root, now=now_ms)
+        self._metadata_pruned = (version, bool(report.waiting))
+        return len(report.deleted)
 
     def collect_shared_objects(self) -> int | None:
         """The objects broker flushes shared between topics are collected by one broker."""
@@ -345,6 +409,12 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
         if not self._collects_for_the_cluster():
             return None
+        # one listing an hour at most (half the grace when shorter): an unreferenced object
+        # waits out the grace anyway
+        interval_ms = min(SHARED_GC_INTERVAL_MS, self.config.gc_grace_ms // 2)
+        if now_ms() - self._shared_collected_ms < interval_ms:
+            return 0
+        self._shared_collected_ms = now_ms()
         report = collect_shared_garbage(
             self.root, self.config.gc_grace_ms, trailers=self._shared_trailers
         )
@@ -365,19 +435,38 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     def prune_topic_logs(self, topic: str, now_ms: int) -> int:
         from sparklog.storage.maintenance import prune_topic_logs
 
-        return len(prune_topic_logs(self.root.topic(topic), now=now_ms).deleted)
+        unchanged, versions = self._topic_unchanged(topic, "prune")
+        if unchanged:
+            return 0
+        report = prune_topic_logs(self.topic(topic), now=now_ms)
+        self._remember_upkeep(topic, "prune", versions, bool(report.waiting))
+        return len(report.deleted)
 
     def prune_group_log(self, group: str, now_ms: int) -> int:
         from sparklog.storage.maintenance import prune_group_log
 
-        return len(prune_group_log(self.root, group, now=now_ms).deleted)
+        group_log, lock = self.root.groups.log(group)
+        with lock:
+            version = group_log.refresh().version
+        if self._upkeep.get((group, "group-prune"), (None,))[0] == (version, False):
+            return 0  # nothing committed and nothing waiting since its last pruning
+        report = prune_group_log(self.root, group, now=now_ms)
+        self._upkeep[(group, "group-prune")] = ((version, bool(report.waiting)), 0, False)
+        return len(report.deleted)
 
     def owned_groups(self, discover: bool = True) -> list[str]:
         """The groups this broker coordinates: all of the root's (a listing, for the cleaner's
         pass), or (``discover=False``, each tick) those it has served since it started."""
         assert self.cluster is not None
         live = sorted(self.cluster.live())
-        names = self.coordinator.list_groups() if discover else self.coordinator.known_groups()
+        if discover and now_ms() - self._groups_listed_ms >= UPKEEP_FULL_PASS_MS:
+            # the root's groups are listed once a day (a group another broker coordinated
+            # before); in between, those listed then and those served since
+            self._groups_listed = self.coordinator.list_groups()
+            self._groups_listed_ms = now_ms()
+        names = self.coordinator.known_groups()
+        if discover:
+            names = sorted(set(names) | set(self._groups_listed))
         return [
             g
             for g in names

@@ -94,6 +94,8 @@ class GcReport:
     marked: list[str] = field(default_factory=list)
     live_objects: int = 0
     dry_run: bool = False
+    #: unreferenced objects marked and not yet deleted (a later pass has work to do)
+    pending_marks: int = 0
     #: temp files a killed writer left (local roots), removed
     temp_files_removed: list[str] = field(default_factory=list)
 
@@ -665,7 +667,9 @@ def collect_garbage(
     report.deleted = [k for k in report.deleted if k not in referenced]
     for key in report.deleted:
         topic.store.delete(key)
-    topic.store.put(MARKS_KEY, encode_document(dict(new_marks)))
+    report.pending_marks = len(new_marks)
+    if new_marks != marks:  # an idle topic's pass writes nothing
+        topic.store.put(MARKS_KEY, encode_document(dict(new_marks)))
     # a temp file younger than a staged object's limit may be a live write's: never cut short
     report.temp_files_removed = topic.store.remove_stale_temp_files(
         "", max(grace_ms, STAGED_OBJECT_MAX_AGE_MS), now
@@ -713,6 +717,9 @@ class PruneReport:
 
     deleted: list[str] = field(default_factory=list)
     dry_run: bool = False
+    #: files below the newest snapshot kept only because they are younger than the
+    #: retention (a later pass has work to do even if the log does not change)
+    waiting: int = 0
 
 
 def _check_log_retention(retention_ms: int) -> None:
@@ -738,11 +745,20 @@ def prune_topic_logs(
     """
     _check_log_retention(retention_ms)
     report = PruneReport(dry_run=dry_run)
+    waiting: list[str] = []
     for s in range(topic.shards):
         prefix = topic.shard(s).prefix
         report.deleted.extend(
-            prune_log(topic.store, prefix, retention_ms=retention_ms, now=now, dry_run=dry_run)
+            prune_log(
+                topic.store,
+                prefix,
+                retention_ms=retention_ms,
+                now=now,
+                dry_run=dry_run,
+                waiting=waiting,
+            )
         )
+    report.waiting = len(waiting)
     return report
 
 
@@ -757,10 +773,11 @@ def prune_group_log(
     """:func:`prune_topic_logs` for a consumer group's log."""
     _check_log_retention(retention_ms)
     log, _ = root.groups.log(group)
-    return PruneReport(
-        prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),
-        dry_run,
+    waiting: list[str] = []
+    deleted = prune_log(
+        root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run, waiting=waiting
     )
+    return PruneReport(deleted, dry_run, waiting=len(waiting))
 
 
 def prune_metadata_log(
@@ -776,7 +793,8 @@ def prune_metadata_log(
     moved past it, which the retention window guarantees as it does for shard logs."""
     _check_log_retention(retention_ms)
     log = root.metadata.log
-    return PruneReport(
-        prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),
-        dry_run,
+    waiting: list[str] = []
+    deleted = prune_log(
+        root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run, waiting=waiting
     )
+    return PruneReport(deleted, dry_run, waiting=len(waiting))

@@ -602,11 +602,13 @@ def prune_log(
     retention_ms: int,
     now: int | None = None,
     dry_run: bool = False,
+    waiting: list[str] | None = None,
 ) -> list[str]:
     """Delete commits and snapshots older than the newest snapshot by ``retention_ms``.
 
     Keeps the newest snapshot and every commit after it, so the log's file
-    count stays bounded.  Returns the keys deleted (or that would be).
+    count stays bounded.  Returns the keys deleted (or that would be); the keys
+    below the snapshot kept only for their age go into ``waiting``.
     """
     now = now_ms() if now is None else now
     objects = store.list_objects(prefix)
@@ -627,6 +629,8 @@ def prune_log(
         below = version <= newest if ext == "json" else version < newest
         if below and now - obj.modified_ms >= retention_ms:
             doomed.append(obj.key)
+        elif below and waiting is not None:
+            waiting.append(obj.key)
     if not dry_run:
         for key in doomed:
             store.delete(key)

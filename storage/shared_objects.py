@@ -261,7 +261,8 @@ def collect_shared_garbage(
         store.delete(key)
         trailers.pop(key, None)
         report.deleted.append(key)
-    store.put(SHARED_MARKS_KEY, encode_document(dict(new_marks)))
+    if new_marks != marks:  # a pass that changed nothing writes nothing
+        store.put(SHARED_MARKS_KEY, encode_document(dict(new_marks)))
     return report
 
 

@@ -20,10 +20,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from sparklog.storage import LogRoot
+from typing import Any, Protocol, TypeVar, cast
 
 #: the mirroring application that ships with sparklog, as ``module:factory``
 DEFAULT_MIRROR_LINKS = "sparklog.mirror.admin:RootLinks"
@@ -56,16 +53,18 @@ class MirrorLinks(Protocol):
     def run(self, link: str, stop: threading.Event) -> None: ...
 
 
-def mirror_links_factory(
-    handed: Callable[[LogRoot], MirrorLinks] | None,
-) -> Callable[[LogRoot], MirrorLinks] | None:
+#: a factory of mirror links from a root (``Callable[[LogRoot], MirrorLinks]``; the root's
+#: type is storage's, which the protocol does not import)
+Factory = TypeVar("Factory", bound=Callable[..., Any])
+
+
+def mirror_links_factory(handed: Factory | None) -> Factory | None:
     """The hook a process was handed, else the shipped application's (loaded by name);
     None when that cannot be imported (an install without it)."""
     if handed is not None:
         return handed
     module, _, name = DEFAULT_MIRROR_LINKS.partition(":")
     try:
-        factory: Callable[[LogRoot], MirrorLinks] = getattr(importlib.import_module(module), name)
+        return cast(Factory, getattr(importlib.import_module(module), name))
     except ImportError:
         return None
-    return factory
