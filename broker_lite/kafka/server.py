@@ -44,6 +44,7 @@ from sparklog.broker_lite.kafka.legacy import (
 )
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
+from sparklog.errors import SslAuthenticationFailedError
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
 SIZE = struct.Struct(">i")
@@ -231,7 +232,7 @@ class KafkaListener:
         if self.tls is not None:  # SSL, SASL_SSL: the handshake first, in this thread
             try:
                 wrapped, cert_principal = tls.accept(self.tls, conn, self.idle_s)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, SslAuthenticationFailedError) as exc:
                 self.refusals.warning("kafka TLS handshake failed", peer=str(peer), error=str(exc))
                 conn.close()
                 self.connections.remove(conn)
