@@ -157,6 +157,15 @@ class BrokerConfig:
             integer(1024),
         ),
     )
+    connection_failed_authentication_delay_ms: int = field(
+        default=100,
+        metadata=about(
+            "Kafka's connection.failed.authentication.delay.ms: a connection whose SASL login "
+            "failed gets its failure answer, then is closed this much later (no request read "
+            "meanwhile); Flight's UNAUTHENTICATED answer waits as long; 0: at once",
+            integer(0),
+        ),
+    )
     connections_max_idle_ms: int = field(
         default=600_000,
         metadata=about(
@@ -402,6 +411,13 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
             "(SPARKLOG_KAFKA_ADVERTISED) to the HOST:PORT clients should use"
         )
     _check_security(values)
+    delay = values["connection_failed_authentication_delay_ms"]
+    if delay >= values["connections_max_idle_ms"]:
+        raise InvalidConfigurationError(
+            f"config key 'connection_failed_authentication_delay_ms' = {delay} is not accepted; "
+            f"accepted: less than connections_max_idle_ms ({values['connections_max_idle_ms']}), "
+            "as Kafka"
+        )
     grace = values["gc_grace_ms"]
     if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
         raise InvalidConfigurationError(

@@ -115,6 +115,7 @@ class KafkaListener:
         config = broker.config
         self.max_request_bytes = int(config.kafka_max_request_bytes)
         self.idle_s = config.connections_max_idle_ms / 1000
+        self.failed_auth_delay_s = config.connection_failed_authentication_delay_ms / 1000
         self.connections = limits.ConnectionTable(
             config.max_connections,
             config.max_connections_per_ip,
@@ -306,6 +307,11 @@ class KafkaListener:
                 except queue.Full:
                     continue
             writer.join()
+            if session.sasl and not session.authenticated and session.close_after:
+                # a failed login: its answer is sent; the close waits, reading nothing
+                # (Kafka's connection.failed.authentication.delay.ms), so a password
+                # guesser gets one guess per delay per connection
+                self._stopping.wait(self.failed_auth_delay_s)
             conn.close()
             self.connections.remove(conn)
 
