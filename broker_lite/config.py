@@ -369,6 +369,15 @@ class BrokerConfig:
         default="127.0.0.1:9815",
         metadata=about("Prometheus endpoint HOST:PORT; empty disables", address(disableable=True)),
     )
+    metrics_resource_names: str = field(
+        default="auto",
+        metadata=about(
+            "Whether the metrics endpoint's series name topics and groups (tenants' names, "
+            "seen by anyone who can reach it): shown, hidden (summed over them), or auto "
+            "(hidden where a listener authenticates, shown where none does)",
+            choice("auto", "shown", "hidden"),
+        ),
+    )
     log_level: str = field(
         default="INFO", metadata=about("Log level", choice("DEBUG", "INFO", "WARNING", "ERROR"))
     )
@@ -388,6 +397,13 @@ class BrokerConfig:
             _authenticating(protocol, self.ssl_client_auth)
             for protocol in (self.kafka_security_protocol, self.flight_protocol)
         )
+
+    @property
+    def metrics_names_hidden(self) -> bool:
+        """The metrics endpoint sums its series over topics and groups (see the key)."""
+        if self.metrics_resource_names == "auto":
+            return self.authenticates
+        return self.metrics_resource_names == "hidden"
 
     @property
     def listen_host(self) -> str:
@@ -445,7 +461,8 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
         )
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
+    """Whether ``host`` (of a HOST:PORT key) is a loopback address."""
     host = host.strip("[]")
     return host == "localhost" or host == "::1" or host.startswith("127.")
 
@@ -470,7 +487,7 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
     ]
     for key, protocol_key, protocol in doors:
         address = values[key]
-        if not address or _loopback(address.rpartition(":")[0]):
+        if not address or loopback(address.rpartition(":")[0]):
             continue
         if _authenticating(protocol, client_auth, every_client=True) or values["authorizer"]:
             continue
@@ -487,7 +504,7 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
             "allow_insecure_listener = true (SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
         )
     metrics = values["metrics_listen"]
-    if metrics and not _loopback(metrics.rpartition(":")[0]):
+    if metrics and not loopback(metrics.rpartition(":")[0]):
         raise InvalidConfigurationError(
             f"config key 'metrics_listen' = {metrics!r} is not a loopback address, and the "
             "metrics endpoint asks no one who they are while its series name every topic and "

@@ -43,6 +43,7 @@ from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
+from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import (
@@ -564,7 +565,9 @@ def start_broker(
     metrics_port = None
     if config.metrics_listen:  # before the lease: a broker that cannot start must not lead
         try:
-            metrics_port = broker.metrics.serve(config.metrics_listen)
+            metrics_port = broker.metrics.serve(
+                config.metrics_listen, hide_names=config.metrics_names_hidden
+            )
         except OSError as exc:
             server.shutdown()
             raise InvalidConfigurationError(
@@ -598,6 +601,7 @@ def start_broker(
     if kafka is not None:
         kafka.start()
     server.kafka = kafka
+    warn_at_start(config)
     log.info(
         "broker started",
         extra=fields(

@@ -430,6 +430,35 @@ def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
     return guard
 
 
+def _cluster_items(operation: str, items: str, result_name: str) -> Callable[..., Any]:
+    """A cluster check for an API whose answer has one result per request item: refused,
+    each item gets CLUSTER_AUTHORIZATION_FAILED, as Kafka's ``getErrorResponse`` answers
+    (CreateAcls, DeleteAcls, AlterClientQuotas); an empty list would read as success."""
+
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
+            return handler(ctx, request)
+        cls = _response_cls(ctx)
+        field = next(f for f in dataclasses.fields(cls) if f.name != "throttle_time")
+        result_cls = nested(cls, result_name)
+        message = f"CLUSTER_AUTHORIZATION_FAILED: not authorized to {operation.lower()} the cluster"
+        entity_cls = nested(cls, "EntityData") if items == "entries" else None
+        results = []
+        for item in getattr(request, items):
+            echo: dict[str, Any] = {}
+            if entity_cls is not None:  # AlterClientQuotas names each entry's entity back
+                echo["entity"] = tuple(
+                    entity_cls(entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in item.entity
+                )
+            results.append(
+                blank(result_cls, error_code=CLUSTER_DENIED, error_message=message, **echo)
+            )
+        return blank(cls, throttle_time=0, **{field.name: tuple(results)})
+
+    return guard
+
+
 def _init_producer_id(handler: Handler, ctx: Any, request: Any) -> Any:
     txn = getattr(request, "transactional_id", None)
     if txn is not None:
@@ -634,8 +663,8 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     22: _init_producer_id,
     23: _topics_guard,
     29: _cluster("DESCRIBE"),
-    30: _cluster("ALTER"),
-    31: _cluster("ALTER"),
+    30: _cluster_items("ALTER", "creations", "AclCreationResult"),
+    31: _cluster_items("ALTER", "filters", "DeleteAclsFilterResult"),
     32: _configs("DESCRIBE_CONFIGS", "results", "DescribeConfigsResult"),
     33: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
     35: _cluster("DESCRIBE"),
@@ -644,7 +673,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     44: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
     47: _offset_delete,
     48: _cluster("DESCRIBE_CONFIGS"),
-    49: _cluster("ALTER_CONFIGS"),
+    49: _cluster_items("ALTER_CONFIGS", "entries", "EntryData"),
     60: _cluster("DESCRIBE"),
     24: _add_partitions_to_txn,
     25: _add_offsets_to_txn,

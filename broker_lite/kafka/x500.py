@@ -1,4 +1,5 @@
-"""A certificate subject as RFC 2253 text, exactly as Kafka's default principal builder names it.
+"""Reading X.509 DER: the subject as RFC 2253 text, exactly as Kafka's default principal
+builder names it, and the end of the validity (the broker warns of its own expiry).
 
 Kafka's ``DefaultKafkaPrincipalBuilder`` (``ssl.principal.mapping.rules=DEFAULT``)
 takes ``X500Principal.getName()``: the RDNs last first, joined by ``,``; the
@@ -16,6 +17,8 @@ form needs).
 """
 
 from __future__ import annotations
+
+import datetime
 
 from sparklog.errors import SslAuthenticationFailedError
 
@@ -123,8 +126,8 @@ def _attribute(data: bytes, start: int, end: int) -> str:
     return f"{keyword}={escape_value(data[content:stop].decode(charset, 'replace'))}"
 
 
-def subject_rfc2253(der: bytes) -> str:
-    """The subject of a DER X.509 certificate as ``X500Principal.getName()`` writes it."""
+def _tbs_fields(der: bytes) -> list[tuple[int, int, int, int]]:
+    """serialNumber, signature, issuer, validity, subject, ... of the tbsCertificate."""
     tag, start, end = _tlv(der, 0)
     if tag != _SEQUENCE:
         raise SslAuthenticationFailedError("certificate DER is not a SEQUENCE")
@@ -134,10 +137,32 @@ def subject_rfc2253(der: bytes) -> str:
     fields = _children(der, start, end)
     if fields and fields[0][0] == 0xA0:  # [0] version
         fields = fields[1:]
-    # serialNumber, signature, issuer, validity, subject
-    if len(fields) < 5 or fields[4][0] != _SEQUENCE:
-        raise SslAuthenticationFailedError("certificate DER has no subject")
-    _, _, subject_start, subject_end = fields[4]
+    if len(fields) < 5 or fields[3][0] != _SEQUENCE or fields[4][0] != _SEQUENCE:
+        raise SslAuthenticationFailedError("certificate DER has no validity or subject")
+    return fields
+
+
+def not_after(der: bytes) -> datetime.datetime:
+    """The end of a DER X.509 certificate's validity (UTC)."""
+    _, _, start, end = _tbs_fields(der)[3]
+    times = _children(der, start, end)
+    if len(times) != 2:
+        raise SslAuthenticationFailedError("certificate validity is not (notBefore, notAfter)")
+    tag, _, content, stop = times[1]
+    text = der[content:stop].decode("ascii", "replace")
+    formats = {0x17: "%y%m%d%H%M%SZ", 0x18: "%Y%m%d%H%M%SZ"}  # UTCTime, GeneralizedTime
+    try:
+        when = datetime.datetime.strptime(text, formats[tag])
+    except (KeyError, ValueError):
+        raise SslAuthenticationFailedError(
+            f"certificate notAfter {text!r} cannot be read"
+        ) from None
+    return when.replace(tzinfo=datetime.UTC)
+
+
+def subject_rfc2253(der: bytes) -> str:
+    """The subject of a DER X.509 certificate as ``X500Principal.getName()`` writes it."""
+    _, _, subject_start, subject_end = _tbs_fields(der)[4]
     rdns = []
     for rdn_tag, _, rdn_start, rdn_end in _children(der, subject_start, subject_end):
         if rdn_tag != _SET:
