@@ -157,6 +157,23 @@ class BrokerConfig:
             integer(1024),
         ),
     )
+    max_topics_per_principal: int = field(
+        default=0,
+        metadata=about(
+            "Topics one principal may have created (and not deleted); one more is refused "
+            "with POLICY_VIOLATION; super users are not capped; 0: no cap (as Kafka)",
+            integer(0),
+        ),
+    )
+    max_partitions_per_principal: int = field(
+        default=0,
+        metadata=about(
+            "Partitions of the topics one principal created (CreateTopics and "
+            "CreatePartitions count); more are refused with POLICY_VIOLATION; super users "
+            "are not capped; 0: no cap (as Kafka)",
+            integer(0),
+        ),
+    )
     connection_failed_authentication_delay_ms: int = field(
         default=100,
         metadata=about(

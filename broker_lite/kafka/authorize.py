@@ -268,12 +268,9 @@ def _topics_denied_all(ctx: Any, request: Any, errno: int) -> Any:
 # -- Metadata ---------------------------------------------------------------------------
 def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
     topics = request.topics
-    if topics is None:  # every topic: keep the describable ones
-        response = handler(ctx, request)
-        return dataclasses.replace(
-            response,
-            topics=tuple(t for t in response.topics if _may_topic(ctx, "DESCRIBE", str(t.name))),
-        )
+    if topics is None or (ctx.api_version == 0 and not topics):
+        # every topic: the handler lists and builds only the describable ones
+        return handler(ctx, request)
     keep: list[tuple[Any, str]] = []
     denied: list[tuple[Any, str]] = []
     for item in topics:

@@ -27,10 +27,10 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta
 
-from sparklog.security import acls, users
-from sparklog.storage.catalog import open_root
+from sparklog.security import acls
 from tests.kafka.test_security import _plain_login
 from tests.kafka.wire import Connection
+from tests.security.tenants import tenants_root
 from tests.support.brokers import Cluster
 
 TOPIC_DENIED = 29
@@ -39,17 +39,11 @@ ALICE, BOB = "alice.secret", "bob.data"
 
 @pytest.fixture
 def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
-    root = f"file://{tmp_path}/root"
-    metadata = open_root(root, create=True).metadata
-    for user in ("admin", "alice", "bob"):
-        users.create(metadata, user, "SCRAM-SHA-256", f"{user}-pw")
-    acls.create(
-        metadata,
-        [acls.binding("TOPIC", f"{u}.", f"User:{u}", "ALL", pattern_type="PREFIXED")
-         for u in ("alice", "bob")]
-        + [acls.binding("GROUP", "bob-g", "User:bob", "READ"),
-           acls.binding("GROUP", "shared-g", "User:bob", "DESCRIBE"),
-           acls.binding("GROUP", "shared-g", "User:alice", "READ")],
+    root = tenants_root(
+        tmp_path,
+        [acls.binding("GROUP", "bob-g", "User:bob", "READ"),
+         acls.binding("GROUP", "shared-g", "User:bob", "DESCRIBE"),
+         acls.binding("GROUP", "shared-g", "User:alice", "READ")],
     )  # fmt: skip
     cluster = Cluster(tmp_path, root)
     cluster.start(
