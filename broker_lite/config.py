@@ -200,8 +200,29 @@ class BrokerConfig:
         ),
     )
     max_connections_per_ip: int = field(
-        default=1024,
-        metadata=about("Kafka's max.connections.per.ip: connections from one address", integer(1)),
+        default=256,
+        metadata=about(
+            "Kafka's max.connections.per.ip: connections from one address (a quarter of "
+            "max_connections by default, so one host cannot hold them all)",
+            integer(1),
+        ),
+    )
+    max_connections_per_principal: int = field(
+        default=512,
+        metadata=about(
+            "Kafka connections authenticated as one principal; a login past it is closed "
+            "(super users and User:ANONYMOUS are not counted), so one tenant cannot hold "
+            "every connection",
+            integer(1),
+        ),
+    )
+    max_connection_creation_rate: int = field(
+        default=0,
+        metadata=about(
+            "Kafka's max.connection.creation.rate: new Kafka connections a second (a burst "
+            "of one second's worth); past it the listener waits before accepting; 0: no bound",
+            integer(0),
+        ),
     )
     max_unauthenticated_connections: int = field(
         default=256,
