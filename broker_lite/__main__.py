@@ -1,5 +1,10 @@
 """``python -m broker_lite [--config PATH] [--root URL] [--listen HOST:PORT] [--id N]``."""
 
+# A process's entry point, not part of the broker's core (the docstring above is --help's):
+# it hands the broker the mirroring application's hook (broker key ``mirror_links``; the
+# Flight mirror link actions), which the rest of the broker package never imports
+# (DESIGN.md §1; tests/packaging/test_layers.py).
+
 from __future__ import annotations
 
 import argparse
@@ -8,6 +13,7 @@ import sys
 from sparklog.broker_lite.server import serve
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
+from sparklog.mirror.admin import RootLinks
 
 
 def main(argv: list[str] | None = None, *, clock_ms: Clock = now_ms) -> int:
@@ -27,6 +33,7 @@ def main(argv: list[str] | None = None, *, clock_ms: Clock = now_ms) -> int:
             args.broker_id,
             args.kafka_listen,
             clock_ms=clock_ms,
+            mirror=RootLinks,
         )
     except SparklogError as exc:
         print(f"broker_lite: {exc}", file=sys.stderr)

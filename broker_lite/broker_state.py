@@ -22,7 +22,7 @@ from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
-from sparklog.broker_lite.produce import TopicBatcher
+from sparklog.broker_lite.produce import FlushBatcher
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.errors import (
     InvalidRequestError,
@@ -123,7 +123,7 @@ class BrokerState:
     _topics: dict[str, Topic]
     _partitions: dict[PartitionKey, PartitionState]
     _shards: dict[tuple[str, str, int], ShardState]
-    _batchers: dict[str, TopicBatcher]
+    _batcher: FlushBatcher | None
     _led: set[TopicPartition]
     damaged_topics: dict[str, str]
     _pool: ThreadPoolExecutor
@@ -211,7 +211,6 @@ class BrokerState:
     def _forget_topic(self, name: str) -> None:
         with self._lock:
             topic = self._topics.pop(name, None)
-            batcher = self._batchers.pop(name, None)
             if topic is not None:
                 for key in [k for k in self._partitions if k[0] == name]:
                     self._partitions.pop(key)
@@ -220,8 +219,6 @@ class BrokerState:
                     self._shards.pop(shard_key)
         if self.cluster is not None:
             self.cluster.forget_topic(name)
-        if batcher is not None:
-            threading.Thread(target=batcher.close, daemon=True).start()
 
     def _report_damaged(self, name: str, exc: BaseException) -> None:
         """Isolate a topic whose metadata is damaged: log it once, serve the other topics."""

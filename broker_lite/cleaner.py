@@ -4,7 +4,8 @@ Every ``interval_ms`` it asks its host (the broker) to run maintenance on each
 partition the host leads (the host passes its leader epoch, so a deposed
 leader's pass is fenced, then refreshes its view and trims its tail cache) and
 to collect garbage for each topic whose partition 0 it leads (one broker per
-topic), and to
+topic) and, on one broker of the cluster, the objects shared by several topics and the
+cluster metadata log's old files, and to
 prune the shard logs of those topics and the logs of the groups it sweeps, so metadata file
 counts stay bounded. The cleaner sees only :class:`MaintenanceHost`, never the broker's
 locks, caches or state: the broker decides how a pass touches them.
@@ -48,6 +49,16 @@ class MaintenanceHost(Protocol):
 
     def count_cleaner_run(self, outcome: str) -> None:
         """Record one partition pass, ``ok`` or ``error`` (a metric)."""
+        ...
+
+    def prune_metadata_log(self, now_ms: int) -> int | None:
+        """Delete the cluster metadata log's commits and snapshots below its retention, if
+        this host is the one that prunes it; how many, or None."""
+        ...
+
+    def collect_shared_objects(self) -> int | None:
+        """Delete objects shared by several topics that no log references any more (after
+        the grace period), if this host is the one that collects them; how many, or None."""
         ...
 
     def prune_topic_logs(self, topic: str, now_ms: int) -> int:
@@ -110,6 +121,20 @@ class Cleaner:
                     "maintenance failed",
                     extra=fields(topic=name, partition=partition, error=str(exc)),
                 )
+        try:
+            pruned_metadata = host.prune_metadata_log(self.clock_ms())
+            if pruned_metadata is not None:
+                summary["pruned_files"] = summary.get("pruned_files", 0) + pruned_metadata
+        except Exception as exc:  # pruning must not stop the pass
+            summary["errors"] += 1
+            log.warning("metadata log pruning failed", extra=fields(error=str(exc)))
+        try:
+            shared = host.collect_shared_objects()
+            if shared is not None:
+                summary["shared_objects_deleted"] = shared
+        except Exception as exc:  # one collector's failure must not stop the pass
+            summary["errors"] += 1
+            log.warning("shared object collection failed", extra=fields(error=str(exc)))
         try:
             summary["temp_files_removed"] = host.remove_stale_temp_files()
         except Exception as exc:  # litter must not stop the pass

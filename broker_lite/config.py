@@ -269,11 +269,13 @@ class BrokerConfig:
     )
     linger_ms: int = field(
         default=5,
-        metadata=about("How long the leader gathers produce requests per topic", integer(0)),
+        metadata=about(
+            "How long a broker gathers produce requests (of all topics) into one flush", integer(0)
+        ),
     )
     batch_bytes: int = field(
         default=4_194_304,
-        metadata=about("Flush a topic's pending records at this size", integer(1)),
+        metadata=about("Flush the broker's pending records (all topics) at this size", integer(1)),
     )
     max_request_bytes: int = field(
         default=67_108_864, metadata=about("Largest produce request accepted", integer(1))

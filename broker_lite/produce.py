@@ -1,19 +1,20 @@
-"""The produce path: gather requests per topic, write one object, commit, acknowledge.
+"""The produce path: gather a broker's requests, write one object, commit, acknowledge.
 
-A :class:`TopicBatcher` holds the pending produce requests of one topic.  Its
-flusher thread waits until ``linger_ms`` have passed since its previous flush
-began (its creation, for the first) or ``batch_bytes`` are pending, then takes,
-for every partition, the longest prefix of its requests that can share one
-commit (one idempotent producer with contiguous sequences, or only
-non-idempotent requests), writes ONE object with all of them, commits each
-touched partition (in parallel), and resolves the requests' futures.  Whatever
+A :class:`FlushBatcher` holds the pending produce requests of every topic a
+broker leads.  Its flusher thread waits until ``linger_ms`` have passed since
+its previous flush began (its creation, for the first) or ``batch_bytes`` are
+pending, then takes, for every partition of every topic, the longest prefix of
+its requests that can share one commit (one idempotent producer with
+contiguous sequences, or only non-idempotent requests), writes ONE object with
+all of them (shared by the topics when there are several), commits each
+touched shard (in parallel), and resolves the requests' futures.  Whatever
 could not share this flush's commits goes into the next flush at once, keeping
 per-partition order.
 
-``linger_ms`` is thus the least time between a topic's objects, not a delay
+``linger_ms`` is thus the least time between a broker's objects, not a delay
 every request waits: under steady traffic a flush begins every ``linger_ms``
-as before (the same objects per second), while a request reaching an idle
-topic is written at once.  A transactional producer, whose one request per
+(the same objects per second whatever the number of topics), while a request
+reaching an idle broker is written at once.  A transactional producer, whose one request per
 transaction waits alone, would otherwise pay the whole linger every time.
 """
 
@@ -217,40 +218,43 @@ def take_runs(pending: list[ProduceRequest]) -> tuple[list[Run], list[ProduceReq
     return [Run(p, reqs) for p, reqs in runs.items()], rest
 
 
-# flush(runs) -> None; it resolves every request's future.
-FlushFn = Callable[[list[Run]], None]
+# flush({topic: runs}) -> None; it resolves every request's future.
+FlushFn = Callable[[dict[str, list[Run]]], None]
 
 
-class TopicBatcher:
-    """Pending produce requests of one topic and the thread that flushes them."""
+class FlushBatcher:
+    """A broker's pending produce requests, of every topic, and the thread that flushes them.
+
+    One per broker (issue 37): a flush takes every topic's runs at once, so a
+    broker writes one object per flush whatever the number of active topics,
+    and runs one flusher thread, not one per topic.
+    """
 
     def __init__(
         self,
-        topic: str,
         flush: FlushFn,
         linger_ms: int,
         batch_bytes: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.topic = topic
         self._clock = clock
         self.flush = flush
         self.linger_s = linger_ms / 1000
         self.batch_bytes = batch_bytes
         self._cond = threading.Condition()
-        self._pending: list[ProduceRequest] = []
+        self._pending: dict[str, list[ProduceRequest]] = {}
         self._pending_bytes = 0
         self._closed = False
         self._last_flush_started = clock()
         self._carried = False  # the previous flush left requests behind: flush them at once
-        self._thread = threading.Thread(target=self._loop, name=f"flush-{topic}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="flush", daemon=True)
         self._thread.start()
 
-    def submit(self, requests: list[ProduceRequest]) -> None:
+    def submit(self, topic: str, requests: list[ProduceRequest]) -> None:
         with self._cond:
             if self._closed:
                 raise BrokerNotAvailableError("broker is shutting down")
-            self._pending.extend(requests)
+            self._pending.setdefault(topic, []).extend(requests)
             self._pending_bytes += sum(r.size_bytes for r in requests)
             self._cond.notify_all()
 
@@ -269,19 +273,29 @@ class TopicBatcher:
                 ):
                     self._cond.wait(max(due - self._clock(), 0))
                 self._last_flush_started = self._clock()
-                runs, rest = take_runs(self._pending)
+                runs: dict[str, list[Run]] = {}
+                rest: dict[str, list[ProduceRequest]] = {}
+                for topic, pending in self._pending.items():
+                    runs[topic], left = take_runs(pending)
+                    if left:
+                        rest[topic] = left
                 self._carried = bool(rest)
                 self._pending = rest
-                self._pending_bytes = sum(r.size_bytes for r in rest)
+                self._pending_bytes = sum(r.size_bytes for left in rest.values() for r in left)
             try:
                 self.flush(runs)
             except BaseException as exc:  # the flush resolves futures; this is a backstop
-                log.exception("flush failed", extra=fields(topic=self.topic))
+                log.exception("flush failed", extra=fields(topics=len(runs)))
                 err = exc if isinstance(exc, SparklogError) else SparklogError(str(exc))
-                for run in runs:
-                    for r in run.requests:
-                        if not r.future.done():
-                            r.future.set_exception(err)
+                for topic_runs in runs.values():
+                    for run in topic_runs:
+                        for r in run.requests:
+                            if not r.future.done():
+                                r.future.set_exception(err)
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
 
     def close(self) -> None:
         """Flush what is pending, then stop the thread."""

@@ -1,8 +1,10 @@
-"""The broker's produce path: batching per topic, one object per flush, commits per shard.
+"""The broker's produce path: one batcher per broker, one object per flush, commits per shard.
 
 Requests are checked for leadership once per shard and normalised once, gathered
-by :class:`sparklog.broker_lite.produce.TopicBatcher` for ``linger_ms``, written as
-one object and committed shard by shard under this broker's leader epoch.
+by the broker's :class:`sparklog.broker_lite.produce.FlushBatcher` for ``linger_ms``,
+written as one object (a topic's own when the flush holds one topic, one shared by
+the topics otherwise: :mod:`sparklog.storage.shared_objects`) and committed shard by
+shard under this broker's leader epoch.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import pyarrow as pa
 from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.produce import (
+    FlushBatcher,
     Latch,
     Outcome,
     ProduceItem,
     ProduceOutcome,
     ProduceRequest,
     Run,
-    TopicBatcher,
     duplicate_outcome,
 )
 from sparklog.errors import FencedError as LeaderEpochFenced
@@ -38,6 +40,7 @@ from sparklog.errors import (
     SparklogError,
 )
 from sparklog.storage import ProducerBatch, Topic
+from sparklog.storage.shared_objects import write_shared_object
 from sparklog.storage.topics import Normalized
 from sparklog.storage.txn_markers import check_txn_append, ended_txn
 
@@ -180,7 +183,7 @@ class ProducePath(BrokerState):
         pending = [requests[i] for i in sorted(requests)]
         if acks == "0":
             if pending:
-                self._batcher(topic_name).submit(pending)
+                self._flush_batcher().submit(topic_name, pending)
             if on_queued is not None:
                 on_queued()
             for r in pending:
@@ -192,7 +195,7 @@ class ProducePath(BrokerState):
         if pending:
             self.metrics.produce_waiting.inc()
             try:
-                self._batcher(topic_name).submit(pending)
+                self._flush_batcher().submit(topic_name, pending)
                 if on_queued is not None:
                     on_queued()
                 latch.wait()
@@ -216,29 +219,62 @@ class ProducePath(BrokerState):
         self.metrics.produce_bytes.labels(topic_name).inc(produced_bytes)
         return outcomes
 
-    def _batcher(self, topic_name: str) -> TopicBatcher:
+    def _flush_batcher(self) -> FlushBatcher:
         with self._lock:
-            batcher = self._batchers.get(topic_name)
-            if batcher is None:
+            if self._batcher is None:
                 if self._stopping.is_set():
                     raise NotLeaderOrFollowerError("broker is shutting down", leader_location="")
-                batcher = TopicBatcher(
-                    topic_name,
-                    lambda runs: self._flush(topic_name, runs),
-                    self.config.linger_ms,
-                    self.config.batch_bytes,
+                self._batcher = FlushBatcher(
+                    self._flush, self.config.linger_ms, self.config.batch_bytes
                 )
-                self._batchers[topic_name] = batcher
-            return batcher
+            return self._batcher
 
-    def _flush(self, topic_name: str, runs: list[Run]) -> None:
+    def _flush(self, runs_by_topic: Mapping[str, list[Run]]) -> None:
         """Write ONE object for every run of the flush, then ONE commit per shard touched."""
         started = time.perf_counter()
-        try:
-            topic = self.topic(topic_name)
-        except SparklogError as exc:
-            _fail(runs, exc)
+        ready: dict[str, tuple[Topic, list[Run]]] = {}
+        for topic_name, runs in runs_by_topic.items():
+            try:
+                topic = self.topic(topic_name)
+            except SparklogError as exc:
+                _fail(runs, exc)
+                continue
+            topic_ready = self._not_yet_committed(topic, runs)
+            if topic_ready:
+                ready[topic_name] = (topic, topic_ready)
+        if not ready:
             return
+        staged = self._write_object(ready)
+        if staged is None:
+            return
+        self.metrics.root_objects.inc()
+        self.metrics.root_requests.labels("object").inc()
+        commits: list[tuple[Topic, list[Run]]] = []
+        for topic_name, (topic, runs) in ready.items():
+            by_shard: dict[int, list[Run]] = {}
+            shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
+            for run in runs:
+                if run.partition not in staged[topic_name]:  # only empty batches
+                    st = self.partition_state(topic, run.partition)
+                    for r in run.requests:
+                        r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
+                    continue
+                by_shard.setdefault(run.partition % shards, []).append(run)
+            commits.extend((topic, shard_runs) for shard_runs in by_shard.values())
+        if len(commits) == 1:  # one shard: commit on this thread, no hand-off
+            topic, shard_runs = commits[0]
+            self._commit_shard(topic, shard_runs, staged[topic.name])
+        else:
+            futures = [
+                self._pool.submit(self._commit_shard, topic, shard_runs, staged[topic.name])
+                for topic, shard_runs in commits
+            ]
+            wait(futures)
+        self.metrics.flush_seconds.observe(time.perf_counter() - started)
+
+    def _not_yet_committed(self, topic: Topic, runs: list[Run]) -> list[Run]:
+        """The runs' requests an idempotent producer's state does not already hold
+        (a retry's answered from the log instead)."""
         ready: list[Run] = []
         for run in runs:
             st = self.partition_state(topic, run.partition)
@@ -263,45 +299,37 @@ class ProducePath(BrokerState):
                     keep.append(r)
             if keep:
                 ready.append(Run(run.partition, keep))
-        if not ready:
-            return
-        compression = ready[0].requests[0].compression
-        if compression is None:  # the request named no codec: the broker's setting applies
-            compression = self.config.compression
+        return ready
+
+    def _write_object(
+        self, ready: Mapping[str, tuple[Topic, list[Run]]]
+    ) -> dict[str, dict[int, Any]] | None:
+        """Write the flush's one object: the topic's own for one topic, one shared by the
+        topics for several; each topic's staged segments, or None (every run failed)."""
+
+        def codec(runs: list[Run]) -> str:
+            compression = runs[0].requests[0].compression
+            # the request named no codec: the broker's setting applies
+            return self.config.compression if compression is None else compression
+
+        every = [run for _, runs in ready.values() for run in runs]
         try:
-            staged = topic.write(
-                {run.partition: run.batches for run in ready},
-                compression=compression,
-                validated=True,
-            )
-        except SparklogError as exc:
-            _fail(ready, exc)
-            return
-        except Exception as exc:
-            log.exception("object write failed", extra=fields(topic=topic_name))
-            _fail(ready, SparklogError(f"object write failed: {exc}"))
-            return
-        self.metrics.root_objects.inc()
-        self.metrics.root_requests.labels("object").inc()
-        by_shard: dict[int, list[Run]] = {}
-        shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
-        for run in ready:
-            if run.partition not in staged:  # only empty batches
-                st = self.partition_state(topic, run.partition)
-                for r in run.requests:
-                    r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
-                continue
-            by_shard.setdefault(run.partition % shards, []).append(run)
-        if len(by_shard) == 1:  # one shard: commit on this thread, no hand-off
-            for shard_runs in by_shard.values():
-                self._commit_shard(topic, shard_runs, staged)
-        else:
-            futures = [
-                self._pool.submit(self._commit_shard, topic, shard_runs, staged)
-                for shard_runs in by_shard.values()
+            if len(ready) == 1:
+                ((name, (topic, runs)),) = ready.items()
+                parts = {run.partition: run.batches for run in runs}
+                return {name: topic.write(parts, compression=codec(runs), validated=True)}
+            sections = [
+                (topic, topic.section({run.partition: run.batches for run in runs}, codec(runs)))
+                for topic, runs in ready.values()
             ]
-            wait(futures)
-        self.metrics.flush_seconds.observe(time.perf_counter() - started)
+            staged = write_shared_object(self.root.store, sections)
+            return dict(zip(ready, staged, strict=True))
+        except SparklogError as exc:
+            _fail(every, exc)
+        except Exception as exc:
+            log.exception("object write failed", extra=fields(topics=sorted(ready)))
+            _fail(every, SparklogError(f"object write failed: {exc}"))
+        return None
 
     def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:
         """Commit the runs of one shard as one commit; resolve their requests."""

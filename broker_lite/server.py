@@ -1,6 +1,6 @@
 """The Arrow Flight face of the broker, and ``serve()``, the blocking entry point.
 
-The wire format (requests, replies, errors) is :mod:`sparklog.broker_lite.flight_protocol`:
+The wire format (requests, replies, errors) is :mod:`sparklog.protocol.flight`:
 
 * ``DoPut``   produce: a ``PRODUCE`` command, batches with ``PRODUCE_BATCH`` metadata.
 * ``DoGet``   fetch: a ``FETCH`` ticket; every batch carries the fetch metadata.
@@ -8,7 +8,7 @@ The wire format (requests, replies, errors) is :mod:`sparklog.broker_lite.flight
 * ``DoAction``: admin, metadata, offsets and group calls, bodies as in ``ACTIONS``.
 
 Errors leave as a FlightServerError whose message holds a stable code and JSON
-details (``flight_protocol.encode``); nothing a client sends crashes the broker.
+details (``wire.encode``); nothing a client sends crashes the broker.
 
 Resources are bounded: calls served at once (``max_concurrent_calls``, and
 ``max_calls_per_connection`` per client connection), memory of produce requests
@@ -38,10 +38,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.broker_lite import flight_acls
-from sparklog.broker_lite import flight_protocol as wire
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
-from sparklog.broker_lite.flight_protocol import encode
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
@@ -58,7 +56,9 @@ from sparklog.errors import (
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
-from sparklog.mirror import admin as mirror_admin
+from sparklog.protocol import flight as wire
+from sparklog.protocol.flight import encode
+from sparklog.protocol.hooks import MirrorLinks
 from sparklog.security import users
 from sparklog.storage import LogRoot
 from sparklog.topic_partition import TopicPartition
@@ -252,13 +252,14 @@ class FlightBroker(flight.FlightServerBase):
                 broker.root.metadata, user, mechanism
             ),
             "list_users": lambda: users.users(broker.root.metadata.image()),
-            "create_mirror_link": lambda **link: mirror_admin.create(broker.root, **link),
-            "list_mirror_links": lambda: mirror_admin.list_all(broker.root),
-            "describe_mirror_link": lambda name: mirror_admin.describe(broker.root, name),
-            "pause_mirror_link": lambda name, paused: mirror_admin.pause(broker.root, name, paused),
-            "delete_mirror_link": lambda name: mirror_admin.delete(broker.root, name),
-            "promote_mirror_topic": lambda topic: mirror_admin.promote(broker.root, topic),
-            "reverse_mirror_link": lambda **how: mirror_admin.reverse(broker.root, **how),
+            # mirror links: the hook the broker's entry point handed it (sparklog.mirror's)
+            "create_mirror_link": lambda **link: broker.mirror_links().create(**link),
+            "list_mirror_links": lambda: broker.mirror_links().list_all(),
+            "describe_mirror_link": lambda name: broker.mirror_links().describe(name),
+            "pause_mirror_link": lambda name, paused: broker.mirror_links().pause(name, paused),
+            "delete_mirror_link": lambda name: broker.mirror_links().delete(name),
+            "promote_mirror_topic": lambda topic: broker.mirror_links().promote(topic),
+            "reverse_mirror_link": lambda **how: broker.mirror_links().reverse(**how),
             "delete_offsets": lambda group, partitions: wire.encode_partition_errors(
                 groups.delete_offsets(
                     group, [TopicPartition(str(t), int(p)) for t, p in partitions]
@@ -561,11 +562,47 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a Flight listen address another process holds, in one line.
+
+    gRPC reports a port in use only through its C++ log (several lines on stderr)
+    and a bare "Server did not start properly"; a plain bind first, with the
+    SO_REUSEADDR gRPC itself uses, names the cause. A port taken between this check
+    and gRPC's bind still fails, with gRPC's words.
+    """
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unresolvable host: gRPC's own error says so
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise InvalidConfigurationError(
+                f"config key 'listen' = {host}:{port}: cannot listen there "
+                f"({exc.strerror or exc}: another process, perhaps another broker, holds it); "
+                "accepted: a free HOST:PORT on this machine (each broker on one host needs its "
+                "own, e.g. --listen 127.0.0.1:8816), port 0 to pick one"
+            ) from None
+
+
 def start_broker(
-    config: BrokerConfig, root: LogRoot | None = None, *, clock_ms: Clock = now_ms
+    config: BrokerConfig,
+    root: LogRoot | None = None,
+    *,
+    clock_ms: Clock = now_ms,
+    mirror: Callable[[LogRoot], MirrorLinks] | None = None,
 ) -> tuple[FlightBroker, Broker, int | None]:
-    """Start a broker in this process; return (flight server, broker, metrics port)."""
-    broker = Broker(config, root, clock_ms=clock_ms)
+    """Start a broker in this process; return (flight server, broker, metrics port).
+    ``mirror``: the mirroring application's hook (:class:`Broker`), if this process has it."""
+    _check_port_free(config.listen_host, config.listen_port)
+    broker = Broker(config, root, clock_ms=clock_ms, mirror=mirror)
     try:
         from sparklog.broker_lite.flight_security import scheme
 
@@ -680,9 +717,11 @@ def serve(
     kafka_listen: str | None = None,
     *,
     clock_ms: Clock = now_ms,
+    mirror: Callable[[LogRoot], MirrorLinks] | None = None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT (blocking); the CLI's ``broker start``.
-    ``clock_ms``: the broker's wall clock (a test launcher skews it)."""
+    ``clock_ms``: the broker's wall clock (a test launcher skews it); ``mirror``: the
+    mirroring application's hook, handed by the entry point (:class:`Broker`)."""
     overrides: dict[str, Any] = {
         "listen": listen,
         "broker_id": broker_id,
@@ -694,7 +733,7 @@ def serve(
     setup_logging(config.log_level, config.log_format, config.broker_id)
     _raise_open_files_limit()
     server, broker, _ = start_broker(
-        config, root if isinstance(root, LogRoot) else None, clock_ms=clock_ms
+        config, root if isinstance(root, LogRoot) else None, clock_ms=clock_ms, mirror=mirror
     )
     threading.Thread(
         target=_freeze_startup_heap, args=(server.kafka,), name="gc-freeze", daemon=True

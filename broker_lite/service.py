@@ -32,7 +32,7 @@ from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
-from sparklog.broker_lite.produce import TopicBatcher, commit_pool
+from sparklog.broker_lite.produce import FlushBatcher, commit_pool
 from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
@@ -40,8 +40,10 @@ from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.groups.lag import lag_of
+from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
+from sparklog.storage.shared_objects import SharedSection
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -55,11 +57,22 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
     """One broker: everything durable lives in ``root``; this holds caches and threads."""
 
     def __init__(
-        self, config: BrokerConfig, root: LogRoot | None = None, *, clock_ms: Clock = now_ms
+        self,
+        config: BrokerConfig,
+        root: LogRoot | None = None,
+        *,
+        clock_ms: Clock = now_ms,
+        mirror: Callable[[LogRoot], MirrorLinks] | None = None,
     ) -> None:
-        """``clock_ms``: the wall clock of this broker's lease (tests skew it)."""
+        """``clock_ms``: the wall clock of this broker's lease (tests skew it).
+
+        ``mirror``: the mirroring application's hook, given a root (the process's entry
+        point hands it: the broker never imports an application); without it the mirror
+        link actions are refused and the key ``mirror_links`` cannot be set.
+        """
         self.config = config
         self.clock_ms = clock_ms
+        self._mirror = mirror
         # Topic metadata is answered from the cluster metadata log's image in memory;
         # the tick loop follows the log (metadata_max_staleness_ms=None: reads never probe).
         self.root = root or open_root(
@@ -99,7 +112,9 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._topics: dict[str, Topic] = {}
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._shards: dict[tuple[str, str, int], ShardState] = {}
-        self._batchers: dict[str, TopicBatcher] = {}
+        self._batcher: FlushBatcher | None = None
+        #: the sections each shared object names (objects never change): read once
+        self._shared_trailers: dict[str, list[SharedSection]] = {}
         self._led: set[TopicPartition] = set()
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
@@ -118,6 +133,15 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
     def start(self, location: str, kafka_address: str | None = None) -> None:
         """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
+        links = [x for x in (x.strip() for x in self.config.mirror_links.split(",")) if x]
+        if links:
+            self._mirror = mirror_links_factory(self._mirror)
+        if links and self._mirror is None:
+            raise errors.InvalidConfigurationError(
+                f"config key 'mirror_links' = {self.config.mirror_links!r}: this process was "
+                "started without the mirroring application; accepted: a broker started by "
+                "`sparklog broker start` or `python -m sparklog.broker_lite`, or empty"
+            )
         storage_call(self.root.store.ensure_root)
         # the first broker to open a root of the previous layout upgrades it, once
         storage_call(
@@ -153,7 +177,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
             cleaner = Cleaner(self, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
-        for link in filter(None, (x.strip() for x in self.config.mirror_links.split(","))):
+        for link in links:
             self._spawn(f"mirror-{link}", functools.partial(self._mirror_loop, link))
 
         self._ready.set()
@@ -165,14 +189,25 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         metadata, as ``sparklog mirror run`` has): its commits are optimistic, like
         any brokerless writer's, and the broker's reads follow them.
         """
-        from sparklog.mirror.copier import run
-
+        assert self._mirror is not None  # start() refuses mirror_links without the hook
         root = open_root(self.config.root, self.config.storage_options)
         log.info("mirror link started", extra=fields(link=link))
         try:
-            run(root, link, stop=self._stopping)
+            self._mirror(root).run(link, self._stopping)
         except Exception:
             log.exception("mirror link stopped", extra=fields(link=link))
+
+    def mirror_links(self) -> MirrorLinks:
+        """The mirror link actions on this broker's root, through the hook it was handed
+        (or the shipped application's)."""
+        self._mirror = mirror_links_factory(self._mirror)
+        if self._mirror is None:
+            raise errors.InvalidConfigurationError(
+                "this broker was started without the mirroring application: it serves no "
+                "mirror link actions; accepted: a broker started by `sparklog broker start` "
+                "or `python -m sparklog.broker_lite`"
+            )
+        return self._mirror(self.root)
 
     @property
     def ready(self) -> bool:
@@ -194,8 +229,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             return
         self._stopping.set()
         with self._lock:
-            batchers = list(self._batchers.values())
-        for batcher in batchers:
+            batcher = self._batcher
+        if batcher is not None:
             batcher.close()
         for st in list(self._partitions.values()):
             with st.changed:
@@ -295,6 +330,31 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         from sparklog.storage.maintenance import collect_garbage
 
         collect_garbage(self.root.topic(topic), self.config.gc_grace_ms)
+
+    def _collects_for_the_cluster(self) -> bool:
+        """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
+        log): the live broker of lowest id (any broker may; one saves the others' reads)."""
+        return self.cluster is None or self.cluster.broker_id == min(
+            self.cluster.live(), default=self.cluster.broker_id
+        )
+
+    def prune_metadata_log(self, now_ms: int) -> int | None:
+        from sparklog.storage.maintenance import prune_metadata_log
+
+        if not self._collects_for_the_cluster():
+            return None
+        return len(prune_metadata_log(self.root, now=now_ms).deleted)
+
+    def collect_shared_objects(self) -> int | None:
+        """The objects broker flushes shared between topics are collected by one broker."""
+        from sparklog.storage.shared_objects import collect_shared_garbage
+
+        if not self._collects_for_the_cluster():
+            return None
+        report = collect_shared_garbage(
+            self.root, self.config.gc_grace_ms, trailers=self._shared_trailers
+        )
+        return len(report.deleted)
 
     def remove_stale_temp_files(self) -> int:
         from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS

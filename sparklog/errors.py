@@ -345,6 +345,11 @@ class MessageSizeTooLargeError(
     """A record (or batch) over ``max.message.bytes``."""
 
 
+class InvalidTimestampError(InvalidRecordError, errno=32, code="INVALID_TIMESTAMP", canonical=True):
+    """A CreateTime record whose timestamp lies outside the topic's window
+    (``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms``)."""
+
+
 class CorruptRecordError(SparklogError, errno=2, code="CORRUPT_MESSAGE", canonical=True):
     """Stored bytes fail their checksum or cannot be decoded; the message names the file.
 
@@ -556,6 +561,19 @@ class SinkColumnError(SparkSourceError, InvalidRecordError):
 
 class DataLossError(SparkSourceError, code="DATA_LOSS"):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss=true."""
+
+
+# -- mirror links (sparklog.mirror: links in the destination's cluster metadata log) ----------
+# Here, not in sparklog.mirror, so a Flight client decodes them by name without importing the
+# mirroring application.
+
+
+class UnknownMirrorLinkError(SparklogError, code="UNKNOWN_MIRROR_LINK"):
+    """No mirror link of that name in the destination's metadata log."""
+
+
+class MirrorLinkExistsError(SparklogError, code="MIRROR_LINK_EXISTS"):
+    """A mirror link of that name exists already."""
 
 
 # -- connectors (sparklog.connect: topic -> Delta table, PostgreSQL -> topic) ------------------

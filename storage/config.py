@@ -205,11 +205,41 @@ TOPIC_CONFIG_KEYS: dict[str, Setting] = {
         _key("leader.replication.throttled.replicas", "", INACTIVE, THROTTLED, "LIST"),
         _key("local.retention.bytes", -2, INACTIVE, _long(-2), "LONG"),
         _key("local.retention.ms", -2, INACTIVE, _long(-2), "LONG"),
-        _key("max.compaction.lag.ms", LONG_MAX, INACTIVE, _long(1), "LONG"),
-        _key("message.timestamp.after.max.ms", 3_600_000, INACTIVE, _long(0), "LONG"),
-        _key("message.timestamp.before.max.ms", LONG_MAX, INACTIVE, _long(0), "LONG"),
-        _key("min.cleanable.dirty.ratio", 0.5, INACTIVE, RATIO, "DOUBLE"),
-        _key("min.compaction.lag.ms", 0, INACTIVE, _long(0), "LONG"),
+        _key(
+            "max.compaction.lag.ms",
+            LONG_MAX,
+            "A dirty record older than this makes the cleaner compact, whatever the dirty ratio",
+            _long(1),
+            "LONG",
+        ),
+        _key(
+            "message.timestamp.after.max.ms",
+            3_600_000,
+            "CreateTime: a record stamped further ahead of the broker's clock is refused",
+            _long(0),
+            "LONG",
+        ),
+        _key(
+            "message.timestamp.before.max.ms",
+            LONG_MAX,
+            "CreateTime: a record stamped further behind the broker's clock is refused",
+            _long(0),
+            "LONG",
+        ),
+        _key(
+            "min.cleanable.dirty.ratio",
+            0.5,
+            "The cleaner compacts once the dirty part is more than this share of the log's bytes",
+            RATIO,
+            "DOUBLE",
+        ),
+        _key(
+            "min.compaction.lag.ms",
+            0,
+            "A record stays uncompacted at least this long (by its timestamp)",
+            _long(0),
+            "LONG",
+        ),
         _key("min.insync.replicas", 1, INACTIVE, _int(1), "INT"),
         _key("preallocate", False, INACTIVE, BOOLEAN, "BOOLEAN"),
         _key("remote.log.copy.disable", False, INACTIVE, BOOLEAN, "BOOLEAN"),
@@ -217,12 +247,24 @@ TOPIC_CONFIG_KEYS: dict[str, Setting] = {
         _key("remote.storage.enable", False, INACTIVE, BOOLEAN, "BOOLEAN"),
         _key("segment.index.bytes", 10_485_760, INACTIVE, _int(4), "INT"),
         _key("segment.jitter.ms", 0, INACTIVE, _long(0), "LONG"),
-        _key("segment.ms", 604_800_000, INACTIVE, _long(1), "LONG"),
+        _key(
+            "segment.ms",
+            604_800_000,
+            "A merged segment spans at most this much record time",
+            _long(1),
+            "LONG",
+        ),
         _key("unclean.leader.election.enable", False, INACTIVE, BOOLEAN, "BOOLEAN"),
         # removed in Kafka 4.0; clients built for Kafka 3 (Connect, Debezium) still send them
         _key("message.downconversion.enable", True, INACTIVE, BOOLEAN, "BOOLEAN"),
         _key("message.format.version", "3.0-IV1", INACTIVE, VERSION, "STRING"),
-        _key("message.timestamp.difference.max.ms", LONG_MAX, INACTIVE, _long(0), "LONG"),
+        _key(
+            "message.timestamp.difference.max.ms",
+            LONG_MAX,
+            "Deprecated: stands in for message.timestamp.before/after.max.ms where unset",
+            _long(0),
+            "LONG",
+        ),
     ]
 }
 #: the keys with a meaning here; the others are stored and described, and change nothing
@@ -238,6 +280,13 @@ HONOURED = (
     "producer.id.expiration.ms",
     "marker.retention.ms",
     "compression.type",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
+    "segment.ms",
 )
 
 
@@ -277,6 +326,27 @@ def check_combination(config: Mapping[str, Any]) -> None:
             f"config 'min.compaction.lag.ms'={low} is above 'max.compaction.lag.ms'={high}; "
             "accepted: min.compaction.lag.ms <= max.compaction.lag.ms"
         )
+
+
+def timestamp_window(config: Mapping[str, Any]) -> tuple[int, int]:
+    """How far (ms) a CreateTime record's timestamp may lie before and after the broker's
+    clock: ``message.timestamp.before.max.ms`` / ``after.max.ms`` as Kafka reads them.
+
+    ``config`` is the topic's own settings. The deprecated
+    ``message.timestamp.difference.max.ms`` stands in for either when that one is not set
+    (Kafka 3.6-3.9's rule; Kafka 4 dropped the key, clients built for Kafka 3 send it).
+    """
+    keys = TOPIC_CONFIG_KEYS
+    difference = config.get("message.timestamp.difference.max.ms")
+    window = []
+    for name in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
+        if name in config:
+            window.append(int(config[name]))
+        elif difference is not None:
+            window.append(int(difference))
+        else:
+            window.append(int(keys[name].default))
+    return window[0], window[1]
 
 
 def effective_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -154,9 +154,10 @@ def check_topic(topic: Topic) -> tuple[list[Finding], int, int]:
     if referenced:
         present = {o.key for o in topic.store.list_objects("objects")}
         for key, name in sorted(referenced.items()):
-            if key not in present:
+            store, where = topic.store.locate(key)  # a shared object is below the root
+            if where not in present if store is topic.store else not store.exists(where):
                 findings.append(
-                    Finding(name, f"{topic.store.url}/{key}", "missing: a live segment's object")
+                    Finding(name, f"{store.url}/{where}", "missing: a live segment's object")
                 )
     return findings, checked, topic.shards
 

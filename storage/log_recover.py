@@ -38,6 +38,7 @@ from sparklog.storage.log_check import problem_in, problem_of, versions_in
 from sparklog.storage.metalog import HINT_NAME, Commit, MetaLog, decode_commit, encode_commit
 from sparklog.storage.segments import partition_directory
 from sparklog.storage.shard_codec import ShardState
+from sparklog.storage.shared_objects import SHARED_OBJECTS_PREFIX, read_trailer
 from sparklog.storage.topics import Topic
 
 #: Segment objects this much older than the last sound commit can still belong to a
@@ -273,4 +274,29 @@ def _unreferenced_rows(
         for p, entry in directory.items():
             if topic.info.shard_of(p) == shard and (info.key, p) not in referenced:
                 rows[p] = rows.get(p, 0) + int(entry.get("rows", 0))
+    for key, directory in _shared_directories(topic, shard, since):
+        for p, entry in directory.items():
+            if topic.info.shard_of(p) == shard and (f"/{key}", p) not in referenced:
+                rows[p] = rows.get(p, 0) + int(entry.get("rows", 0))
     return rows
+
+
+def _shared_directories(
+    topic: Topic, shard: int, since_ms: int
+) -> list[tuple[str, dict[int, dict[str, int]]]]:
+    """(key, partition directory) of this topic's section in each object of the window that
+    the topic shares with others (a broker flush of several topics) and that names ``shard``."""
+    store = topic.root.store
+    out = []
+    for info in store.list_objects(SHARED_OBJECTS_PREFIX):
+        if info.modified_ms < since_ms or not info.key.endswith(".arrow"):
+            continue
+        try:
+            sections = read_trailer(store, info.key) or []
+            for section in sections:
+                if section.topic_id == topic.info.topic_id and shard in section.shards:
+                    data = store.get_range(info.key, section.start, section.end)
+                    out.append((info.key, partition_directory(data)))
+        except (CorruptRecordError, OSError, ValueError):
+            continue  # not a readable object: nothing of it can have been committed
+    return out

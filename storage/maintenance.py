@@ -11,6 +11,7 @@ has a dry run that reports what it would change and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from sparklog.storage.catalog import LogRoot
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS, LogState, PartitionLog
 from sparklog.storage.metalog import RELOAD_AFTER_MS, prune_log
+from sparklog.storage.objectstore import ObjectInfo, ObjectStore
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.segments import Segment, write_object
 from sparklog.storage.topics import Topic
@@ -369,6 +371,49 @@ class _SegmentWriter:
         return out
 
 
+def _cleanable_end(
+    segments: list[Segment], dirty_from: int, config: dict[str, Any], now: int
+) -> int:
+    """How many of ``segments`` compaction may take: up to the first dirty one holding a
+    record younger than ``min.compaction.lag.ms`` (Kafka's first uncleanable offset)."""
+    lag = config["min.compaction.lag.ms"]
+    if lag <= 0:
+        return len(segments)
+    for i in range(dirty_from, len(segments)):
+        if segments[i].max_timestamp_ms > now - lag:
+            return i
+    return len(segments)
+
+
+def compaction_due(state: LogState, config: dict[str, Any], now: int) -> str:
+    """Whether the cleaner compacts this log now: "" if so, else why not.
+
+    Kafka's choice of a log to clean: its cleanable dirty part (never compacted,
+    below the last stable offset and ``min.compaction.lag.ms``) is more than
+    ``min.cleanable.dirty.ratio`` of the cleanable log's bytes, or its oldest dirty
+    record has waited ``max.compaction.lag.ms``.
+    """
+    segments = [s for s in state.segments.all() if s.end_offset <= state.last_stable_offset]
+    dirty_from = next((i for i, s in enumerate(segments) if not s.has_offsets), None)
+    if dirty_from is None:
+        return "no dirty segment"
+    max_lag = config["max.compaction.lag.ms"]
+    oldest = min(s.min_timestamp_ms for s in segments[dirty_from:])
+    if oldest < now - max_lag:
+        return ""  # Kafka's needCompactionNow: the ratio does not matter
+    end = _cleanable_end(segments, dirty_from, config, now)
+    dirty = sum(s.size_bytes for s in segments[dirty_from:end])
+    total = sum(s.size_bytes for s in segments[:end])
+    ratio = dirty / total if total else 0.0
+    if dirty and ratio > config["min.cleanable.dirty.ratio"]:
+        return ""
+    return (
+        f"dirty ratio {ratio:.3f} is not above min.cleanable.dirty.ratio="
+        f"{config['min.cleanable.dirty.ratio']} (and no dirty record is older than "
+        f"max.compaction.lag.ms={max_lag})"
+    )
+
+
 def compact(
     topic: Topic,
     partition: int,
@@ -383,7 +428,11 @@ def compact(
     Records without a key cannot be compacted and are kept as they are.
 
     Offsets are preserved (the new objects carry an offset column).  Runs only
-    when some segment has not been compacted yet (the log has a dirty part).
+    when some segment has not been compacted yet (the log has a dirty part), and
+    takes the dirty segments only up to the first holding a record younger than
+    ``min.compaction.lag.ms``.  Whether a log is worth compacting now
+    (``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``) is the cleaner's
+    choice: :func:`compaction_due`, asked by :func:`run_maintenance`.
     Memory is bounded as in Kafka's cleaner: a first pass builds the key map
     of the dirty segments (at most ``key_map_bytes_max`` of keys; beyond it,
     only a prefix of them is compacted this pass, the rest by the next), a
@@ -408,6 +457,13 @@ def compact(
     # and the pass rewrites everything up to there, the clean part included (a key seen
     # again in the dirty part supersedes its older records there too).
     dirty_from = next(i for i, s in enumerate(segments) if not s.has_offsets)
+    segments = segments[: _cleanable_end(segments, dirty_from, config, now)]
+    if len(segments) == dirty_from:
+        report.skipped_reason = (
+            f"min.compaction.lag.ms={config['min.compaction.lag.ms']}: no dirty segment is "
+            "that old yet"
+        )
+        return report
     key_map, count = _key_map(log, segments[dirty_from:], key_map_bytes_max, aborted)
     old = segments[: dirty_from + count]
     if key_map is None:
@@ -453,13 +509,32 @@ def compact(
     return report
 
 
-def plan_merges(segments: list[Segment], segment_bytes: int) -> list[list[Segment]]:
-    """Runs of adjacent small segments whose total stays within ``segment_bytes``."""
+def plan_merges(
+    segments: list[Segment],
+    segment_bytes: int,
+    segment_ms: int | None = None,
+    *,
+    dirty_apart: bool = False,
+) -> list[list[Segment]]:
+    """Runs of adjacent small segments whose total stays within ``segment_bytes`` and
+    whose records' timestamps span at most ``segment_ms`` (Kafka rolls a segment at
+    ``segment.ms``: retention then drops records of about one age together).
+
+    ``dirty_apart`` (compacted topics): a run never mixes compacted segments (with
+    offsets) and dirty ones, since the merged segment would carry offsets and read as
+    compacted, and its dirty records would never be compacted.
+    """
     groups: list[list[Segment]] = []
     run: list[Segment] = []
     size = 0
     for seg in segments:
         contiguous = not run or run[-1].end_offset == seg.base_offset
+        if dirty_apart and run:
+            contiguous = contiguous and run[-1].has_offsets == seg.has_offsets
+        if segment_ms is not None and run:
+            first = min(min(s.min_timestamp_ms for s in run), seg.min_timestamp_ms)
+            last = max(max(s.max_timestamp_ms for s in run), seg.max_timestamp_ms)
+            contiguous = contiguous and last - first <= segment_ms
         if contiguous and size + seg.size_bytes <= segment_bytes:
             run.append(seg)
             size += seg.size_bytes
@@ -479,10 +554,16 @@ def merge_small_segments(
     dry_run: bool = False,
     leader_epoch: int | None = None,
 ) -> RewriteReport:
-    """Merge runs of small adjacent segments into segments near ``segment.bytes``."""
-    segment_bytes = topic.info.effective_config["segment.bytes"]
+    """Merge runs of small adjacent segments into segments near ``segment.bytes``
+    (each spanning at most ``segment.ms`` of record time)."""
+    config = topic.info.effective_config
     log = topic.partition(partition)
-    groups = plan_merges(log.refresh().segments.all(), segment_bytes)
+    groups = plan_merges(
+        log.refresh().segments.all(),
+        config["segment.bytes"],
+        config["segment.ms"],
+        dirty_apart="compact" in config["cleanup.policy"],
+    )
     report = RewriteReport()
     for group in groups:
         report.replaced_segments += len(group)
@@ -523,9 +604,15 @@ def run_maintenance(
             log, config, now=now, dry_run=dry_run, leader_epoch=leader_epoch
         )
     if "compact" in policy:
-        report.compaction = compact(
-            topic, partition, now=now, dry_run=dry_run, leader_epoch=leader_epoch
-        )
+        why_not = compaction_due(
+            log.refresh(), config, now_ms() if now is None else now
+        )  # the cleaner's choice; compact() itself compacts whatever is dirty
+        if why_not:
+            report.compaction = RewriteReport(skipped_reason=why_not)
+        else:
+            report.compaction = compact(
+                topic, partition, now=now, dry_run=dry_run, leader_epoch=leader_epoch
+            )
     report.merge = merge_small_segments(
         topic, partition, dry_run=dry_run, leader_epoch=leader_epoch
     )
@@ -559,26 +646,18 @@ def collect_garbage(
     now = now_ms() if now is None else now
     topic.reload()
     referenced = _referenced_objects(topic)
-    raw = topic.store.get_or_none(MARKS_KEY)
-    marks = (
-        {k: int(v) for k, v in parse_document(raw, f"{topic.store.url}/{MARKS_KEY}").items()}
-        if raw
-        else {}
-    )
+    marks = read_gc_marks(topic.store, MARKS_KEY)
     report = GcReport(dry_run=dry_run)
     new_marks: dict[str, int] = {}
     for obj in topic.store.list_objects("objects"):
         if obj.key in referenced:
             report.live_objects += 1
             continue
-        marked_at = marks.get(obj.key)
-        if marked_at is None:
+        verdict = mark_or_sweep(obj, marks, new_marks, now, grace_ms)
+        if verdict == "marked":
             report.marked.append(obj.key)
-            new_marks[obj.key] = now
-        elif now - marked_at >= grace_ms and now - obj.modified_ms >= grace_ms:
+        elif verdict == "due":
             report.deleted.append(obj.key)
-        else:
-            new_marks[obj.key] = marked_at
     if dry_run:
         return report
     # Re-check references just before deleting: a writer may have committed meanwhile.
@@ -592,6 +671,30 @@ def collect_garbage(
         "", max(grace_ms, STAGED_OBJECT_MAX_AGE_MS), now
     )
     return report
+
+
+def read_gc_marks(store: ObjectStore, key: str) -> dict[str, int]:
+    """A collector's marks: object key -> when it was first seen unreferenced (ms)."""
+    raw = store.get_or_none(key)
+    if not raw:
+        return {}
+    return {k: int(v) for k, v in parse_document(raw, f"{store.url}/{key}").items()}
+
+
+def mark_or_sweep(
+    obj: ObjectInfo, marks: Mapping[str, int], new_marks: dict[str, int], now: int, grace_ms: int
+) -> str:
+    """The fate of an object nothing references: ``marked`` (first seen now), ``due`` (it
+    has been unreferenced for ``grace_ms`` and is itself that old) or ``kept`` (not yet);
+    the marks the next pass keeps go into ``new_marks``."""
+    marked_at = marks.get(obj.key)
+    if marked_at is None:
+        new_marks[obj.key] = now
+        return "marked"
+    if now - marked_at >= grace_ms and now - obj.modified_ms >= grace_ms:
+        return "due"
+    new_marks[obj.key] = marked_at
+    return "kept"
 
 
 def _referenced_objects(topic: Topic) -> set[str]:
@@ -654,6 +757,25 @@ def prune_group_log(
     """:func:`prune_topic_logs` for a consumer group's log."""
     _check_log_retention(retention_ms)
     log, _ = root.groups.log(group)
+    return PruneReport(
+        prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),
+        dry_run,
+    )
+
+
+def prune_metadata_log(
+    root: LogRoot,
+    retention_ms: int = DEFAULT_LOG_RETENTION_MS,
+    *,
+    now: int | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """:func:`prune_topic_logs` for the cluster metadata log (issue 37: 10,000 topic
+    creations and deletions left 19,994 files in it).  Its snapshots hold the whole
+    image, so nothing before the newest one is ever read again once every reader has
+    moved past it, which the retention window guarantees as it does for shard logs."""
+    _check_log_retention(retention_ms)
+    log = root.metadata.log
     return PruneReport(
         prune_log(root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run),
         dry_run,

@@ -45,7 +45,6 @@ from sparklog.storage.store_backend import (
     ObjectInfo,
     StoreBackend,
     Writable,
-    open_backend,
 )
 from sparklog.storage.store_local import local_root
 
@@ -166,6 +165,16 @@ def _missing_bucket(exc: BaseException) -> bool:
     return isinstance(exc, FileNotFoundError) and "bucket does not exist" in str(exc).lower()
 
 
+def _missing_credentials(exc: BaseException) -> bool:
+    """True when the S3 client found no credentials to sign with (botocore's
+    NoCredentialsError / PartialCredentialsError): waiting does not fix it."""
+    if "botocore.exceptions" not in sys.modules:  # only s3fs raises them, once loaded
+        return False
+    import botocore.exceptions as boto
+
+    return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError)
+
+
 def _precondition_failed(exc: BaseException) -> bool:
     """True when the store refused a create-only write because the key exists (HTTP 412)."""
     for err in (exc, exc.__cause__):
@@ -185,6 +194,27 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def open_backend(
+    url: str,
+    protocol: str,
+    storage_options: Mapping[str, Any],
+    *,
+    fsync: bool,
+    request_timeout_ms: int,
+) -> StoreBackend:
+    """The backend of ``url``, chosen once; fsspec is imported only for non-local roots
+    (and then only when the backend first needs its filesystem).  Here, not in
+    ``store_backend`` (which every backend imports), so no two modules import each other."""
+    if protocol in ("file", "local"):
+        from sparklog.storage.store_local import LocalBackend
+
+        return LocalBackend(url, fsync=fsync)
+    from sparklog.storage.store_fsspec import FsspecBackend, MemoryBackend
+
+    backend = MemoryBackend if protocol == "memory" else FsspecBackend
+    return backend(url, protocol, storage_options, request_timeout_ms=request_timeout_ms)
+
+
 class ObjectStore:
     """A key/value view of one root URL: keys are '/'-separated relative paths.
 
@@ -197,8 +227,13 @@ class ObjectStore:
         url: str,
         storage_options: Mapping[str, Any] | None = None,
         fsync: bool = False,
+        root_url: str | None = None,
     ) -> None:
         self.url = normalize_url(url).rstrip("/")
+        #: the root this store was derived from (itself unless made by :meth:`child`):
+        #: a key beginning with ``/`` names an object below it (:meth:`locate`)
+        self.root_url = self.url if root_url is None else normalize_url(root_url).rstrip("/")
+        self._root_store: ObjectStore | None = None
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.fsync = fsync
         self.request_timeout_ms = self._positive_ms("request_timeout_ms", REQUEST_TIMEOUT_MS)
@@ -229,10 +264,17 @@ class ObjectStore:
 
     # -- pickling ----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "fsync": self.fsync}
+        return {
+            "url": self.url,
+            "storage_options": self.storage_options,
+            "fsync": self.fsync,
+            "root_url": self.root_url,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["storage_options"], state["fsync"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["url"], state["storage_options"], state["fsync"], state.get("root_url")
+        )
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -241,7 +283,7 @@ class ObjectStore:
     def with_request_timeout(self, request_timeout_ms: int) -> ObjectStore:
         """The same root with a shorter deadline per call (e.g. for lease renewal)."""
         options = {**self.storage_options, "request_timeout_ms": request_timeout_ms}
-        return ObjectStore(self.url, options, self.fsync)
+        return ObjectStore(self.url, options, self.fsync, self.root_url)
 
     @property
     def is_local(self) -> bool:
@@ -257,8 +299,24 @@ class ObjectStore:
         return self._backend.path(key)
 
     def child(self, prefix: str) -> ObjectStore:
-        """A store rooted at ``prefix`` below this one."""
-        return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync)
+        """A store rooted at ``prefix`` below this one (same root for ``/`` keys)."""
+        return ObjectStore(f"{self.url}/{prefix}", self.storage_options, self.fsync, self.root_url)
+
+    def locate(self, key: str) -> tuple[ObjectStore, str]:
+        """The store and key that hold ``key``.
+
+        A segment's object key is relative to its topic's folder, except for an
+        object shared by several topics (one broker flush, see
+        :mod:`sparklog.storage.shared_objects`), whose key begins with ``/`` and
+        is relative to the root the topic's store was derived from.
+        """
+        if not key.startswith("/"):
+            return self, key
+        if self.root_url == self.url:
+            return self, key[1:]
+        if self._root_store is None:
+            self._root_store = ObjectStore(self.root_url, self.storage_options, self.fsync)
+        return self._root_store, key[1:]
 
     def _raise_failure(
         self, op: str, key: str, exc: BaseException, outcome_unknown: bool = False
@@ -274,7 +332,17 @@ class ObjectStore:
         """
         if isinstance(exc, SparklogError) or not is_io_failure(exc):
             raise exc
-        where = f"storage root {self.url!r} failed to {op} {key!r}: {type(exc).__name__}: {exc}"
+        what = f"{op} {key!r}" if key else f"{op} the root"  # the root itself has no key
+        where = f"storage root {self.url!r} failed to {what}: {type(exc).__name__}: {exc}"
+        if _missing_credentials(exc):
+            raise StoreAccessError(
+                f"{where}; the S3 client found no credentials: give them as storage options "
+                "(-S key=... -S secret=..., or SPARKLOG_STORAGE_KEY / SPARKLOG_STORAGE_SECRET), "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or an AWS profile (-S profile=NAME); "
+                "-S anon=true for a public bucket",
+                url=self.url,
+                key=key,
+            ) from exc
         if isinstance(exc, PermissionError) or _missing_bucket(exc):
             raise StoreAccessError(
                 f"{where}; check the root's bucket and credentials ({self._credential_source()})",

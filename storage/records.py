@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.clock import now_ms
-from sparklog.errors import InvalidRecordError
+from sparklog.errors import InvalidRecordError, InvalidTimestampError
 
 HEADER_TYPE = pa.list_(
     pa.field("item", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -339,6 +339,35 @@ def record_sizes(table: pa.Table) -> pa.Array:
             ).astype(np.int64)
             size = pc.add(size, pa.array(per_row))
     return size
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_timestamps(
+    batches: Sequence[pa.RecordBatch], before_ms: int, after_ms: int, now: int
+) -> None:
+    """Raise InvalidTimestampError naming the first record whose timestamp is outside
+    ``[now - before_ms, now + after_ms]`` (Kafka's LogValidator for CreateTime topics)."""
+    import pyarrow.compute as pc
+
+    low, high = max(now - before_ms, INT64_MIN), min(now + after_ms, INT64_MAX)
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        stamps = batch.column("timestamp").cast(pa.int64())
+        bounds = pc.min_max(stamps)
+        if bounds["min"].as_py() >= low and bounds["max"].as_py() <= high:
+            continue
+        outside = pc.or_(pc.less(stamps, low), pc.greater(stamps, high))
+        index = pc.index(outside, True).as_py()
+        stamp = stamps[index].as_py()
+        raise InvalidTimestampError(
+            f"record {index} of the batch has timestamp {stamp}, outside the topic's window "
+            f"[{low}, {high}] (the broker's clock {now} minus message.timestamp.before.max.ms="
+            f"{before_ms}, plus message.timestamp.after.max.ms={after_ms}); accepted: a "
+            "timestamp in the window, or the topic's message.timestamp.type=LogAppendTime"
+        )
 
 
 def check_sizes(records: pa.Table | Sequence[pa.RecordBatch], max_message_bytes: int) -> None:

@@ -1,6 +1,7 @@
 """Segment objects: immutable Arrow IPC files holding batches for many partitions.
 
-One flush writes one object per topic.  Inside it, each partition's record
+One flush writes one object per topic (or one for several topics:
+:mod:`sparklog.storage.shared_objects`).  Inside a topic's object, each partition's record
 batches are contiguous, so a partition's share of the object is one byte range:
 a *segment*.  The object is a valid Arrow IPC file (any Arrow tool reads it);
 its schema's metadata (key ``sparklog.partitions``) names each partition's batch
@@ -16,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from queue import SimpleQueue
@@ -144,6 +145,17 @@ def object_key_for(created_ms: int) -> str:
     return f"objects/{day}/{uuid.uuid4().hex}.arrow"
 
 
+@dataclass(frozen=True)
+class Section:
+    """One topic's share of an object: its partitions' batches and how to write them."""
+
+    parts: Mapping[int, Sequence[pa.RecordBatch]]
+    schema: pa.Schema
+    compression: str = "none"
+    schema_id: str = ""
+    has_offsets: bool = False
+
+
 def write_object(
     store: ObjectStore,
     parts: Mapping[int, Sequence[pa.RecordBatch]],
@@ -159,25 +171,40 @@ def write_object(
     create-only under a fresh UUID; nothing is visible to readers until the
     segments are committed to partition logs.
     """
-    codec = _check_compression(compression)
     created = now_ms()
     key = object_key_for(created)
-    options = pa.ipc.IpcWriteOptions(compression=codec)
-    order = sorted(p for p, batches in parts.items() if any(b.num_rows for b in batches))
-    footer: dict[str, dict[str, int]] = {}
-    first = 0
-    for p in order:
-        n = sum(1 for b in parts[p] if b.num_rows)
-        rows = sum(b.num_rows for b in parts[p])
-        footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
-        first += n
-    spans: dict[int, tuple[int, int, int, int, int]] = {}
+    section = Section(parts, schema, compression, schema_id, has_offsets)
+    return write_sections(store, key, [section], created_ms=created)[0]
+
+
+def write_sections(
+    store: ObjectStore,
+    key: str,
+    sections: Sequence[Section],
+    *,
+    created_ms: int,
+    segment_key: str | None = None,
+    trailer: Callable[[list[tuple[int, int]]], bytes] | None = None,
+) -> list[dict[int, Segment]]:
+    """Upload one object of consecutive sections; each section's staged segments.
+
+    Each section is a whole Arrow IPC file (its schema's metadata holds its
+    partition directory), so an object of one section is format 2's topic
+    object, and a segment's byte range is IPC messages read with its topic's
+    schema wherever the section starts.  ``trailer`` (bytes after the last
+    section, outside every segment, made from each section's byte span) is how
+    an object shared by several topics names them.  Segments record
+    ``segment_key`` (default ``key``) as their object.
+    """
+    codecs = [_check_compression(section.compression) for section in sections]
+    plans = [_plan_section(section) for section in sections]
+    spans: list[dict[int, tuple[int, int, int, int, int]]] = [{} for _ in sections]
+    bounds = [
+        timestamp_bounds(section.parts, order)
+        for section, (order, _) in zip(sections, plans, strict=True)
+    ]
 
     def serialize(target: Writable) -> None:
-        # the directory goes in the schema's metadata: pyarrow < 21 cannot write footer metadata
-        directory = {FOOTER_KEY: json.dumps(footer).encode()}
-        file_schema = schema.with_metadata({**(schema.metadata or {}), **directory})
-        position = 8 + file_schema.serialize().size  # magic + schema message precede batch one
         hashing = _HashingWriter(target)
         try:
             # Arrow writes an IPC message as many small chunks (about 20 for a small
@@ -186,51 +213,85 @@ def write_object(
             sink = pa.BufferedOutputStream(
                 pa.PythonFile(hashing, mode="w"), buffer_size=_SMALL_CHUNK_BYTES
             )
-            writer = pa.ipc.new_file(sink, file_schema, options=options)
-            for p in order:
-                start = position
-                hashing.begin(start)
-                for batch in parts[p]:
-                    if batch.num_rows:
-                        writer.write_batch(batch)
+            section_spans: list[tuple[int, int]] = []
+            for i, section in enumerate(sections):
+                order, footer = plans[i]
+                # the directory goes in the schema's metadata: pyarrow < 21 cannot write
+                # footer metadata
+                directory = {FOOTER_KEY: json.dumps(footer).encode()}
+                schema = section.schema
+                file_schema = schema.with_metadata({**(schema.metadata or {}), **directory})
+                if hashing.position % 8:  # a section starts 8-aligned, as a file does
+                    sink.write(bytes(8 - hashing.position % 8))
+                    sink.flush()
+                section_start = hashing.position
+                # magic + schema message precede batch one
+                position = hashing.position + 8 + file_schema.serialize().size
+                options = pa.ipc.IpcWriteOptions(compression=codecs[i])
+                writer = pa.ipc.new_file(sink, file_schema, options=options)
+                for p in order:
+                    start = position
+                    hashing.begin(start)
+                    for batch in section.parts[p]:
+                        if batch.num_rows:
+                            writer.write_batch(batch)
+                    sink.flush()
+                    position = hashing.position
+                    hashing.end()
+                    if not hashing.message_at_start:
+                        raise CorruptRecordError(
+                            f"object {key!r} was laid out unexpectedly (no message at byte {start})"
+                        )
+                    ts_min, ts_max = bounds[i][p]
+                    spans[i][p] = (start, position, footer[str(p)]["rows"], ts_min, ts_max)
+                writer.close()
                 sink.flush()
-                position = hashing.position
-                hashing.end()
-                if not hashing.message_at_start:
-                    raise CorruptRecordError(
-                        f"object {key!r} was laid out unexpectedly (no message at byte {start})"
-                    )
-                ts_min, ts_max = bounds[p]
-                spans[p] = (start, position, footer[str(p)]["rows"], ts_min, ts_max)
-            writer.close()
+                section_spans.append((section_start, hashing.position))
+            if trailer is not None:
+                sink.write(trailer(section_spans))
             sink.flush()
         finally:
             checksums.extend(hashing.finish())
 
     checksums: list[int] = []
-    bounds = timestamp_bounds(parts, order)
     store.create_streamed(key, serialize)
-    out = {}
-    for p, checksum in zip(order, checksums, strict=True):
-        start, end, rows, ts_lo, ts_hi = spans[p]
-        span = rows
-        if has_offsets:
-            span = _offset_span(parts[p])
-        out[p] = Segment(
-            object_key=key,
-            byte_start=start,
-            byte_end=end,
-            batch_count=footer[str(p)]["batch_count"],
-            record_count=rows,
-            offset_span=span,
-            min_timestamp_ms=ts_lo,
-            max_timestamp_ms=ts_hi,
-            checksum=checksum,
-            created_ms=created,
-            has_offsets=has_offsets,
-            schema_id=schema_id,
-        )
+    out: list[dict[int, Segment]] = []
+    hashes = iter(checksums)
+    for i, section in enumerate(sections):
+        order, footer = plans[i]
+        segments = {}
+        for p in order:
+            start, end, rows, ts_lo, ts_hi = spans[i][p]
+            segments[p] = Segment(
+                object_key=segment_key or key,
+                byte_start=start,
+                byte_end=end,
+                batch_count=footer[str(p)]["batch_count"],
+                record_count=rows,
+                offset_span=_offset_span(section.parts[p]) if section.has_offsets else rows,
+                min_timestamp_ms=ts_lo,
+                max_timestamp_ms=ts_hi,
+                checksum=next(hashes),
+                created_ms=created_ms,
+                has_offsets=section.has_offsets,
+                schema_id=section.schema_id,
+            )
+        out.append(segments)
     return out
+
+
+def _plan_section(section: Section) -> tuple[list[int], dict[str, dict[str, int]]]:
+    """The partitions written (those with rows, in order) and the section's directory."""
+    parts = section.parts
+    order = sorted(p for p, batches in parts.items() if any(b.num_rows for b in batches))
+    footer: dict[str, dict[str, int]] = {}
+    first = 0
+    for p in order:
+        n = sum(1 for b in parts[p] if b.num_rows)
+        rows = sum(b.num_rows for b in parts[p])
+        footer[str(p)] = {"first_batch": first, "batch_count": n, "rows": rows}
+        first += n
+    return order, footer
 
 
 class _HashingWriter:
@@ -445,8 +506,9 @@ def read_segment(
     store: ObjectStore, segment: Segment, schema: pa.Schema, verify: bool = True
 ) -> list[pa.RecordBatch]:
     """The segment's record batches, checksum verified; offsets not yet added."""
+    store, key = store.locate(segment.object_key)
     try:
-        data = store.get_range(segment.object_key, segment.byte_start, segment.byte_end)
+        data = store.get_range(key, segment.byte_start, segment.byte_end)
     except FileNotFoundError as exc:
         raise CorruptRecordError(
             f"object {store.url}/{segment.object_key} referenced by a committed segment is missing"

@@ -3,8 +3,9 @@
 :class:`~sparklog.storage.objectstore.ObjectStore` is the one face of a root: it
 validates options, pickles, and turns failures into sparklog's errors once.  Each
 kind of root gets one backend class behind it, chosen once when the store opens
-(:func:`open_backend`), instead of an ``if local / if memory / else`` in every
-method: a local folder (os and shutil calls, no fsspec), ``memory://`` (fsspec's
+(:func:`sparklog.storage.objectstore.open_backend`: the backends import this module, so it
+imports none of them), instead of an ``if local / if memory / else`` in every method: a
+local folder (os and shutil calls, no fsspec), ``memory://`` (fsspec's
 memory filesystem under a process-wide create lock) and every other fsspec URL
 (S3 through s3fs, with direct GETs).  Backends take full paths (``path(key)``)
 and raise the underlying exceptions as they come; ``FileNotFoundError`` means
@@ -13,7 +14,7 @@ absent everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -99,23 +100,3 @@ class StoreBackend(Protocol):
     def remove_stale_temp_files(self, path: str, older_than_ms: int, now_ms: int) -> list[str]: ...
 
     def ensure_root(self) -> None: ...
-
-
-def open_backend(
-    url: str,
-    protocol: str,
-    storage_options: Mapping[str, Any],
-    *,
-    fsync: bool,
-    request_timeout_ms: int,
-) -> StoreBackend:
-    """The backend of ``url``, chosen once; fsspec is imported only for non-local roots
-    (and then only when the backend first needs its filesystem)."""
-    if protocol in ("file", "local"):
-        from sparklog.storage.store_local import LocalBackend
-
-        return LocalBackend(url, fsync=fsync)
-    from sparklog.storage.store_fsspec import FsspecBackend, MemoryBackend
-
-    backend = MemoryBackend if protocol == "memory" else FsspecBackend
-    return backend(url, protocol, storage_options, request_timeout_ms=request_timeout_ms)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
+from sparklog.clock import now_ms
 from sparklog.errors import (
     InvalidRecordError,
     PolicyViolationError,
@@ -21,6 +22,7 @@ from sparklog.errors import (
 )
 from sparklog.settings import KAFKA_CODECS
 from sparklog.storage.background import background_pool, outcome
+from sparklog.storage.config import LONG_MAX, timestamp_window
 from sparklog.storage.log import (
     STAGED_OBJECT_MAX_AGE_MS,
     AppendResult,
@@ -28,8 +30,8 @@ from sparklog.storage.log import (
     ProducerBatch,
     ShardLog,
 )
-from sparklog.storage.records import check_sizes, normalize, record_schema
-from sparklog.storage.segments import Segment, write_object
+from sparklog.storage.records import check_sizes, check_timestamps, normalize, record_schema
+from sparklog.storage.segments import Section, Segment, write_object
 
 if TYPE_CHECKING:
     from sparklog.storage.catalog import LogRoot, TopicInfo
@@ -151,12 +153,18 @@ class Topic:
         caller (:meth:`write` runs it beside the object's write).
         """
         config = self.info.effective_config
-        return normalize(
+        log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+        batches = normalize(
             data,
             self.info.record_schema,
-            log_append_time=config["message.timestamp.type"] == "LogAppendTime",
+            log_append_time=log_append_time,
             max_message_bytes=config["max.message.bytes"] if check_sizes else None,
         )
+        if not log_append_time:  # LogAppendTime stamps the write time: always in the window
+            before, after = timestamp_window(self.info.config)
+            if before < LONG_MAX or after < LONG_MAX:
+                check_timestamps(batches, before, after, now_ms())
+        return batches
 
     def normalize_many(self, inputs: Sequence[pa.RecordBatch | pa.Table]) -> list[Normalized]:
         """:meth:`normalize` of many inputs (a request's partitions), once per input schema.
@@ -233,8 +241,7 @@ class Topic:
             else:
                 batches = [b for d in data for b in self.normalize(d)]
             ready[p] = batches
-        topic_codec = self.info.effective_config["compression.type"]
-        codec = compression if topic_codec == "producer" else KAFKA_CODECS[topic_codec]
+        codec = self.codec_for(compression)
         checking = None
         if unchecked:
             limit = self.info.effective_config["max.message.bytes"]
@@ -255,6 +262,32 @@ class Topic:
                         self.store.delete(key)
                 raise
         return staged
+
+    def codec_for(self, compression: str) -> str:
+        """The codec an object of this topic is written with: the topic's
+        ``compression.type``, or the producer's (``compression``) when it says ``producer``."""
+        topic_codec = self.info.effective_config["compression.type"]
+        return compression if topic_codec == "producer" else KAFKA_CODECS[topic_codec]
+
+    def section(
+        self, parts: Mapping[int, Sequence[pa.RecordBatch]], compression: str = "none"
+    ) -> Section:
+        """This topic's section of an object shared with other topics (validated batches).
+
+        The same checks as :meth:`write` (a producible topic, partitions in range)
+        and the same codec; the caller writes the object
+        (:func:`sparklog.storage.shared_objects.write_shared_object`).
+        """
+        self.check_writable()
+        for p in parts:
+            if not 0 <= p < self.info.partitions:
+                self.partition(p)  # raises with the accepted range
+        return Section(
+            parts,
+            self.info.record_schema,
+            self.codec_for(compression),
+            self.info.value_schema_id,
+        )
 
     def check_writable(self) -> None:
         """Refuse producers on a mirror topic (POLICY_VIOLATION), naming its link."""

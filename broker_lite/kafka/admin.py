@@ -18,7 +18,7 @@ from kio.index import load_response_schema
 from sparklog.broker_lite import topic_caps
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
-from sparklog.broker_lite.kafka.metadata import topic_uuid
+from sparklog.broker_lite.kafka.topic_ids import topic_uuid
 from sparklog.errors import (
     InvalidRequestError,
     SecurityDisabledError,

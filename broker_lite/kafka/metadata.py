@@ -13,20 +13,13 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import acl, auto_create, consumer_offsets
+from sparklog.broker_lite.kafka import acl, auto_create, consumer_offsets, topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+from sparklog.broker_lite.kafka.topic_ids import topic_uuid
 from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
 from sparklog.storage.catalog import validate_topic_name
 
 CLUSTER_ID = "sparklog"
-
-
-def topic_uuid(topic_id: str) -> uuid.UUID:
-    """A sparklog topic id as Kafka's UUID (the zero UUID if it is not one)."""
-    try:
-        return uuid.UUID(hex=topic_id)
-    except (ValueError, TypeError, AttributeError):
-        return uuid.UUID(int=0)
 
 
 def kafka_brokers(broker: Any) -> dict[int, tuple[str, int]]:
@@ -47,8 +40,6 @@ def controller_id(brokers: dict[int, tuple[str, int]]) -> int:
 def _named_by_id(broker: Any, topics: Any) -> tuple[list[str], list[uuid.UUID]]:
     """Metadata v10+ topics asked for by id alone (KIP-848 clients look up the ids their
     assignment names): (the names of those found, the ids not found)."""
-    from sparklog.broker_lite.kafka import topic_ids  # it imports this module
-
     names, unknown = [], []
     for t in topics:
         topic_id = getattr(t, "topic_id", None)

@@ -13,11 +13,18 @@ import uuid
 from typing import Any
 
 from sparklog.broker_lite.kafka import consumer_offsets
-from sparklog.broker_lite.kafka.metadata import topic_uuid
 from sparklog.errors import SparklogError
 
 _lock = threading.Lock()
 _names: dict[uuid.UUID, str] = {}
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """A sparklog topic id as Kafka's UUID (the zero UUID if it is not one)."""
+    try:
+        return uuid.UUID(hex=topic_id)
+    except (ValueError, TypeError, AttributeError):
+        return uuid.UUID(int=0)
 
 
 def id_of(broker: Any, name: str) -> uuid.UUID:

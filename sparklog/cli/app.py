@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from sparklog.cli.output import plural, print_json, print_table, quiet_exit, say, stdout
-from sparklog.cli.parse import one_group, parse_offset_spec, parse_pairs
+from sparklog.cli.parse import one_group, one_topic, parse_offset_spec, parse_pairs
 from sparklog.cli.records import consume, produce
 from sparklog.cli.state import CliState, check_output, state
 from sparklog.errors import InvalidConfigurationError, SparklogError, TopicAlreadyExistsError
@@ -63,6 +63,20 @@ app.command("produce")(produce)
 app.command("consume")(consume)
 
 
+def _print_version(asked: bool) -> None:
+    """``sparklog --version``: the installed package's version, as Kafka's tools' --version."""
+    if not asked:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("sparklog")
+    except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        found = "unknown (not installed)"
+    say(f"sparklog {found}")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -82,6 +96,13 @@ def main_options(
         ),
     ] = None,
     output: str = typer.Option("table", "--output", "-o", metavar="FORMAT", help="table or json"),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print sparklog's version and exit",
+    ),
 ) -> None:
     """sparklog: Kafka's model on object storage, for Spark."""
     # Only stored here: the address is checked when a command uses it, so any
@@ -90,6 +111,11 @@ def main_options(
 
 
 TOPIC = typer.Argument(..., metavar="TOPIC", help="Topic name")
+#: the topic of a ``topics`` command: an argument, or kafka-topics' ``--topic TOPIC``
+TOPIC_ARGUMENT = typer.Argument(None, metavar="TOPIC", help="Topic name")
+TOPIC_OPTION = typer.Option(
+    None, "--topic", metavar="TOPIC", help="The topic (kafka-topics' spelling)"
+)
 GROUP = typer.Argument(..., metavar="GROUP", help="Consumer group id")
 
 
@@ -143,7 +169,8 @@ def _print_topic(desc: TopicDescription, as_json: bool) -> None:
 @topics_app.command("create")
 def topics_create(
     ctx: typer.Context,
-    name: str = TOPIC,
+    topic: str | None = TOPIC_ARGUMENT,
+    topic_option: str | None = TOPIC_OPTION,
     partitions: int = typer.Option(
         1, "--partitions", "-p", metavar="N", help="Number of partitions"
     ),
@@ -169,6 +196,7 @@ def topics_create(
     it is created (at most one per partition), so its leaders spread over the
     brokers; set --config commit.shards=N to choose (fixed at creation).
     """
+    name = one_topic(topic, topic_option)
     st = state(ctx)
     pairs = parse_pairs(config or [], "--config")
     with st.admin(create=True) as admin:
@@ -212,8 +240,13 @@ def topics_list(ctx: typer.Context) -> None:
 
 
 @topics_app.command("describe")
-def topics_describe(ctx: typer.Context, name: str = TOPIC) -> None:
+def topics_describe(
+    ctx: typer.Context,
+    topic: str | None = TOPIC_ARGUMENT,
+    topic_option: str | None = TOPIC_OPTION,
+) -> None:
     """Show a topic. Per partition: leader, log start, high watermark, size; and its config."""
+    name = one_topic(topic, topic_option)
     st = state(ctx)
     with st.admin() as admin:
         _print_topic(admin.describe_topic(name), st.json)
@@ -222,7 +255,8 @@ def topics_describe(ctx: typer.Context, name: str = TOPIC) -> None:
 @topics_app.command("alter")
 def topics_alter(
     ctx: typer.Context,
-    name: str = TOPIC,
+    topic: str | None = TOPIC_ARGUMENT,
+    topic_option: str | None = TOPIC_OPTION,
     config: Annotated[
         list[str] | None, typer.Option("--config", "-c", metavar="K=V", help="Config to set")
     ] = None,
@@ -233,6 +267,7 @@ def topics_alter(
     partitions: int | None = typer.Option(None, "--partitions", "-p", hidden=True),
 ) -> None:
     """Change topic config. Set keys with --config, remove them with --delete-config."""
+    name = one_topic(topic, topic_option)
     if partitions is not None:  # kafka-topics --alter --partitions N: a reflex worth a hint
         raise InvalidConfigurationError(
             f"topics alter changes configs, not the partition count; accepted: sparklog topics "
@@ -259,12 +294,14 @@ def topics_alter(
 @topics_app.command("add-partitions")
 def topics_add_partitions(
     ctx: typer.Context,
-    name: str = TOPIC,
+    topic: str | None = TOPIC_ARGUMENT,
+    topic_option: str | None = TOPIC_OPTION,
     partitions: int = typer.Option(
         ..., "--partitions", "-p", metavar="N", help="New total partition count"
     ),
 ) -> None:
     """Grow a topic to a total number of partitions."""
+    name = one_topic(topic, topic_option)
     st = state(ctx)
     with st.admin() as admin:
         desc = admin.add_partitions(name, partitions)
@@ -275,8 +312,13 @@ def topics_add_partitions(
 
 
 @topics_app.command("delete")
-def topics_delete(ctx: typer.Context, name: str = TOPIC) -> None:
+def topics_delete(
+    ctx: typer.Context,
+    topic: str | None = TOPIC_ARGUMENT,
+    topic_option: str | None = TOPIC_OPTION,
+) -> None:
     """Delete a topic and its data."""
+    name = one_topic(topic, topic_option)
     st = state(ctx)
     with st.admin() as admin:
         admin.delete_topic(name)
@@ -349,16 +391,67 @@ def groups_describe(
     group_option: str | None = typer.Option(
         None, "--group", metavar="GROUP", help="The group (kafka-consumer-groups' spelling)"
     ),
+    all_groups: bool = typer.Option(
+        False, "--all-groups", help="Describe every group (kafka-consumer-groups' flag)"
+    ),
     members: bool = typer.Option(False, "--members", help="Show members and their partitions"),
+    group_state: bool = typer.Option(
+        False, "--state", help="One line per group: state, generation, strategy, members"
+    ),
 ) -> None:
-    """Show a group. Per partition: committed offset, high watermark, lag, member."""
-    name = one_group(group, group_option)
+    """Show a group. Per partition: committed offset, high watermark, lag, member.
+
+    As kafka-consumer-groups --describe: --all-groups for every group, --members
+    for the members, --state for the group's state alone.
+    """
+    if members and group_state:
+        raise InvalidConfigurationError("--members and --state both given; accepted: one of them")
+    if all_groups and (group or group_option):
+        raise InvalidConfigurationError(
+            f"--all-groups and a group ({group or group_option!r}) both given; accepted: one "
+            "of them"
+        )
     st = state(ctx)
     with st.admin() as admin:
-        desc = admin.describe_group(name)
-    if st.json:
-        print_json(group_doc(desc))
+        names = admin.list_groups() if all_groups else [one_group(group, group_option)]
+        found = [admin.describe_group(name) for name in names]
+    if group_state:
+        _print_group_states(found, st.json, many=all_groups)
         return
+    if st.json:
+        if all_groups:
+            print_json([group_doc(desc) for desc in found])
+        else:
+            print_json(group_doc(found[0]))
+        return
+    for desc in found:
+        _print_group(desc, members)
+
+
+def _print_group_states(found: list[GroupDescription], as_json: bool, *, many: bool) -> None:
+    """``--state``: each group's state line (kafka-consumer-groups --describe --state)."""
+    docs = [
+        {
+            "group": d.group,
+            "state": d.state,
+            "generation": d.generation,
+            "strategy": d.strategy,
+            "members": len(d.members),
+        }
+        for d in found
+    ]
+    if as_json:
+        print_json(docs if many else docs[0])
+        return
+    print_table(
+        None,
+        ["group", "state", "generation", "strategy", "members"],
+        [(d["group"], d["state"], d["generation"], d["strategy"], d["members"]) for d in docs],
+    )
+
+
+def _print_group(desc: GroupDescription, members: bool) -> None:
+    """One group's table: its partitions and lag, or (``members``) its members."""
     stdout.print(
         f"[bold]{desc.group}[/]  state {desc.state}  generation {desc.generation}  "
         f"{plural(len(desc.members), 'member')}  total lag {desc.total_lag}"
@@ -500,12 +593,15 @@ def broker_start(
             f"the broker is not available in this installation ({exc}); accepted: a "
             "storage root address works without one"
         ) from None
+    from sparklog.mirror.admin import RootLinks
+
     serve(
         config_path=config,
         root=root,
         listen=listen,
         broker_id=broker_id,
         kafka_listen=kafka_listen,
+        mirror=RootLinks,  # this process runs mirror links: the broker is handed the hook
     )
 
 
@@ -556,6 +652,8 @@ KAFKA_HINTS = {
     "--reset-offsets": "sparklog groups reset-offsets GROUP --topic TOPIC --to-earliest",
     "--delete-offsets": "sparklog groups delete-offsets GROUP --topic TOPIC",
     "--consumer-property": "use --storage-option K=V for storage, or the command's options",
+    "--files": "sparklog dump-log TOPIC [--partition N] [--object KEY] --print-data "
+    "(segments are named by topic and partition, on the storage root)",
 }
 
 
@@ -570,7 +668,38 @@ GLOBAL_FLAGS = {
 }
 
 
-def _hint(message: str) -> str:
+def _command_words(argv: list[str]) -> list[str]:
+    """The command path of a command line (``topics describe``): its words before the first
+    option, global options and their values skipped."""
+    words: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in GLOBAL_FLAGS:
+            index += 2
+            continue
+        if arg.startswith("-"):
+            if words:
+                break
+            index += 1
+            continue
+        words.append(arg)
+        index += 1
+    return words
+
+
+def _topic_hint(argv: list[str]) -> str:
+    """The sparklog form of ``--topic X`` on a command that takes the topic as an argument."""
+    words = _command_words(argv)
+    value = "TOPIC"
+    if "--topic" in argv and argv.index("--topic") + 1 < len(argv):
+        value = argv[argv.index("--topic") + 1]
+    if words:
+        return f"name the topic as an argument: sparklog {' '.join(words)} {value}"
+    return KAFKA_HINTS["--topic"]
+
+
+def _hint(message: str, argv: list[str] | None = None) -> str:
     """A usage error about a Kafka tool's flag, with the sparklog form of that flag."""
     import re
 
@@ -581,7 +710,7 @@ def _hint(message: str) -> str:
             f"{message} ({flag} is a global option: put it before the command, as in "
             f"sparklog {flag} {GLOBAL_FLAGS[flag]} consume TOPIC)"
         )
-    hint = KAFKA_HINTS.get(flag)
+    hint = _topic_hint(argv or []) if flag == "--topic" else KAFKA_HINTS.get(flag)
     return f"{message} (sparklog form: {hint})" if hint else message
 
 
@@ -623,6 +752,9 @@ def _setup_logging() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user mistakes become one line on stderr and a non-zero exit."""
     args = list(sys.argv[1:] if argv is None else argv)
+    from sparklog.cli import state as cli_state
+
+    cli_state.COMMAND_LINE[:] = args
     as_json = _json_errors(args)
     _setup_logging()
     try:
@@ -638,7 +770,7 @@ def main(argv: list[str] | None = None) -> None:
         code = getattr(exc, "exit_code", 2) or 2
         if not message.strip():  # no_args_is_help: the help was printed already
             raise SystemExit(code) from None
-        _fail(_hint(message), code, as_json=as_json, kind="USAGE")
+        _fail(_hint(message, args), code, as_json=as_json, kind="USAGE")
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except BrokenPipeError:

@@ -10,6 +10,7 @@ Consuming: kcat format strings (``-f '%k %s %p %o %T %h'``) and Kafka's
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,10 +144,13 @@ def decode(value: bytes | None) -> Any:
         return {"base64": base64.b64encode(value).decode()}
 
 
+def iso_ms(ms: int) -> str:
+    """A timestamp in milliseconds as ISO 8601 UTC (records' ``timestamp`` in JSON)."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
 def record_doc(record: Any) -> dict[str, Any]:
     """The JSON shape of a record, the same in every command that prints one."""
-    from sparklog.cli.output import iso_ms
-
     value = record.value
     return {
         "topic": record.topic,

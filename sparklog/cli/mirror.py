@@ -212,9 +212,9 @@ def run(
 
     Until the link is deleted or the process stopped; --once stops when caught up.
     """
-    from sparklog.mirror.copier import mirror_for
-    from sparklog.mirror.copier import run as run_link
     from sparklog.mirror.links import get_link
+    from sparklog.mirror.runner import mirror_for
+    from sparklog.mirror.runner import run as run_link
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     root = _root(ctx, "run")

@@ -6,7 +6,6 @@ a width wide enough for any table (``COLUMNS`` still wins when set).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import sys
@@ -138,7 +137,3 @@ def quiet_exit() -> NoReturn:
     except OSError:
         pass
     raise typer.Exit(0)
-
-
-def iso_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")

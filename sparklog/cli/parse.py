@@ -51,14 +51,26 @@ def parse_offset_spec(text: str) -> Any:
         ) from None
 
 
-def one_group(positional: str | None, option: str | None) -> str:
-    """The group named as an argument or with ``--group`` (kafka-consumer-groups' spelling),
-    exactly once."""
+def one_named(positional: str | None, option: str | None, what: str) -> str:
+    """The ``what`` (topic, group) named as an argument or with ``--what`` (Kafka tools'
+    spelling), exactly once."""
     if positional and option and positional != option:
         raise InvalidConfigurationError(
-            f"two groups named ({positional!r} and --group {option!r}); accepted: one of them"
+            f"two {what}s named ({positional!r} and --{what} {option!r}); accepted: one of them"
         )
     name = positional or option
     if not name:
-        raise InvalidConfigurationError("no group named; accepted: GROUP or --group GROUP")
+        raise InvalidConfigurationError(
+            f"no {what} named; accepted: {what.upper()} or --{what} {what.upper()}"
+        )
     return name
+
+
+def one_group(positional: str | None, option: str | None) -> str:
+    """The group named as an argument or with ``--group`` (kafka-consumer-groups)."""
+    return one_named(positional, option, "group")
+
+
+def one_topic(positional: str | None, option: str | None) -> str:
+    """The topic named as an argument or with ``--topic`` (kafka-topics)."""
+    return one_named(positional, option, "topic")

@@ -162,7 +162,7 @@ def produce(
                 producer.flush()
                 written, failure = _tally(futures, counts)
                 raise PartlyDoneError(
-                    f"line {len(futures) + 1}: {exc}; "
+                    f"line {len(futures) + 1}: {exc}{_create_hint(exc, topic)}; "
                     f"{_written_report(written, len(futures), counts, failure)}; "
                     "nothing after it was sent"
                 ) from exc
@@ -178,7 +178,7 @@ def produce(
             if failure is not None:
                 error = failure[1]
                 raise PartlyDoneError(
-                    f"{type(error).__name__}: {error}; "
+                    f"{type(error).__name__}: {error}{_create_hint(error, topic)}; "
                     f"{_written_report(written, len(futures), counts, failure)}"
                 ) from error
     finally:
@@ -197,6 +197,15 @@ def produce(
         )
     else:
         say(f"produced {plural(total, 'record')} to {topic} ({plural(len(counts), 'partition')})")
+
+
+def _create_hint(error: BaseException, topic: str) -> str:
+    """For a topic that does not exist, the command that creates it (producing never does)."""
+    from sparklog.errors import UnknownTopicOrPartitionError
+
+    if isinstance(error, UnknownTopicOrPartitionError) and "partition" not in str(error):
+        return f" (create it first: sparklog topics create {topic} --partitions N)"
+    return ""
 
 
 def _progress(total_bytes: int) -> Any:

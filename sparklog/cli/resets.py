@@ -190,11 +190,19 @@ def reset_offsets(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Only print the plan (the default; Kafka's flag)"
     ),
+    create_group: bool = typer.Option(
+        False,
+        "--create-group",
+        help="With --execute, create the group if it does not exist (a misspelt group is "
+        "otherwise refused)",
+    ),
 ) -> None:
     """Plan new committed offsets. They change only with --execute.
 
     Out-of-range targets are clamped to [log start, high watermark], with a
-    warning naming each clamped partition.
+    warning naming each clamped partition. A group that does not exist is
+    refused with --execute unless --create-group is given (kafka-consumer-groups
+    creates it without a word, so a misspelt name would make a new group).
     """
     group = one_group(group_argument, group_option)
     if dry_run and execute:
@@ -236,6 +244,9 @@ def reset_offsets(
     if how == "file" and scope_count:
         raise InvalidConfigurationError("--from-file names its topics; drop --topic / --all-topics")
     with st.admin() as admin:
+        known = admin.list_groups()
+        if group not in known:
+            _unknown_group(group, known, execute=execute, create=create_group)
         scopes: dict[str, set[int] | None] = {}
         if how == "file":
             for name, partition in value:
@@ -289,6 +300,28 @@ def reset_offsets(
         )
     if not execute:
         stderr.print("dry run: nothing changed; add --execute to apply")
+
+
+def _unknown_group(group: str, known: list[str], *, execute: bool, create: bool) -> None:
+    """A reset of a group that does not exist: refused with --execute unless --create-group
+    (the dry run says so); the message names close group names, since a typo is likeliest."""
+    import difflib
+
+    close = difflib.get_close_matches(group, known, n=3)
+    nearby = f" (did you mean {', '.join(repr(g) for g in close)}?)" if close else ""
+    if not execute:
+        stderr.print(
+            f"note: group {group!r} does not exist{nearby}; --execute refuses it unless "
+            "--create-group is given",
+            highlight=False,
+        )
+    elif not create:
+        from sparklog.errors import GroupIdNotFoundError
+
+        raise GroupIdNotFoundError(
+            f"group {group!r} does not exist{nearby}; nothing changed. To create it with these "
+            "offsets, add --create-group"
+        )
 
 
 def _apply(admin: Any, group: str, plan: list[Planned]) -> None:

@@ -199,12 +199,13 @@ def _resources(
     return found
 
 
-def _print_bindings(st: CliState, bindings: list[dict[str, str]]) -> None:
+def _print_bindings(st: CliState, bindings: list[dict[str, str]], title: str | None = None) -> None:
+    """ACL bindings as JSON or a table, under ``title`` (what the rows are) when given."""
     if st.json:
         print_json(bindings)
         return
     print_table(
-        None,
+        title,
         ["PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "NAME", "PATTERN", "HOST"],
         [
             [
@@ -330,9 +331,12 @@ def acls_remove(
         _filters(allow_principal, deny_principal, operation, resources, resource_pattern_type),
     )
     removed = {acls.key(b): b for found in matched for b in found}
-    if not st.json:
-        say(f"{len(removed)} ACL{'s' if len(removed) != 1 else ''} removed")
-    _print_bindings(st, list(removed.values()))
+    if not removed and not st.json:
+        say("no ACL matched: nothing removed")
+        return
+    # headed as what was removed: a bare table reads like the ACLs that remain
+    title = f"removed {len(removed)} ACL{'s' if len(removed) != 1 else ''}:"
+    _print_bindings(st, list(removed.values()), title)
 
 
 @acls_app.command("list")
@@ -373,7 +377,97 @@ _CLIENT = typer.Option(
 )
 
 
-def _quota_entity(user: str | None, client_id: str | None) -> list[tuple[str, str | None]]:
+_ENTITY_TYPE = typer.Option(
+    None,
+    "--entity-type",
+    metavar="TYPE",
+    help="kafka-configs' spelling: users or clients, each followed by --entity-name or "
+    "--entity-default (repeatable)",
+)
+_ENTITY_NAME = typer.Option(
+    None, "--entity-name", metavar="NAME", help="The name of the --entity-type before it"
+)
+_ENTITY_DEFAULT = typer.Option(
+    False, "--entity-default", help="The default entity of the --entity-type before it"
+)
+#: kafka-configs' --entity-type for quotas, and this command's option of the same entity
+ENTITY_TYPES = {"users": "user", "clients": "client-id"}
+
+
+def _kafka_entity(
+    argv: list[str],
+    types: list[str] | None,
+    names: list[str] | None,
+    default: bool,
+    *,
+    bare_is_any: bool = False,
+) -> dict[str, str | None]:
+    """kafka-configs' ``--entity-type users --entity-name bob [--entity-type clients
+    --entity-default]`` as {"user": "bob", "client-id": ""}: each type takes the name, or
+    the default (""), after it.  ``bare_is_any`` (describe): a type with neither means
+    every entity of that type (None), as ``kafka-configs --describe --entity-type users``.
+
+    Read in command-line order from ``argv`` (options of different names lose their order
+    once parsed); InvalidConfigurationError names a type or pairing not accepted.
+    """
+    if not types:
+        if names or default:
+            raise InvalidConfigurationError(
+                "--entity-name / --entity-default without --entity-type; accepted: "
+                "--entity-type users|clients --entity-name NAME (or --entity-default)"
+            )
+        return {}
+    for kind in types:
+        if kind not in ENTITY_TYPES:
+            raise InvalidConfigurationError(
+                f"--entity-type {kind!r} is not accepted for quotas; accepted: users, clients"
+            )
+    found: dict[str, str | None] = {}
+    pending: str | None = None
+
+    def bare(kind: str) -> None:
+        """A type with no name or default after it: every entity of it, or refused."""
+        if not bare_is_any:
+            raise InvalidConfigurationError(
+                f"--entity-type {kind} has no --entity-name or --entity-default after it"
+            )
+        found[ENTITY_TYPES[kind]] = None
+
+    words = iter(argv)
+    for word in words:
+        flag, eq, inline = word.partition("=")
+        if flag == "--entity-type":
+            if pending is not None:
+                bare(pending)
+            pending = inline if eq else next(words, "")
+        elif flag in ("--entity-name", "--entity-default"):
+            if pending is None:
+                raise InvalidConfigurationError(
+                    f"{flag} before any --entity-type; accepted: --entity-type users|clients "
+                    f"{flag}{' NAME' if flag == '--entity-name' else ''}"
+                )
+            value = (inline if eq else next(words, "")) if flag == "--entity-name" else ""
+            if ENTITY_TYPES[pending] in found:
+                raise InvalidConfigurationError(f"--entity-type {pending} given twice")
+            found[ENTITY_TYPES[pending]] = value
+            pending = None
+    if pending is not None:
+        bare(pending)
+    return found
+
+
+def _quota_entity(
+    user: str | None,
+    client_id: str | None,
+    kafka_form: tuple[str | None, str | None] = (None, None),
+) -> list[tuple[str, str | None]]:
+    """The entity named by --user / --client-id or by kafka-configs' --entity-type form."""
+    if kafka_form != (None, None):
+        if user is not None or client_id is not None:
+            raise InvalidConfigurationError(
+                "--entity-type and --user/--client-id both given; accepted: one form"
+            )
+        user, client_id = kafka_form
     entity: list[tuple[str, str | None]] = []
     if user is not None:
         entity.append(("user", user or None))
@@ -381,7 +475,8 @@ def _quota_entity(user: str | None, client_id: str | None) -> list[tuple[str, st
         entity.append(("client-id", client_id or None))
     if not entity:
         raise InvalidConfigurationError(
-            "name an entity: --user NAME and/or --client-id ID ('' = default)"
+            "name an entity: --user NAME and/or --client-id ID ('' = default), or "
+            "--entity-type users|clients --entity-name NAME"
         )
     return entity
 
@@ -400,15 +495,23 @@ def quotas_alter(
     delete_config: str | None = typer.Option(
         None, "--delete-config", metavar="K,...", help="Quotas to remove"
     ),
+    entity_type: list[str] | None = _ENTITY_TYPE,
+    entity_name: list[str] | None = _ENTITY_NAME,
+    entity_default: bool = _ENTITY_DEFAULT,
 ) -> None:
     """Set or remove an entity's quotas.
 
-    As kafka-configs --alter --entity-type users/clients.
+    As kafka-configs --alter --entity-type users/clients: either spelling works,
+    --user bob or --entity-type users --entity-name bob.
     """
     from sparklog.security import quotas
 
     st = state(ctx)
-    entity = _quota_entity(user, client_id)
+    from sparklog.cli import state as cli_state
+
+    argv = cli_state.COMMAND_LINE or sys.argv[1:]
+    named = _kafka_entity(argv, entity_type, entity_name, entity_default)
+    entity = _quota_entity(user, client_id, (named.get("user"), named.get("client-id")))
     sets: dict[str, float] = {}
     for pair in (add_config or "").split(","):
         if not pair.strip():
@@ -437,17 +540,32 @@ def quotas_alter(
 
 @quotas_app.command("describe")
 def quotas_describe(
-    ctx: typer.Context, user: str | None = _USER, client_id: str | None = _CLIENT
+    ctx: typer.Context,
+    user: str | None = _USER,
+    client_id: str | None = _CLIENT,
+    entity_type: list[str] | None = _ENTITY_TYPE,
+    entity_name: list[str] | None = _ENTITY_NAME,
+    entity_default: bool = _ENTITY_DEFAULT,
 ) -> None:
     """Show quotas (all, or those of the named entity types and names)."""
+    from sparklog.cli import state as cli_state
     from sparklog.security import quotas
 
+    argv = cli_state.COMMAND_LINE or sys.argv[1:]
+    named = _kafka_entity(argv, entity_type, entity_name, entity_default, bare_is_any=True)
+    if named and (user is not None or client_id is not None):
+        raise InvalidConfigurationError(
+            "--entity-type and --user/--client-id both given; accepted: one form"
+        )
+    if not named:
+        named = {k: v for k, v in (("user", user), ("client-id", client_id)) if v is not None}
     st = state(ctx)
     image = _metadata(st, create=False).image()
-    components: list[tuple[str, int, str | None]] = []
-    for kind, name in (("user", user), ("client-id", client_id)):
-        if name is not None:
-            components.append((kind, 0 if name else 1, name or None))
+    # Kafka's DescribeClientQuotas match types: 0 this name, 1 the default, 2 any
+    components: list[tuple[str, int, str | None]] = [
+        (kind, 2, None) if name is None else (kind, 0 if name else 1, name or None)
+        for kind, name in named.items()
+    ]
     docs = [
         quotas.describe_doc(entity, values)
         for entity, values in quotas.entries(image)

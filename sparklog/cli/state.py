@@ -17,8 +17,14 @@ from sparklog.errors import InvalidConfigurationError
 
 if TYPE_CHECKING:
     from sparklog.client.admin import Admin
+    from sparklog.protocol.hooks import MirrorLinks
+    from sparklog.storage.catalog import LogRoot
 
 OUTPUTS = ("table", "json")
+#: This invocation's arguments, as :func:`sparklog.cli.app.main` got them: the few options
+#: whose meaning depends on their order among others (kafka-configs' --entity-type NAME
+#: pairs) read them here, since parsed options lose their relative order.
+COMMAND_LINE: list[str] = []
 #: A person at a terminal should hear about an unreachable broker within seconds.
 CLI_RETRY_TIMEOUT_MS = 5_000
 
@@ -58,6 +64,7 @@ class CliState:
             self.storage_options,
             retry_timeout_ms=CLI_RETRY_TIMEOUT_MS,
             create=create,
+            mirror=_mirror_links,
         )
         admin = Admin(backend=backend)
         admin._owns_backend = True  # closing the Admin closes the backend we opened for it
@@ -82,6 +89,14 @@ class CliState:
     def client_config(self) -> dict[str, Any]:
         self.check()
         return {"storage_options": self.storage_options, "retry_timeout_ms": CLI_RETRY_TIMEOUT_MS}
+
+
+def _mirror_links(root: LogRoot) -> MirrorLinks:
+    """The mirroring application's hook for a root's mirror link calls (``sparklog mirror``
+    on a storage root), imported only when a mirror command asks for it."""
+    from sparklog.mirror.admin import RootLinks
+
+    return RootLinks(root)
 
 
 def _refuse_remote_options_on_a_local_root(root: str | None, options: dict[str, Any]) -> None:

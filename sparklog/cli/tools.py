@@ -205,58 +205,141 @@ def _partitions(topic: Any, partition: int | None) -> list[int]:
     return [partition]
 
 
+def read_offset_json(path: str) -> dict[str, dict[int, int]]:
+    """kafka-delete-records' ``--offset-json-file``: per topic, partition -> offset.
+
+    The file is Kafka's ``{"partitions": [{"topic": T, "partition": P, "offset": O}, ...],
+    "version": 1}``; InvalidConfigurationError names the file and the entry not accepted.
+    """
+    import json
+
+    accepted = (
+        'accepted: {"partitions": [{"topic": "T", "partition": 0, "offset": 10}], "version": 1}'
+    )
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except OSError as exc:
+        raise InvalidConfigurationError(
+            f"--offset-json-file {path!r} cannot be read ({exc.strerror})"
+        ) from None
+    except ValueError as exc:
+        raise InvalidConfigurationError(
+            f"--offset-json-file {path!r} is not JSON ({exc}); {accepted}"
+        ) from None
+    entries = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InvalidConfigurationError(
+            f'--offset-json-file {path!r} has no "partitions" list; {accepted}'
+        )
+    out: dict[str, dict[int, int]] = {}
+    for entry in entries:
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("topic"), str)
+            and isinstance(entry.get("partition"), int)
+            and isinstance(entry.get("offset"), int)
+        )
+        if not ok:
+            raise InvalidConfigurationError(
+                f"--offset-json-file {path!r} entry {json.dumps(entry)} is not accepted; {accepted}"
+            )
+        out.setdefault(entry["topic"], {})[entry["partition"]] = entry["offset"]
+    return out
+
+
 def delete_records(
     ctx: typer.Context,
-    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic"),
-    before: int = typer.Option(
-        ..., "--offset", metavar="N", help="Delete the records before offset N (-1: all)"
+    topic: str | None = typer.Argument(None, metavar="TOPIC", help="Topic"),
+    before: int | None = typer.Option(
+        None, "--offset", metavar="N", help="Delete the records before offset N (-1: all)"
     ),
     partition: int | None = typer.Option(
         None, "--partition", "-p", metavar="N", help="Only this partition (default: every one)"
     ),
+    offset_json_file: str | None = typer.Option(
+        None,
+        "--offset-json-file",
+        metavar="FILE",
+        help='Kafka\'s form instead of TOPIC --offset: {"partitions": [{"topic": T, '
+        '"partition": P, "offset": O}], "version": 1}',
+    ),
 ) -> None:
     """Delete the records before an offset. The log start moves up (kafka-delete-records).
 
-    Whole segments below the new log start are removed; a segment that straddles
-    it stays, its earlier records hidden from readers.
+    Name TOPIC and --offset (and --partition), or give kafka-delete-records'
+    --offset-json-file. Whole segments below the new log start are removed; a
+    segment that straddles it stays, its earlier records hidden from readers.
     """
-    st = state(ctx)
-    with st.admin() as admin:
-        described = admin.describe_topic(topic, sizes=False)
-        known = {p.partition: p for p in described.partitions}
-        if partition is not None and partition not in known:
+    if offset_json_file is not None:
+        if topic is not None or before is not None or partition is not None:
             raise InvalidConfigurationError(
-                f"--partition {partition} is not accepted for topic {topic!r}; accepted: "
-                f"0-{len(known) - 1}"
+                "--offset-json-file names its topics, partitions and offsets; accepted: it "
+                "alone, or TOPIC --offset N [--partition N]"
             )
-        chosen = [known[p] for p in sorted(known) if partition in (None, p)]
-        for part in chosen:
-            if before < -1 or before > part.high_watermark:
-                raise InvalidConfigurationError(
-                    f"--offset {before} is not accepted for {topic} partition {part.partition}; "
-                    f"accepted: 0-{part.high_watermark} (the high watermark), or -1 for all"
-                )
-        if hasattr(admin, "delete_records"):  # Kafka's DeleteRecords, in both modes
-            from sparklog.client.types import TopicPartition
-
-            starts = admin.delete_records(
-                {TopicPartition(topic, part.partition): before for part in chosen}
-            )
-            new_starts = {tp.partition: start for tp, start in starts.items()}
-        else:
-            new_starts = _delete_records_on_root(st, topic, chosen, before)
-    rows = [
-        {"topic": topic, "partition": p, "log_start_offset": start}
-        for p, start in sorted(new_starts.items())
-    ]
+        plan = read_offset_json(offset_json_file)
+    elif topic is None or before is None:
+        raise InvalidConfigurationError(
+            "name what to delete; accepted: TOPIC --offset N [--partition N], or "
+            "--offset-json-file FILE"
+        )
+    else:
+        plan = {topic: {-1 if partition is None else partition: before}}
+    st = state(ctx)
+    rows: list[dict[str, Any]] = []
+    with st.admin() as admin:
+        for name, offsets in plan.items():
+            rows += _delete_topic_records(st, admin, name, offsets)
     if st.json:
-        print_json({"topic": topic, "partitions": rows})
+        if offset_json_file is None:
+            print_json({"topic": topic, "partitions": rows})
+        else:
+            print_json({"partitions": rows})
     else:
         for row in rows:
             stdout.print(
-                f"{topic} partition {row['partition']}: log start offset {row['log_start_offset']}",
+                f"{row['topic']} partition {row['partition']}: log start offset "
+                f"{row['log_start_offset']}",
                 highlight=False,
             )
+
+
+def _delete_topic_records(
+    st: Any, admin: Any, topic: str, offsets: dict[int, int]
+) -> list[dict[str, Any]]:
+    """Move the log start of ``topic``'s partitions up (``offsets``: partition -> offset;
+    partition -1 means every one); the new log starts, as output rows."""
+    described = admin.describe_topic(topic, sizes=False)
+    known = {p.partition: p for p in described.partitions}
+    wanted = {p: offsets[-1] for p in known} if -1 in offsets else offsets
+    for p in sorted(wanted):
+        if p not in known:
+            raise InvalidConfigurationError(
+                f"--partition {p} is not accepted for topic {topic!r}; accepted: 0-{len(known) - 1}"
+            )
+    chosen = [known[p] for p in sorted(wanted)]
+    for part in chosen:
+        before = wanted[part.partition]
+        if before < -1 or before > part.high_watermark:
+            raise InvalidConfigurationError(
+                f"--offset {before} is not accepted for {topic} partition {part.partition}; "
+                f"accepted: 0-{part.high_watermark} (the high watermark), or -1 for all"
+            )
+    if hasattr(admin, "delete_records"):  # Kafka's DeleteRecords, in both modes
+        from sparklog.client.types import TopicPartition
+
+        starts = admin.delete_records(
+            {TopicPartition(topic, part.partition): wanted[part.partition] for part in chosen}
+        )
+        new_starts = {tp.partition: start for tp, start in starts.items()}
+    else:
+        new_starts = {}
+        for part in chosen:
+            new_starts.update(_delete_records_on_root(st, topic, [part], wanted[part.partition]))
+    return [
+        {"topic": topic, "partition": p, "log_start_offset": start}
+        for p, start in sorted(new_starts.items())
+    ]
 
 
 def _delete_records_on_root(st: Any, topic: str, chosen: list[Any], before: int) -> dict[int, int]:
@@ -288,7 +371,10 @@ def dump_log(
         None, "--object", metavar="KEY", help="Only segments stored in this object"
     ),
     print_data: bool = typer.Option(
-        False, "--print-data", help="Also print each record with its offset"
+        False,
+        "--print-data",
+        "--print-data-log",
+        help="Also print each record with its offset (--print-data-log: kafka-dump-log's name)",
     ),
 ) -> None:
     """List a partition's segments. Objects, byte ranges and offsets (kafka-dump-log)."""

@@ -17,6 +17,14 @@ BROKER_SCHEME = "sparklog://"
 ROOT_SCHEMES = ("file", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
 ENV_ADDRESS = "SPARKLOG_ADDRESS"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+#: a host with no port (an IPv4 address, localhost, a bracketed IPv6 address), or with an
+#: empty one: never a folder name anyone means, so refused rather than read as a root
+_BARE_HOST = re.compile(
+    r"^(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]{2,}:)$",
+    re.IGNORECASE,
+)
+#: the broker's default Flight port (conf/broker.toml ``listen``), named in the hint
+DEFAULT_BROKER_PORT = 8815
 ACCEPTED = (
     "a storage root (a local path, file://, memory:// or s3://bucket/prefix URL) or "
     "brokers as sparklog://host:port[,host:port] (or plain host:port[,host:port], as "
@@ -45,6 +53,14 @@ def parse_address(address: str | None = None, environ: Mapping[str, str] | None 
     if not text:
         raise InvalidConfigurationError(
             f"no address given (--address or ${ENV_ADDRESS}); accepted: {ACCEPTED}"
+        )
+    bare = [h.strip() for h in text.split(",") if _BARE_HOST.match(h.strip())]
+    if "://" not in text and bare:
+        host = bare[0].rstrip(":")
+        raise InvalidConfigurationError(
+            f"address {text!r}: {bare[0]!r} is a host without a port; accepted: "
+            f"{host}:PORT (a broker listens on {DEFAULT_BROKER_PORT} by default: "
+            f"{host}:{DEFAULT_BROKER_PORT}), or a storage root path such as ./{host}"
         )
     if "://" not in text and all(_HOST_PORT.match(h.strip()) for h in text.split(",")):
         text = BROKER_SCHEME + text  # a bootstrap list, as Kafka's clients write it

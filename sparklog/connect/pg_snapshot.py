@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.clock import now_ms
-from sparklog.connect import state
+from sparklog.connect import require, state
 from sparklog.connect.changes import ChangeDecoder, ChangeRecord
 from sparklog.connect.pgoutput import Column, lsn_to_int
 from sparklog.errors import ConnectorConfigError
 
 log = logging.getLogger(__name__)
+
+SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
 
 #: a position in a table's order key: the key's values in PostgreSQL's text form
 KeyValues = tuple[str, ...]
@@ -165,11 +167,25 @@ class Snapshot:
             self.conn.close()
 
 
+def connection(dsn: str, **kwargs: Any) -> Any:
+    """A PostgreSQL session with the settings every reader of the connector relies on (UTC,
+    ISO dates, hex bytea); here, where the snapshot's sessions open, and imported by the
+    connector (:mod:`sparklog.connect.postgres`) and the Spark source."""
+    require("psycopg")
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS, **kwargs)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConnectorConfigError(
+            f"cannot connect to PostgreSQL ({state.redact(dsn)}): {first}"
+        ) from None
+
+
 def _repeatable_read(dsn: str, exported: str | None) -> Any:
     """A connection in a read-only REPEATABLE READ transaction, importing ``exported`` if given."""
     from psycopg import IsolationLevel
-
-    from sparklog.connect.postgres import connection
 
     conn = connection(dsn)
     conn.autocommit = False

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.clock import now_ms
-from sparklog.connect import require, state
+from sparklog.connect import state
 from sparklog.connect.changes import (
     ChangeDecoder,
     ChangeRecord,
@@ -50,6 +50,7 @@ from sparklog.connect.metrics import ConnectorMetrics
 from sparklog.connect.pg_snapshot import (
     Snapshot,
     SnapshotTable,
+    connection,
     create_slot_with_snapshot,
     describe_table,
     snapshot_records,
@@ -62,7 +63,6 @@ from sparklog.storage import LogRoot, make_batch
 log = logging.getLogger(__name__)
 
 KIND = "postgres-source"
-SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
 
@@ -133,19 +133,6 @@ class PostgresSourceConfig:
 
     def topic_of(self, schema: str, table: str) -> str:
         return f"{self.prefix}.{schema}.{table}"
-
-
-def connection(dsn: str, **kwargs: Any) -> Any:
-    require("psycopg")
-    import psycopg
-
-    try:
-        return psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS, **kwargs)
-    except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConnectorConfigError(
-            f"cannot connect to PostgreSQL ({state.redact(dsn)}): {first}"
-        ) from None
 
 
 class PostgresSource:

@@ -2,11 +2,14 @@
 
 One definition for every way in: ``sparklog mirror`` on a root (the embedded
 backend), and a broker's Flight actions (``create_mirror_link`` ...), which run
-these on the broker's root (docs/mirroring.md).
+these on the broker's root (docs/mirroring.md).  Neither imports this module:
+their entry points hand them :class:`RootLinks`, the hook
+:class:`sparklog.protocol.hooks.MirrorLinks` describes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -105,3 +108,44 @@ def describe(root: LogRoot, name: str) -> dict[str, Any]:
         out["source_error"] = f"{type(exc).__name__}: {exc}"
         out["partitions"] = []
     return out
+
+
+class RootLinks:
+    """The calls above bound to one destination root, plus running a link: the mirror hook
+    (:class:`sparklog.protocol.hooks.MirrorLinks`) a broker or an embedded backend is handed
+    by its entry point, so neither imports the mirroring application."""
+
+    def __init__(self, root: LogRoot) -> None:
+        self.root = root
+
+    def create(self, name: str, **link: Any) -> dict[str, Any]:
+        return create(self.root, name, **link)
+
+    def list_all(self) -> list[dict[str, Any]]:
+        return list_all(self.root)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return describe(self.root, name)
+
+    def pause(self, name: str, paused: bool) -> dict[str, Any]:
+        return pause(self.root, name, paused)
+
+    def delete(self, name: str) -> None:
+        delete(self.root, name)
+
+    def promote(self, topic: str) -> dict[str, Any]:
+        return promote(self.root, topic)
+
+    def reverse(
+        self,
+        name: str,
+        reverse_name: str = "",
+        source_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return reverse(self.root, name, reverse_name, source_options)
+
+    def run(self, link: str, stop: threading.Event) -> None:
+        """Copy ``link`` into this root until ``stop`` is set or the link is deleted."""
+        from sparklog.mirror.runner import run
+
+        run(self.root, link, stop=stop)

@@ -42,18 +42,15 @@ from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
     InvalidRequestError,
-    SparklogError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.mirror.links import (
     MirrorLink,
     MirrorLinkExistsError,
-    UnknownMirrorLinkError,
     get_link,
 )
 
 if TYPE_CHECKING:
-    from sparklog.mirror.metrics import MirrorMetrics
     from sparklog.storage import LogRoot, Segment, Topic, TopicInfo
 
 log = logging.getLogger("sparklog.mirror")
@@ -250,6 +247,7 @@ class Mirror:
             report.lag.append(PartitionLag(dst.name, p, state.high_watermark, end, lag_s))
         if not planned:
             return
+        planned = self._copy_shared_segments(src, dst, planned)
         self._copy_objects(src, dst, planned, report)
         results = dst.append_mirrored(planned, link=self.link.name, expected=expected)
         for p, result in results.items():
@@ -289,6 +287,26 @@ class Mirror:
         self._copied.move_to_end(key)
         while len(self._copied) > COPIED_KEYS_REMEMBERED:
             self._copied.popitem(last=False)
+
+    def _copy_shared_segments(
+        self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]]
+    ) -> dict[int, list[Segment]]:
+        """Segments in objects the source shares with other topics (one broker flush of
+        several topics): their byte ranges copied into one destination object, never the
+        other topics' records; the plan naming that object instead."""
+        from sparklog.storage.shared_objects import copy_segments_out
+
+        shared = [seg for segments in planned.values() for seg in segments if _shared(seg)]
+        if not shared:
+            return dict(planned)
+        copied = dict(
+            zip(map(id, shared), copy_segments_out(src.store, dst.store, shared), strict=True)
+        )
+        for seg in copied.values():
+            self._remember(seg.object_key)
+        return {
+            p: [copied.get(id(seg), seg) for seg in segments] for p, segments in planned.items()
+        }
 
     def _copy_objects(
         self, src: Topic, dst: Topic, planned: Mapping[int, list[Segment]], report: StepReport
@@ -411,6 +429,10 @@ def sync_group(
         metadata=f"mirror:{link.name}",
     )
     return True
+
+
+def _shared(segment: Segment) -> bool:
+    return segment.object_key.startswith("/")
 
 
 def write_with_offsets(dst: Topic, partition: int, table: Any) -> Segment:
@@ -588,100 +610,3 @@ def reverse(
         if get_link(old, back.name).source != back.source:
             raise
     return back, [(i.mirror or {})["source_topic"] for i in turned]
-
-
-def run(
-    dest: LogRoot,
-    link_name: str,
-    *,
-    interval_ms: int = 200,
-    group_sync_interval_ms: int = GROUP_SYNC_INTERVAL_MS,
-    stop: Any = None,
-    on_step: Any = None,
-    metrics: MirrorMetrics | None = None,
-) -> None:
-    """Mirror until ``stop`` (a threading.Event) is set or the link is deleted.
-
-    The link is re-read every step: paused, it copies nothing; its source
-    unreachable, it keeps its position (which lives in the destination's shard
-    logs) and logs why, trying again next step.  Groups are synced at most every
-    ``group_sync_interval_ms`` (listing a root's groups is a LIST request).
-    """
-    mirror: Any = None
-    said: set[str] = set()
-    groups_synced_at = -float("inf")
-    while stop is None or not stop.is_set():
-        started = time.monotonic()
-        try:
-            link = get_link(dest, link_name)
-        except UnknownMirrorLinkError:
-            log.info("mirror link %s deleted: stopping", link_name)
-            _close(mirror)
-            return
-        except SparklogError as exc:
-            log.warning("mirror link %s: cannot read the link: %s", link_name, exc)
-            link = None
-        if link is not None and not link.paused:
-            try:
-                if mirror is None or mirror.link != link:
-                    _close(mirror)
-                    mirror = mirror_for(dest, link)
-                due = (time.monotonic() - groups_synced_at) * 1000 >= group_sync_interval_ms
-                report = mirror.step(groups=due)
-                if due:
-                    groups_synced_at = time.monotonic()
-                if metrics is not None:
-                    metrics.observe(link_name, report)
-                if on_step is not None:
-                    on_step(report)
-                for reason in report.skipped.values():
-                    if reason not in said:  # once per process, not once per step
-                        said.add(reason)
-                        log.warning("mirror link %s: %s", link_name, reason)
-                if report.records:
-                    log.info(
-                        "mirror link %s: copied %d records in %d segments",
-                        link_name,
-                        report.records,
-                        report.segments,
-                    )
-                if report.records or report.groups_synced:
-                    continue  # more may be waiting: no pause
-            except Exception as exc:  # the source or the store failed: position kept
-                if isinstance(exc, SparklogError | OSError):
-                    log.warning(
-                        "mirror link %s: step failed, position kept (%s: %s)",
-                        link_name,
-                        type(exc).__name__,
-                        exc,
-                    )
-                else:
-                    log.exception("mirror link %s: step failed, position kept", link_name)
-                if metrics is not None:
-                    metrics.failed(link_name)
-                _close(mirror)
-                mirror = None
-        remaining = interval_ms / 1000 - (time.monotonic() - started)
-        if remaining > 0:
-            if stop is not None:
-                stop.wait(remaining)
-            else:
-                time.sleep(remaining)
-
-
-def _close(mirror: Any) -> None:
-    """Release a copier's connections (a Kafka-protocol source's consumer)."""
-    close = getattr(mirror, "close", None)
-    if close is not None:
-        try:
-            close()
-        except Exception:  # closing a broken consumer: nothing more to release
-            log.debug("closing the mirror failed", exc_info=True)
-
-
-def mirror_for(dest: LogRoot, link: MirrorLink) -> Any:
-    if link.kafka_source:
-        from sparklog.mirror.kafka_source import KafkaMirror
-
-        return KafkaMirror(dest, link)
-    return Mirror(dest, link)

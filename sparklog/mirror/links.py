@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import InvalidConfigurationError, SparklogError
+from sparklog.errors import (
+    InvalidConfigurationError,
+    MirrorLinkExistsError,
+    UnknownMirrorLinkError,
+)
 from sparklog.storage.cluster_metadata import MetadataImage, Record
 
 if TYPE_CHECKING:
@@ -22,14 +26,6 @@ if TYPE_CHECKING:
 #: A Kafka-protocol source is named ``kafka://host:port[,host:port...]``.
 KAFKA_SCHEME = "kafka://"
 LINK_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-
-
-class UnknownMirrorLinkError(SparklogError, code="UNKNOWN_MIRROR_LINK"):
-    """No mirror link of that name in the destination's metadata log."""
-
-
-class MirrorLinkExistsError(SparklogError, code="MIRROR_LINK_EXISTS"):
-    """A mirror link of that name exists already."""
 
 
 @dataclass(frozen=True)

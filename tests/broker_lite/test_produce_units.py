@@ -8,12 +8,12 @@ import pyarrow as pa
 import pytest
 
 from sparklog.broker_lite.produce import (
+    FlushBatcher,
     Latch,
     Outcome,
     ProduceOutcome,
     ProduceRequest,
     Run,
-    TopicBatcher,
     take_runs,
 )
 from sparklog.broker_lite.tailcache import TailCache
@@ -39,10 +39,11 @@ def test_runs_merge_one_producer_contiguous_and_keep_order():
     assert [len(r.requests) for r in runs] == [2] and len(rest) == 1
 
 
-def test_linger_spaces_a_topics_objects_and_an_idle_topic_flushes_at_once():
-    """linger_ms is the least time between two flushes of a topic (its objects per
-    second), not a delay each request waits: after an idle spell a request is written
-    at once.  The batcher runs on a fake clock; real waits are an hour long."""
+def test_linger_spaces_a_brokers_objects_and_an_idle_broker_flushes_at_once():
+    """linger_ms is the least time between two flushes of a broker (its objects per
+    second, whatever the number of topics), not a delay each request waits: after an
+    idle spell a request is written at once.  The batcher runs on a fake clock; real
+    waits are an hour long."""
     now = [0.0]
     read = threading.Event()  # the batcher's thread read the clock: it waits or flushes
 
@@ -53,40 +54,44 @@ def test_linger_spaces_a_topics_objects_and_an_idle_topic_flushes_at_once():
 
     def submit_and_see_it_wait(request: ProduceRequest) -> None:
         read.clear()
-        batcher.submit([request])
+        batcher.submit(request_topic[id(request)], [request])
         assert read.wait(30)  # the thread has seen the request and the time
         assert not request.future.done()
 
-    flushed: list[list[ProduceRequest]] = []
+    flushed: list[dict[str, list[ProduceRequest]]] = []
+    request_topic: dict[int, str] = {}
 
-    def flush(runs: list[Run]) -> None:
-        flushed.append([r for run in runs for r in run.requests])
-        for run in runs:
-            for r in run.requests:
-                r.future.set_result(ProduceOutcome(0, r.record_count))
+    def flush(runs: dict[str, list[Run]]) -> None:
+        flushed.append({t: [r for run in rs for r in run.requests] for t, rs in runs.items()})
+        for topic_runs in runs.values():
+            for run in topic_runs:
+                for r in run.requests:
+                    r.future.set_result(ProduceOutcome(0, r.record_count))
 
-    batcher = TopicBatcher("t", flush, linger_ms=3_600_000, batch_bytes=1 << 30, clock=clock)
+    batcher = FlushBatcher(flush, linger_ms=3_600_000, batch_bytes=1 << 30, clock=clock)
     try:
         first = req(0)
+        request_topic[id(first)] = "a"
         submit_and_see_it_wait(first)  # an hour has not passed since the batcher began
         now[0] = 3_601.0
         second = req(1)
-        batcher.submit([second])  # past the linger: both in one flush
+        batcher.submit("b", [second])  # past the linger: both topics in one flush
         second.future.result(timeout=30)
-        assert first.future.done() and flushed == [[first, second]]
+        assert first.future.done() and flushed == [{"a": [first], "b": [second]}]
         now[0] = 3_602.0  # one second after that flush began: the next waits
         third = req(0)
+        request_topic[id(third)] = "a"
         submit_and_see_it_wait(third)
         now[0] = 20_000.0  # an hour since: flushed with the next request
         fourth = req(1)
-        batcher.submit([fourth])
+        batcher.submit("a", [fourth])
         fourth.future.result(timeout=30)
-        assert flushed[1:] == [[third, fourth]]
-        now[0] = 30_000.0  # an idle topic: flushed at once, alone
+        assert flushed[1:] == [{"a": [third, fourth]}]
+        now[0] = 30_000.0  # an idle broker: flushed at once, alone
         alone = req(0)
-        batcher.submit([alone])
+        batcher.submit("c", [alone])
         alone.future.result(timeout=30)
-        assert flushed[2:] == [[alone]]
+        assert flushed[2:] == [{"c": [alone]}]
     finally:
         batcher.close()
 

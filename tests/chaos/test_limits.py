@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from sparklog.broker_lite.flight_protocol import decode
 from sparklog.broker_lite.logs import _FIELDS
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import (
@@ -19,6 +18,7 @@ from sparklog.errors import (
     MessageSizeTooLargeError,
     ThrottlingQuotaExceededError,
 )
+from sparklog.protocol.flight import decode
 from sparklog.storage import make_batch
 from tests.chaos.inproc import inproc_broker
 from tests.support.waiting import wait_for

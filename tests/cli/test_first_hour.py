@@ -426,7 +426,7 @@ def test_reset_offsets_scopes_and_files(local, tmp_path):
 @pytest.mark.parametrize(
     ("args", "hint"),
     [
-        (["consume", "--topic", "t"], "consume TOPIC"),
+        (["consume", "--topic", "t"], "sparklog consume t"),
         (["topics", "list", "--bootstrap-server", "h:1"], "-a HOST:PORT"),
         (["topics", "describe", "t", "--create"], "topics create"),
         (["groups", "describe", "g", "--delete-offsets"], "groups delete-offsets"),

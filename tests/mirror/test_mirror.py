@@ -19,7 +19,7 @@ from sparklog.mirror.links import (
     list_links,
     set_paused,
 )
-from sparklog.storage import LogRoot, open_root
+from sparklog.storage import LogRoot, make_batch, open_root
 from sparklog.storage.maintenance import delete_records
 from tests.mirror.support import (
     REPO,
@@ -285,8 +285,8 @@ def test_active_active_with_prefixes_never_mirrors_a_topic_back(tmp_path, moto_s
 def test_run_reports_lag_as_metrics_and_keeps_its_position_while_the_source_is_away(
     tmp_path, moto_s3
 ):
-    from sparklog.mirror.copier import run
     from sparklog.mirror.metrics import MirrorMetrics
+    from sparklog.mirror.runner import run
 
     source, dest = _roots(tmp_path, moto_s3)
     source.create_topic("orders", partitions=2)
@@ -359,8 +359,6 @@ def test_run_reports_lag_as_metrics_and_keeps_its_position_while_the_source_is_a
 def test_typed_topics_follow_their_schema_evolution(tmp_path):
     import pyarrow as pa
 
-    from sparklog.storage import make_batch
-
     source = open_root(f"file://{tmp_path}/src", {}, create=True)
     dest = open_root(f"file://{tmp_path}/dst", {}, create=True)
     v1 = pa.struct([("id", pa.int64())])
@@ -375,3 +373,31 @@ def test_typed_topics_follow_their_schema_evolution(tmp_path):
     mirror.step()
     assert assert_same(source, dest, "typed") == 3
     assert dest.describe_topic("typed").value_type == v2
+
+
+def test_a_topics_share_of_a_shared_object_is_mirrored_without_the_other_topics(tmp_path, moto_s3):
+    """A broker flush of several topics writes one object for all of them
+    (storage/shared_objects.py); mirroring one topic copies its byte ranges only,
+    never the other topic's records, and keeps offsets and records."""
+    from sparklog.storage.shared_objects import write_shared_object
+
+    source, dest = _roots(tmp_path, moto_s3)
+    source.create_topic("orders", partitions=2)
+    source.create_topic("secret", partitions=1)
+    for r in range(2):
+        orders, secret = source.topic("orders"), source.topic("secret")
+        parts = {p: orders.normalize(records(p, r * 5, 5)) for p in range(2)}
+        hidden = {0: secret.normalize(make_batch([b"do-not-copy"] * 3))}
+        staged = write_shared_object(
+            source.store, [(orders, orders.section(parts)), (secret, secret.section(hidden))]
+        )
+        orders.commit(staged[0])
+        secret.commit(staged[1])
+    _link(dest, source, topics="orders")
+    report = Mirror(dest, get_link(dest, "dr")).step()
+    assert report.records == 20
+    assert assert_same(source, dest, "orders") == 20
+    copied = dest.topic("orders").store.list_objects("objects")
+    assert copied and not dest.store.list_objects("objects")  # under the topic, not shared
+    for obj in copied:
+        assert b"do-not-copy" not in dest.topic("orders").store.get(obj.key)

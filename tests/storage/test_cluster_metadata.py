@@ -176,3 +176,31 @@ def test_keyed_sections_set_and_delete_entries(root):
     image = open_root(root.url, root.store.storage_options).metadata.image()
     assert image.acls == {} and image.client_quotas == {"user=a": {"producer_byte_rate": 10}}
     json.dumps(image.topics)  # the image is plain data
+
+
+def test_the_metadata_log_is_pruned_behind_its_newest_snapshot(root_spec):
+    """Issue 37: 10,000 topic creations and deletions left 19,994 files in the log.
+    Pruning keeps the newest snapshot and what follows it; a reader opening the root
+    afterwards sees the same image, with no LIST."""
+    from sparklog.clock import now_ms
+    from sparklog.storage.maintenance import prune_metadata_log
+
+    url, options = root_spec
+    root = open_root(url, options, create=True, snapshot_interval=8)
+    for i in range(30):
+        root.create_topic(f"t{i}", 1)
+        if i % 2:
+            root.delete_topic(f"t{i}")
+    before = len(root.store.list_names(METADATA_LOG_PREFIX))
+    assert before > 50
+    assert prune_metadata_log(root, now=now_ms()).deleted == []  # all inside the window
+    later = now_ms() + 24 * 3_600_000
+    pruned = prune_metadata_log(root, now=later)
+    left = root.store.list_names(METADATA_LOG_PREFIX)
+    assert len(pruned.deleted) == before - len(left) and len(left) <= 8 + 3
+    fresh = open_root(url, options, snapshot_interval=8)
+    counter = RequestCounter(fresh.store)
+    assert fresh.list_topics() == root.list_topics() == sorted(f"t{i}" for i in range(0, 30, 2))
+    assert counter.counts["LIST"] == 0
+    fresh.create_topic("after", 1)  # the log goes on from its head
+    assert "after" in root.list_topics()

@@ -20,6 +20,7 @@ from sparklog.errors import (
     UnknownTopicError,
 )
 from sparklog.storage import ObjectStore, ProducerBatch, make_batch, open_root
+from sparklog.storage.segments import read_segment
 from sparklog.storage.topics import BACKGROUND_CHECK_BYTES
 
 
@@ -448,3 +449,79 @@ def test_unreachable_s3_endpoint_gives_a_clear_retriable_error():
     with pytest.raises(StoreUnavailableError, match="s3://nowhere/root") as info:
         root.create_topic("t", 1)
     assert info.value.retriable
+
+
+# -- objects shared by topics (one broker flush; storage/shared_objects.py) --
+
+
+def _shared_write(root, parts_by_topic, compression="none"):
+    from sparklog.storage.shared_objects import write_shared_object
+
+    sections = []
+    for name, parts in parts_by_topic.items():
+        topic = root.topic(name)
+        batches = {p: topic.normalize(make_batch(vs)) for p, vs in parts.items()}
+        sections.append((topic, topic.section(batches, compression)))
+    staged = write_shared_object(root.store, sections)
+    for (topic, _), segments in zip(sections, staged, strict=True):
+        topic.commit(segments)
+    return staged
+
+
+def test_one_object_shared_by_topics_reads_back_as_each_topics_own(root):
+    from sparklog.storage.shared_objects import read_trailer
+
+    root.create_topic("a", 2)
+    root.create_topic("b", 1, {"compression.type": "zstd"})
+    staged = _shared_write(root, {"a": {0: [b"a0"], 1: [b"a1", b"a1'"]}, "b": {0: [b"b0"] * 3}})
+    keys = {seg.object_key for segments in staged for seg in segments.values()}
+    assert len(keys) == 1 and next(iter(keys)).startswith("/objects/")
+    key = next(iter(keys))[1:]
+    assert root.store.exists(key)
+    assert not root.topic("a").store.list_objects("objects")  # nothing under the topics
+    a, b = root.topic("a"), root.topic("b")
+    assert values(a.partition(1).read(0)) == [b"a1", b"a1'"]
+    assert values(b.partition(0).read(0)) == [b"b0"] * 3
+    store = pickle.loads(pickle.dumps(a.store))  # as a Spark executor gets it
+    batches = read_segment(store, staged[0][0], a.info.record_schema)
+    assert pa.Table.from_batches(batches).column("value").to_pylist() == [b"a0"]
+    sections = read_trailer(root.store, key)
+    assert sections is not None
+    for section in sections:  # each section is a whole Arrow IPC file
+        with pa.ipc.open_file(root.store.get_range(key, section.start, section.end)) as f:
+            assert f.num_record_batches == (2 if section.topic == "a" else 1)
+    assert [(s.topic, s.topic_id, s.shards) for s in sections] == [
+        ("a", a.info.topic_id, tuple(sorted({0 % a.shards, 1 % a.shards}))),
+        ("b", b.info.topic_id, (0,)),
+    ]
+    # a flipped byte in b's section is caught by b's segment checksum, not by a's reads
+    seg = staged[1][0]
+    data = bytearray(root.store.get(key))
+    data[seg.byte_start + 20] ^= 0xFF
+    root.store.delete(key)
+    root.store.create(key, bytes(data))
+    with pytest.raises(CorruptionError):
+        root.topic("b").partition(0).read(0)
+    assert values(root.topic("a").partition(0).read(0)) == [b"a0"]
+
+
+def test_a_shared_object_is_collected_once_no_topic_references_it(root):
+    from sparklog.clock import now_ms
+    from sparklog.storage.shared_objects import collect_shared_garbage
+
+    root.create_topic("a", 1)
+    root.create_topic("b", 1)
+    staged = _shared_write(root, {"a": {0: [b"x"]}, "b": {0: [b"y"]}})
+    key = staged[0][0].object_key[1:]
+    later = now_ms() + 60_000  # past the object's own age (the grace is 0 here)
+    first = collect_shared_garbage(root, 0, now=later + 1)
+    assert first.live_objects == 1 and not first.marked
+    root.delete_topic("a")
+    root.create_topic("a", 1)  # the same name, another id: references nothing of the old
+    assert collect_shared_garbage(root, 0, now=later + 2).live_objects == 1  # b still reads it
+    assert values(root.topic("b").partition(0).read(0)) == [b"y"]
+    root.delete_topic("b")
+    marked = collect_shared_garbage(root, 0, now=later + 3)
+    assert marked.marked == [key] and not marked.deleted and root.store.exists(key)
+    swept = collect_shared_garbage(root, 0, now=later + 4)
+    assert swept.deleted == [key] and not root.store.exists(key)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from sparklog.client.address import parse_address
 from sparklog.client.transports.base import Backend
 from sparklog.storage_options import merge_options, storage_options_from_env
+
+if TYPE_CHECKING:
+    from sparklog.protocol.hooks import MirrorLinks
+    from sparklog.storage.catalog import LogRoot
 
 
 def open_backend(
@@ -17,6 +21,7 @@ def open_backend(
     retry_timeout_ms: int | None = None,
     create: bool = True,
     security: Mapping[str, Any] | None = None,
+    mirror: Callable[[LogRoot], MirrorLinks] | None = None,
 ) -> Backend:
     """The backend for ``address`` (default ``$SPARKLOG_ADDRESS``).
 
@@ -25,6 +30,8 @@ def open_backend(
     storage root read-only: a missing root is an error instead of being created.
     ``security``: TLS and SASL settings for brokers, kafka-python's names
     (:mod:`sparklog.client.security`; unset ones from ``SPARKLOG_<NAME>``).
+    ``mirror``: the mirroring application's hook for a storage root's mirror link calls
+    (a broker runs them with its own); without it they are refused on a root.
     """
     parsed = parse_address(address)
     if parsed.bootstrap is not None:
@@ -40,7 +47,10 @@ def open_backend(
 
     assert parsed.root is not None
     return EmbeddedBackend(
-        parsed.root, merge_options(storage_options_from_env(), storage_options), create=create
+        parsed.root,
+        merge_options(storage_options_from_env(), storage_options),
+        create=create,
+        mirror=mirror,
     )
 
 

@@ -14,7 +14,7 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import InvalidConfigurationError
-from sparklog.mirror import admin as mirror_admin
+from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
 
@@ -55,9 +55,18 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     """Producer/consumer/admin calls against a storage root (``open_root(url)``)."""
 
     def __init__(
-        self, url: str, storage_options: Mapping[str, Any] | None = None, *, create: bool = True
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        create: bool = True,
+        mirror: Callable[[LogRoot], MirrorLinks] | None = None,
     ) -> None:
+        """``mirror``: the mirroring application's hook, given the root (``sparklog mirror``
+        hands it; the client never imports an application); without it the mirror link
+        calls are refused."""
         self.address = url
+        self._mirror = mirror
         # Read-only users (consumers, metadata commands) pass create=False: a missing
         # root is an error, never a folder or bucket made by a typo.
         self.root: LogRoot = open_root(url, storage_options, create=create)
@@ -282,26 +291,38 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     def list_users(self) -> dict[str, list[tuple[str, int]]]:
         return users.users(self.root.metadata.image())
 
+    def _mirror_links(self) -> MirrorLinks:
+        """The mirror link calls on this root, through the hook this backend was handed
+        (or the shipped application's)."""
+        self._mirror = mirror_links_factory(self._mirror)
+        if self._mirror is None:
+            raise InvalidConfigurationError(
+                "mirror links on a storage root are the mirroring application's: use "
+                "`sparklog mirror`, or open the backend with "
+                "open_backend(address, mirror=sparklog.mirror.admin.RootLinks)"
+            )
+        return self._mirror(self.root)
+
     def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
-        return mirror_admin.create(self.root, name, **link)
+        return self._mirror_links().create(name, **link)
 
     def list_mirror_links(self) -> list[dict[str, Any]]:
-        return mirror_admin.list_all(self.root)
+        return self._mirror_links().list_all()
 
     def describe_mirror_link(self, name: str) -> dict[str, Any]:
-        return mirror_admin.describe(self.root, name)
+        return self._mirror_links().describe(name)
 
     def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
-        return mirror_admin.pause(self.root, name, paused)
+        return self._mirror_links().pause(name, paused)
 
     def delete_mirror_link(self, name: str) -> None:
-        mirror_admin.delete(self.root, name)
+        self._mirror_links().delete(name)
 
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
-        return mirror_admin.promote(self.root, topic)
+        return self._mirror_links().promote(topic)
 
     def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
-        return mirror_admin.reverse(self.root, name, **how)
+        return self._mirror_links().reverse(name, **how)
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)

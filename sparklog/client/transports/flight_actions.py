@@ -5,7 +5,7 @@ reply.  ``pyarrow.flight`` brings pyarrow and numpy with it, about 0.2 s of CPU
 to import: more than the rest of the command.  This module makes the same call
 with grpcio.  Flight's ``Action`` and ``Result`` messages (Arrow's
 ``format/Flight.proto``) are two small protobuf messages, encoded here; the
-action bodies, replies and error text are :mod:`sparklog.broker_lite.flight_protocol`'s,
+action bodies, replies and error text are :mod:`sparklog.protocol.flight`'s,
 as for the full client (:mod:`sparklog.client.transports.flight_client`).
 
 Plaintext only: with TLS or SASL configured the CLI uses the full client.
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparklog.broker_lite import flight_protocol as wire
 from sparklog.client.address import parse_bootstrap
 from sparklog.client.transports.kafka_probe import kafka_listener_error
 from sparklog.errors import BrokerNotAvailableError, SparklogError, UnknownServerError
+from sparklog.protocol import flight as wire
 from sparklog.retry import retrying
 
 #: the gRPC method Flight's DoAction is served as
@@ -88,7 +88,7 @@ class ActionClient:
         self.request_timeout_s = request_timeout_s
 
     def call(self, action: str, /, **fields: Any) -> Any:
-        """The decoded reply of ``action`` (its ``fields`` as in ``flight_protocol.ACTIONS``)."""
+        """The decoded reply of ``action`` (its ``fields`` as in ``wire.ACTIONS``)."""
         body = wire.build_action(action, **fields)
         return retrying(
             lambda: self._any_broker(action, body),

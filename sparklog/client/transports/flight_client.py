@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog.broker_lite import flight_protocol as wire
-from sparklog.broker_lite.flight_protocol import decode
 from sparklog.client.address import parse_bootstrap
 from sparklog.client.transports.base import FetchResult, ProduceResult
 from sparklog.errors import (
@@ -36,6 +34,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
+from sparklog.protocol import flight as wire
+from sparklog.protocol.flight import decode
 from sparklog.retry import retrying
 from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
@@ -241,7 +241,7 @@ class BrokerClient:
         raise last
 
     def _action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
-        """Run ``action`` (its ``fields`` as in ``flight_protocol.ACTIONS``) on any broker."""
+        """Run ``action`` (its ``fields`` as in ``wire.ACTIONS``) on any broker."""
         payload = wire.build_action(action, **fields)
 
         def call(conn: flight.FlightClient) -> Any:
@@ -542,7 +542,7 @@ class BrokerClient:
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
         )
-        return wire.decode_join_result(raw)
+        return JoinResult(**wire.decode_join_result(raw))
 
     def sync_group(
         self,
@@ -614,37 +614,27 @@ class BrokerClient:
         found = self._action("list_users")
         return {str(u): [(str(m), int(i)) for m, i in creds] for u, creds in found.items()}
 
-    # -- mirror links (results: sparklog.mirror.admin's documents) --------------------
+    # -- mirror links (results: the mirror application's documents) ------------------
     def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
-        import sparklog.mirror.links  # noqa: F401 - its errors decode by name
-
         return dict(self._action("create_mirror_link", name=name, **link))
 
     def list_mirror_links(self) -> list[dict[str, Any]]:
         return list(self._action("list_mirror_links"))
 
     def describe_mirror_link(self, name: str) -> dict[str, Any]:
-        import sparklog.mirror.links  # noqa: F401
-
         # the broker reads the source for the lag: a slow source takes its time
         return dict(self._action("describe_mirror_link", timeout_s=120, name=name))
 
     def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
-        import sparklog.mirror.links  # noqa: F401
-
         return dict(self._action("pause_mirror_link", name=name, paused=paused))
 
     def delete_mirror_link(self, name: str) -> None:
-        import sparklog.mirror.links  # noqa: F401
-
         self._action("delete_mirror_link", name=name)
 
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
         return dict(self._action("promote_mirror_topic", topic=topic))
 
     def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
-        import sparklog.mirror.links  # noqa: F401
-
         return dict(self._action("reverse_mirror_link", timeout_s=120, name=name, **how))
 
     def describe_group(self, group: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``broker_lite/server.py`` (the broker) and
 ``sparklog/client/transports/flight_client.py`` (the client) import what is
-here; neither spells a JSON field name of its own.
+here; neither spells a JSON field name of its own, and this module imports
+neither of them (nor the groups it carries: a join's result crosses as fields).
 
 * ``DoPut`` (produce): the descriptor command is a :data:`PRODUCE` request;
   each batch's app_metadata may be a :data:`PRODUCE_BATCH` (its partition).
@@ -27,13 +28,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sparklog.errors import InvalidRequestError, SparklogError, error_class
 from sparklog.topic_partition import TopicPartition
-
-if TYPE_CHECKING:  # the coordinator imports the error shim, which imports this module
-    from sparklog.groups.coordinator import JoinResult
 
 #: a field without a default must be sent
 REQUIRED: Any = object()
@@ -296,16 +294,25 @@ def decode_fetch_meta(raw: bytes | None) -> tuple[int, int]:
 _JOIN_FIELDS = ("generation", "member_id", "leader_id", "members", "protocol")
 
 
-def encode_join_result(result: JoinResult) -> dict[str, Any]:
+class JoinFields(Protocol):
+    """What join_group's reply carries of a join's result (``groups.coordinator.JoinResult``
+    has these; the wire format names them without importing the groups package)."""
+
+    generation: int
+    member_id: str
+    leader_id: str
+    members: dict[str, list[str]]
+    protocol: str
+
+
+def encode_join_result(result: JoinFields) -> dict[str, Any]:
     """join_group's result (Kafka clients' opaque member metadata stays in the broker)."""
     return {name: getattr(result, name) for name in _JOIN_FIELDS}
 
 
-def decode_join_result(raw: Mapping[str, Any]) -> JoinResult:
-    """What :func:`encode_join_result` carried."""
-    from sparklog.groups.coordinator import JoinResult
-
-    return JoinResult(**{name: raw[name] for name in _JOIN_FIELDS})
+def decode_join_result(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`encode_join_result` carried: ``JoinResult``'s keywords (the client builds it)."""
+    return {name: raw[name] for name in _JOIN_FIELDS}
 
 
 def encode_partition_errors(

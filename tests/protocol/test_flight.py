@@ -1,11 +1,11 @@
-"""The Flight wire format, defined once in ``flight_protocol``: what both ends rely on."""
+"""The Flight wire format, defined once in ``sparklog.protocol.flight``: what both ends rely on."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparklog.broker_lite import flight_protocol as wire
 from sparklog.errors import InvalidRequestError, NotLeaderError
+from sparklog.protocol import flight as wire
 
 
 def test_a_built_request_parses_back_with_defaults_filled() -> None:
