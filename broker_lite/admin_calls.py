@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog import errors
+from sparklog.broker_lite import topic_caps
 from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
 from sparklog.broker_lite.cluster import BrokerInfo
 from sparklog.broker_lite.logs import fields
@@ -155,10 +156,13 @@ class AdminCalls(BrokerState):
         config: Mapping[str, Any] | None = None,
         value_schema: str | None = None,
         replication_factor: int = 1,
+        created_by: str | None = None,
     ) -> dict[str, Any]:
         """Create a topic; ``replication_factor`` is accepted from 1 to the live brokers (or
-        -1, the default), stored and reported back: the object store keeps the data."""
+        -1, the default), stored and reported back: the object store keeps the data.
+        ``created_by``: the principal asking, whose per-principal caps apply."""
         assert self.cluster is not None
+        topic_caps.check(self.config, self.root.metadata.image(), created_by, 1, partitions)
         value_type = _schema_from_text(value_schema) if value_schema else None
         _log_unknown_keys(name, config)
         live = len(self.cluster.live())
@@ -170,6 +174,7 @@ class AdminCalls(BrokerState):
                 value_type,
                 replication_factor=replication_factor,
                 live_brokers=max(1, live),
+                created_by=created_by,
             )
         )
         self._forget_topic(name)
@@ -193,6 +198,10 @@ class AdminCalls(BrokerState):
         return dict(info.config)
 
     def add_partitions(self, name: str, total: int) -> int:
+        """Grow ``name`` to ``total`` partitions; they count against its creator's cap."""
+        doc = self.root.metadata.image().topics.get(name) or {}
+        grown = total - int(doc.get("partitions", total))
+        topic_caps.check(self.config, self.root.metadata.image(), doc.get("created_by"), 0, grown)
         info = storage_call(lambda: self.root.add_partitions(name, total))
         self._forget_topic(name)
         return int(info.partitions)

@@ -157,6 +157,32 @@ class BrokerConfig:
             integer(1024),
         ),
     )
+    max_topics_per_principal: int = field(
+        default=0,
+        metadata=about(
+            "Topics one principal may have created (and not deleted); one more is refused "
+            "with POLICY_VIOLATION; super users are not capped; 0: no cap (as Kafka)",
+            integer(0),
+        ),
+    )
+    max_partitions_per_principal: int = field(
+        default=0,
+        metadata=about(
+            "Partitions of the topics one principal created (CreateTopics and "
+            "CreatePartitions count); more are refused with POLICY_VIOLATION; super users "
+            "are not capped; 0: no cap (as Kafka)",
+            integer(0),
+        ),
+    )
+    connection_failed_authentication_delay_ms: int = field(
+        default=100,
+        metadata=about(
+            "Kafka's connection.failed.authentication.delay.ms: a connection whose SASL login "
+            "failed gets its failure answer, then is closed this much later (no request read "
+            "meanwhile); Flight's UNAUTHENTICATED answer waits as long; 0: at once",
+            integer(0),
+        ),
+    )
     connections_max_idle_ms: int = field(
         default=600_000,
         metadata=about(
@@ -174,8 +200,29 @@ class BrokerConfig:
         ),
     )
     max_connections_per_ip: int = field(
-        default=1024,
-        metadata=about("Kafka's max.connections.per.ip: connections from one address", integer(1)),
+        default=256,
+        metadata=about(
+            "Kafka's max.connections.per.ip: connections from one address (a quarter of "
+            "max_connections by default, so one host cannot hold them all)",
+            integer(1),
+        ),
+    )
+    max_connections_per_principal: int = field(
+        default=512,
+        metadata=about(
+            "Kafka connections authenticated as one principal; a login past it is closed "
+            "(super users and User:ANONYMOUS are not counted), so one tenant cannot hold "
+            "every connection",
+            integer(1),
+        ),
+    )
+    max_connection_creation_rate: int = field(
+        default=0,
+        metadata=about(
+            "Kafka's max.connection.creation.rate: new Kafka connections a second (a burst "
+            "of one second's worth); past it the listener waits before accepting; 0: no bound",
+            integer(0),
+        ),
     )
     max_unauthenticated_connections: int = field(
         default=256,
@@ -362,6 +409,15 @@ class BrokerConfig:
         default="127.0.0.1:9815",
         metadata=about("Prometheus endpoint HOST:PORT; empty disables", address(disableable=True)),
     )
+    metrics_resource_names: str = field(
+        default="auto",
+        metadata=about(
+            "Whether the metrics endpoint's series name topics and groups (tenants' names, "
+            "seen by anyone who can reach it): shown, hidden (summed over them), or auto "
+            "(hidden where a listener authenticates, shown where none does)",
+            choice("auto", "shown", "hidden"),
+        ),
+    )
     log_level: str = field(
         default="INFO", metadata=about("Log level", choice("DEBUG", "INFO", "WARNING", "ERROR"))
     )
@@ -381,6 +437,13 @@ class BrokerConfig:
             _authenticating(protocol, self.ssl_client_auth)
             for protocol in (self.kafka_security_protocol, self.flight_protocol)
         )
+
+    @property
+    def metrics_names_hidden(self) -> bool:
+        """The metrics endpoint sums its series over topics and groups (see the key)."""
+        if self.metrics_resource_names == "auto":
+            return self.authenticates
+        return self.metrics_resource_names == "hidden"
 
     @property
     def listen_host(self) -> str:
@@ -404,6 +467,13 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
             "(SPARKLOG_KAFKA_ADVERTISED) to the HOST:PORT clients should use"
         )
     _check_security(values)
+    delay = values["connection_failed_authentication_delay_ms"]
+    if delay >= values["connections_max_idle_ms"]:
+        raise InvalidConfigurationError(
+            f"config key 'connection_failed_authentication_delay_ms' = {delay} is not accepted; "
+            f"accepted: less than connections_max_idle_ms ({values['connections_max_idle_ms']}), "
+            "as Kafka"
+        )
     grace = values["gc_grace_ms"]
     if grace != 0 and grace < STAGED_OBJECT_MAX_AGE_MS:
         raise InvalidConfigurationError(
@@ -431,7 +501,8 @@ def _check_consistency(values: Mapping[str, Any]) -> None:
         )
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
+    """Whether ``host`` (of a HOST:PORT key) is a loopback address."""
     host = host.strip("[]")
     return host == "localhost" or host == "::1" or host.startswith("127.")
 
@@ -456,7 +527,7 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
     ]
     for key, protocol_key, protocol in doors:
         address = values[key]
-        if not address or _loopback(address.rpartition(":")[0]):
+        if not address or loopback(address.rpartition(":")[0]):
             continue
         if _authenticating(protocol, client_auth, every_client=True) or values["authorizer"]:
             continue
@@ -473,7 +544,7 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
             "allow_insecure_listener = true (SPARKLOG_ALLOW_INSECURE_LISTENER) to accept that"
         )
     metrics = values["metrics_listen"]
-    if metrics and not _loopback(metrics.rpartition(":")[0]):
+    if metrics and not loopback(metrics.rpartition(":")[0]):
         raise InvalidConfigurationError(
             f"config key 'metrics_listen' = {metrics!r} is not a loopback address, and the "
             "metrics endpoint asks no one who they are while its series name every topic and "

@@ -6,7 +6,10 @@ certificate keys (``ssl_certfile``, ``ssl_keyfile``; ``ssl_client_auth`` with
 ``ssl_cafile`` asks clients for certificates).  ``SASL_PLAINTEXT``/``SASL_SSL``
 require Flight's basic-auth header on every call (``authorization: Basic
 base64(user:password)``), checked against the same SCRAM users as the Kafka
-listener; a wrong or missing one is refused with UNAUTHENTICATED.  A checked
+listener; a wrong or missing one is refused with UNAUTHENTICATED, a wrong one
+after ``connection_failed_authentication_delay_ms`` (as the Kafka listener
+delays its close), and a user who does not exist costs the same check as one
+who does.  A checked
 (user, password) pair is remembered by its digest while the user's credential
 is unchanged, so a call costs one hash, not a PBKDF2.
 
@@ -19,11 +22,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
+import time
 from typing import Any
 
 import pyarrow.flight as flight
 
 from sparklog.security import scram, users
+
+#: Flight calls a failed login's delay may hold at once (each holds a gRPC server thread)
+MAX_DELAYED_FAILURES = 16
 
 
 def scheme(config: Any) -> str:
@@ -61,6 +68,7 @@ class BasicAuth(flight.ServerMiddlewareFactory):
         self.config = broker.config
         self._checked: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._delayed = threading.BoundedSemaphore(MAX_DELAYED_FAILURES)
 
     def _principal(self, header: str) -> str | None:
         kind, _, token = header.partition(" ")
@@ -73,34 +81,47 @@ class BasicAuth(flight.ServerMiddlewareFactory):
         if not sep or not user:
             return None
         image = self.broker.root.metadata.image()
-        for mechanism in scram.MECHANISMS:
-            credential = users.credential(image, user, mechanism)
-            if credential is None:
-                continue
-            digest = hashlib.sha256(
-                f"{user}\0{password}\0{credential['stored_key']}".encode()
-            ).hexdigest()
-            with self._lock:
-                if self._checked.get(digest) == user:
-                    return f"User:{user}"
-            if scram.check_password(mechanism, credential, password):
-                with self._lock:
-                    if len(self._checked) > 10_000:
-                        self._checked.clear()
-                    self._checked[digest] = user
+        credentials = {m: users.credential(image, user, m) for m in scram.MECHANISMS}
+        digests = {
+            m: hashlib.sha256(f"{user}\0{password}\0{c['stored_key']}".encode()).hexdigest()
+            for m, c in credentials.items()
+            if c is not None
+        }
+        with self._lock:
+            if any(self._checked.get(d) == user for d in digests.values()):
                 return f"User:{user}"
-        return None
+        # as costly for a user who does not exist as for one who does
+        mechanism = scram.matching_mechanism(credentials, password)
+        if mechanism is None:
+            return None
+        with self._lock:
+            if len(self._checked) > 10_000:
+                self._checked.clear()
+            self._checked[digests[mechanism]] = user
+        return f"User:{user}"
 
     def start_call(self, info: Any, headers: Any) -> flight.ServerMiddleware:
         values = headers.get("authorization") or []
         principal = self._principal(str(values[0])) if values else None
         if principal is None:
+            if values:
+                self._delay_failure()
             raise flight.FlightUnauthenticatedError(
                 "SASL_AUTHENTICATION_FAILED: this broker's Flight listener needs a user "
                 "(security_protocol SASL_PLAINTEXT or SASL_SSL, sasl_plain_username, "
                 "sasl_plain_password); the one given was missing or wrong"
             )
         return _Authenticated(principal)
+
+    def _delay_failure(self) -> None:
+        """Wait ``connection_failed_authentication_delay_ms`` before a wrong login's answer,
+        as the Kafka listener delays its close; at most ``MAX_DELAYED_FAILURES`` calls wait
+        at once (each holds a server thread), the others are answered at once."""
+        if self._delayed.acquire(blocking=False):
+            try:
+                time.sleep(self.config.connection_failed_authentication_delay_ms / 1000)
+            finally:
+                self._delayed.release()
 
 
 def middleware(broker: Any) -> dict[str, flight.ServerMiddlewareFactory]:

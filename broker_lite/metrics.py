@@ -1,10 +1,21 @@
-"""Prometheus metrics of one broker (own registry, so several brokers can share a process)."""
+"""Prometheus metrics of one broker (own registry, so several brokers can share a process).
+
+The endpoint asks no one who they are, so on a broker where a listener
+authenticates (``metrics_resource_names = "auto"``) or where the key says
+``hidden`` it names no topic and no group: :class:`NamesHidden` serves each
+series summed over its ``topic``, ``group`` and ``partition`` labels (total
+records produced, total lag), so one tenant's scrape does not list the others'.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from sparklog.broker_lite.damage import damage_seen
 
@@ -97,10 +108,17 @@ class Metrics:
         )
         self.damaged_storage.set_function(damage_seen)
 
-    def serve(self, address: str) -> int:
-        """Start the HTTP endpoint; return the port it listens on."""
+    def serve(self, address: str, *, hide_names: bool = False) -> int:
+        """Start the HTTP endpoint; return the port it listens on.
+
+        ``hide_names``: series summed over topics, groups and partitions (see the module).
+        """
         host, _, port = address.rpartition(":")
-        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        registry = self.registry
+        if hide_names:
+            registry = CollectorRegistry()
+            registry.register(NamesHidden(self.registry))
+        server, _thread = start_http_server(int(port), addr=host, registry=registry)
         self._server = server
         return int(server.server_port)
 
@@ -109,3 +127,33 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+#: labels that name a tenant's resources
+NAME_LABELS = frozenset({"topic", "group", "partition"})
+
+
+class NamesHidden(Collector):
+    """The series of ``registry`` summed over :data:`NAME_LABELS` (``_created``: the earliest)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items()
+                                      if k not in NAME_LABELS))  # fmt: skip
+                key = (sample.name, labels)
+                if key not in merged:
+                    merged[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    merged[key] = min(merged[key], sample.value)
+                else:
+                    merged[key] += sample.value
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = [
+                Sample(name, dict(labels), value) for (name, labels), value in merged.items()
+            ]
+            yield out

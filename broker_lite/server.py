@@ -41,6 +41,7 @@ from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.logs import fields, setup_logging
+from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import (
@@ -195,14 +196,26 @@ class FlightBroker(flight.FlightServerBase):
         self._connections_lock = threading.Lock()
         self.refusals = _RefusalLog()
         groups = broker.groups
+
+        def create_topic(
+            name: str,
+            partitions: int,
+            config: Any,
+            value_schema: Any,
+            replication_factor: int,
+            created_by: str | None = None,
+        ) -> Any:
+            # created_by: the caller, added by do_action (per-principal caps)
+            return broker.create_topic(
+                name, partitions, config, value_schema, replication_factor, created_by
+            )
+
         # one handler per action of wire.ACTIONS, called with that action's fields by name
         self.actions: dict[str, Callable[..., Any]] = {
             "metadata": lambda topics, sizes: broker.metadata(topics, sizes=sizes),
             "describe_cluster": lambda: broker.describe_cluster(),
             "list_topics": lambda: broker.root.list_topics(),
-            "create_topic": lambda name, partitions, config, value_schema, replication_factor: (
-                broker.create_topic(name, partitions, config, value_schema, replication_factor)
-            ),
+            "create_topic": create_topic,
             "delete_topic": lambda name: broker.delete_topic(name),
             "alter_topic_config": lambda name, updates, remove: broker.alter_topic_config(
                 name, updates, remove
@@ -332,6 +345,9 @@ class FlightBroker(flight.FlightServerBase):
             args = wire.parse(wire.ACTIONS[name], body)
             who = flight_acls.caller(self.broker, context)
             flight_acls.check_action(who, name, args, self.broker.root.list_topics)
+            if name == "create_topic":  # the topic is the caller's (per-principal caps)
+                auth = context.get_middleware("auth")
+                args["created_by"] = getattr(auth, "principal", None) or flight_acls.ANONYMOUS
             return wire.encode_result(flight_acls.filter_result(who, name, args, handler(**args)))
 
         with self._connection_slot(name, context):
@@ -601,7 +617,9 @@ def start_broker(
     metrics_port = None
     if config.metrics_listen:  # before the lease: a broker that cannot start must not lead
         try:
-            metrics_port = broker.metrics.serve(config.metrics_listen)
+            metrics_port = broker.metrics.serve(
+                config.metrics_listen, hide_names=config.metrics_names_hidden
+            )
         except OSError as exc:
             server.shutdown()
             raise InvalidConfigurationError(
@@ -635,6 +653,7 @@ def start_broker(
     if kafka is not None:
         kafka.start()
     server.kafka = kafka
+    warn_at_start(config)
     log.info(
         "broker started",
         extra=fields(

@@ -27,6 +27,7 @@ from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.fetch_path import FetchPath
 from sparklog.broker_lite.group_routing import CoordinatedGroups
+from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
@@ -103,6 +104,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             high_watermarks=self.high_watermarks,
         )
         self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
+        # a regex subscription is resolved to the topics its member may describe (KIP-848)
+        self.coordinator.consumer.may_describe = self._may_describe_topic
         #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)
         self.transactions = TransactionCoordinator(
             self,
@@ -139,6 +142,9 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._next_metadata_refresh = 0.0
 
     # -- lifecycle ---------------------------------------------------------
+    def _may_describe_topic(self, principal: str, host: str, topic: str) -> bool:
+        return acl.allowed_for(self, principal, host, "DESCRIBE", "TOPIC", topic)
+
     def start(self, location: str, kafka_address: str | None = None) -> None:
         """Publish our lease (Flight ``location``, Kafka listener address) and start threads."""
         links = [x for x in (x.strip() for x in self.config.mirror_links.split(",")) if x]

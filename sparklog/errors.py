@@ -255,6 +255,12 @@ class SaslAuthenticationFailedError(
     """Wrong user or password, or a broken SASL exchange (never names the password)."""
 
 
+class SslAuthenticationFailedError(
+    SparklogError, errno=57, code="SSL_AUTHENTICATION_FAILED", canonical=True
+):
+    """A TLS peer whose certificate cannot be read as a principal (the connection is closed)."""
+
+
 class ResourceNotFoundError(SparklogError, errno=91, code="RESOURCE_NOT_FOUND", canonical=True):
     pass
 

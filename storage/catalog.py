@@ -300,6 +300,23 @@ class LogRoot:
             self.__dict__["_metadata"] = found
         return found
 
+    def check_new_topic(
+        self, name: str, partitions: int, config: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """What :meth:`create_topic` checks before it writes (name, partition count,
+        config, a live topic of that name), so a validate-only request checks the same;
+        the config parsed."""
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
+            )
+        parsed = validate_config(config)
+        check_combination(parsed)
+        if name in self.metadata.image().topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        return parsed
+
     def create_topic(
         self,
         name: str,
@@ -310,20 +327,16 @@ class LogRoot:
         mirror: Mapping[str, Any] | None = None,
         replication_factor: int = 1,
         live_brokers: int | None = None,
+        created_by: str | None = None,
     ) -> TopicInfo:
         """Create a topic; TopicAlreadyExistsError if a live topic has the name.
 
         ``mirror`` makes it a mirror topic (see :attr:`TopicInfo.mirror`): read-only to
         producers until promoted.  ``replication_factor`` (-1: the default, 1) is accepted
         up to ``live_brokers`` (a broker's live set; without it, the brokers registered
-        on the root, at least 1), as Kafka accepts it, and stored to be reported back."""
-        validate_topic_name(name)
-        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidPartitionsError(
-                f"partitions={partitions!r} is not accepted; accepted: 1-{MAX_PARTITIONS}"
-            )
-        parsed = validate_config(config)
-        check_combination(parsed)
+        on the root, at least 1), as Kafka accepts it, and stored to be reported back.
+        ``created_by``: the principal a broker created it for (its per-principal caps)."""
+        parsed = self.check_new_topic(name, partitions, config)
         if value_type is not None and not _is_struct(value_type):
             raise InvalidConfigurationError(
                 f"value schema {value_type} is not accepted; a typed topic's value is a struct"
@@ -351,6 +364,8 @@ class LogRoot:
             )
             if factor != 1:
                 doc["replication_factor"] = factor
+            if created_by is not None:
+                doc["created_by"] = created_by
             if "commit.shards" not in parsed:
                 # one shard per registered broker (at most one per partition), so the
                 # partitions' leaders spread over the cluster as Kafka's do, while a

@@ -2,7 +2,9 @@
 pyarrow only to memory-map a buffer), so metadata commands on a local root start fast.
 
 Create-only writes hard-link a complete, fsynced temp file into place (atomic; of
-racing writers exactly one wins); reads of Arrow objects are memory maps.
+racing writers exactly one wins); reads of Arrow objects are memory maps.  The
+cluster metadata log's files (SCRAM credentials among their records) are
+created 0600 (``OWNER_ONLY_PREFIXES``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 #: ranges above this are memory-mapped by get_range, smaller ones read into a buffer
 _MAPPED_RANGE_BYTES_MIN = 4 << 20
 
+
+#: keys under these hold secrets (the cluster metadata log carries the users' SCRAM
+#: credentials, in its records and every snapshot): written owner-only (0600) whatever
+#: the writer's umask, so other accounts on the machine cannot read them
+OWNER_ONLY_PREFIXES = ("cluster/metadata/log/",)
 
 #: URL prefixes of fsspec's local filesystem, stripped to get the folder
 _LOCAL_PREFIXES = ("file://", "file:", "local://", "local:")
@@ -80,6 +87,8 @@ class LocalBackend:
         tmp, fd = _open_temp(path)
         try:
             try:
+                if self.relative(path).startswith(OWNER_ONLY_PREFIXES):
+                    os.fchmod(fd, 0o600)  # before a byte is written; the link keeps it
                 view = memoryview(data).cast("B")
                 while view:
                     view = view[os.write(fd, view) :]

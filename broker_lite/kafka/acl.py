@@ -7,6 +7,7 @@ authorizer every check allows.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from sparklog.security.acls import (  # noqa: F401  (re-exported for the Kafka layer)
@@ -58,6 +59,14 @@ def allowed(ctx: Any, operation: str, resource_type: str, name: str) -> bool:
         resource_type,
         name,
     )
+
+
+def allowed_for(
+    broker: Any, principal: str, host: str, operation: str, resource_type: str, name: str
+) -> bool:
+    """:func:`allowed` for a principal met earlier (a group member's), not a request's."""
+    ctx = SimpleNamespace(broker=broker, session=SimpleNamespace(principal=principal, host=host))
+    return allowed(ctx, operation, resource_type, name)
 
 
 def check(ctx: Any, operation: str, resource_type: str, name: str) -> None:

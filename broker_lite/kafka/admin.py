@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
+from sparklog.broker_lite import topic_caps
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.broker_lite.kafka.topic_ids import topic_uuid
@@ -33,8 +34,6 @@ from sparklog.storage.catalog import (
 from sparklog.storage.config import (
     CONFIG_TYPES,
     TOPIC_CONFIG_KEYS,
-    check_combination,
-    validate_config,
 )
 
 TOPIC = 2
@@ -56,6 +55,8 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(19, ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     results = []
+    principal = ctx.session.principal if ctx.session is not None else None
+    pending = [0, 0]  # validate_only: topics and partitions this request would add
     for topic in request.topics:
         error, message, partitions, topic_id = 0, None, -1, uuid.UUID(int=0)
         factor = -1
@@ -71,13 +72,22 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
             config = {c.name: c.value for c in topic.configs if c.value is not None}
             validate_topic_name(topic.name)
             consumer_offsets.refuse_create(topic.name)
-            if request.validate_only:
+            if request.validate_only:  # what the real request checks, nothing written
                 live = max(1, len(ctx.broker.cluster.live()))
                 factor = replication_factor_of(int(topic.replication_factor), live)
-                check_combination(validate_config(config))
+                ctx.broker.root.check_new_topic(topic.name, count, config)
+                image = ctx.broker.root.metadata.image()
+                topic_caps.check(
+                    ctx.broker.config, image, principal, pending[0] + 1, pending[1] + count
+                )
+                pending[0], pending[1] = pending[0] + 1, pending[1] + count
             else:
                 made = ctx.broker.create_topic(
-                    topic.name, count, config, replication_factor=int(topic.replication_factor)
+                    topic.name,
+                    count,
+                    config,
+                    replication_factor=int(topic.replication_factor),
+                    created_by=principal,
                 )
                 topic_id = topic_uuid(made.get("topic_id", ""))
                 factor = int(made["replication_factor"])

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
 
 from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.messages import _field_info, make, nested
@@ -166,13 +167,27 @@ def _may_topic(ctx: Any, operation: str, name: str) -> bool:
     return acl.allowed(ctx, operation, "TOPIC", name)
 
 
+def _shown_name(ctx: Any, item: Any, name: str) -> str | None:
+    """The name a refusal may carry: the one the request gave, or for a topic asked by id
+    its name only if the principal may describe it (Kafka answers ``null`` otherwise)."""
+    given = getattr(item, "name", None) or getattr(item, "topic", None)
+    if given:
+        return str(given)
+    return name if name and _may_topic(ctx, "DESCRIBE", name) else None
+
+
 def _denied_topic(ctx: Any, api: TopicApi, item: Any, name: str, errno: int) -> Any:
     cls = _response_cls(ctx)
     topic_cls = nested(cls, api.response_topic)
-    message = f"not authorized to {api.operation.lower()} topic {name!r}"
+    shown = _shown_name(ctx, item, name)
+    message = (
+        f"not authorized to {api.operation.lower()} topic {shown!r}"
+        if shown
+        else f"not authorized to {api.operation.lower()} this topic"
+    )
     values: dict[str, Any] = {
-        "name": name,
-        "topic": name,
+        "name": shown,
+        "topic": shown,
         "topic_id": getattr(item, "topic_id", None) or ZERO_ID,
         "error_code": errno,
         "error_message": message,
@@ -201,7 +216,8 @@ def _denied_topic(ctx: Any, api: TopicApi, item: Any, name: str, errno: int) -> 
             for p in _partitions_of(item)
         )
     info = _field_info(topic_cls)
-    return blank(topic_cls, **{k: v for k, v in values.items() if k in info})
+    # a hidden name is left to blank(): null where the field takes it, else ""
+    return blank(topic_cls, **{k: v for k, v in values.items() if k in info and v is not None})
 
 
 def _topics_guard(handler: Handler, ctx: Any, request: Any, errno: int = TOPIC_DENIED) -> Any:
@@ -252,12 +268,9 @@ def _topics_denied_all(ctx: Any, request: Any, errno: int) -> Any:
 # -- Metadata ---------------------------------------------------------------------------
 def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
     topics = request.topics
-    if topics is None:  # every topic: keep the describable ones
-        response = handler(ctx, request)
-        return dataclasses.replace(
-            response,
-            topics=tuple(t for t in response.topics if _may_topic(ctx, "DESCRIBE", str(t.name))),
-        )
+    if topics is None or (ctx.api_version == 0 and not topics):
+        # every topic: the handler lists and builds only the describable ones
+        return handler(ctx, request)
     keep: list[tuple[Any, str]] = []
     denied: list[tuple[Any, str]] = []
     for item in topics:
@@ -274,7 +287,7 @@ def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
         blank(
             topic_cls,
             error_code=TOPIC_DENIED,
-            name=name or None,
+            name=_shown_name(ctx, item, name),
             topic_id=getattr(item, "topic_id", None) or ZERO_ID,
             is_internal=False,
             topic_authorized_operations=-(2**31),
@@ -333,16 +346,6 @@ def _find_coordinator(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, coordinators=tuple(response.coordinators) + extra)
 
 
-def _describe_group_list(name: str) -> Callable[[Handler, Any, Any], Any]:
-    """DescribeGroups (``groups``) and ConsumerGroupDescribe (``group_ids``): groups the
-    principal may not describe are answered GROUP_AUTHORIZATION_FAILED."""
-
-    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
-        return _describe_groups(handler, ctx, request, name)
-
-    return guard
-
-
 def _describe_groups(handler: Handler, ctx: Any, request: Any, name: str = "groups") -> Any:
     asked = getattr(request, name)
     keep = tuple(g for g in asked if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
@@ -356,6 +359,57 @@ def _describe_groups(handler: Handler, ctx: Any, request: Any, name: str = "grou
         for g in denied
     )
     return dataclasses.replace(response, groups=tuple(response.groups) + extra)
+
+
+def _consumer_group_heartbeat(handler: Handler, ctx: Any, request: Any) -> Any:
+    """Read on the group, and Describe on every topic it names: a heartbeat naming one the
+    member may not describe is refused whole, as Kafka refuses it (KAFKA-18813), so that
+    neither its assignment nor its answer tells the topic exists. (A regex subscription
+    is resolved to the topics the member may describe: ConsumerGroupProtocol.may_describe.)"""
+    if not acl.allowed(ctx, "READ", "GROUP", str(request.group_id)):
+        return _refuse_all(ctx, GROUP_DENIED)
+    names = request.subscribed_topic_names or ()
+    if all(acl.allowed(ctx, "DESCRIBE", "TOPIC", str(t)) for t in names):
+        return handler(ctx, request)
+    return blank(
+        _response_cls(ctx),
+        error_code=TOPIC_DENIED,
+        error_message="TOPIC_AUTHORIZATION_FAILED: the subscription names topics the client "
+        "is not authorized to describe",
+        member_epoch=-1,
+        heartbeat_interval=0,
+        throttle_time=0,
+    )
+
+
+def _consumer_group_describe(handler: Handler, ctx: Any, request: Any) -> Any:
+    """Groups the principal may not describe: GROUP_AUTHORIZATION_FAILED; a group whose
+    members subscribe to or are assigned a topic the principal may not describe:
+    TOPIC_AUTHORIZATION_FAILED and no members, as Kafka answers (KAFKA-18813)."""
+    response = _describe_groups(handler, ctx, request, "group_ids")
+    groups = []
+    for group in response.groups:
+        topics = {
+            str(name)
+            for member in group.members
+            for name in (
+                *(member.subscribed_topic_names or ()),
+                *(tp.topic_name for tp in member.assignment.topic_partitions),
+                *(tp.topic_name for tp in member.target_assignment.topic_partitions),
+            )
+        }
+        if group.error_code == 0 and not all(
+            acl.allowed(ctx, "DESCRIBE", "TOPIC", t) for t in topics
+        ):
+            group = dataclasses.replace(
+                group,
+                error_code=ErrorCode(TOPIC_DENIED),
+                error_message="The described group uses topics that the client is not "
+                "authorized to describe.",
+                members=(),
+            )
+        groups.append(group)
+    return dataclasses.replace(response, groups=tuple(groups))
 
 
 def _list_groups(handler: Handler, ctx: Any, request: Any) -> Any:
@@ -426,6 +480,35 @@ def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
         if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
             return handler(ctx, request)
         return _refuse_all(ctx, CLUSTER_DENIED)
+
+    return guard
+
+
+def _cluster_items(operation: str, items: str, result_name: str) -> Callable[..., Any]:
+    """A cluster check for an API whose answer has one result per request item: refused,
+    each item gets CLUSTER_AUTHORIZATION_FAILED, as Kafka's ``getErrorResponse`` answers
+    (CreateAcls, DeleteAcls, AlterClientQuotas); an empty list would read as success."""
+
+    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+        if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
+            return handler(ctx, request)
+        cls = _response_cls(ctx)
+        field = next(f for f in dataclasses.fields(cls) if f.name != "throttle_time")
+        result_cls = nested(cls, result_name)
+        message = f"CLUSTER_AUTHORIZATION_FAILED: not authorized to {operation.lower()} the cluster"
+        entity_cls = nested(cls, "EntityData") if items == "entries" else None
+        results = []
+        for item in getattr(request, items):
+            echo: dict[str, Any] = {}
+            if entity_cls is not None:  # AlterClientQuotas names each entry's entity back
+                echo["entity"] = tuple(
+                    entity_cls(entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in item.entity
+                )
+            results.append(
+                blank(result_cls, error_code=CLUSTER_DENIED, error_message=message, **echo)
+            )
+        return blank(cls, throttle_time=0, **{field.name: tuple(results)})
 
     return guard
 
@@ -634,8 +717,8 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     22: _init_producer_id,
     23: _topics_guard,
     29: _cluster("DESCRIBE"),
-    30: _cluster("ALTER"),
-    31: _cluster("ALTER"),
+    30: _cluster_items("ALTER", "creations", "AclCreationResult"),
+    31: _cluster_items("ALTER", "filters", "DeleteAclsFilterResult"),
     32: _configs("DESCRIBE_CONFIGS", "results", "DescribeConfigsResult"),
     33: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
     35: _cluster("DESCRIBE"),
@@ -644,7 +727,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     44: _configs("ALTER_CONFIGS", "responses", "AlterConfigsResourceResponse"),
     47: _offset_delete,
     48: _cluster("DESCRIBE_CONFIGS"),
-    49: _cluster("ALTER_CONFIGS"),
+    49: _cluster_items("ALTER_CONFIGS", "entries", "EntryData"),
     60: _cluster("DESCRIBE"),
     24: _add_partitions_to_txn,
     25: _add_offsets_to_txn,
@@ -653,8 +736,8 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
     61: _describe_producers,
     65: _describe_transactions,
     66: _list_transactions,
-    68: _group_whole("READ"),
-    69: _describe_group_list("group_ids"),
+    68: _consumer_group_heartbeat,
+    69: _consumer_group_describe,
 }
 
 

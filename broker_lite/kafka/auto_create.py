@@ -27,9 +27,12 @@ def enabled(broker: Any) -> bool:
     return bool(getattr(broker.config, "auto_create_topics_enable", False))
 
 
-def create_missing(broker: Any, names: list[str], known: set[str]) -> set[str]:
+def create_missing(
+    broker: Any, names: list[str], known: set[str], principal: str | None = None
+) -> set[str]:
     """Create those of ``names`` not in ``known`` (invalid names are left for the
-    caller to answer with their error); the names now known."""
+    caller to answer with their error); the names now known. ``principal``: the
+    requester, whose per-principal caps apply (broker_lite/topic_caps.py)."""
     if not enabled(broker):
         return known
     now_known = set(known)
@@ -41,6 +44,6 @@ def create_missing(broker: Any, names: list[str], known: set[str]) -> set[str]:
         except SparklogError:
             continue
         with contextlib.suppress(TopicAlreadyExistsError):  # another broker created it first
-            broker.create_topic(name, int(broker.config.num_partitions), {})
+            broker.create_topic(name, int(broker.config.num_partitions), {}, created_by=principal)
         now_known.add(name)
     return now_known

@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import topic_ids
+from sparklog.broker_lite.kafka import acl, topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.errors import SparklogError
 from sparklog.groups.consumer_groups import Heartbeat
@@ -42,6 +42,11 @@ def _owned(broker: Any, topics: Any) -> list[tuple[str, int]] | None:
     return out
 
 
+def _principal(ctx: Any) -> str | None:
+    """The member's principal where ACLs are checked (its regex sees what it may describe)."""
+    return ctx.session.principal if ctx.session is not None and acl.checked(ctx) else None
+
+
 def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(68, ctx.api_version)
     assignment_cls = nested(cls, "Assignment")
@@ -60,6 +65,8 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
         owned=_owned(ctx.broker, request.topic_partitions),
         client_id=getattr(ctx, "client_id", "") or "",
         client_host=getattr(ctx, "client_host", "") or "",
+        principal=_principal(ctx),
+        principal_host=ctx.session.host if ctx.session is not None else "*",
     )
     try:
         answer = ctx.broker.groups.consumer_group_heartbeat(heartbeat.group, heartbeat)

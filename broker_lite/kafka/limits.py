@@ -1,7 +1,10 @@
 """Resource bounds of the Kafka listener: no one client can take the broker from the others.
 
 * **Connections** (:class:`ConnectionTable`): ``max_connections`` in all,
-  ``max_connections_per_ip`` from one address, and at most
+  ``max_connections_per_ip`` from one address, ``max_connections_per_principal``
+  authenticated as one principal (a login past it is closed; super users and
+  User:ANONYMOUS are not counted), new ones at most
+  ``max_connection_creation_rate`` a second (:class:`CreationRate`), and at most
   ``max_unauthenticated_connections`` that have not finished authentication
   (on a PLAINTEXT listener: not yet sent one whole request).  A connection
   over that last cap closes the *oldest* unauthenticated one rather than
@@ -128,13 +131,23 @@ class ByteBudget:
 class ConnectionTable:
     """The listener's open connections: totals per IP and the unauthenticated ones in age order."""
 
-    def __init__(self, max_connections: int, max_per_ip: int, max_unauthenticated: int) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        max_per_ip: int,
+        max_unauthenticated: int,
+        max_per_principal: int | None = None,
+    ) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
         self.max_unauthenticated = max_unauthenticated
+        self.max_per_principal = max_per_principal
         self._lock = threading.Lock()
         self.open: dict[Any, str] = {}
         self.per_ip: dict[str, int] = {}
+        #: authenticated connections of each capped principal, and each one's principal
+        self.per_principal: dict[str, int] = {}
+        self.principal_of: dict[Any, str] = {}
         #: unauthenticated connections, oldest first
         self.unauthenticated: OrderedDict[Any, None] = OrderedDict()
 
@@ -168,20 +181,25 @@ class ConnectionTable:
                 self.unauthenticated[new] = None
                 self.unauthenticated.pop(old, None)
 
-    def authenticated(self, conn: socket.socket) -> None:
+    def authenticated(self, conn: Any, principal: str | None = None) -> bool:
+        """``conn`` has authenticated as ``principal`` (None: a principal not capped); False
+        if that principal already holds ``max_per_principal`` connections (close it)."""
         with self._lock:
+            if principal is not None and conn not in self.principal_of:
+                held = self.per_principal.get(principal, 0)
+                if self.max_per_principal is not None and held >= self.max_per_principal:
+                    return False
+                self.per_principal[principal] = held + 1
+                self.principal_of[conn] = principal
             self.unauthenticated.pop(conn, None)
+            return True
 
     def remove(self, conn: socket.socket) -> None:
         with self._lock:
             ip = self.open.pop(conn, None)
             self.unauthenticated.pop(conn, None)
-            if ip is not None:
-                left = self.per_ip.get(ip, 1) - 1
-                if left:
-                    self.per_ip[ip] = left
-                else:
-                    self.per_ip.pop(ip, None)
+            _count_down(self.per_principal, self.principal_of.pop(conn, None))
+            _count_down(self.per_ip, ip)
 
     def all(self) -> list[socket.socket]:
         with self._lock:
@@ -190,6 +208,39 @@ class ConnectionTable:
     def __len__(self) -> int:
         with self._lock:
             return len(self.open)
+
+
+def _count_down(counts: dict[str, int], key: str | None) -> None:
+    """One fewer for ``key`` (none: no entry)."""
+    if key is None:
+        return
+    left = counts.get(key, 1) - 1
+    if left:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+
+
+class CreationRate:
+    """Kafka's ``max.connection.creation.rate``: new connections a second on the listener,
+    a burst of one second's worth; the accept loop waits out the delay, so a flood waits
+    in the kernel's backlog instead of taking threads. 0: unbounded."""
+
+    def __init__(self, per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_s = per_s
+        self.clock = clock
+        self.tokens = per_s
+        self.last = clock()
+
+    def delay_s(self) -> float:
+        """Take one connection's token; how long to wait before accepting it (0: at once)."""
+        if self.per_s <= 0:
+            return 0.0
+        now = self.clock()
+        self.tokens = min(self.per_s, self.tokens + (now - self.last) * self.per_s)
+        self.last = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.per_s
 
 
 def _recv_into(conn: socket.socket, view: memoryview) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from sparklog.broker_lite.kafka import auto_create, consumer_offsets, topic_ids
+from sparklog.broker_lite.kafka import acl, auto_create, consumer_offsets, topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.topic_ids import topic_uuid
 from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
@@ -61,14 +61,21 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     brokers = kafka_brokers(broker)
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        wanted: list[str] = [*broker.root.list_topics(), consumer_offsets.TOPIC]
+        # every topic the caller may describe, and only those are built: another tenant's
+        # topics and partitions cost this answer nothing (an ACL check each, not a build)
+        wanted: list[str] = [
+            name
+            for name in (*broker.root.list_topics(), consumer_offsets.TOPIC)
+            if acl.allowed(ctx, "DESCRIBE", "TOPIC", name)
+        ]
     else:
         wanted = [t.name for t in request.topics if t.name is not None]
     by_id, unknown_ids = _named_by_id(broker, request.topics or ())
     wanted += [n for n in by_id if n not in wanted]
     known = set(broker.root.list_topics())
     if request.topics and getattr(request, "allow_auto_topic_creation", True):
-        known = auto_create.create_missing(broker, wanted, known)  # Kafka's auto-creation
+        principal = ctx.session.principal if ctx.session is not None else None
+        known = auto_create.create_missing(broker, wanted, known, principal)  # Kafka's
     try:
         found = broker.metadata([n for n in wanted if n in known])["topics"]
     except SparklogError:

@@ -119,6 +119,7 @@ def _produce_topic(
     topic: str,
     partitions: list[tuple[int, bytes | None]],
     acks: str,
+    principal: str | None,
     queued: threading.Event,
 ) -> list[tuple[int, int] | BaseException]:
     """(base offset, log append time or -1), or the error, of each partition of one topic.
@@ -136,7 +137,7 @@ def _produce_topic(
         if not auto_create.enabled(broker):
             return [exc for _ in partitions]
         try:  # Kafka's auto.create.topics.enable: create it, then produce
-            auto_create.create_missing(broker, [topic], set())
+            auto_create.create_missing(broker, [topic], set(), principal)
             topic_obj = broker.topic(topic)
         except SparklogError as again:
             return [again for _ in partitions]
@@ -254,7 +255,8 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 topic_data.name,
                 [(pdata.index, pdata.records) for pdata in topic_data.partition_data],
                 acks,
-                queued[-1],
+                ctx.session.principal if ctx.session is not None else None,
+                queued[-1],  # last: _produce_topic_then_queued sets it
             )
             if not inline:
                 done = ctx.listener.pool.submit(_produce_topic_then_queued, *args)

@@ -4,7 +4,9 @@ Quotas (:mod:`sparklog.security.quotas`) are per user and client id, as
 Kafka's: ``producer_byte_rate`` (bytes of Produce records), ``consumer_byte_rate``
 (bytes of Fetch records answered) and ``request_percentage`` (handler time, in
 percent of one thread).  Each (quota entity, quota) has a :class:`Meter` over
-Kafka's window (``WINDOW_S``); when a request takes the rate over the quota,
+Kafka's window (``WINDOW_S``), shared as Kafka shares it: a quota set on a user
+counts all that user's client ids together, one on a client id all its users
+(:func:`~sparklog.security.quotas.resolve_shared`); when a request takes the rate over the quota,
 its answer is delayed by Kafka's throttle time, ``(rate - quota) / quota *
 window``, and reports it in ``throttle_time_ms``.  The delay holds the
 connection's later answers too (they leave in order), as Kafka mutes a
@@ -91,9 +93,16 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
     if not image.client_quotas or ctx.api_key in (17, 18, 36):
         return call()
     user, client_id = _user(ctx), str(ctx.client_id or "")
-    limits = quotas.resolve(image, user, client_id)
-    if not limits:
+    resolved = quotas.resolve_shared(image, user, client_id)
+    if not resolved:
         return call()
+    limits = {k: value for k, (value, _) in resolved.items()}
+
+    def meter(key: str) -> Meter:
+        # one meter per sharing entity: a user quota counts all the user's client ids
+        shared_user, shared_client = resolved[key][1]
+        return manager.meter(shared_user, shared_client, key)
+
     started = time.monotonic()
     response = call()
     elapsed_ms = (time.monotonic() - started) * 1000
@@ -101,17 +110,17 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
     throttle_ms = 0
     if ctx.api_key == 0 and "producer_byte_rate" in limits:
         size = _records_bytes(request.topic_data, ("partition_data", "records"))
-        meter = manager.meter(user, client_id, "producer_byte_rate")
-        throttle_ms = max(throttle_ms, meter.record(size, limits["producer_byte_rate"]))
+        used = meter("producer_byte_rate")
+        throttle_ms = max(throttle_ms, used.record(size, limits["producer_byte_rate"]))
     if ctx.api_key == 1 and "consumer_byte_rate" in limits and response is not None:
         size = _records_bytes(response.responses, ("partitions", "records"))
-        meter = manager.meter(user, client_id, "consumer_byte_rate")
-        throttle_ms = max(throttle_ms, meter.record(size, limits["consumer_byte_rate"]))
+        used = meter("consumer_byte_rate")
+        throttle_ms = max(throttle_ms, used.record(size, limits["consumer_byte_rate"]))
     if "request_percentage" in limits:
         # percent of one thread: 100 = 1000 ms of handler time per second
-        meter = manager.meter(user, client_id, "request_percentage")
+        used = meter("request_percentage")
         quota_ms_per_s = limits["request_percentage"] * 10
-        throttle_ms = max(throttle_ms, meter.record(elapsed_ms, quota_ms_per_s))
+        throttle_ms = max(throttle_ms, used.record(elapsed_ms, quota_ms_per_s))
     if throttle_ms <= 0 or response is None:
         return response
     if has_field(type(response), "throttle_time"):

@@ -80,8 +80,23 @@ def _lookup(broker: Any, mechanism: str) -> Any:
     return lookup
 
 
+def _credentials(broker: Any, user: str) -> dict[str, dict[str, Any] | None]:
+    """The user's credential per mechanism (the log probed once if the image has none)."""
+    metadata = broker.root.metadata
+    image = metadata.image()
+    found = {m: users.credential(image, user, m) for m in scram.MECHANISMS}
+    if not any(found.values()):
+        image = metadata.refresh_on_miss()
+        found = {m: users.credential(image, user, m) for m in scram.MECHANISMS}
+    return found
+
+
 def _check_plain(broker: Any, token: bytes) -> str:
-    """The user of a PLAIN token (``authzid NUL user NUL password``) if the password is right."""
+    """The user of a PLAIN token (``authzid NUL user NUL password``) if the password is right.
+
+    A wrong password costs as much for an unknown user as for a known one
+    (:func:`~sparklog.security.scram.matching_mechanism`).
+    """
     failed = SaslAuthenticationFailedError(
         "Authentication failed: Invalid username or password (SASL mechanism PLAIN)"
     )
@@ -94,11 +109,9 @@ def _check_plain(broker: Any, token: bytes) -> str:
         raise failed from None
     if authzid and authzid != user:
         raise failed
-    for mechanism in scram.MECHANISMS:
-        credential = _lookup(broker, mechanism)(user)
-        if credential is not None and scram.check_password(mechanism, credential, password):
-            return user
-    raise failed
+    if scram.matching_mechanism(_credentials(broker, user), password) is None:
+        raise failed
+    return user
 
 
 def handle_sasl_handshake(ctx: Any, request: Any) -> Any:

@@ -44,6 +44,8 @@ from sparklog.broker_lite.kafka.legacy import (
 )
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
+from sparklog.errors import SslAuthenticationFailedError
+from sparklog.security.acls import super_users
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
 SIZE = struct.Struct(">i")
@@ -114,11 +116,15 @@ class KafkaListener:
         config = broker.config
         self.max_request_bytes = int(config.kafka_max_request_bytes)
         self.idle_s = config.connections_max_idle_ms / 1000
+        self.failed_auth_delay_s = config.connection_failed_authentication_delay_ms / 1000
         self.connections = limits.ConnectionTable(
             config.max_connections,
             config.max_connections_per_ip,
             config.max_unauthenticated_connections,
+            config.max_connections_per_principal,
         )
+        self.creation_rate = limits.CreationRate(config.max_connection_creation_rate)
+        self._uncapped = super_users(config) | {sasl.ANONYMOUS}
         #: memory of the frames being read and handled (queued_max_request_bytes)
         self.queued_bytes = limits.ByteBudget(config.queued_max_request_bytes)
         #: before SASL authentication: frames of sasl_server_max_receive_size at most, in a
@@ -204,6 +210,10 @@ class KafkaListener:
                 if self._stopping.is_set():
                     return
                 continue
+            pause_s = self.creation_rate.delay_s()  # max_connection_creation_rate
+            if pause_s > 0 and self._stopping.wait(pause_s):
+                conn.close()
+                return
             refused, evicted = self.connections.admit(conn, str(peer[0]))
             for old in evicted:  # the oldest connections that never authenticated
                 with contextlib.suppress(OSError):
@@ -231,7 +241,7 @@ class KafkaListener:
         if self.tls is not None:  # SSL, SASL_SSL: the handshake first, in this thread
             try:
                 wrapped, cert_principal = tls.accept(self.tls, conn, self.idle_s)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, SslAuthenticationFailedError) as exc:
                 self.refusals.warning("kafka TLS handshake failed", peer=str(peer), error=str(exc))
                 conn.close()
                 self.connections.remove(conn)
@@ -276,12 +286,11 @@ class KafkaListener:
                     break
                 frame, held = got
                 if not session.authenticated:
-                    if not self._authenticate(frame, held, session, pending):
+                    if not self._authenticate(frame, held, session, pending, conn, peer):
                         break
-                    if session.authenticated:
-                        self.connections.authenticated(conn)
                     continue
-                self.connections.authenticated(conn)
+                if not self._admit_principal(conn, peer, session):
+                    break
                 turn = None
                 if frame[:2] == b"\x00\x00":  # Produce: appended in the order sent
                     turn = last_produce = ProduceTurn(last_produce)
@@ -305,6 +314,11 @@ class KafkaListener:
                 except queue.Full:
                     continue
             writer.join()
+            if session.sasl and not session.authenticated and session.close_after:
+                # a failed login: its answer is sent; the close waits, reading nothing
+                # (Kafka's connection.failed.authentication.delay.ms), so a password
+                # guesser gets one guess per delay per connection
+                self._stopping.wait(self.failed_auth_delay_s)
             conn.close()
             self.connections.remove(conn)
 
@@ -361,8 +375,29 @@ class KafkaListener:
             except queue.Empty:
                 return
 
+    def _admit_principal(self, conn: Any, peer: Any, session: Any) -> bool:
+        """Count ``conn`` as its principal's; False: ``max_connections_per_principal`` is
+        reached (a WARNING; the caller closes it)."""
+        principal = session.principal
+        capped = None if principal in self._uncapped else principal
+        if self.connections.authenticated(conn, capped):
+            return True
+        self.refusals.warning(
+            "kafka connection closed: max_connections_per_principal reached",
+            principal=principal,
+            peer=str(peer),
+            limit=self.connections.max_per_principal,
+        )
+        return False
+
     def _authenticate(
-        self, frame: bytes, held: int, session: Any, pending: queue.Queue[Any]
+        self,
+        frame: bytes,
+        held: int,
+        session: Any,
+        pending: queue.Queue[Any],
+        conn: Any = None,
+        peer: Any = None,
     ) -> bool:
         """Handle a request of a connection still authenticating, in the reader (one at a
         time, so the exchange stays in order); False: close the connection after it."""
@@ -373,6 +408,8 @@ class KafkaListener:
                     self.refusals.warning(
                         "kafka SASL authentication failed", mechanism=session.mechanism
                     )
+                    return False
+                if session.authenticated and not self._admit_principal(conn, peer, session):
                     return False
                 raw: Future[bytes | None] = Future()
                 raw.set_result(struct.pack(">i", len(reply)) + reply)
@@ -388,6 +425,8 @@ class KafkaListener:
             answer.set_result(self.handle_frame(frame, None, session))
         finally:
             self.pre_auth_bytes.give(held)
+        if session.authenticated and not self._admit_principal(conn, peer, session):
+            return False  # logged in past its principal's cap: closed, no success answer
         pending.put(answer)
         return not session.close_after
 

@@ -7,8 +7,9 @@ call under a lock, waiting for the socket (``select``) outside it.  It offers
 what the listener uses of a socket (``recv_into``, ``sendall``, ``shutdown``,
 ``close``), with the listener's idle timeout.
 
-Principals: on ``SSL`` the client certificate's subject
-(``User:CN=alice,O=team-a``, as Kafka's default principal builder), else
+Principals: on ``SSL`` the client certificate's subject in RFC 2253
+(``User:CN=alice,O=team-a``, as Kafka's default principal builder; see
+:mod:`~sparklog.broker_lite.kafka.x500`), else
 ``User:ANONYMOUS``; on ``SASL_SSL`` the SASL user.
 """
 
@@ -22,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from sparklog.broker_lite.kafka import x500
 from sparklog.errors import InvalidConfigurationError
 
 #: The TLS handshake of a new connection must finish within this.
@@ -55,23 +57,14 @@ def server_context(config: Any) -> ssl.SSLContext | None:
     return context
 
 
-def subject_principal(cert: dict[str, Any] | None) -> str | None:
-    """``User:<subject>`` of a verified peer certificate (RFC 2253 order), or None."""
-    if not cert or not cert.get("subject"):
+def subject_principal(der: bytes | None) -> str | None:
+    """``User:<subject>`` of a verified peer certificate (DER), RFC 2253 as Kafka; or None.
+
+    Raises SslAuthenticationFailedError if the certificate cannot be read.
+    """
+    if not der:
         return None
-    short = {
-        "commonName": "CN",
-        "organizationName": "O",
-        "organizationalUnitName": "OU",
-        "countryName": "C",
-        "localityName": "L",
-        "stateOrProvinceName": "ST",
-    }
-    parts = []
-    for rdn in reversed(cert["subject"]):
-        for name, value in rdn:
-            parts.append(f"{short.get(name, name)}={value}")
-    return "User:" + ",".join(parts)
+    return "User:" + x500.subject_rfc2253(der)
 
 
 class TLSConnection:
@@ -142,7 +135,8 @@ def accept(
 ) -> tuple[TLSConnection, str | None]:
     """The TLS connection over ``conn`` after its handshake, and its certificate principal.
 
-    Raises OSError (ssl.SSLError among them) if the handshake fails or stalls.
+    Raises OSError (ssl.SSLError among them) if the handshake fails or stalls,
+    SslAuthenticationFailedError if the verified certificate cannot be read.
     """
     conn.settimeout(min(idle_s, HANDSHAKE_TIMEOUT_S))
     sock = context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
@@ -151,5 +145,12 @@ def accept(
     except BaseException:
         sock.close()
         raise
-    principal = subject_principal(sock.getpeercert())
+    try:
+        # getpeercert() is empty unless the certificate was verified
+        principal = (
+            subject_principal(sock.getpeercert(binary_form=True)) if sock.getpeercert() else None
+        )
+    except BaseException:
+        sock.close()
+        raise
     return TLSConnection(sock, idle_s), principal

@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,10 @@ class Heartbeat:
     owned: Sequence[tuple[str, int]] | None = None
     client_id: str = ""
     client_host: str = ""
+    #: the member's principal (``User:bob``) and address where a broker checks ACLs: its
+    #: regex is resolved to the topics it may describe (``ConsumerGroupProtocol.may_describe``)
+    principal: str | None = None
+    principal_host: str = "*"
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,10 @@ class ConsumerGroupProtocol:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.migration_policy = migration_policy
+        #: (principal, host, topic) -> whether that member may describe the topic; set by
+        #: a broker with an authorizer, so a regex subscription is resolved to the topics
+        #: its member may see, as Kafka's (KAFKA-18813). None: every topic (embedded use)
+        self.may_describe: Callable[[str, str, str], bool] | None = None
 
     # -- the heartbeat -------------------------------------------------------
     def heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
@@ -454,6 +462,9 @@ class ConsumerGroupProtocol:
     def _subscribe(self, entry: dict[str, Any], request: Heartbeat) -> bool:
         """Take the heartbeat's subscription and assignor; True if they changed."""
         before = (entry["topic_names"], entry["topic_regex"], entry["assignor"])
+        if request.principal is not None:
+            entry["principal"] = request.principal
+            entry["principal_host"] = request.principal_host
         if request.topic_names is not None:
             entry["topic_names"] = sorted(set(request.topic_names))
         if request.topic_regex is not None:
@@ -467,7 +478,12 @@ class ConsumerGroupProtocol:
         names = set(entry["topic_names"])
         if entry["topic_regex"]:
             pattern = compile_regex(entry["topic_regex"])
-            names.update(t for t in topics if pattern.fullmatch(t))
+            matched = [t for t in topics if pattern.fullmatch(t)]
+            principal, may = entry.get("principal"), self.may_describe
+            if principal is not None and may is not None:
+                host = entry.get("principal_host") or "*"
+                matched = [t for t in matched if may(principal, host, t)]
+            names.update(matched)
         return sorted(names)
 
     def _refresh_target(self, doc: dict[str, Any], changed: bool) -> None:

@@ -97,23 +97,34 @@ def matches(entity: Entity, components: list[tuple[str, int, str | None]], stric
 
 def resolve(image: MetadataImage, user: str, client_id: str) -> dict[str, float]:
     """The quotas applying to (user, client id): per quota, Kafka's most specific entity."""
-    order: list[Entity] = [
-        [("client-id", client_id), ("user", user)],
-        [("client-id", None), ("user", user)],
-        [("user", user)],
-        [("client-id", client_id), ("user", None)],
-        [("client-id", None), ("user", None)],
-        [("user", None)],
-        [("client-id", client_id)],
-        [("client-id", None)],
+    return {k: value for k, (value, _) in resolve_shared(image, user, client_id).items()}
+
+
+def resolve_shared(
+    image: MetadataImage, user: str, client_id: str
+) -> dict[str, tuple[float, tuple[str, str]]]:
+    """Per quota, its value and who shares it: the (user, client id) its usage is metered
+    under, as Kafka's DefaultQuotaCallback tags it. A quota set on a user (or the default
+    user) alone is shared by all that user's client ids (``(user, "")``); one set on a
+    client id alone by all users of it (``("", client_id)``); the others per pair."""
+    both, by_user, by_client = (user, client_id), (user, ""), ("", client_id)
+    order: list[tuple[Entity, tuple[str, str]]] = [
+        ([("client-id", client_id), ("user", user)], both),
+        ([("client-id", None), ("user", user)], both),
+        ([("user", user)], by_user),
+        ([("client-id", client_id), ("user", None)], both),
+        ([("client-id", None), ("user", None)], both),
+        ([("user", None)], by_user),
+        ([("client-id", client_id)], by_client),
+        ([("client-id", None)], by_client),
     ]
-    found: dict[str, float] = {}
-    for entity in order:
+    found: dict[str, tuple[float, tuple[str, str]]] = {}
+    for entity, shared_by in order:
         value = image.client_quotas.get(entity_key(entity))
         if value is None:
             continue
         for k, v in value["quotas"].items():
-            found.setdefault(k, float(v))
+            found.setdefault(k, (float(v), shared_by))
     return found
 
 

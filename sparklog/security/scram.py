@@ -3,7 +3,7 @@
 A credential is what Kafka stores: the salt, the iteration count, and the
 ``StoredKey``/``ServerKey`` derived from the salted password; the password
 itself is never stored or logged.  PLAIN logins are checked against the same
-credentials (:func:`check_password`).
+credentials (:func:`check_password`, :func:`matching_mechanism`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,38 @@ def check_password(mechanism: str, credential: dict[str, Any], password: str) ->
     return hmac.compare_digest(derived["stored_key"], credential["stored_key"])
 
 
+_DECOYS: dict[str, dict[str, Any]] = {}
+
+
+def _decoy(mechanism: str) -> dict[str, Any]:
+    """A credential no password matches, made once: an unknown user's check costs as much."""
+    found = _DECOYS.get(mechanism)
+    if found is None:
+        found = _DECOYS[mechanism] = make_credential(
+            mechanism, _b64(os.urandom(32)), DEFAULT_ITERATIONS
+        )
+    return found
+
+
+def matching_mechanism(
+    credentials: Mapping[str, dict[str, Any] | None], password: str
+) -> str | None:
+    """The mechanism whose credential ``password`` matches, of a user's ``credentials``
+    (mechanism -> credential or None), or None.
+
+    Every mechanism the user lacks is checked against a decoy credential with the
+    default iterations, so a wrong password costs the same PBKDF2s whether the user
+    exists or not: login time tells no one which users exist (PLAIN, Flight's basic auth).
+    """
+    for mechanism in MECHANISMS:
+        credential = credentials.get(mechanism)
+        if credential is None:
+            check_password(mechanism, _decoy(mechanism), password)
+        elif check_password(mechanism, credential, password):
+            return mechanism
+    return None
+
+
 def _attributes(message: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in message.split(","):
@@ -135,13 +168,19 @@ class ScramServer:
         except UnicodeDecodeError:
             raise _failed(self.mechanism) from None
         gs2, _, bare = text.partition(",")
-        _authzid, _, bare = bare.partition(",")
-        if gs2 not in ("n", "y") or not bare:
+        authzid, _, bare = bare.partition(",")
+        if gs2 not in ("n", "y") or not bare or (authzid and not authzid.startswith("a=")):
             raise _failed(self.mechanism)
         attrs = _attributes(bare)
         if "n" not in attrs or "r" not in attrs or not attrs["r"]:
             raise _failed(self.mechanism)
         self.user = _unescape(attrs["n"])
+        if authzid and _unescape(authzid[2:]) != self.user:
+            # Kafka's ScramSaslServer refuses it so: no login may act as another user
+            raise SaslAuthenticationFailedError(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from username"
+            )
         credential = self.lookup(self.user)
         if credential is None:
             # Kafka fails at once too (no fake salt): the client learns no more than "failed"

@@ -17,8 +17,8 @@ import pytest
 
 from sparklog import Admin, Consumer, Producer
 from sparklog.errors import (
-    BrokerNotAvailableError,
     ClusterAuthorizationFailedError,
+    InvalidConfigurationError,
     SaslAuthenticationFailedError,
 )
 from sparklog.security import users
@@ -83,8 +83,9 @@ def test_a_wrong_password_fails_at_once(flight_tls: Cluster, certs: dict[str, st
         admin.list_topics()
     assert "guess-pw" not in str(raised.value)
     plain = Admin(flight_tls.address, retry_timeout_ms=1000)
-    with pytest.raises(BrokerNotAvailableError), plain as admin:  # no TLS: handshake fails
+    with pytest.raises(InvalidConfigurationError) as raised, plain as admin:  # no TLS
         admin.list_topics()
+    assert "serves TLS" in str(raised.value)
 
 
 def test_the_cli_takes_the_settings_from_the_environment(

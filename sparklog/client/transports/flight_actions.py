@@ -131,7 +131,9 @@ class ActionClient:
         if found is not None:
             return found
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            wrong = kafka_listener_error(location)
+            from sparklog.client.transports.tls_probe import tls_listener_error  # ssl: lazily
+
+            wrong = kafka_listener_error(location) or tls_listener_error(location)
             if wrong is not None:
                 return wrong
             return BrokerNotAvailableError(f"broker {location} is unreachable: {details}")

@@ -179,11 +179,16 @@ class BrokerClient:
         raise exc
 
     def _kafka_listener(self, location: str) -> SparklogError | None:
-        """A clear error if ``location`` is a sparklog broker's Kafka port (probed once)."""
+        """A clear error if ``location`` is a sparklog broker's Kafka port, or serves TLS to
+        a client without it (probed once)."""
         from sparklog.client.transports.kafka_probe import kafka_listener_error
+        from sparklog.client.transports.tls_probe import tls_listener_error
 
         if location not in self._probed:
-            self._probed[location] = kafka_listener_error(location)
+            wrong = kafka_listener_error(location)
+            if wrong is None and not self.security.tls:
+                wrong = tls_listener_error(location)
+            self._probed[location] = wrong
         return self._probed[location]
 
     def _on(self, location: str, call: Callable[[flight.FlightClient], T]) -> T:
