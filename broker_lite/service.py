@@ -132,7 +132,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._led: set[TopicPartition] = set()
         #: topics whose metadata cannot be read (name -> why): not served, reported
         self.damaged_topics: dict[str, str] = {}
-        self._pool = commit_pool(8)
+        # a flush of many topics commits each shard it touched at once (threads made on demand)
+        self._pool = commit_pool(32)
         #: commits made by this broker so far, for waits on several partitions at once
         self.commits = 0
         self._committed = threading.Condition()
