@@ -18,11 +18,14 @@ from sparklog.storage.records import make_batch
 class Connection:
     """One client connection; ``call`` sends a kio request and decodes the answer."""
 
-    def __init__(self, address: str, timeout_s: float = 30) -> None:
+    def __init__(self, address: str, timeout_s: float = 30, source_host: str = "") -> None:
         # a cluster's bootstrap list: the first broker (requests a leader must answer take
-        # ``Cluster.kafka_leader``'s address instead)
+        # ``Cluster.kafka_leader``'s address instead); ``source_host`` (e.g. 127.0.0.2, also
+        # loopback) is another client address on this host
         host, port = address.split(",")[0].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.sock = socket.create_connection(
+            (host, int(port)), timeout=timeout_s, source_address=(source_host, 0)
+        )
         self.correlation = 0
 
     def close(self) -> None:

@@ -1,0 +1,249 @@
+"""A bystander tenant's service while another attacks the broker (issue 38).
+
+Run:  .venv/bin/python bench/hostile_bench.py [--logins 30] [--requests 200]
+
+One broker process on a local root with SASL_PLAINTEXT on its Kafka listener
+(PLAIN; the tests' two tenants: alice and bob with prefixed ACLs, admin a super
+user) and the multi-tenant settings of docs/security.md (per-principal topic and
+partition caps).  For each attack, alice (the bystander) logs in ``--logins``
+times on fresh connections and sends ``--requests`` Metadata requests for her
+topic on one logged-in connection, first with no attack (the baseline, in the
+same run) and then while the attack holds: the table gives her login successes
+and her request p99 against the baseline (target: every login, p99 within 3x).
+
+Attacks (raw Kafka frames, ``tests/kafka/wire.py``):
+
+Attackers connect from 127.0.0.2 (bob from 127.0.1.1-4), alice from 127.0.0.1: two
+hosts, as the per-IP cap expects.
+
+* ``preauth``: 20 connections that never log in announce 100 MiB frames and
+  send 1 MiB of each, then stall;
+* ``ip_flood``: 1,000 connections from 127.0.0.1 that never log in;
+* ``principal_flood``: bob logs in on 600 connections and holds them;
+* ``partitions``: bob asks for 200 topics of 100 partitions in one CreateTopics.
+
+Flight DoPut chunks are not attacked here: pyarrow exposes no gRPC receive
+limit (docs/security.md), and quota floods need a producing client per tenant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreateTopicsRequest,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+from tests.kafka.wire import Connection
+from tests.security.tenants import tenants_root
+from tests.support.brokers import Cluster
+
+#: the attacker's client address: another loopback address than the bystander's (127.0.0.1),
+#: as two tenants on two hosts would be
+ATTACKER = "127.0.0.2"
+
+
+def login(address: str, user: str, source_host: str = "") -> Connection | None:
+    """A connection logged in as ``user`` (PLAIN), or None if the broker refused or closed."""
+    try:
+        conn = Connection(address, timeout_s=15, source_host=source_host)
+        if conn.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code != 0:
+            conn.close()
+            return None
+        token = f"\0{user}\0{user}-pw".encode()
+        if conn.call(SaslAuthenticateRequest(auth_bytes=token)).error_code != 0:
+            conn.close()
+            return None
+        return conn
+    except (OSError, AttributeError, TypeError, AssertionError):
+        return None
+
+
+def bystander(address: str, logins: int, requests: int) -> tuple[int, float]:
+    """alice's successful logins of ``logins``, and her Metadata p99 in ms."""
+    ok = 0
+    for _ in range(logins):
+        conn = login(address, "alice")
+        if conn is not None:
+            ok += 1
+            conn.close()
+    conn = login(address, "alice")
+    if conn is None:
+        return ok, float("inf")
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name="alice.orders"),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    times = []
+    try:
+        for _ in range(requests):
+            began = time.perf_counter()
+            conn.call(request)
+            times.append(time.perf_counter() - began)
+    except (OSError, AttributeError, TypeError, AssertionError):
+        return ok, float("inf")
+    finally:
+        conn.close()
+    times.sort()
+    return ok, 1000 * times[int(0.99 * (len(times) - 1))]
+
+
+@contextlib.contextmanager
+def preauth(address: str) -> Iterator[None]:
+    host, port = address.rsplit(":", 1)
+    held = []
+    for _ in range(20):
+        with contextlib.suppress(OSError):
+            s = socket.create_connection((host, int(port)), timeout=5, source_address=(ATTACKER, 0))
+            s.sendall(struct.pack(">i", 100 << 20))
+            with contextlib.suppress(OSError):
+                s.sendall(bytes(1 << 20))
+            held.append(s)
+    try:
+        yield
+    finally:
+        for s in held:
+            s.close()
+
+
+@contextlib.contextmanager
+def ip_flood(address: str) -> Iterator[None]:
+    host, port = address.rsplit(":", 1)
+    held = []
+    for _ in range(1000):
+        with contextlib.suppress(OSError):
+            held.append(
+                socket.create_connection((host, int(port)), timeout=5, source_address=(ATTACKER, 0))
+            )
+    try:
+        yield
+    finally:
+        for s in held:
+            s.close()
+
+
+@contextlib.contextmanager
+def principal_flood(address: str) -> Iterator[None]:
+    # from four addresses, so the per-IP cap is not what stops bob (his principal's is)
+    logins = (login(address, "bob", f"127.0.1.{i % 4 + 1}") for i in range(600))
+    held = [c for c in logins if c is not None]
+    print(f"  bob holds {len(held)} logged-in connections", file=sys.stderr)
+    try:
+        yield
+    finally:
+        for c in held:
+            c.close()
+
+
+@contextlib.contextmanager
+def partitions(address: str) -> Iterator[None]:
+    conn = login(address, "bob", ATTACKER)
+    assert conn is not None
+    topics = tuple(
+        CreatableTopic(
+            name=f"bob.t{i}",
+            num_partitions=100,
+            replication_factor=1,
+            assignments=(),
+            configs=(),
+        )
+        for i in range(200)
+    )
+    answer = conn.call(
+        CreateTopicsRequest(
+            topics=topics, timeout=datetime.timedelta(seconds=60), validate_only=False
+        )
+    )
+    refused = sum(1 for t in answer.topics if t.error_code != 0)
+    print(f"  bob's 200 x 100 partitions: {refused} topics refused", file=sys.stderr)
+    conn.close()
+    yield
+
+
+ATTACKS: dict[str, Callable[[str], contextlib.AbstractContextManager[None]]] = {
+    "preauth": preauth,
+    "ip_flood": ip_flood,
+    "principal_flood": principal_flood,
+    "partitions": partitions,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--logins", type=int, default=30)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--attacks", default=",".join(ATTACKS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        path = Path(workdir)
+        cluster = Cluster(path, tenants_root(path))
+        broker = cluster.start(
+            0,
+            kafka_security_protocol="SASL_PLAINTEXT",
+            sasl_enabled_mechanisms="PLAIN",
+            authorizer="acl",
+            super_users="User:admin",
+            max_topics_per_principal=100,
+            max_partitions_per_principal=1000,
+        )
+        address = broker.kafka_address
+        assert address is not None
+        admin = login(address, "admin")
+        assert admin is not None
+        admin.call(
+            CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name="alice.orders",
+                        num_partitions=4,
+                        replication_factor=1,
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=datetime.timedelta(seconds=30),
+                validate_only=False,
+            )
+        )
+        admin.close()
+        rows = []
+        try:
+            base_ok, base_p99 = bystander(address, args.logins, args.requests)
+            rows.append(("none (baseline)", base_ok, base_p99))
+            for name in args.attacks.split(","):
+                print(f"attack {name}", file=sys.stderr)
+                with ATTACKS[name](address):
+                    ok, p99 = bystander(address, args.logins, args.requests)
+                rows.append((name, ok, p99))
+        finally:
+            cluster.stop_all()
+    print(
+        f"\n## A bystander (alice) during each attack: {args.logins} logins, "
+        f"{args.requests} Metadata requests"
+    )
+    print("| attack | alice's logins | Metadata p99 ms | p99 vs baseline |")
+    print("|---|---|---|---|")
+    for name, ok, p99 in rows:
+        print(f"| {name} | {ok}/{args.logins} | {p99:.1f} | {p99 / base_p99:.2f}x |")
+    print(f"\nmedian of the p99s under attack: {statistics.median(r[2] for r in rows[1:]):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
