@@ -190,20 +190,31 @@ class AdminCalls(BrokerState):
         self._forget_topic(name)
 
     def alter_topic_config(
-        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+        self,
+        name: str,
+        updates: Mapping[str, Any],
+        remove: Sequence[str] = (),
+        *,
+        validate_only: bool = False,
     ) -> dict[str, Any]:
+        """Change a topic's config; ``validate_only`` runs every check and changes nothing."""
         _log_unknown_keys(name, {**updates, **dict.fromkeys(remove)})
-        info = storage_call(lambda: self.root.alter_topic_config(name, updates, remove))
-        self._forget_topic(name)
+        info = storage_call(
+            lambda: self.root.alter_topic_config(name, updates, remove, dry_run=validate_only)
+        )
+        if not validate_only:
+            self._forget_topic(name)
         return dict(info.config)
 
-    def add_partitions(self, name: str, total: int) -> int:
-        """Grow ``name`` to ``total`` partitions; they count against its creator's cap."""
+    def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int:
+        """Grow ``name`` to ``total`` partitions; they count against its creator's cap.
+        ``validate_only`` runs every check and changes nothing."""
         doc = self.root.metadata.image().topics.get(name) or {}
         grown = total - int(doc.get("partitions", total))
         topic_caps.check(self.config, self.root.metadata.image(), doc.get("created_by"), 0, grown)
-        info = storage_call(lambda: self.root.add_partitions(name, total))
-        self._forget_topic(name)
+        info = storage_call(lambda: self.root.add_partitions(name, total, dry_run=validate_only))
+        if not validate_only:
+            self._forget_topic(name)
         return int(info.partitions)
 
     def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:

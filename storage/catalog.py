@@ -396,21 +396,39 @@ class LogRoot:
     def list_topics(self) -> list[str]:
         return sorted(self.metadata.image().topics)
 
-    def _update(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> TopicInfo:
-        def build(image: MetadataImage) -> list[Record]:
+    def _update(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        dry_run: bool = False,
+    ) -> TopicInfo:
+        """Apply ``change`` to the topic's document; with ``dry_run``, every check of the
+        change on the newest image and nothing written (Kafka's ``validate_only``)."""
+
+        def changed(image: MetadataImage) -> dict[str, Any]:
             current = image.topics.get(name)
             if current is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             doc = {k: v for k, v in copy.deepcopy(current).items() if k != "version"}
-            return [topic_record(change(doc))]
+            return change(doc)
 
+        def build(image: MetadataImage) -> list[Record]:
+            return [topic_record(changed(image))]
+
+        if dry_run:
+            return _topic_info(self.store.url, {**changed(self.metadata.refresh()), "version": 0})
         image = self.metadata.append(build)
         return _topic_info(self.store.url, image.topics[name])
 
     def alter_topic_config(
-        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
+        self,
+        name: str,
+        updates: Mapping[str, Any],
+        remove: Sequence[str] = (),
+        *,
+        dry_run: bool = False,
     ) -> TopicInfo:
-        """Set (and remove, returning to defaults) topic config keys."""
+        """Set (and remove, returning to defaults) topic config keys (``dry_run``: only check)."""
         parsed = validate_config(updates)
         unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
         if unknown:
@@ -435,7 +453,7 @@ class LogRoot:
             doc["config"] = config
             return doc
 
-        return self._update(name, change)
+        return self._update(name, change, dry_run)
 
     def set_mirror(self, name: str, mirror: Mapping[str, Any] | None) -> TopicInfo:
         """Replace the topic's mirror provenance (promote: ``state`` "promoted")."""
@@ -449,8 +467,9 @@ class LogRoot:
 
         return self._update(name, change)
 
-    def add_partitions(self, name: str, total: int) -> TopicInfo:
-        """Grow a topic to ``total`` partitions (never shrink, as in Kafka)."""
+    def add_partitions(self, name: str, total: int, *, dry_run: bool = False) -> TopicInfo:
+        """Grow a topic to ``total`` partitions (never shrink, as in Kafka; ``dry_run``: only
+        check)."""
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
@@ -461,7 +480,7 @@ class LogRoot:
             doc["partitions"] = total
             return doc
 
-        return self._update(name, change)
+        return self._update(name, change, dry_run)
 
     def evolve_value_type(self, name: str, value_type: pa.DataType) -> TopicInfo:
         """Change a typed topic's value struct by adding nullable fields only."""

@@ -157,8 +157,10 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
         consumer_offsets.refuse_write(topic.name, "CreatePartitions")
         if topic.assignments:
             raise InvalidRequestError("manual replica assignments are not accepted")
-        if not request.validate_only:
-            ctx.broker.add_partitions(topic.name, int(topic.count))
+        # validate_only: what the real request checks, nothing written
+        ctx.broker.add_partitions(
+            topic.name, int(topic.count), validate_only=bool(request.validate_only)
+        )
 
     results = []
     for topic in request.topics:
@@ -327,8 +329,10 @@ def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
                     )
             if not incremental:  # AlterConfigs replaces the whole set of alterable keys
                 remove = sorted(set(current) - set(updates) - set(FIXED_AT_CREATION))
-            if not request.validate_only:
-                ctx.broker.alter_topic_config(name, updates, remove)
+            # validate_only: what the real request checks, nothing written
+            ctx.broker.alter_topic_config(
+                name, updates, remove, validate_only=bool(request.validate_only)
+            )
         except SparklogError as exc:
             error, message = errno_of(exc), str(exc)
         results.append(

@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
 )
 from kafka.admin import KafkaAdminClient
@@ -325,3 +326,31 @@ def test_docs_api_table_is_the_listeners() -> None:
     refused = {k for k, answer in answers.items() if not answer.startswith("served")}
     assert refused.isdisjoint(API_TABLE)
     assert all(answers[k].startswith("refused: ") for k in refused)
+
+
+def test_validate_only_partitions_and_configs_check_what_the_real_request_checks(
+    brokers: Cluster,
+) -> None:
+    """CreatePartitions and AlterConfigs with validate_only refused nothing and changed
+    nothing: a shrink or a bad config value was answered as accepted (issue 38 item 7)."""
+    admin = AdminClient({"bootstrap.servers": brokers.kafka_bootstrap})
+    name = unique("validated")
+    assert created(admin, NewTopic(name, 2, 1)) is None
+    brokers.wait_listed(name)
+
+    def grow(total: int) -> Exception | None:
+        future = admin.create_partitions([NewPartitions(name, total)], validate_only=True)
+        return future[name].exception(timeout=30)
+
+    code, message = code_and_message(grow(1))
+    assert code == KafkaError.INVALID_PARTITIONS and "more than the current 2" in message
+    assert grow(4) is None
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name, {"retention.ms": "-7"})
+    bad = admin.alter_configs([resource], validate_only=True)[resource].exception(timeout=30)
+    assert bad is not None and "retention.ms" in str(bad)
+    good = ConfigResource(ConfigResource.Type.TOPIC, name, {"retention.ms": "3600000"})
+    assert admin.alter_configs([good], validate_only=True)[good].exception(timeout=30) is None
+    assert len(admin.list_topics(name, timeout=30).topics[name].partitions) == 2  # unchanged
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)])
+    (configs,) = [f.result(timeout=30) for f in described.values()]
+    assert configs["retention.ms"].value != "3600000"
