@@ -94,11 +94,16 @@ class AdminCalls(BrokerState):
     ) -> list[dict[str, Any]]:
         assert self.cluster is not None
         leaders: dict[int, BrokerInfo | None] = {}
+        replicas: dict[int, list[int]] = {}  # per shard: the same for its partitions
+        shards = info.shards
         out = []
         for p in range(info.partitions):
-            shard = info.shard_of(p)
+            shard = p % shards
             if shard not in leaders:
                 leaders[shard] = self.cluster.shard_leader(info.name, shard)
+                replicas[shard] = self.cluster.shard_replicas(
+                    info.name, shard, info.replication_factor
+                )
             leader = leaders[shard]
             if self.config.force_leader:
                 leader_id, location = self.config.broker_id, self.cluster.location
@@ -109,7 +114,7 @@ class AdminCalls(BrokerState):
                 "partition": p,
                 "leader_id": leader_id,
                 "leader_location": location,
-                "replicas": self.cluster.shard_replicas(info.name, shard, info.replication_factor),
+                "replicas": list(replicas[shard]),
             }
             st = held.get(p)
             if sizes:

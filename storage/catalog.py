@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import os
 import re
@@ -150,9 +151,11 @@ class TopicInfo:
     def effective_config(self) -> dict[str, Any]:
         return effective_config(self.config)
 
-    @property
+    @functools.cached_property
     def shards(self) -> int:
-        """How many shard logs the partitions share (``commit.shards``, fixed at creation)."""
+        """How many shard logs the partitions share (``commit.shards``, fixed at creation;
+        computed once: the effective config is a dict of every key, and Metadata asked it
+        per partition)."""
         return int(self.effective_config["commit.shards"])
 
     def shard_of(self, partition: int) -> int:
