@@ -189,6 +189,19 @@ def test_bad_settings_are_one_line_naming_them(postgres: Postgres, tmp_path: Pat
     assert cli.stderr.strip().splitlines() == [
         "error: table public.nosuch not found in database 'postgres' (or not a table)"
     ]
+    for flag, value, line in (
+        ("--interval-handling", "iso", "error: interval handling 'iso' not accepted; "
+         "accepted: numeric, string"),
+        ("--time-precision", "nanos", "error: time precision 'nanos' not accepted; "
+         "accepted: adaptive, adaptive_time_microseconds, connect"),
+    ):  # fmt: skip
+        refused = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli", "-a", str(tmp_path / "root"), "connect",
+             "postgres-source", "--dsn", postgres.dsn, "--table", "t", "--prefix", "x",
+             flag, value],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [line]
 
 
 @pytest.mark.slow
