@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from sparklog.spark.local_session import worker_timeout_line
 from sparklog.storage import make_batch, open_root
+from tests.spark.spark_support import classic_env
 from tests.support.postgres import Postgres
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,3 +117,39 @@ def test_status_says_when_a_killed_sinks_progress_trails_its_table(tmp_path: Pat
     progress.save()  # what a graceful stop does
     caught_up = json.loads(cli("-a", root_path, "-o", "json", "connect", "status", "sink").stdout)
     assert "progress_trails" not in caught_up and caught_up["records_behind"] == 0
+
+
+@pytest.mark.slow
+def test_delta_sink_names_sparks_python_worker_timeout_in_one_line(tmp_path: Path) -> None:
+    """Spark's workers that plan the read start after Spark's fixed 10 s (a busy machine,
+    made by a Python that waits): one error line saying so and what to do, no Java."""
+    root = tmp_path / "root"
+    open_root(str(root), create=True).create_topic("events", 1)
+    wrapper = tmp_path / "slow-python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        '[ "$2" = pyspark.sql.worker.create_data_source ] && sleep 12\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {
+        **classic_env(),
+        "PYSPARK_PYTHON": str(wrapper),
+        "PYSPARK_DRIVER_PYTHON": str(wrapper),
+        # workers started one by one, as Spark's 10 s limit applies to
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.python.use.daemon=false pyspark-shell",
+    }
+    spark_log = tmp_path / "spark.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", str(root), "connect", "delta-sink",
+         "--topic", "events", "--table", str(tmp_path / "t"), "--once",
+         "--spark-log", str(spark_log)],
+        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=300,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert lines == [
+        f"delta-events: Spark's log: {spark_log}",
+        f"error: delta-events: {worker_timeout_line(str(spark_log))}",
+    ], done.stderr[-3000:]
+    assert "log4j" in spark_log.read_text()  # Spark's own lines went to its log
