@@ -168,7 +168,7 @@ def _run_delta_sink(
     from sparklog.connect import state as connector_state
     from sparklog.connect.sink_progress import SinkProgress
     from sparklog.spark.delta_sink import DeltaForeachBatch, delta_sink_session, start_delta_sink
-    from sparklog.spark.local_session import is_worker_timeout, worker_timeout_line
+    from sparklog.spark.local_session import log_size, timed_out, worker_timeout_line
 
     root = _root(ctx)
     topic, table = settings["topic"], settings["table"]
@@ -222,12 +222,13 @@ def _run_delta_sink(
     spark_log = settings.get("spark_log") or spark_log_path(name)
     connector_state.save(root, name, spark_log=spark_log)
     sys.stderr.write(f"{name}: Spark's log: {spark_log}\n")  # where its own lines go
+    log_start = log_size(spark_log)  # this run's lines come after
 
     def work(stop: threading.Event) -> str:
         try:
             return _land(stop)
         except Exception as exc:
-            if is_worker_timeout(exc):
+            if timed_out(exc, spark_log, log_start):
                 raise ConnectorError(f"{name}: {worker_timeout_line(spark_log)}") from exc
             raise
 

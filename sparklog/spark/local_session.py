@@ -98,6 +98,33 @@ def is_worker_timeout(exc: BaseException | str) -> bool:
     return any(marker in text for marker in WORKER_TIMEOUT_MARKERS)
 
 
+def log_size(log_path: str) -> int:
+    """How much ``log_path`` holds now (0: not there yet): where this run's lines start."""
+    try:
+        return os.path.getsize(log_path)
+    except OSError:
+        return 0
+
+
+def timed_out(exc: BaseException, log_path: str, since: int = 0) -> bool:
+    """Whether ``exc`` comes from the Python-worker timeout, by its text or by Spark's log.
+
+    When the worker that looks data sources up is the one too slow, Spark logs the
+    timeout (WARN, "Skipping the lookup of Python Data Sources") and goes on without
+    them, so the error raised is "Failed to find the data source: sparklog"; the
+    timeout is then only in the log, after ``since`` (this run's part of it).
+    """
+    if is_worker_timeout(exc):
+        return True
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(since)
+            text = log.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return is_worker_timeout(text)
+
+
 def worker_timeout_line(log_path: str | None = None) -> str:
     """One line for the Python-worker timeout: what happened and what to do."""
     where = f"; Spark's log: {log_path}" if log_path else ""

@@ -120,15 +120,20 @@ def test_status_says_when_a_killed_sinks_progress_trails_its_table(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_delta_sink_names_sparks_python_worker_timeout_in_one_line(tmp_path: Path) -> None:
-    """Spark's workers that plan the read start after Spark's fixed 10 s (a busy machine,
-    made by a Python that waits): one error line saying so and what to do, no Java."""
+@pytest.mark.parametrize("worker", ["lookup_data_sources", "create_data_source"])
+def test_delta_sink_names_sparks_python_worker_timeout_in_one_line(
+    tmp_path: Path, worker: str
+) -> None:
+    """Spark's worker that looks the source up, or the one that plans the read, starts
+    after Spark's fixed 10 s (a busy machine, made by a Python that waits): one error
+    line saying so and what to do, no Java. (A lookup that timed out makes Spark say
+    "Failed to find the data source: sparklog"; the timeout is in Spark's log.)"""
     root = tmp_path / "root"
     open_root(str(root), create=True).create_topic("events", 1)
     wrapper = tmp_path / "slow-python"
     wrapper.write_text(
         "#!/bin/sh\n"
-        '[ "$2" = pyspark.sql.worker.create_data_source ] && sleep 12\n'
+        f'[ "$2" = pyspark.sql.worker.{worker} ] && sleep 12\n'
         f'exec "{sys.executable}" "$@"\n'
     )
     wrapper.chmod(0o755)

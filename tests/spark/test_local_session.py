@@ -25,7 +25,9 @@ from sparklog.spark.local_session import (
     LOOPBACK,
     is_worker_timeout,
     local_conf,
+    log_size,
     start_session,
+    timed_out,
     worker_timeout_line,
 )
 from tests.spark.spark_support import spark_env
@@ -123,3 +125,17 @@ def test_a_retry_that_succeeds_returns_its_result() -> None:
     assert len(attempts) == 2
     with pytest.raises(KeyError):  # any other failure is not retried
         retry_on_worker_timeout(lambda: {}["x"], on_retry=lambda: None)
+
+
+def test_a_timeout_only_in_sparks_log_counts_from_this_runs_lines(tmp_path: Path) -> None:
+    """A lookup that timed out is in Spark's log, not in the error: read from ``since``."""
+    log = tmp_path / "spark.log"
+    not_found = RuntimeError("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: sparklog")
+    log.write_text(
+        "WARN DataSourceManager: Skipping the lookup of Python Data Sources\n"
+        "org.apache.spark.SparkException: Python worker failed to connect back.\n"
+    )
+    earlier_run = log_size(str(log))
+    assert timed_out(not_found, str(log))
+    assert not timed_out(not_found, str(log), since=earlier_run)  # an earlier run's lines
+    assert not timed_out(not_found, str(tmp_path / "missing.log"))
