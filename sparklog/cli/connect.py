@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -136,6 +138,12 @@ def delta_sink(
     metrics_listen: str = typer.Option(
         "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
     ),
+    spark_log: str | None = typer.Option(
+        None,
+        "--spark-log",
+        metavar="FILE",
+        help="Spark's own log (default: sparklog-connect-NAME-spark.log in the temp folder)",
+    ),
 ) -> None:
     """Land a topic in a Delta table, exactly-once."""
     settings = {
@@ -149,6 +157,7 @@ def delta_sink(
         "table_option": list(table_option or ()),
         "max_offsets_per_trigger": max_offsets,
         "writer": writer,
+        "spark_log": spark_log,
     }
     _run_delta_sink(ctx, name or f"delta-{topic}", settings, once, metrics_listen)
 
@@ -159,6 +168,7 @@ def _run_delta_sink(
     from sparklog.connect import state as connector_state
     from sparklog.connect.sink_progress import SinkProgress
     from sparklog.spark.delta_sink import DeltaForeachBatch, delta_sink_session, start_delta_sink
+    from sparklog.spark.local_session import log_size, timed_out, worker_timeout_line
 
     root = _root(ctx)
     topic, table = settings["topic"], settings["table"]
@@ -209,9 +219,21 @@ def _run_delta_sink(
     st = state(ctx)
     options = {"root": root.url}
     options.update(_flatten("storage", st.storage_options))
+    spark_log = settings.get("spark_log") or spark_log_path(name)
+    connector_state.save(root, name, spark_log=spark_log)
+    sys.stderr.write(f"{name}: Spark's log: {spark_log}\n")  # where its own lines go
+    log_start = log_size(spark_log)  # this run's lines come after
 
     def work(stop: threading.Event) -> str:
-        spark = delta_sink_session(f"sparklog-{name}")
+        try:
+            return _land(stop)
+        except Exception as exc:
+            if timed_out(exc, spark_log, log_start):
+                raise ConnectorError(f"{name}: {worker_timeout_line(spark_log)}") from exc
+            raise
+
+    def _land(stop: threading.Event) -> str:
+        spark = delta_sink_session(f"sparklog-{name}", spark_log)
         connector_state.save(root, name, writer=sink.resolved_writer(spark))
         query = start_delta_sink(
             spark,
@@ -234,6 +256,11 @@ def _run_delta_sink(
         return f"{name}: {topic} -> {table}, last batch {version if version is not None else '-'}"
 
     _supervised(root, name, work)
+
+
+def spark_log_path(name: str) -> str:
+    """Where a connector's local Spark logs when ``--spark-log`` is not given."""
+    return os.path.join(tempfile.gettempdir(), f"sparklog-connect-{name}-spark.log")
 
 
 def _flatten(prefix: str, value: Any) -> dict[str, str]:
@@ -260,6 +287,18 @@ def postgres_source(
     decimal_handling: str = typer.Option(
         "precise", "--decimal-handling", metavar="MODE", help="precise, double, string"
     ),
+    time_precision: str = typer.Option(
+        "adaptive",
+        "--time-precision",
+        metavar="MODE",
+        help="Debezium's time.precision.mode: adaptive, adaptive_time_microseconds, connect",
+    ),
+    interval_handling: str = typer.Option(
+        "numeric",
+        "--interval-handling",
+        metavar="MODE",
+        help="Debezium's interval.handling.mode: numeric (microseconds), string (ISO 8601)",
+    ),
     once: bool = typer.Option(False, "--once", help="Snapshot and changes so far, then stop"),
     metrics_listen: str = typer.Option(
         "", "--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP
@@ -274,6 +313,8 @@ def postgres_source(
         "publication": publication or "",
         "partitions": partitions,
         "decimal_handling": decimal_handling,
+        "time_precision": time_precision,
+        "interval_handling": interval_handling,
     }
     _run_postgres_source(ctx, name or prefix, settings, once, metrics_listen)
 
@@ -292,6 +333,8 @@ def _run_postgres_source(
         publication=settings.get("publication") or "",
         partitions=int(settings.get("partitions") or 1),
         decimal_handling=settings.get("decimal_handling") or "precise",
+        time_precision=settings.get("time_precision") or "adaptive",
+        interval_handling=settings.get("interval_handling") or "numeric",
     )
     root = _root(ctx)
     source = PostgresSource(root, config, metrics=_metrics(metrics_listen))
@@ -307,6 +350,25 @@ def _run_postgres_source(
         )
 
     _supervised(root, config.name, work)
+
+
+def progress_trails(recorded: int | None, committed: int | None) -> str | None:
+    """What ``connect status`` says when the saved progress is older than the table.
+
+    A Delta sink saves its progress at most every 5 s and when it stops; killed in
+    between (SIGKILL, a lost machine), the table holds batches its progress never
+    recorded. The table is right (exactly-once by its transaction ids); the progress
+    and ``records_behind``, read from it, overstate what is left to land.
+    """
+    if committed is None or (recorded is not None and recorded >= committed):
+        return None
+    saved = f"batch {recorded}" if recorded is not None else "no batch"
+    return (
+        f"progress records {saved} but the table has batch {committed} (the connector "
+        "stopped before saving it; progress is saved every 5 s): applied_offsets and "
+        "records_behind are as of the recorded batch, so records_behind overstates "
+        "what is left; they catch up when it runs again"
+    )
 
 
 def _definition(root: Any, name: str) -> dict[str, Any]:
@@ -444,6 +506,9 @@ def connect_status(
         status["last_batch"] = DeltaTarget(status["table"], name).committed_version()
         ends = topic_ends(root, status["topic"])
         status["records_behind"] = records_behind(ends, progress.get("applied_offsets") or {})
+        trails = progress_trails(progress.get("last_batch"), status["last_batch"])
+        if trails:
+            status["progress_trails"] = trails
     elif status.get("kind") == POSTGRES_SOURCE and dsn:
         from sparklog.connect.postgres import slot_status
 

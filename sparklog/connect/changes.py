@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.clock import now_ms
 from sparklog.connect.pg_types import Converter
 from sparklog.connect.pgoutput import (
     Begin,
@@ -86,13 +86,41 @@ def partition_of(key: bytes | None, partitions: int) -> int:
     return partition_for_key(key, partitions)
 
 
+def snapshot_marker(
+    first_in_snapshot: bool, last_in_snapshot: bool, first_in_table: bool, last_in_table: bool
+) -> str:
+    """``source.snapshot`` of a snapshot record, as Debezium 2.x marks it.
+
+    ``last`` on the snapshot's last record (what consumers wait for), ``first`` on its
+    first, ``last_in_data_collection``/``first_in_data_collection`` on a table's last
+    and first, ``true`` on the others; in that order of precedence (one record in one
+    table is ``last``), as Debezium's ``RelationalSnapshotChangeEventSource`` does.
+    """
+    if last_in_snapshot:
+        return "last"
+    if first_in_snapshot:
+        return "first"
+    if last_in_table:
+        return "last_in_data_collection"
+    if first_in_table:
+        return "first_in_data_collection"
+    return "true"
+
+
 class ChangeDecoder:
     """Debezium records of snapshot rows and of the slot's decoded transactions."""
 
-    def __init__(self, prefix: str, db: str, decimal_handling: str = "precise") -> None:
+    def __init__(
+        self,
+        prefix: str,
+        db: str,
+        decimal_handling: str = "precise",
+        time_precision: str = "adaptive",
+        interval_handling: str = "numeric",
+    ) -> None:
         self.prefix = prefix
         self.db = db
-        self.converter = Converter(decimal_handling)
+        self.converter = Converter(decimal_handling, time_precision, interval_handling)
         self._relations: dict[int, Relation] = {}
 
     def topic_of(self, schema: str, table: str) -> str:
@@ -107,12 +135,17 @@ class ChangeDecoder:
         *,
         xid: int,
         lsn: int,
-        now: int,
+        now_ns: int,
+        marker: str = "true",
     ) -> ChangeRecord:
-        """An ``op`` ``r`` record of one row read by the snapshot (text values)."""
-        source = self._source(schema, table, now, xid, lsn, "true")
-        key, value = self._event("r", columns, None, row, source, now)
-        return ChangeRecord(self.topic_of(schema, table), key, value, now)
+        """An ``op`` ``r`` record of one row read by the snapshot (text values).
+
+        ``marker`` is ``source.snapshot`` (:func:`snapshot_marker`); ``xid`` the
+        snapshot transaction's id, ``lsn`` its consistent point, as Debezium has them.
+        """
+        source = self._source(schema, table, now_ns, xid, lsn, marker)
+        key, value = self._event("r", columns, None, row, source, now_ns)
+        return ChangeRecord(self.topic_of(schema, table), key, value, now_ns // 1_000_000)
 
     def transactions(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[Transaction]:
         """The complete transactions among the slot's ``(lsn, data)`` messages, in order."""
@@ -140,29 +173,34 @@ class ChangeDecoder:
             )
         topic = self.topic_of(relation.schema, relation.table)
         commit_ms = begin.commit_ts_us // 1000
-        now = now_ms()
-        source = self._source(relation.schema, relation.table, commit_ms, begin.xid, lsn, "false")
+        now_ns = time.time_ns()
+        source = self._source(
+            relation.schema, relation.table, begin.commit_ts_us * 1000, begin.xid, lsn, "false"
+        )
         old = change.old
         if old is not None and change.old_is_key:
             # a key-only old tuple: Debezium's ``before`` has the key columns, others null
             old = tuple(v if c.key else None for v, c in zip(old, relation.columns, strict=False))
-        key, value = self._event(change.op, relation.columns, old, change.new, source, now)
+        key, value = self._event(change.op, relation.columns, old, change.new, source, now_ns)
         records = [ChangeRecord(topic, key, value, commit_ms)]
         if change.op == "d":
             records.append(ChangeRecord(topic, key, None, commit_ms))  # tombstone
         return records
 
     def _source(
-        self, schema: str, table: str, ts_ms: int, xid: int, lsn: int, snapshot: str
+        self, schema: str, table: str, ts_ns: int, xid: int, lsn: int, snapshot: str
     ) -> dict[str, Any]:
+        """Debezium's ``source`` block: ``ts_*`` the commit time (a snapshot: when read)."""
         return {
             "version": _version(),
             "connector": "postgresql",
             "name": self.prefix,
-            "ts_ms": ts_ms,
+            "ts_ms": ts_ns // 1_000_000,
             "snapshot": snapshot,
             "db": self.db,
             "sequence": json.dumps([None, str(lsn)]),
+            "ts_us": ts_ns // 1000,
+            "ts_ns": ts_ns,
             "schema": schema,
             "table": table,
             "txId": xid,
@@ -185,7 +223,7 @@ class ChangeDecoder:
         old: Any,
         new: Any,
         source: dict[str, Any],
-        now: int,
+        now_ns: int,
     ) -> tuple[bytes | None, bytes]:
         before, after = self._row(columns, old), self._row(columns, new)
         image = after if after is not None else before
@@ -198,7 +236,10 @@ class ChangeDecoder:
             "after": after,
             "source": source,
             "op": op,
-            "ts_ms": now,
+            "ts_ms": now_ns // 1_000_000,
+            # Debezium 2.6+: the same instant in microseconds and nanoseconds
+            "ts_us": now_ns // 1000,
+            "ts_ns": now_ns,
             "transaction": None,
         }
         return key, json.dumps(value, separators=(",", ":")).encode()

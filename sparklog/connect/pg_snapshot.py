@@ -18,19 +18,22 @@ Debezium records with :meth:`ChangeDecoder.snapshot_record`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.clock import now_ms
 from sparklog.connect import require, state
-from sparklog.connect.changes import ChangeDecoder, ChangeRecord
+from sparklog.connect.changes import ChangeDecoder, ChangeRecord, snapshot_marker
 from sparklog.connect.pgoutput import Column, lsn_to_int
 from sparklog.errors import ConnectorConfigError
 
 log = logging.getLogger(__name__)
 
-SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
+SESSION_OPTIONS = (
+    "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c bytea_output=hex "
+    "-c extra_float_digits=3"
+)
 
 #: a position in a table's order key: the key's values in PostgreSQL's text form
 KeyValues = tuple[str, ...]
@@ -151,8 +154,8 @@ class Snapshot:
     """An open ``REPEATABLE READ`` read-only transaction the snapshot's rows are read in.
 
     ``lsn`` is the slot's consistent point (every snapshot record's
-    ``source.lsn``), ``xid`` the transaction id the records carry (0: a read-only
-    transaction has none, as in the plain connector).
+    ``source.lsn``), ``xid`` the transaction's id (``txid_current()``, as Debezium
+    reads it), every snapshot record's ``source.txId``.
     """
 
     conn: Any
@@ -197,7 +200,8 @@ def _repeatable_read(dsn: str, exported: str | None) -> Any:
 
 
 def _xid(conn: Any) -> int:
-    return int(conn.execute("SELECT txid_current_if_assigned()").fetchone()[0] or 0)
+    """The snapshot transaction's id, as Debezium reads it for ``txId`` (``txid_current()``)."""
+    return int(conn.execute("SELECT txid_current()").fetchone()[0])
 
 
 def create_slot_with_snapshot(dsn: str, slot: str) -> Snapshot:
@@ -239,15 +243,45 @@ def resume_snapshot(dsn: str, lsn: int) -> Snapshot:
     return Snapshot(conn, lsn, _xid(conn))
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a run of rows sits: does it hold its table's first or last row, and is that
+    table the snapshot's first or last with rows (for :func:`snapshot_marker`)."""
+
+    table_starts: bool = False
+    table_ends: bool = False
+    first_table: bool = False
+    last_table: bool = False
+
+    def marker(self, index: int, count: int) -> str:
+        """``source.snapshot`` of the run's row ``index`` of ``count``."""
+        first = self.table_starts and index == 0
+        last = self.table_ends and index == count - 1
+        return snapshot_marker(first and self.first_table, last and self.last_table, first, last)
+
+
+def tables_with_rows(snapshot: Snapshot, tables: Sequence[SnapshotTable]) -> list[int]:
+    """Indexes of the tables that have a row in the snapshot (the first and last of them
+    hold the snapshot's ``first`` and ``last`` records)."""
+    return [
+        i
+        for i, t in enumerate(tables)
+        if snapshot.conn.execute(
+            f'SELECT EXISTS (SELECT 1 FROM "{t.schema}"."{t.table}")'
+        ).fetchone()[0]
+    ]
+
+
 def snapshot_records(
     decoder: ChangeDecoder,
     table: SnapshotTable,
     rows: Sequence[Sequence[Any]],
     snapshot: Snapshot,
-    now: int | None = None,
+    now_ns: int | None = None,
+    place: Place = Place(),
 ) -> list[ChangeRecord]:
-    """The ``op`` ``r`` records of rows read by :meth:`SnapshotTable.select`."""
-    now = now_ms() if now is None else now
+    """The ``op`` ``r`` records of rows read by :meth:`SnapshotTable.select`, marked by place."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
     return [
         decoder.snapshot_record(
             table.schema,
@@ -256,7 +290,8 @@ def snapshot_records(
             table.split(row)[1],
             xid=snapshot.xid,
             lsn=snapshot.lsn,
-            now=now,
+            now_ns=now_ns,
+            marker=place.marker(i, len(rows)),
         )
-        for row in rows
+        for i, row in enumerate(rows)
     ]

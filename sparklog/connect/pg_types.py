@@ -1,14 +1,26 @@
 """PostgreSQL values (text form) as Debezium's PostgreSQL connector writes them in JSON.
 
-Debezium's defaults are followed: ``time.precision.mode=adaptive`` (``timestamp``
-as epoch microseconds, or milliseconds for precision 0-3; ``date`` as epoch days;
-``time`` as microseconds of the day; ``timestamptz`` as an ISO-8601 string in
-UTC), ``binary.handling.mode=bytes`` (``bytea`` as base64), ``json``/``jsonb``/``uuid``/
-``interval`` as strings, arrays as JSON arrays, and ``decimal.handling.mode``
-``precise`` (``numeric`` as base64 of the unscaled two's-complement bytes; a
-numeric without a declared scale as ``{"scale": s, "value": base64}``), ``double``
-or ``string``. The text form is what the slot and the snapshot give (the session
-runs with ``TimeZone=UTC``, ``DateStyle=ISO``, ``bytea_output=hex``).
+Debezium's defaults, and the options it offers, per column type (docs/connect.md's
+table says exactly what each gives):
+
+* ``time.precision.mode``: ``adaptive`` (default: ``date`` as epoch days; ``time``
+  as milliseconds of the day for precision 0-3, else microseconds; ``timestamp`` as
+  epoch milliseconds for precision 0-3, else microseconds), ``adaptive_time_microseconds``
+  (``time`` always microseconds) or ``connect`` (Kafka Connect's types: ``time`` in
+  milliseconds of the day, ``timestamp`` in epoch milliseconds). ``timestamptz`` is an
+  ISO-8601 string in UTC and ``timetz`` an ISO-8601 time normalised to UTC
+  (``07:25:41.5Z``) in every mode, as Debezium's ``ZonedTimestamp``/``ZonedTime``.
+* ``interval.handling.mode``: ``numeric`` (default: Debezium's ``MicroDuration``,
+  approximate microseconds with a month of 365.25 / 12 days) or ``string`` (ISO 8601,
+  ``P1Y2M3DT4H5M6.78S``, Debezium's ``Interval``).
+* ``decimal.handling.mode``: ``precise`` (default: ``numeric`` as base64 of the
+  unscaled two's-complement bytes; a numeric without a declared scale as
+  ``{"scale": s, "value": base64}``), ``double`` or ``string``.
+* ``binary.handling.mode=bytes`` (``bytea`` as base64); ``json``/``jsonb``/``uuid`` as
+  strings; arrays as JSON arrays.
+
+The text form is what the slot and the snapshot give (the session runs with
+``TimeZone=UTC``, ``DateStyle=ISO``, ``IntervalStyle=iso_8601``, ``bytea_output=hex``).
 """
 
 from __future__ import annotations
@@ -24,12 +36,16 @@ from sparklog.connect.pgoutput import UNCHANGED_TOAST
 from sparklog.errors import ConnectorConfigError
 
 DECIMAL_MODES = ("precise", "double", "string")
+TIME_PRECISION_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
+INTERVAL_MODES = ("numeric", "string")
+#: Debezium's MicroDuration: a month is 365.25 / 12 days
+DAYS_PER_MONTH_AVG = 30.4375
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)
 
 BOOL, BYTEA, INT8, INT2, INT4, OID = 16, 17, 20, 21, 23, 26
 FLOAT4, FLOAT8, NUMERIC = 700, 701, 1700
-DATE, TIME, TIMESTAMP, TIMESTAMPTZ, TIMETZ = 1082, 1083, 1114, 1184, 1266
+DATE, TIME, TIMESTAMP, TIMESTAMPTZ, TIMETZ, INTERVAL = 1082, 1083, 1114, 1184, 1266, 1186
 #: array type oid -> element type oid (the common built-in ones)
 ARRAY_ELEMENTS = {
     1000: BOOL,
@@ -44,6 +60,8 @@ ARRAY_ELEMENTS = {
     1183: TIME,
     1115: TIMESTAMP,
     1185: TIMESTAMPTZ,
+    1270: TIMETZ,
+    1187: INTERVAL,
     1009: 25,  # text
     1015: 1043,  # varchar
     1014: 1042,  # bpchar
@@ -87,22 +105,85 @@ def _time_micros(text: str) -> int:
     return ((hh * 60 + mm) * 60 + ss) * 1_000_000 + _micros(frac)
 
 
-def _zoned(text: str) -> str:
-    value = parse_timestamp(text).astimezone(dt.UTC)
+def _fraction(microsecond: int) -> str:
+    """``.5``, ``.000123`` or nothing: Java's ISO formatters' fraction (no trailing zeros)."""
+    return f".{microsecond:06d}".rstrip("0") if microsecond else ""
+
+
+def _zoned_time(text: str) -> str:
+    """``'10:15:30.5+02'`` -> ``'08:15:30.5Z'``: Debezium's ZonedTime, in UTC."""
+    m = re.fullmatch(r"(\d\d):(\d\d):(\d\d)(?:\.(\d+))?([+-]\d\d)(?::?(\d\d))?(?::?(\d\d))?", text)
+    if not m:
+        raise ValueError(f"timetz {text!r}")
+    hh, mi, ss = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    sign = -1 if m.group(5)[0] == "-" else 1
+    offset_s = sign * (
+        int(m.group(5)[1:]) * 3600 + int(m.group(6) or 0) * 60 + int(m.group(7) or 0)
+    )
+    seconds = (hh * 3600 + mi * 60 + ss - offset_s) % 86400  # 24:00:00+00 is midnight too
     return (
-        value.strftime("%Y-%m-%dT%H:%M:%S")
-        + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")
-        + "Z"
+        f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        f"{_fraction(_micros(m.group(4)))}Z"
     )
 
 
-def _timestamp(text: str, typmod: int) -> int | str:
+_ISO_INTERVAL = re.compile(
+    r"P(?:(?P<y>-?\d+)Y)?(?:(?P<mo>-?\d+)M)?(?:(?P<d>-?\d+)D)?"
+    r"(?:T(?:(?P<h>-?\d+)H)?(?:(?P<mi>-?\d+)M)?(?:(?P<s>-?\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_interval(text: str) -> tuple[int, int, int, int, int, Decimal]:
+    """PostgreSQL's ``iso_8601`` interval text -> (years, months, days, hours, minutes, seconds)."""
+    m = _ISO_INTERVAL.fullmatch(text)
+    if not m or text in ("P", "PT"):
+        raise ValueError(f"interval {text!r}")
+    y, mo, d, h, mi = (int(m.group(k) or 0) for k in ("y", "mo", "d", "h", "mi"))
+    return y, mo, d, h, mi, Decimal(m.group("s") or 0)
+
+
+def interval_converter(mode: str) -> Callable[[str], Any]:
+    """Interval text -> Debezium's ``MicroDuration`` (``numeric``) or ``Interval`` (``string``)."""
+    check_mode("interval handling", mode, INTERVAL_MODES)
+
+    def convert(text: str) -> Any:
+        try:
+            y, mo, d, h, mi, sec = parse_interval(text)
+        except ValueError:
+            return text  # infinity (PostgreSQL 17+): passed through as PostgreSQL writes it
+        if mode == "string":
+            whole = sec.normalize()
+            seconds = f"{whole:f}" if whole != whole.to_integral() else str(int(whole))
+            return f"P{y}Y{mo}M{d}DT{h}H{mi}M{seconds}S"
+        # as MicroDuration.durationMicros does it: in doubles, truncated toward zero
+        days = (y * 12 + mo) * DAYS_PER_MONTH_AVG + d
+        total_s = ((days * 24.0 + h) * 60.0 + mi) * 60.0 + float(sec)
+        return int(total_s * 1_000_000.0)
+
+    return convert
+
+
+def _zoned(text: str) -> str:
+    value = parse_timestamp(text).astimezone(dt.UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(value.microsecond) + "Z"
+
+
+def _timestamp(text: str, typmod: int, mode: str) -> int | str:
+    """Epoch milliseconds (precision 0-3 in the adaptive modes; always in ``connect``), else µs."""
     try:
         value = parse_timestamp(text)
     except ValueError:
         return text  # infinity, BC dates: passed through as PostgreSQL writes them
     micros = (value - EPOCH) // dt.timedelta(microseconds=1)
-    return micros // 1000 if 0 <= typmod <= 3 else micros
+    return micros // 1000 if mode == "connect" or 0 <= typmod <= 3 else micros
+
+
+def _time(text: str, typmod: int, mode: str) -> int:
+    """Milliseconds of the day (``connect``; precision 0-3 in ``adaptive``), else µs."""
+    micros = _time_micros(text)
+    if mode == "connect" or (mode == "adaptive" and 0 <= typmod <= 3):
+        return micros // 1000
+    return micros
 
 
 def _unscaled(value: Decimal, scale: int) -> str:
@@ -176,11 +257,25 @@ def parse_array(text: str) -> Any:
     return parse()
 
 
-class Converter:
-    """Text values of given type oids -> Debezium's JSON values."""
+def check_mode(kind: str, mode: str, accepted: tuple[str, ...]) -> str:
+    """``mode`` if it is one of ``accepted``; else one line naming the setting and the choices."""
+    if mode not in accepted:
+        raise ConnectorConfigError(f"{kind} {mode!r} not accepted; accepted: {', '.join(accepted)}")
+    return mode
 
-    def __init__(self, decimal_handling: str = "precise") -> None:
+
+class Converter:
+    """Text values of given type oids -> Debezium's JSON values, in the modes given."""
+
+    def __init__(
+        self,
+        decimal_handling: str = "precise",
+        time_precision: str = "adaptive",
+        interval_handling: str = "numeric",
+    ) -> None:
         self.numeric = numeric_converter(decimal_handling)
+        self.time_precision = check_mode("time precision", time_precision, TIME_PRECISION_MODES)
+        self.interval = interval_converter(interval_handling)
 
     def value(self, text: str | None, type_oid: int, typmod: int = -1) -> Any:
         if text is None or text == UNCHANGED_TOAST:
@@ -217,12 +312,16 @@ class Converter:
             except ValueError:
                 return text
         if oid == TIME:
-            return _time_micros(text)
+            return _time(text, typmod, self.time_precision)
         if oid == TIMESTAMP:
-            return _timestamp(text, typmod)
+            return _timestamp(text, typmod, self.time_precision)
         if oid == TIMESTAMPTZ:
             try:
                 return _zoned(text)
             except ValueError:
                 return text
-        return text  # text, varchar, char, uuid, json, jsonb, interval, timetz, money...
+        if oid == TIMETZ:
+            return _zoned_time(text)
+        if oid == INTERVAL:
+            return self.interval(text)
+        return text  # text, varchar, char, uuid, json, jsonb, money...

@@ -33,10 +33,10 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.clock import now_ms
 from sparklog.connect import state
 from sparklog.connect.changes import (
     ChangeDecoder,
@@ -48,14 +48,21 @@ from sparklog.connect.changes import (
 )
 from sparklog.connect.metrics import ConnectorMetrics
 from sparklog.connect.pg_snapshot import (
+    Place,
     Snapshot,
     SnapshotTable,
     connection,
     create_slot_with_snapshot,
     describe_table,
     snapshot_records,
+    tables_with_rows,
 )
-from sparklog.connect.pg_types import DECIMAL_MODES
+from sparklog.connect.pg_types import (
+    DECIMAL_MODES,
+    INTERVAL_MODES,
+    TIME_PRECISION_MODES,
+    check_mode,
+)
 from sparklog.connect.pgoutput import int_to_lsn, lsn_to_int
 from sparklog.errors import ConnectorConfigError
 from sparklog.storage import LogRoot, make_batch
@@ -78,6 +85,9 @@ class PostgresSourceConfig:
     publication: str = ""
     partitions: int = 1
     decimal_handling: str = "precise"
+    #: Debezium's ``time.precision.mode`` and ``interval.handling.mode`` (pg_types.py)
+    time_precision: str = "adaptive"
+    interval_handling: str = "numeric"
     max_changes: int = 10_000
     #: rows fetched at a time by the snapshot; the Spark source's rows per micro-batch
     snapshot_fetch_rows: int = 10_000
@@ -109,11 +119,9 @@ class PostgresSourceConfig:
             raise ConnectorConfigError(
                 f"partitions={self.partitions} not accepted; accepted: 1-10000"
             )
-        if self.decimal_handling not in DECIMAL_MODES:
-            raise ConnectorConfigError(
-                f"decimal handling {self.decimal_handling!r} not accepted; accepted: "
-                f"{', '.join(DECIMAL_MODES)}"
-            )
+        check_mode("decimal handling", self.decimal_handling, DECIMAL_MODES)
+        check_mode("time precision", self.time_precision, TIME_PRECISION_MODES)
+        check_mode("interval handling", self.interval_handling, INTERVAL_MODES)
 
     def definition(self) -> dict[str, Any]:
         """The settings ``connect run NAME`` starts the connector again with (no password)."""
@@ -125,6 +133,8 @@ class PostgresSourceConfig:
             "publication": self.publication,
             "partitions": self.partitions,
             "decimal_handling": self.decimal_handling,
+            "time_precision": self.time_precision,
+            "interval_handling": self.interval_handling,
         }
 
     @property
@@ -148,7 +158,13 @@ class PostgresSource:
         self.root = root
         self.config = config
         self.app_id = f"{KIND}:{config.name}"
-        self.decoder = ChangeDecoder(config.prefix, "", config.decimal_handling)
+        self.decoder = ChangeDecoder(
+            config.prefix,
+            "",
+            config.decimal_handling,
+            config.time_precision,
+            config.interval_handling,
+        )
         self.stats = {"snapshot_rows": 0, "changes": 0, "transactions": 0, "skipped": 0}
         self.metrics = metrics
         #: the slot's last confirmed LSN and the WAL bytes the server had beyond it
@@ -287,32 +303,43 @@ class PostgresSource:
         snapshot = self.start_snapshot(conn)
         try:
             ordered = [tables[t] for t in self.config.qualified_tables]
-            for table in ordered:
-                self._snapshot_table(snapshot, table)
+            with_rows = tables_with_rows(snapshot, ordered)
+            for index, table in enumerate(ordered):
+                if index in with_rows:
+                    first, last = index == with_rows[0], index == with_rows[-1]
+                    self._snapshot_table(snapshot, table, first, last)
         finally:
             snapshot.close()
         state.save(
             self.root, self.config.name, snapshot_done=True, snapshot_lsn=int_to_lsn(snapshot.lsn)
         )
 
-    def _snapshot_table(self, snapshot: Snapshot, table: SnapshotTable) -> None:
-        """Write one table's rows (a server-side cursor, ``snapshot_fetch_rows`` at a time)."""
+    def _snapshot_table(
+        self, snapshot: Snapshot, table: SnapshotTable, first_table: bool, last_table: bool
+    ) -> None:
+        """Write one table's rows (a server-side cursor, ``snapshot_fetch_rows`` at a time).
+
+        One fetch ahead, so the table's last row is known when it is written (its
+        ``source.snapshot`` marker: :func:`sparklog.connect.changes.snapshot_marker`).
+        """
         topic = self.config.topic_of(table.schema, table.table)
-        now = now_ms()
+        now_ns = time.time_ns()
         sql, params = table.select(ordered=False)
         with snapshot.conn.cursor(name=f"sparklog_snapshot_{table.table}") as cur:
             cur.execute(sql, params)
-            while True:
-                rows = cur.fetchmany(self.config.snapshot_fetch_rows)
-                if not rows:
-                    break
-                records = snapshot_records(self.decoder, table, rows, snapshot, now)
+            rows = cur.fetchmany(self.config.snapshot_fetch_rows)
+            starts = True
+            while rows:
+                following = cur.fetchmany(self.config.snapshot_fetch_rows)
+                place = Place(starts, not following, first_table, last_table)
+                records = snapshot_records(self.decoder, table, rows, snapshot, now_ns, place)
                 self._produce(topic, records, txn=None)
                 self.stats["snapshot_rows"] += len(rows)
                 if self.metrics is not None:
                     self.metrics.source_progress(
                         self.config.name, records=0, snapshot_rows=len(rows), lsn=None, lag_bytes=0
                     )
+                rows, starts = following, False
         log.info("snapshot of %s.%s written", table.schema, table.table)
 
     # -- changes ----------------------------------------------------------------------------

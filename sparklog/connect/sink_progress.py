@@ -54,12 +54,13 @@ class SinkProgress:
         topic: str,
         metrics: ConnectorMetrics | None = None,
         applied: Mapping[str, int] | None = None,
+        save_interval_s: float = 5.0,
     ) -> None:
         self.root, self.name, self.topic, self.metrics = root, name, topic, metrics
         self.applied = {int(p): int(o) for p, o in (applied or {}).items()}
         self.batch: int | None = None
         self.rows = 0
-        self._saves = state.Throttled()
+        self._saves = state.Throttled(save_interval_s)  # progress documents are versions
 
     def __call__(self, batch_id: int, rows: pa.Table) -> None:
         for partition, end in applied_offsets(rows).items():

@@ -158,11 +158,17 @@ def delta_rows(df: Any, value_format: str = "auto", value_schema: str | None = N
     return df.select(*(value.getField(name).alias(name) for name in fields), *meta)
 
 
-def delta_sink_session(app_name: str) -> Any:
-    """The Spark session ``sparklog connect delta-sink`` runs in (spark-submit's, or local)."""
+def delta_sink_session(app_name: str, log_path: str) -> Any:
+    """The Spark session ``sparklog connect delta-sink`` runs in (spark-submit's, or local).
+
+    A local one logs to ``log_path`` and binds to loopback
+    (:func:`sparklog.spark.local_session.start_session`).
+    """
     from pyspark.sql import SparkSession
 
-    return SparkSession.builder.appName(app_name).getOrCreate()
+    from sparklog.spark.local_session import start_session
+
+    return start_session(SparkSession.builder.appName(app_name), log_path)
 
 
 def start_delta_sink(

@@ -27,6 +27,7 @@ topics exactly-once (the sink marks each batch):
 
 Options: ``dsn``, ``tables`` (comma-separated ``schema.table``), ``prefix``, and
 optionally ``name``, ``slot``, ``publication``, ``decimalHandling``,
+``timePrecisionMode``, ``intervalHandlingMode``,
 ``maxChanges``, ``partitions``, ``snapshot``, ``snapshotMaxRows``; ``root`` is the
 storage root whose topics get the records (created if missing, with
 ``partitions``), the one the sink writes to.
@@ -90,6 +91,8 @@ def config_from_options(options: Mapping[str, str]) -> tuple[PostgresSourceConfi
         publication=opts.get("publication", ""),
         partitions=number("partitions", 1),
         decimal_handling=opts.get("decimalhandling", "precise"),
+        time_precision=opts.get("timeprecisionmode", "adaptive"),
+        interval_handling=opts.get("intervalhandlingmode", "numeric"),
         max_changes=number("maxChanges", 10_000),
         snapshot_fetch_rows=number("snapshotMaxRows", 10_000),
     )
@@ -318,13 +321,14 @@ class PostgresStreamReader(DataSourceStreamReader):
 
     def _snapshot_records(self, start: dict, end: dict) -> list[ChangeRecord]:
         """The ``r`` records of the rows between two snapshot positions, in key order."""
-        from sparklog.connect.pg_snapshot import snapshot_records
+        from sparklog.connect.pg_snapshot import Place, snapshot_records, tables_with_rows
 
         snapshot = self._snapshot_at(int(end["lsn"]))
         tables, decoder = self._captured()
         first, after = _position(start)
         last, upto = _position(end) if "snapshot" in end else (len(tables), None)
         records: list[ChangeRecord] = []
+        with_rows: list[int] | None = None  # tables with rows: where first and last are
         for index in range(first, min(last, len(tables) - 1) + 1):
             low = after if index == first else None
             high = upto if index == last else None
@@ -332,5 +336,22 @@ class PostgresStreamReader(DataSourceStreamReader):
                 break  # the end is the start of this table
             sql, params = tables[index].select(after=low, upto=high)
             rows = snapshot.conn.execute(sql, params).fetchall()
-            records.extend(snapshot_records(decoder, tables[index], rows, snapshot))
+            if not rows:
+                continue
+            if with_rows is None:
+                with_rows = tables_with_rows(snapshot, tables)
+            place = Place(
+                table_starts=low is None,
+                table_ends=high is None or not _rows_after(snapshot, tables[index], high),
+                first_table=index == with_rows[0],
+                last_table=index == with_rows[-1],
+            )
+            records.extend(snapshot_records(decoder, tables[index], rows, snapshot, place=place))
         return records
+
+
+def _rows_after(snapshot: Any, table: Any, key: tuple[str, ...]) -> bool:
+    """Whether ``table`` has a row after order key ``key`` in the snapshot (a range that
+    ends on a key may still end the table: then its last row is the table's last)."""
+    sql, params = table.select(after=key, limit=1, columns=False)
+    return bool(snapshot.conn.execute(sql, params).fetchall())

@@ -163,8 +163,10 @@ def test_delta_sink_reports_applied_offsets_and_stops(tmp_path: Path) -> None:
     produce(0)
     table = str(tmp_path / "clicks_delta")
     port = free_port()
+    spark_log = tmp_path / "sink-spark.log"
     proc = background("-a", root, "connect", "delta-sink", "--topic", "clicks", "--table", table,
-                      "--metrics-listen", f"127.0.0.1:{port}")  # fmt: skip
+                      "--metrics-listen", f"127.0.0.1:{port}",
+                      "--spark-log", str(spark_log))  # fmt: skip
     try:
 
         def applied() -> float:
@@ -182,7 +184,15 @@ def test_delta_sink_reports_applied_offsets_and_stops(tmp_path: Path) -> None:
         assert proc.wait(timeout=120) == 0
     finally:
         stop_by_pid(proc)
+    # Spark's own lines are in the file it names, none on the terminal; bound to loopback
+    output = proc.stdout.read() if proc.stdout else ""
+    assert f"delta-clicks: Spark's log: {spark_log}" in output
+    for noise in ("WARN", "log4j", "\tat ", "Exception", "resolves to a loopback address"):
+        assert noise not in output, (noise, output[-3000:])
+    assert "log4j" in spark_log.read_text()  # Spark's start-up notice, where it was sent
+    assert "resolves to a loopback address" not in spark_log.read_text()
     final = status(root, "delta-clicks")
+    assert final["spark_log"] == str(spark_log)
     assert final["status"] == "stopped" and final["records_behind"] == 0
     assert final["progress"]["applied_offsets"] == {"0": 20, "1": 20}
     assert final["progress"]["rows"] == 40 and final["last_batch"] >= 1

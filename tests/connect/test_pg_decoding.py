@@ -69,3 +69,67 @@ def test_messages() -> None:
     assert decode(commit) == Commit(100, 120, 946_684_800_000_005)
     assert lsn_to_int("16/B374D848") == 0x16B374D848
     assert int_to_lsn(lsn_to_int("16/B374D848")) == "16/B374D848"
+
+
+def test_intervals_as_debezium_numeric_and_string() -> None:
+    """``interval.handling.mode``: MicroDuration (a month is 365.25 / 12 days) or ISO 8601."""
+    numeric, text = Converter(), Converter(interval_handling="string")
+    assert numeric.value("P1DT2H", 1186) == (24 + 2) * 3600 * 1_000_000
+    assert numeric.value("P1M", 1186) == 2_629_800_000_000  # 30.4375 days
+    assert numeric.value("P1Y", 1186) == 12 * 2_629_800_000_000
+    assert numeric.value("P-1DT-1.5S", 1186) == -86_401_500_000
+    assert numeric.value("PT0S", 1186) == 0
+    assert numeric.value("{P1D,NULL}", 1187) == [86_400_000_000, None]
+    assert text.value("P1Y2M3DT4H5M6.78S", 1186) == "P1Y2M3DT4H5M6.78S"
+    assert text.value("P3D", 1186) == "P0Y0M3DT0H0M0S"  # every part, as Debezium writes it
+    assert text.value("PT0S", 1186) == "P0Y0M0DT0H0M0S"
+    assert text.value("P-1Y-2MT-0.5S", 1186) == "P-1Y-2M0DT0H0M-0.5S"
+    with pytest.raises(ConnectorConfigError, match="interval handling 'iso' not accepted; "
+                       "accepted: numeric, string"):  # fmt: skip
+        Converter(interval_handling="iso")
+
+
+def test_timetz_is_normalised_to_utc() -> None:
+    c = Converter()
+    assert c.value("10:15:30.5+02", 1266) == "08:15:30.5Z"
+    assert c.value("23:30:00-02:30", 1266) == "02:00:00Z"  # past midnight: the next day's time
+    assert c.value("00:00:00.000123+00", 1266) == "00:00:00.000123Z"
+    assert c.value("{01:00:00+01}", 1270) == ["00:00:00Z"]
+
+
+def test_time_precision_modes() -> None:
+    """``time.precision.mode``: adaptive (default), adaptive_time_microseconds, connect."""
+    adaptive = Converter()
+    micros = Converter(time_precision="adaptive_time_microseconds")
+    connect = Converter(time_precision="connect")
+    # time: ms for precision 0-3 in adaptive, else µs; always µs; always ms
+    assert adaptive.value("01:02:03.25", 1083, 3) == 3_723_250
+    assert adaptive.value("01:02:03.25", 1083, -1) == 3_723_250_000
+    assert micros.value("01:02:03.25", 1083, 3) == 3_723_250_000
+    assert connect.value("01:02:03.25", 1083, -1) == 3_723_250
+    # timestamp: adaptive in both adaptive modes; connect always ms
+    assert micros.value("1970-01-02 00:00:00.5", 1114, -1) == 86_400_500_000
+    assert micros.value("1970-01-02 00:00:00.5", 1114, 3) == 86_400_500
+    assert connect.value("1970-01-02 00:00:00.5", 1114, -1) == 86_400_500
+    for c in (adaptive, micros, connect):  # date as days, zoned values as UTC strings
+        assert c.value("1970-01-11", 1082) == 10
+        assert c.value("1970-01-01 01:00:00+01", 1184) == "1970-01-01T00:00:00Z"
+    with pytest.raises(ConnectorConfigError, match="time precision 'nanos' not accepted; "
+                       "accepted: adaptive, adaptive_time_microseconds, connect"):  # fmt: skip
+        Converter(time_precision="nanos")
+
+
+def test_snapshot_markers_in_debeziums_precedence() -> None:
+    from sparklog.connect.changes import snapshot_marker
+    from sparklog.connect.pg_snapshot import Place
+
+    # two tables of three rows, read as one run each
+    first, last = Place(True, True, True, False), Place(True, True, False, True)
+    assert [first.marker(i, 3) for i in range(3)] == ["first", "true", "last_in_data_collection"]
+    assert [last.marker(i, 3) for i in range(3)] == [
+        "first_in_data_collection", "true", "last"
+    ]  # fmt: skip
+    assert Place(True, True, True, True).marker(0, 1) == "last"  # one row in all: last wins
+    middle = Place(False, False, True, True)  # a run inside a table: no table edge in it
+    assert [middle.marker(i, 2) for i in range(2)] == ["true", "true"]
+    assert snapshot_marker(False, False, True, True) == "last_in_data_collection"

@@ -45,16 +45,18 @@ def test_types_are_written_as_debezium_maps_them(postgres: Postgres, tmp_path: P
         postgres,
         "CREATE TABLE typed (id bigint PRIMARY KEY, name text, price numeric(10,2), n numeric, "
         "ts timestamp, ts3 timestamp(3), tz timestamptz, d date, t time, j jsonb, "
-        "ints int[], tags text[], b bytea, f float8, ok bool, u uuid)",
+        "ints int[], tags text[], b bytea, f float8, ok bool, u uuid, iv interval, t3 time(3), "
+        "ttz timetz)",
         "INSERT INTO typed VALUES (1, 'x', 12.50, 3.14159, '2024-01-02 03:04:05.5', "
         "'2024-01-02 03:04:05.5', '2024-01-02 03:04:05+02', '2024-01-02', '01:02:03.25', "
         "'{\"k\": [1, 2]}', '{1,NULL,3}', '{\"a b\",c}', '\\x0102', 1.5, true, "
-        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11')",
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '1 day 02:00:00.5', '01:02:03.25', "
+        "'10:15:30.5+02')",
     )
     root = open_root(f"file://{tmp_path}/root")
     config = PostgresSourceConfig(postgres.dsn, ["typed"], "types", name="types")
     PostgresSource(root, config).run(until_caught_up=True)
-    sql(postgres, "UPDATE typed SET name = 'y', price = -0.01 WHERE id = 1")
+    sql(postgres, "UPDATE typed SET name = 'y', price = -0.01, iv = '-1 mon' WHERE id = 1")
     PostgresSource(root, config).run(until_caught_up=True)
     got = records(root, "types.public.typed")
     assert [json.loads(r["key"]) for r in got] == [{"id": 1}, {"id": 1}]
@@ -78,12 +80,60 @@ def test_types_are_written_as_debezium_maps_them(postgres: Postgres, tmp_path: P
         "f": 1.5,
         "ok": True,
         "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "iv": 93_600_500_000,  # interval.handling.mode=numeric: microseconds
+        "t3": 3_723_250,  # time(3): milliseconds of the day (adaptive)
+        "ttz": "08:15:30.5Z",  # timetz in UTC
     }
     assert update["after"]["name"] == "y" and update["after"]["price"] == "/w=="  # -1
+    assert update["after"]["iv"] == -2_629_800_000_000  # a month is 30.4375 days
+    # the snapshot's one record is its last; its txId is the snapshot transaction's
+    assert snap["source"]["snapshot"] == "last" and snap["source"]["txId"] > 0
+    assert update["source"]["snapshot"] == "false"
+    for event in (snap, update):  # Debezium 2.6+: ts_us and ts_ns beside ts_ms
+        for block in (event, event["source"]):
+            assert block["ts_us"] // 1000 == block["ts_ms"]
+            assert block["ts_ns"] // 1000 == block["ts_us"]
     source = update["source"]
     assert source["connector"] == "postgresql" and source["table"] == "typed"
     assert source["schema"] == "public" and source["db"] == "postgres"
     assert source["txId"] > 0 and source["lsn"] >= snap["source"]["lsn"]
+
+
+def test_snapshot_records_are_marked_as_debezium_marks_them(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """first / first_in_data_collection / true / last_in_data_collection / last, across
+    tables (an empty one between) and fetches (2 rows at a time), and one txId."""
+    sql(
+        postgres,
+        "CREATE TABLE m1 (id int PRIMARY KEY)",
+        "CREATE TABLE m2 (id int PRIMARY KEY)",
+        "CREATE TABLE m3 (id int PRIMARY KEY)",
+        "INSERT INTO m1 SELECT generate_series(1, 4)",
+        "INSERT INTO m3 SELECT generate_series(1, 3)",
+    )
+    root = open_root(f"file://{tmp_path}/root")
+    config = PostgresSourceConfig(
+        postgres.dsn, ["m1", "m2", "m3"], "mk", name="mk", snapshot_fetch_rows=2
+    )
+    PostgresSource(root, config).run(until_caught_up=True)
+    sources = {
+        table: [json.loads(r["value"])["source"] for r in records(root, f"mk.public.{table}")]
+        for table in ("m1", "m2", "m3")
+    }
+    assert [s["snapshot"] for s in sources["m1"]] == [
+        "first", "true", "true", "last_in_data_collection"
+    ]  # fmt: skip
+    assert sources["m2"] == []
+    assert [s["snapshot"] for s in sources["m3"]] == ["first_in_data_collection", "true", "last"]
+    xids = {s["txId"] for rows in sources.values() for s in rows}
+    assert len(xids) == 1 and xids.pop() > 0  # the snapshot transaction's id, not 0
+    for bad, line in (
+        ({"interval_handling": "iso"}, "interval handling 'iso' not accepted"),
+        ({"time_precision": "micro"}, "time precision 'micro' not accepted"),
+    ):
+        with pytest.raises(ConnectorConfigError, match=line):
+            PostgresSourceConfig(postgres.dsn, ["m1"], "x", **bad).validate()  # type: ignore[arg-type]
 
 
 class CrashAfterWrite(PostgresSource):
@@ -139,6 +189,19 @@ def test_bad_settings_are_one_line_naming_them(postgres: Postgres, tmp_path: Pat
     assert cli.stderr.strip().splitlines() == [
         "error: table public.nosuch not found in database 'postgres' (or not a table)"
     ]
+    for flag, value, line in (
+        ("--interval-handling", "iso", "error: interval handling 'iso' not accepted; "
+         "accepted: numeric, string"),
+        ("--time-precision", "nanos", "error: time precision 'nanos' not accepted; "
+         "accepted: adaptive, adaptive_time_microseconds, connect"),
+    ):  # fmt: skip
+        refused = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli", "-a", str(tmp_path / "root"), "connect",
+             "postgres-source", "--dsn", postgres.dsn, "--table", "t", "--prefix", "x",
+             flag, value],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [line]
 
 
 @pytest.mark.slow

@@ -236,7 +236,26 @@ def test_rows_there_before_the_query_come_first_as_its_snapshot_once(
         for letters in ops_by_partition(root, f"shop.public.{table}"):
             assert letters.rstrip("cud") == "r" * letters.count("r"), letters
     first = json.loads(next(r for r in records(root, "shop.public.alpha") if r["value"])["value"])
-    assert first["op"] == "r" and first["before"] is None and first["source"]["snapshot"] == "true"
+    assert first["op"] == "r" and first["before"] is None
+    # Debezium's markers over micro-batches: first and last once, each table's edges once
+    markers = {
+        table: [
+            json.loads(r["value"])["source"]
+            for r in records(root, f"shop.public.{table}")
+            if r["value"] and json.loads(r["value"])["op"] == "r"
+        ]
+        for table in TABLES
+    }
+    edges = {
+        t: sorted(s["snapshot"] for s in m if s["snapshot"] != "true") for t, m in markers.items()
+    }
+    assert edges == {
+        "alpha": ["first", "last_in_data_collection"],
+        "beta": ["first_in_data_collection", "last_in_data_collection"],
+        "gamma": ["first_in_data_collection", "last"],
+    }
+    xids = {s["txId"] for m in markers.values() for s in m}
+    assert len(xids) == 1 and xids.pop() > 0  # the snapshot transaction's id
 
     history.round(postgres, transactions=2)  # while stopped; then restarted, 1 more
     capture(spark, url, postgres, checkpoint, history, 1, snapshotMaxRows="25")
