@@ -37,6 +37,8 @@ class _Rejoin:
 
 #: a check's answer: the member joins again (outside any lock), then waits on
 REJOIN = _Rejoin()
+#: the deadline thread looks at the clock again after this long, whatever it waits for
+MAX_WAIT_S = 1.0
 
 
 class Parked:
@@ -150,7 +152,8 @@ class DeadlineTimer:
                         wait_ms = self._heap[0][0] - now_ms()
                         if wait_ms <= 0:
                             break
-                        self._cond.wait(wait_ms / 1000)
+                        # at most a second: a wall clock that steps is noticed soon
+                        self._cond.wait(min(wait_ms / 1000, MAX_WAIT_S))
                     else:
                         self._cond.wait()
                 if self._closed:
