@@ -110,19 +110,27 @@ def _read(conn: Connection, request: Any) -> tuple[int, Any]:
     return int(header.correlation_id), body
 
 
-def _threads_waiting_in_coordinator() -> list[str]:
-    """Threads whose stack is inside a blocking coordinator wait (a join or sync)."""
+def _threads_in(names: set[str], path: str) -> list[str]:
+    """Threads whose stack is inside a function of ``names`` defined in ``path``."""
     found = []
     for ident, frame in sys._current_frames().items():
         walked: Any = frame
         while walked is not None:
-            if walked.f_code.co_name in BLOCKING_CALLS and "groups/coordinator" in (
-                walked.f_code.co_filename
-            ):
+            if walked.f_code.co_name in names and path in walked.f_code.co_filename:
                 found.append(str(ident))
                 break
             walked = walked.f_back
     return found
+
+
+def _threads_waiting_in_coordinator() -> list[str]:
+    """Threads whose stack is inside a blocking coordinator wait (a join or sync)."""
+    return _threads_in(BLOCKING_CALLS, "groups/coordinator")
+
+
+def _busy_request_threads() -> list[str]:
+    """The Kafka listener's request threads handling a request now."""
+    return _threads_in({"_handle_in_order"}, "kafka/server")
 
 
 def _state(broker: Any, group: str) -> dict[str, Any]:
@@ -139,7 +147,7 @@ def test_a_thousand_one_member_groups_join_at_once_without_a_thread_each(
 ) -> None:
     # a long initial rebalance delay (Kafka's group.initial.rebalance.delay.ms): every
     # join waits until the coordinator's clock is moved past it
-    with _broker(tmp_path, group_initial_rebalance_delay_ms=60_000) as (_server, broker):
+    with _broker(tmp_path, group_initial_rebalance_delay_ms=60_000) as (server, broker):
         baseline = threading.active_count()
         names = [f"g{i:04d}" for i in range(GROUPS)]
         conns = [Connection(broker.cluster.kafka_address or "") for _ in range(CONNECTIONS)]
@@ -172,8 +180,11 @@ def test_a_thousand_one_member_groups_join_at_once_without_a_thread_each(
             assert _threads_waiting_in_coordinator() == []
             assert all_parked()
             assert broker.coordinator.parked() == GROUPS
+            # no request thread is held by a waiting join: the pool is idle
+            wait_for(lambda: not _busy_request_threads(), what="request threads back in the pool")
             # threads: 2 per connection and the listener's pools, not one per waiting join
-            assert threading.active_count() - baseline < GROUPS // 2
+            pool = server.kafka.requests._max_workers
+            assert threading.active_count() - baseline <= 2 * CONNECTIONS + pool + 10
             clock.skip(61_000)  # the initial delay ends: every group completes its rebalance
             members: dict[str, str] = {}
             for c, conn in enumerate(conns):
