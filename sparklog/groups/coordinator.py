@@ -385,9 +385,15 @@ class GroupCoordinator:
             entry.fail(NotCoordinatorError(f"group {group!r} is coordinated by another broker now"))
 
     def close(self) -> None:
-        """Stop the deadline thread (the broker stops); parked requests stay unanswered,
-        as their connections close."""
+        """Stop the deadline thread (the broker stops) and answer every parked request
+        NOT_COORDINATOR, so no caller waits on a coordinator that is gone (a Kafka
+        client finds the group's next coordinator)."""
         self._deadlines.close()
+        with self._parked_lock:
+            parked = [entry for entries in self._parked.values() for entry in entries]
+            self._parked.clear()
+        for entry in parked:
+            entry.fail(NotCoordinatorError("the group's coordinator is stopping"))
 
     def _heartbeat_key(self, group: str, member_id: str) -> str:
         return f"{group_key(group)}/members/{member_id}.json"

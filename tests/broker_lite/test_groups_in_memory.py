@@ -147,3 +147,14 @@ def test_a_group_taken_over_answers_its_parked_joins_not_coordinator(root):
     with pytest.raises(NotCoordinatorError):
         waiting.result(timeout=0)
     assert coordinator.parked() == 0
+
+
+def test_a_closed_coordinator_answers_its_parked_joins_not_coordinator(root):
+    coordinator = _coordinator(root)
+    _stable_member(coordinator)
+    waiting = coordinator.join_group_parked(
+        "g", "", ["t"], session_timeout_ms=30_000, rebalance_timeout_ms=30_000
+    )
+    coordinator.close()  # the broker stops: no caller is left waiting
+    with pytest.raises(NotCoordinatorError):
+        waiting.result(timeout=0)
