@@ -3,7 +3,11 @@
 One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT`` of
 them are handled at once (so a client pipelining small produce requests gets them
 joined into one commit by the broker's batcher) and a writer thread sends the
-answers in request order, as Kafka requires. A connection's Produce requests reach
+answers in request order, as Kafka requires.  A request that waits (a JoinGroup
+until its rebalance completes, a follower's SyncGroup) is parked: its handler
+returns a future of the response and the request thread goes back to the pool;
+the answer takes its place in the connection's order when the future completes
+(:mod:`~sparklog.broker_lite.kafka.parking`). A connection's Produce requests reach
 the batchers in the order they were sent (Kafka appends them in that order,
 idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
 previous one's commit, so its sequence numbers reach the log in order. Frames larger
