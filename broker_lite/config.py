@@ -400,7 +400,11 @@ class BrokerConfig:
     )
     group_poll_ms: int = field(
         default=50,
-        metadata=about("How often a waiting join or sync re-reads group state", integer(1)),
+        metadata=about(
+            "How often a waiting join or sync re-reads group state over storage (embedded "
+            "coordinators); a broker parks waiting joins and syncs and does not poll",
+            integer(1),
+        ),
     )
     retry_timeout_ms: int = field(
         default=30_000, metadata=about("Client: how long calls retry retriable errors", integer(0))

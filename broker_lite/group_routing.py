@@ -20,8 +20,10 @@ from sparklog.groups.coordinator import GroupCoordinator
 ROUTED = frozenset(
     {
         "join_group",
+        "join_group_parked",
         "sync_group",
         "sync_group_opaque",
+        "sync_group_parked",
         "heartbeat",
         "leave_group",
         "commit_offsets",

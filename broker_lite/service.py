@@ -254,6 +254,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             self._committed.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.coordinator.close()  # the deadline thread of parked joins and syncs
         if self.cluster is not None:
             self.cluster.resign()
         self._pool.shutdown(wait=True)

@@ -33,6 +33,7 @@ from kio.serial import entity_reader, entity_writer
 from sparklog.broker_lite.cluster import rendezvous_weight
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.broker_lite.kafka.metadata import kafka_brokers
+from sparklog.broker_lite.kafka.parking import then
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
@@ -40,6 +41,7 @@ from sparklog.errors import (
     SparklogError,
 )
 from sparklog.groups.consumer_groups import is_consumer_group
+from sparklog.groups.coordinator import JoinResult
 from sparklog.topic_partition import TopicPartition
 
 CONSUMER = "consumer"
@@ -166,19 +168,10 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
     owned = decode_owned_partitions(first) if request.protocol_type == CONSUMER else None
     session_ms = ms(request.session_timeout)
     rebalance_ms = ms(getattr(request, "rebalance_timeout", session_ms))
-    try:
-        joined = ctx.broker.groups.join_group(
-            request.group_id,
-            request.member_id or "",
-            topics,
-            session_timeout_ms=session_ms,
-            rebalance_timeout_ms=rebalance_ms,
-            protocol_metadata=protocols,
-            group_instance_id=getattr(request, "group_instance_id", None) or None,
-            protocol_type=request.protocol_type,
-            owned_partitions=owned,
-        )
-    except SparklogError as exc:
+
+    def refused(exc: BaseException) -> Any:
+        if not isinstance(exc, SparklogError):
+            return None
         return make(
             cls,
             throttle_time=0,
@@ -190,39 +183,57 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
             member_id=request.member_id or "",
             members=(),
         )
-    members = ()
-    if joined.leader_id == joined.member_id:
-        members = tuple(
-            make(
-                member_cls,
-                member_id=m,
-                group_instance_id=joined.instance_ids.get(m),
-                metadata=joined.member_metadata.get(m) or encode_subscription(list(ts)),
+
+    def answer(joined: JoinResult) -> Any:
+        members = ()
+        if joined.leader_id == joined.member_id:
+            members = tuple(
+                make(
+                    member_cls,
+                    member_id=m,
+                    group_instance_id=joined.instance_ids.get(m),
+                    metadata=joined.member_metadata.get(m) or encode_subscription(list(ts)),
+                )
+                for m, ts in sorted(joined.members.items())
             )
-            for m, ts in sorted(joined.members.items())
+        return make(
+            cls,
+            throttle_time=0,
+            error_code=0,
+            generation_id=joined.generation,
+            protocol_type=request.protocol_type,
+            protocol_name=joined.protocol,
+            leader=joined.leader_id,
+            member_id=joined.member_id,
+            members=members,
         )
-    return make(
-        cls,
-        throttle_time=0,
-        error_code=0,
-        generation_id=joined.generation,
-        protocol_type=request.protocol_type,
-        protocol_name=joined.protocol,
-        leader=joined.leader_id,
-        member_id=joined.member_id,
-        members=members,
-    )
+
+    try:
+        # parked until the rebalance completes: no thread waits (parking.py)
+        waiting = ctx.broker.groups.join_group_parked(
+            request.group_id,
+            request.member_id or "",
+            topics,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_metadata=protocols,
+            group_instance_id=getattr(request, "group_instance_id", None) or None,
+            protocol_type=request.protocol_type,
+            owned_partitions=owned,
+        )
+    except SparklogError as exc:
+        return refused(exc)
+    return then(waiting, answer, refused)
 
 
 def handle_sync_group(ctx: Any, request: Any) -> Any:
     cls = load_response_schema(14, ctx.api_version)
     opaque = {a.member_id: bytes(a.assignment) for a in request.assignments} or None
     decoded = {m: decode_assignment(data) for m, data in opaque.items()} if opaque else None
-    try:
-        partitions, raw = ctx.broker.groups.sync_group_opaque(
-            request.group_id, request.generation_id, request.member_id, decoded, opaque
-        )
-    except SparklogError as exc:
+
+    def refused(exc: BaseException) -> Any:
+        if not isinstance(exc, SparklogError):
+            return None
         return make(
             cls,
             throttle_time=0,
@@ -231,14 +242,26 @@ def handle_sync_group(ctx: Any, request: Any) -> Any:
             protocol_name=None,
             assignment=b"",
         )
-    return make(
-        cls,
-        throttle_time=0,
-        error_code=0,
-        protocol_type=getattr(request, "protocol_type", None),
-        protocol_name=getattr(request, "protocol_name", None),
-        assignment=raw if raw is not None else encode_assignment(partitions),
-    )
+
+    def answer(synced: tuple[list[TopicPartition], bytes | None]) -> Any:
+        partitions, raw = synced
+        return make(
+            cls,
+            throttle_time=0,
+            error_code=0,
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            assignment=raw if raw is not None else encode_assignment(partitions),
+        )
+
+    try:
+        # a follower's sync is parked until the leader's (parking.py)
+        waiting = ctx.broker.groups.sync_group_parked(
+            request.group_id, request.generation_id, request.member_id, decoded, opaque
+        )
+    except SparklogError as exc:
+        return refused(exc)
+    return then(waiting, answer, refused)
 
 
 def handle_heartbeat(ctx: Any, request: Any) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from kio.index import load_response_schema
@@ -121,8 +122,8 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
         used = meter("request_percentage")
         quota_ms_per_s = limits["request_percentage"] * 10
         throttle_ms = max(throttle_ms, used.record(elapsed_ms, quota_ms_per_s))
-    if throttle_ms <= 0 or response is None:
-        return response
+    if throttle_ms <= 0 or response is None or isinstance(response, Future):
+        return response  # a parked request (a JoinGroup) is not held longer for its quota
     if has_field(type(response), "throttle_time"):
         import dataclasses
         import datetime

@@ -3,7 +3,11 @@
 One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT`` of
 them are handled at once (so a client pipelining small produce requests gets them
 joined into one commit by the broker's batcher) and a writer thread sends the
-answers in request order, as Kafka requires. A connection's Produce requests reach
+answers in request order, as Kafka requires.  A request that waits (a JoinGroup
+until its rebalance completes, a follower's SyncGroup) is parked: its handler
+returns a future of the response and the request thread goes back to the pool;
+the answer takes its place in the connection's order when the future completes
+(:mod:`~sparklog.broker_lite.kafka.parking`). A connection's Produce requests reach
 the batchers in the order they were sent (Kafka appends them in that order,
 idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
 previous one's commit, so its sequence numbers reach the log in order. Frames larger
@@ -42,6 +46,7 @@ from sparklog.broker_lite.kafka.legacy import (
     decode_header,
     encode,
 )
+from sparklog.broker_lite.kafka.parking import chain
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import SslAuthenticationFailedError
@@ -294,7 +299,10 @@ class KafkaListener:
                 turn = None
                 if frame[:2] == b"\x00\x00":  # Produce: appended in the order sent
                     turn = last_produce = ProduceTurn(last_produce)
-                future = self.requests.submit(self._handle_in_order, frame, turn, held, session)
+                # the request's place in the answer order, filled when its answer is ready:
+                # by the request thread, or later by a parked request's continuation
+                future: Future[bytes | None] = Future()
+                self.requests.submit(self._handle_in_order, frame, turn, held, session, future)
                 last = future
                 while not closed.is_set():
                     try:
@@ -336,14 +344,29 @@ class KafkaListener:
         )
 
     def _handle_in_order(
-        self, frame: bytes, turn: ProduceTurn | None, held: int = 0, session: Any = None
-    ) -> bytes | None:
+        self,
+        frame: bytes,
+        turn: ProduceTurn | None,
+        held: int,
+        session: Any,
+        answer: Future[bytes | None],
+    ) -> None:
+        """Handle one request on a request thread and fill its ``answer`` slot; a parked
+        request (a JoinGroup waiting for its rebalance) fills it later, from the
+        continuation that completes it, and this thread returns to the pool at once."""
         try:
-            return self.handle_frame(frame, turn, session)
+            result = self.dispatch_frame(frame, turn, session)
+        except BaseException as exc:
+            answer.set_exception(exc)
+            return
         finally:
             self.queued_bytes.give(held)
             if turn is not None:
                 turn.finish()
+        if isinstance(result, Future):
+            chain(result, answer, lambda frame: frame)
+        else:
+            answer.set_result(result)
 
     def _write_loop(
         self,
@@ -422,7 +445,7 @@ class KafkaListener:
                     f"{self.security_protocol}: a client must authenticate first)"
                 )
             answer: Future[bytes | None] = Future()
-            answer.set_result(self.handle_frame(frame, None, session))
+            answer.set_result(self.handle_frame(frame, None, session))  # never parked
         finally:
             self.pre_auth_bytes.give(held)
         if session.authenticated and not self._admit_principal(conn, peer, session):
@@ -437,10 +460,22 @@ class KafkaListener:
         produce_turn: ProduceTurn | None = None,
         session: Any = None,
     ) -> bytes | None:
-        """The response frame for one request frame (None: no response, e.g. acks=0).
+        """The response frame for one request frame (None: no response, e.g. acks=0),
+        waited for on this thread if the request is parked (:meth:`dispatch_frame`).
 
         ``produce_turn`` is a Produce request's place among its connection's.
         """
+        result = self.dispatch_frame(frame, produce_turn, session)
+        return result.result() if isinstance(result, Future) else result
+
+    def dispatch_frame(
+        self,
+        frame: bytes,
+        produce_turn: ProduceTurn | None = None,
+        session: Any = None,
+    ) -> bytes | Future[bytes | None] | None:
+        """The response frame for one request frame, or a future of it when the handler
+        parked the request (:mod:`~sparklog.broker_lite.kafka.parking`)."""
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         entry = self.table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
@@ -475,6 +510,12 @@ class KafkaListener:
             session,
         )
         response = self._run(entry, ctx, request)
+        if isinstance(response, Future):
+            encoded: Future[bytes | None] = Future()
+            chain(
+                response, encoded, lambda r: None if r is None else self._encode(r, correlation_id)
+            )
+            return encoded
         if response is None:
             return None
         return self._encode(response, correlation_id)
@@ -500,16 +541,26 @@ class KafkaListener:
             self, api_key, old.served_as, correlation_id, client_id, produce_turn, session
         )
         response = self._run(entry, ctx, request)
+        if isinstance(response, Future):  # no legacy group version is parked today
+            response = response.result()
         if response is None:
             return None
         body = encode(old.response, old.downgrade(response))
         return _frame(CORRELATION.pack(correlation_id) + body)
 
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
+        """The handler's response (within ACLs and quotas), or a future of it if the
+        handler parked the request; a failure closes the connection, logged once.  The
+        request's time is observed when its answer is ready, parked or not."""
         api_key, api_version = ctx.api_key, ctx.api_version
         started = time.perf_counter()
+        parked = False
         try:
-            return quotas.run(ctx, request, lambda: authorize.run(entry.handler, ctx, request))
+            response = quotas.run(ctx, request, lambda: authorize.run(entry.handler, ctx, request))
+            if isinstance(response, Future):
+                parked = True
+                return self._when_answered(response, entry.name, started, api_key, api_version)
+            return response
         except MalformedRequest:
             raise
         except Exception:
@@ -518,11 +569,41 @@ class KafkaListener:
             )
             raise MalformedRequest(f"api {api_key} v{api_version}: internal error") from None
         finally:
-            timer = self._request_timers.get(entry.name)
-            if timer is None:
-                timer = self.broker.metrics.kafka_request_seconds.labels(entry.name)
-                self._request_timers[entry.name] = timer
-            timer.observe(time.perf_counter() - started)
+            if not parked:
+                self._observe(entry.name, started)
+
+    def _when_answered(
+        self, parked: Future[Any], name: str, started: float, api_key: int, api_version: int
+    ) -> Future[Any]:
+        """A parked request's response once it is ready: its time observed then, and an
+        unexpected failure (not an error the handler answered) logged and closing the
+        connection, as a failing handler's does."""
+        answer: Future[Any] = Future()
+
+        def done(_: Future[Any]) -> None:
+            self._observe(name, started)
+            exc = parked.exception()
+            if exc is None:
+                answer.set_result(parked.result())
+                return
+            if not isinstance(exc, MalformedRequest):
+                log.error(
+                    "kafka request failed",
+                    exc_info=exc,
+                    extra=fields(api_key=api_key, api_version=api_version),
+                )
+                exc = MalformedRequest(f"api {api_key} v{api_version}: internal error")
+            answer.set_exception(exc)
+
+        parked.add_done_callback(done)
+        return answer
+
+    def _observe(self, name: str, started: float) -> None:
+        timer = self._request_timers.get(name)
+        if timer is None:
+            timer = self.broker.metrics.kafka_request_seconds.labels(name)
+            self._request_timers[name] = timer
+        timer.observe(time.perf_counter() - started)
 
     def _encode(self, response: Any, correlation_id: int) -> bytes:
         header_cls = response.__header_schema__

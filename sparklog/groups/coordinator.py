@@ -19,8 +19,11 @@ lag).  When the leader is a Kafka client the coordinator computes nothing.
 
 Because every change is a create of the next version, several coordinators
 (brokers, or embedded clients in different processes) can serve one group at
-once without corrupting it: a loser of a race re-reads and re-applies.  Blocking
-calls (join, a follower's sync) poll the document every ``poll_ms``.
+once without corrupting it: a loser of a race re-reads and re-applies.  Waiting
+calls (join, a follower's sync) are parked in memory at a broker, with no thread
+each (:mod:`~sparklog.groups.purgatory`, Kafka's purgatory), and answered by the
+state change or the deadline that completes them; over storage they poll the
+document every ``poll_ms``, since another process may complete them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -43,6 +47,7 @@ from sparklog.errors import (
     InconsistentGroupProtocolError,
     InvalidConfigurationError,
     InvalidRequestError,
+    NotCoordinatorError,
     RebalanceInProgressError,
     SparklogError,
     UnknownMemberIdError,
@@ -72,6 +77,7 @@ from sparklog.groups.consumer_groups import (
     is_consumer_group,
 )
 from sparklog.groups.lag import HighWatermarks, lag_of, read_high_watermarks
+from sparklog.groups.purgatory import REJOIN, DeadlineTimer, Parked
 from sparklog.retry import LostRace, until_won
 from sparklog.storage import LogRoot
 from sparklog.storage.documents import (
@@ -112,6 +118,13 @@ def _opaque(metadata: Mapping[str, str] | None, protocol: str) -> bytes | None:
     if metadata is None or protocol not in metadata:
         return None
     return base64.b64decode(metadata[protocol])
+
+
+def _done(answer: Outcome) -> Future[Outcome]:
+    """A future already answered (a request with nothing to wait for)."""
+    future: Future[Outcome] = Future()
+    future.set_result(answer)
+    return future
 
 
 def _copy(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -221,8 +234,13 @@ class _MemoryStateDoc(_StateDoc):
     it.  Loaded once from the root, when the group is first served here.
     """
 
-    def __init__(self, root: LogRoot, group: str) -> None:
+    def __init__(
+        self, root: LogRoot, group: str, on_change: Callable[[str], None] | None = None
+    ) -> None:
         super().__init__(root, group)
+        #: told the group's name after each change (the coordinator checks the requests
+        #: parked on the group), outside the state's lock
+        self.on_change = on_change
         self._lock = threading.RLock()
         self._state: tuple[int, dict[str, Any]] | None = None
         #: when this coordinator loaded the group: restored members' heartbeats count
@@ -246,12 +264,16 @@ class _MemoryStateDoc(_StateDoc):
         change: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, Outcome]],
         attempts: int = 50,
     ) -> tuple[dict[str, Any], Outcome]:
+        changed = False
+
         def attempt() -> tuple[dict[str, Any], Outcome]:
+            nonlocal changed
             version, current = self._loaded()
             doc = _copy(current)
             new, outcome = change(doc)
             if new is None:
                 return doc, outcome
+            changed = True
             durable = (
                 any(current.get(k) != new.get(k) for k in DURABLE_KEYS)
                 or set(current["members"]) != set(new["members"])
@@ -271,9 +293,12 @@ class _MemoryStateDoc(_StateDoc):
             return new, outcome
 
         with self._lock:
-            return until_won(
+            result = until_won(
                 attempt, what=f"group {self.group!r}: state change", attempts_max=attempts
             )
+        if changed and self.on_change is not None:
+            self.on_change(self.group)
+        return result
 
 
 class GroupCoordinator:
@@ -328,6 +353,11 @@ class GroupCoordinator:
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.poll_ms = poll_ms
         self._docs: dict[str, _StateDoc] = {}
+        #: in memory: joins and syncs waiting per group (purgatory.py), checked after each
+        #: change of the group's state and at its deadlines, with no thread each
+        self._parked: dict[str, list[Parked]] = {}
+        self._parked_lock = threading.Lock()
+        self._deadlines = DeadlineTimer(self._deadline_passed)
 
     # -- plumbing (shared with the KIP-848 protocol, consumer_groups.py) ---------
     def state_doc(self, group: str) -> _StateDoc:
@@ -336,16 +366,34 @@ class GroupCoordinator:
         doc = self._docs.get(group)
         if doc is None:
             made = (
-                _MemoryStateDoc(self.root, group) if self.in_memory else _StateDoc(self.root, group)
+                _MemoryStateDoc(self.root, group, self._state_changed)
+                if self.in_memory
+                else _StateDoc(self.root, group)
             )
             doc = self._docs.setdefault(group, made)
         return doc
 
     def forget(self, group: str) -> None:
-        """Drop what memory holds of ``group`` (another broker coordinates it now)."""
+        """Drop what memory holds of ``group`` (another broker coordinates it now); its
+        parked joins and syncs are answered NOT_COORDINATOR (the clients find the new one)."""
         self._docs.pop(group, None)
         for key in [k for k in self._beats if k[0] == group]:
             self._beats.pop(key, None)
+        with self._parked_lock:
+            parked = self._parked.pop(group, [])
+        for entry in parked:
+            entry.fail(NotCoordinatorError(f"group {group!r} is coordinated by another broker now"))
+
+    def close(self) -> None:
+        """Stop the deadline thread (the broker stops) and answer every parked request
+        NOT_COORDINATOR, so no caller waits on a coordinator that is gone (a Kafka
+        client finds the group's next coordinator)."""
+        self._deadlines.close()
+        with self._parked_lock:
+            parked = [entry for entries in self._parked.values() for entry in entries]
+            self._parked.clear()
+        for entry in parked:
+            entry.fail(NotCoordinatorError("the group's coordinator is stopping"))
 
     def _heartbeat_key(self, group: str, member_id: str) -> str:
         return f"{group_key(group)}/members/{member_id}.json"
@@ -370,7 +418,9 @@ class GroupCoordinator:
         if self.in_memory:
             state = self._docs.get(group)
             since = state.loaded_ms if isinstance(state, _MemoryStateDoc) else 0
-            return {m: self._beats.get((group, m), since) for m in members}
+            waiting = self._waiting_members(group)
+            now = now_ms()  # a member parked in a join or sync is alive (it is waiting)
+            return {m: now if m in waiting else self._beats.get((group, m), since) for m in members}
         keys = {self._heartbeat_key(group, m): m for m in members}
         found = self.root.store.get_many(keys)
         out = {}
@@ -476,6 +526,94 @@ class GroupCoordinator:
             instance_ids={m: v.get("instance_id") for m, v in shown.items()},
         )
 
+    # -- parked requests (purgatory.py) --------------------------------------
+    def _waiting_members(self, group: str) -> set[str]:
+        with self._parked_lock:
+            return {entry.member for entry in self._parked.get(group, ())}
+
+    def parked(self) -> int:
+        """Joins and syncs waiting now (none holds a thread)."""
+        with self._parked_lock:
+            return sum(len(entries) for entries in self._parked.values())
+
+    def _park(self, group: str, entry: Parked) -> None:
+        """Wait with ``entry`` until a change or a deadline of ``group`` answers it.
+
+        Registered first, then checked against the state as it is now: a change made
+        between the request's own step and the registration is not missed.
+        """
+        with self._parked_lock:
+            self._parked.setdefault(group, []).append(entry)
+        self._state_changed(group)
+        if not entry.future.done():
+            self._schedule(group)
+
+    def _state_changed(self, group: str) -> None:
+        """Check the requests parked on ``group`` against its state; drop the answered."""
+        with self._parked_lock:
+            entries = list(self._parked.get(group, ()))
+        if not entries:
+            return
+        state = self._docs.get(group)
+        if state is None:
+            return
+        _, doc = state.read()
+        done = [entry for entry in entries if entry.settle(doc)]
+        if done:
+            with self._parked_lock:
+                left = [e for e in self._parked.get(group, ()) if e not in done]
+                if left:
+                    self._parked[group] = left
+                else:
+                    self._parked.pop(group, None)
+            for entry in done:
+                if not entry.future.cancelled() and entry.future.exception() is None:
+                    self.touch(group, entry.member)  # answered: alive now
+
+    def _schedule(self, group: str) -> None:
+        """Ask the deadline thread to look at ``group`` when its state can next change
+        by time alone: the end of its rebalance (or of the initial delay), of the
+        leader's time to sync, or of a member's session (the parked ones are alive)."""
+        state = self._docs.get(group)
+        if state is None:
+            return
+        _, doc = state.read()
+        if is_consumer_group(doc):
+            return
+        now = now_ms()
+        when: list[int] = []
+        if doc["state"] == PREPARING:
+            when.append(int(doc["rebalance_deadline_ms"]))
+            if int(doc["not_before_ms"]) > now:
+                when.append(int(doc["not_before_ms"]))
+        elif doc["state"] == COMPLETING:
+            when.append(int(doc["sync_deadline_ms"]))
+        waiting = self._waiting_members(group)
+        others = [m for m in doc["members"] if m not in waiting]
+        beats = self.last_heartbeats(group, others)
+        for m in others:
+            when.append(beats.get(m, 0) + int(doc["members"][m]["session_timeout_ms"]) + 1)
+        if when:
+            self._deadlines.at(max(min(when), now + 1), group)
+
+    def _deadline_passed(self, group: str) -> None:
+        """The deadline thread's call: bring ``group`` up to date (its change answers
+        what it can), then wait for its next deadline if requests are still parked."""
+        with self._parked_lock:
+            if not self._parked.get(group):
+                return
+        try:
+            self._current(group)
+        except SparklogError:
+            # the state could not be written (storage down): try again in a second
+            self._deadlines.at(now_ms() + 1_000, group)
+            return
+        self._state_changed(group)
+        with self._parked_lock:
+            still = bool(self._parked.get(group))
+        if still:
+            self._schedule(group)
+
     # -- the protocol ------------------------------------------------------
     def join_group(
         self,
@@ -490,7 +628,43 @@ class GroupCoordinator:
         protocol_type: str | None = None,
         owned_partitions: Sequence[tuple[str, int]] | None = None,
     ) -> JoinResult:
-        """Join (or re-join) and wait until the rebalance completes; return the generation.
+        """Join (or re-join) and wait until the rebalance completes; return the generation
+        (:meth:`join_group_parked`, waited for on this thread)."""
+        return self.join_group_parked(
+            group,
+            member_id,
+            topics,
+            strategy,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_metadata,
+            group_instance_id,
+            protocol_type,
+            owned_partitions,
+        ).result()
+
+    def join_group_parked(
+        self,
+        group: str,
+        member_id: str,
+        topics: Sequence[str],
+        strategy: str | Sequence[str] = "range",
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+        protocol_metadata: Mapping[str, bytes] | None = None,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        owned_partitions: Sequence[tuple[str, int]] | None = None,
+    ) -> Future[JoinResult]:
+        """Join (or re-join); the future is answered when the rebalance completes.
+
+        In memory (a broker) the join is parked (:mod:`~sparklog.groups.purgatory`):
+        the calling thread returns at once and the future is completed by the change
+        or the deadline that completes the rebalance.  Over storage (embedded
+        clients) another process may complete it, which only reading the root shows:
+        the call polls every ``poll_ms`` on this thread and returns a done future.
+        Errors of the request itself (bad arguments, a fenced member) are raised here;
+        those of the wait are the future's.
 
         ``protocol_metadata`` ({protocol name: opaque bytes}, in preference order) is a
         Kafka client's join: its protocols replace ``strategy`` and its leader assigns.
@@ -589,28 +763,42 @@ class GroupCoordinator:
 
         start, answer = state.update_with(join)
         if answer is not None:
-            return answer
+            return _done(answer)
         start_generation = start["generation"] - (1 if start["state"] != PREPARING else 0)
-        last_touch = time.monotonic()
-        while True:
-            if self.in_memory:
-                self.touch(group, member)  # waiting here is being alive (see below)
-            doc = self._current(group, member)
+
+        def joined(doc: dict[str, Any]) -> Any:
+            """The answer once the rebalance the member joined has completed (None: not
+            yet; REJOIN: a newer rebalance began after ours completed unseen)."""
             if is_consumer_group(doc):  # upgraded meanwhile: join it as a classic member
                 raise RebalanceInProgressError(f"group {group!r} is rebalancing; join again")
             if member not in doc["members"]:
                 raise UnknownMemberIdError(
-                    f"member {member!r} was removed from group {group!r} while joining; join "
-                    "again with an empty member id"
+                    f"member {member!r} was removed from group {group!r} while joining; "
+                    "join again with an empty member id"
                 )
             if doc["state"] in (COMPLETING, STABLE) and doc["generation"] > start_generation:
                 return self._join_result(group_doc(doc), member, everyone=True)
             if doc["state"] == PREPARING and not doc["members"][member]["joined"]:
-                # a newer rebalance began after ours completed unseen: join it too
-                state.update_with(join)
-            # a member waiting here is alive: in memory that costs nothing and is said at
-            # every look (a slow state write must not expire it); over storage, a PUT
-            # every third of its session
+                return REJOIN
+            return None
+
+        def rejoin() -> None:
+            state.update_with(join)
+
+        if self.in_memory:
+            entry = Parked(member, joined, rejoin)
+            self._park(group, entry)
+            return entry.future
+        # over storage: poll the root (another process may complete the rebalance, and
+        # only the root says so); a member waiting here is alive: a PUT every third of
+        # its session
+        last_touch = time.monotonic()
+        while True:
+            answer = joined(self._current(group, member))
+            if answer is REJOIN:
+                rejoin()
+            elif answer is not None:
+                return _done(answer)
             if time.monotonic() - last_touch > session_timeout_ms / 3000:
                 self.touch(group, member)
                 last_touch = time.monotonic()
@@ -636,6 +824,20 @@ class GroupCoordinator:
     ) -> tuple[list[TopicPartition], bytes | None]:
         """:meth:`sync_group` for Kafka clients: also the member's opaque assignment bytes
         (None when the coordinator assigned); a Kafka leader supplies everyone's."""
+        return self.sync_group_parked(
+            group, generation, member_id, assignment, opaque_assignment
+        ).result()
+
+    def sync_group_parked(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+        opaque_assignment: Mapping[str, bytes] | None = None,
+    ) -> Future[tuple[list[TopicPartition], bytes | None]]:
+        """:meth:`sync_group_opaque` answered in a future: a follower's sync waits for the
+        leader's, parked in memory (as :meth:`join_group_parked`), polled over storage."""
         state = self.state_doc(group)
         self._check_member_id(member_id)
         given = None
@@ -667,11 +869,25 @@ class GroupCoordinator:
             doc, in_consumer_group = state.update_with(sync)
             if in_consumer_group is not None:  # the assignment is encoded by the listener
                 self.touch(group, member_id)
-                return in_consumer_group, None
+                return _done((in_consumer_group, None))
             synced = self._classic(doc).synced_assignment(member_id, generation)
             if synced is not None:
                 self.touch(group, member_id)
-                return synced
+                return _done(synced)
+            if self.in_memory:
+
+                def synced_now(doc: dict[str, Any]) -> Any:
+                    """The member's assignment once the leader has synced (or the error
+                    that a newer rebalance or generation makes of the sync)."""
+                    if is_consumer_group(doc):
+                        raise RebalanceInProgressError(
+                            f"group {group!r} is rebalancing; join again"
+                        )
+                    return self._classic(doc).synced_assignment(member_id, generation)
+
+                entry = Parked(member_id, synced_now)
+                self._park(group, entry)
+                return entry.future
             time.sleep(self.poll_ms / 1000)
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from sparklog.errors import NotCoordinatorError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import open_root
 from sparklog.topic_partition import TopicPartition
@@ -107,3 +108,53 @@ def test_a_crashed_member_does_not_stall_a_rebalance_a_newcomer_started(root):
             c.stop()
     finally:
         a.stop()
+
+
+def test_a_followers_sync_is_parked_until_the_leader_syncs(root):
+    """A broker's coordinator parks a waiting join or follower sync (issue 36 item 4):
+    the call returns a pending future at once, answered by the change that completes
+    it, with no thread waiting meanwhile."""
+    coordinator = _coordinator(root)
+    leader, _ = _stable_member(coordinator)
+    follower_join = coordinator.join_group_parked(
+        "g", "", ["t"], session_timeout_ms=30_000, rebalance_timeout_ms=30_000
+    )
+    assert not follower_join.done()  # waits for the leader to join again
+    assert coordinator.parked() == 1
+    leader_join = coordinator.join_group_parked(
+        "g", leader.member_id, ["t"], session_timeout_ms=30_000, rebalance_timeout_ms=30_000
+    )
+    assert leader_join.done() and follower_join.done()  # the leader's join completed both
+    generation = leader_join.result().generation
+    assert follower_join.result().generation == generation == leader.generation + 1
+    follower = follower_join.result().member_id
+    synced = coordinator.sync_group_parked("g", generation, follower)
+    assert not synced.done()  # waits for the leader's sync
+    coordinator.sync_group("g", generation, leader.member_id)
+    assert synced.done() and coordinator.parked() == 0
+    mine, raw = synced.result()
+    assert raw is None and len(mine) == 2  # the coordinator's range assignment: 2 of 4
+
+
+def test_a_group_taken_over_answers_its_parked_joins_not_coordinator(root):
+    coordinator = _coordinator(root)
+    _stable_member(coordinator)
+    waiting = coordinator.join_group_parked(
+        "g", "", ["t"], session_timeout_ms=30_000, rebalance_timeout_ms=30_000
+    )
+    assert not waiting.done()
+    coordinator.forget("g")  # another broker coordinates the group now
+    with pytest.raises(NotCoordinatorError):
+        waiting.result(timeout=0)
+    assert coordinator.parked() == 0
+
+
+def test_a_closed_coordinator_answers_its_parked_joins_not_coordinator(root):
+    coordinator = _coordinator(root)
+    _stable_member(coordinator)
+    waiting = coordinator.join_group_parked(
+        "g", "", ["t"], session_timeout_ms=30_000, rebalance_timeout_ms=30_000
+    )
+    coordinator.close()  # the broker stops: no caller is left waiting
+    with pytest.raises(NotCoordinatorError):
+        waiting.result(timeout=0)
