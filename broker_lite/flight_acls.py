@@ -20,23 +20,12 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from sparklog.protocol import actions
 from sparklog.security.acls import ANONYMOUS, DENIED, decide
 
 #: (operation, resource type, resource name) the caller must be allowed
 Check = tuple[str, str, str]
 CLUSTER = ("CLUSTER", "kafka-cluster")
-
-
-def _topic(op: str, field: str = "topic") -> Callable[[Mapping[str, Any]], list[Check]]:
-    return lambda args: [(op, "TOPIC", str(args[field]))]
-
-
-def _group(op: str) -> Callable[[Mapping[str, Any]], list[Check]]:
-    return lambda args: [(op, "GROUP", str(args["group"]))]
-
-
-def _cluster(op: str) -> Callable[[Mapping[str, Any]], list[Check]]:
-    return lambda args: [(op, *CLUSTER)]
 
 
 def _commit(args: Mapping[str, Any]) -> list[Check]:
@@ -50,47 +39,40 @@ def _delete_offsets(args: Mapping[str, Any]) -> list[Check]:
 
 
 def _metadata(args: Mapping[str, Any]) -> list[Check]:
-    # asked by name: each must be describable; all topics: filtered (``FILTERS``)
+    # asked by name: each must be describable; all topics: filtered (``filter_result``)
     return [("DESCRIBE", "TOPIC", str(t)) for t in args.get("topics") or []]
 
 
-#: what each action (wire.ACTIONS) needs, from its parsed arguments; as Kafka's KafkaApis
-ACTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
+#: the rules an :class:`~sparklog.protocol.actions.Acl` of kind RULE names that are lists of
+#: checks (``create_topic`` and ``init_producer_id``, one resource or another, are in
+#: :func:`check_action`)
+RULES: dict[str, Callable[[Mapping[str, Any]], list[Check]]] = {
     "metadata": _metadata,
-    "describe_cluster": _cluster("DESCRIBE"),
-    "list_topics": lambda args: [],
-    "alter_topic_config": _topic("ALTER_CONFIGS", "name"),
-    "add_partitions": _topic("ALTER", "name"),
-    "delete_topic": _topic("DELETE", "name"),
-    "list_offsets": _topic("DESCRIBE"),
-    "delete_records": _topic("DELETE"),
-    "join_group": _group("READ"),
-    "sync_group": _group("READ"),
-    "heartbeat": _group("READ"),
-    "leave_group": _group("READ"),
     "commit_offsets": _commit,
-    "fetch_offsets": _group("DESCRIBE"),
-    "list_groups": lambda args: [],
-    "describe_group": _group("DESCRIBE"),
-    "delete_group": _group("DELETE"),
     "delete_offsets": _delete_offsets,
-    "list_transactions": lambda args: [],
-    # Kafka's kafka-transactions abort writes markers (WriteTxnMarkers): a cluster action
-    "abort_transaction": _cluster("ALTER"),
-    # Kafka's AlterUserScramCredentials / DescribeUserScramCredentials
-    "set_scram_credential": _cluster("ALTER"),
-    "delete_scram_credential": _cluster("ALTER"),
-    "list_users": _cluster("DESCRIBE"),
-    # Confluent's cluster-link APIs: ALTER on the cluster to change links (and to promote
-    # a mirror topic), DESCRIBE to read them
-    "create_mirror_link": _cluster("ALTER"),
-    "list_mirror_links": _cluster("DESCRIBE"),
-    "describe_mirror_link": _cluster("DESCRIBE"),
-    "pause_mirror_link": _cluster("ALTER"),
-    "delete_mirror_link": _cluster("ALTER"),
-    "promote_mirror_topic": _cluster("ALTER"),
-    "reverse_mirror_link": _cluster("ALTER"),
 }
+#: the rules :func:`check_action` decides itself (allowed by one resource or another)
+EITHER_RULES = frozenset({"create_topic", "init_producer_id"})
+
+
+def required(acl: actions.Acl, args: Mapping[str, Any]) -> list[Check]:
+    """What an action's ``acl`` needs of its parsed arguments ``args``; as Kafka's KafkaApis."""
+    if acl.resource == actions.CLUSTER:
+        return [(acl.operation, *CLUSTER)]
+    if acl.resource in (actions.TOPIC, actions.GROUP):
+        return [(acl.operation, acl.resource, str(args[acl.field]))]
+    if acl.resource == actions.LISTED:
+        return []  # the result is filtered (filter_result)
+    if acl.resource == actions.RULE and acl.field in RULES:
+        return RULES[acl.field](args)
+    raise ValueError(f"no ACL rule for {acl}")
+
+
+def knows(acl: actions.Acl) -> bool:
+    """Whether this module can evaluate ``acl`` (the table's completeness test asks)."""
+    if acl.resource == actions.RULE:
+        return acl.field in RULES or acl.field in EITHER_RULES
+    return acl.resource in (actions.CLUSTER, actions.TOPIC, actions.GROUP, actions.LISTED)
 
 
 @dataclass(frozen=True)
@@ -139,25 +121,27 @@ def caller(broker: Any, context: flight.ServerCallContext) -> Caller | None:
 
 def check_action(
     who: Caller | None,
-    name: str,
+    action: actions.Action[Any],
     args: Mapping[str, Any],
     topic_names: Callable[[], Iterable[str]],
 ) -> None:
-    """Refuse ``name`` with Kafka's authorisation code unless ``who`` may call it."""
+    """Refuse ``action`` with Kafka's authorisation code unless ``who`` may call it (its
+    table entry's :class:`~sparklog.protocol.actions.Acl`)."""
     if who is None:
         return
-    if name == "create_topic":  # Kafka: CREATE on the cluster, or on the topic
+    rule = action.acl.field if action.acl.resource == actions.RULE else ""
+    if rule == "create_topic":  # Kafka: CREATE on the cluster, or on the topic
         topic = str(args["name"])
         if not who.allowed("CREATE", *CLUSTER):
             who.check("CREATE", "TOPIC", topic)
         return
-    if name == "init_producer_id":  # Kafka (KIP-679): IDEMPOTENT_WRITE, or WRITE on any topic
+    if rule == "init_producer_id":  # Kafka (KIP-679): IDEMPOTENT_WRITE, or WRITE on any topic
         if who.allowed("IDEMPOTENT_WRITE", *CLUSTER):
             return
         if not any(who.allowed("WRITE", "TOPIC", t) for t in topic_names()):
             who.check("IDEMPOTENT_WRITE", *CLUSTER)
         return
-    who.check_all(ACTION_CHECKS[name](args))
+    who.check_all(required(action.acl, args))
 
 
 def filter_result(who: Caller | None, name: str, args: Mapping[str, Any], result: Any) -> Any:

@@ -56,6 +56,7 @@ from sparklog.errors import (
     ThrottlingQuotaExceededError,
     UnknownServerError,
 )
+from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 from sparklog.protocol.flight import encode
 from sparklog.protocol.hooks import MirrorLinks
@@ -210,7 +211,8 @@ class FlightBroker(flight.FlightServerBase):
                 name, partitions, config, value_schema, replication_factor, created_by
             )
 
-        # one handler per action of wire.ACTIONS, called with that action's fields by name
+        # the server function of each action of sparklog.protocol.actions.ACTIONS, called with
+        # that action's parsed fields by name; its result crosses as wire.encode_result
         self.actions: dict[str, Callable[..., Any]] = {
             "metadata": lambda topics, sizes: broker.metadata(topics, sizes=sizes),
             "describe_cluster": lambda: broker.describe_cluster(),
@@ -266,7 +268,7 @@ class FlightBroker(flight.FlightServerBase):
                 )
             ),
         }
-        assert set(self.actions) == set(wire.ACTIONS), "every wire action has one handler"
+        assert set(self.actions) == set(actions.ACTIONS), "every action has one server function"
 
     # -- error boundary ----------------------------------------------------
     def _guard(self, method: str, call: Callable[[], Any]) -> Any:
@@ -337,14 +339,15 @@ class FlightBroker(flight.FlightServerBase):
 
         def run() -> bytes:
             handler = self.actions.get(name)
-            if handler is None:
+            spec = actions.ACTIONS.get(name)
+            if handler is None or spec is None:
                 raise InvalidRequestError(
                     f"unknown action {name!r}; accepted: {', '.join(sorted(self.actions))}"
                 )
             body = wire.body(action.body.to_pybytes() if action.body is not None else b"")
-            args = wire.parse(wire.ACTIONS[name], body)
+            args = spec.parse(body)
             who = flight_acls.caller(self.broker, context)
-            flight_acls.check_action(who, name, args, self.broker.root.list_topics)
+            flight_acls.check_action(who, spec, args, self.broker.root.list_topics)
             if name == "create_topic":  # the topic is the caller's (per-principal caps)
                 auth = context.get_middleware("auth")
                 args["created_by"] = getattr(auth, "principal", None) or flight_acls.ANONYMOUS

@@ -231,8 +231,10 @@ def _print_names(names: list[str], as_json: bool) -> None:
 @topics_app.command("list")
 def topics_list(ctx: typer.Context) -> None:
     """List topics."""
+    from sparklog.protocol import actions
+
     st = state(ctx)
-    names = st.broker_names("list_topics")
+    names = st.broker_names(actions.LIST_TOPICS)
     if names is None:
         with st.admin() as admin:
             names = admin.list_topics()
@@ -340,8 +342,10 @@ def groups_list(
     ] = None,
 ) -> None:
     """List consumer groups (--state: only those in a state)."""
+    from sparklog.protocol import actions
+
     st = state(ctx)
-    names = None if states else st.broker_names("list_groups")
+    names = None if states else st.broker_names(actions.LIST_GROUPS)
     if names is not None:
         _print_names(names, st.json)
         return

@@ -17,6 +17,7 @@ from sparklog.errors import InvalidConfigurationError
 
 if TYPE_CHECKING:
     from sparklog.client.admin import Admin
+    from sparklog.protocol.actions import Action
     from sparklog.protocol.hooks import MirrorLinks
     from sparklog.storage.catalog import LogRoot
 
@@ -70,7 +71,7 @@ class CliState:
         admin._owns_backend = True  # closing the Admin closes the backend we opened for it
         return admin
 
-    def broker_names(self, action: str) -> list[str] | None:
+    def broker_names(self, action: Action[list[str]]) -> list[str] | None:
         """The reply of ``list_topics``/``list_groups`` through the small request path
         (:mod:`sparklog.client.transports.flight_actions`: no Arrow, no numpy), or None
         where it does not apply (a storage root; TLS or SASL configured)."""
@@ -84,7 +85,7 @@ class CliState:
         from sparklog.client.transports.flight_actions import ActionClient
 
         client = ActionClient(parsed.bootstrap, retry_timeout_ms=CLI_RETRY_TIMEOUT_MS)
-        return [str(name) for name in client.call(action)]
+        return client.call(action)
 
     def client_config(self) -> dict[str, Any]:
         self.check()

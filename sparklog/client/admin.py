@@ -28,6 +28,7 @@ from sparklog.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.protocol import actions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -173,10 +174,10 @@ class Admin:
     def list_transactions(self) -> dict[str, dict[str, Any]]:
         """Kafka transactional ids and their coordinator state (``state``, ``pid``,
         ``epoch``, ``timeout_ms``, ``started_ms``, ``partitions``, ``groups``)."""
-        return dict(sorted(self._backend.list_transactions().items()))
+        return dict(sorted(self._backend.call(actions.LIST_TRANSACTIONS).items()))
 
     def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
-        found = self._backend.list_transactions().get(transactional_id)
+        found = self._backend.call(actions.LIST_TRANSACTIONS).get(transactional_id)
         if found is None:
             raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
         return dict(found)
@@ -184,7 +185,7 @@ class Admin:
     def abort_transaction(self, transactional_id: str) -> None:
         """Abort the id's open transaction now (its producer is fenced), as
         kafka-transactions abort does for a hanging transaction."""
-        self._backend.abort_transaction(transactional_id)
+        self._backend.call(actions.ABORT_TRANSACTION, transactional_id=transactional_id)
 
     # -- SCRAM users ---------------------------------------------------------------
     def create_user(
@@ -198,17 +199,20 @@ class Admin:
         AlterUserScramCredentials: salted and hashed here, the password is never sent."""
         from sparklog.security import users
 
-        self._backend.set_scram_credential(
-            name, mechanism, users.salted(mechanism, password, iterations)
+        self._backend.call(
+            actions.SET_SCRAM_CREDENTIAL,
+            user=name,
+            mechanism=mechanism,
+            **users.salted(mechanism, password, iterations),
         )
 
     def delete_user(self, name: str, mechanism: str | None = None) -> list[str]:
         """Delete the user's credentials (one mechanism's, or all); the mechanisms deleted."""
-        return self._backend.delete_scram_credential(name, mechanism)
+        return self._backend.call(actions.DELETE_SCRAM_CREDENTIAL, user=name, mechanism=mechanism)
 
     def list_users(self) -> dict[str, list[tuple[str, int]]]:
         """user -> [(mechanism, iterations)]: never a password or hash."""
-        return self._backend.list_users()
+        return self._backend.call(actions.LIST_USERS)
 
     # -- mirror links (docs/mirroring.md) -------------------------------------------
     def create_mirror_link(
@@ -222,8 +226,9 @@ class Admin:
         source_options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create a link on this cluster (the destination); its document."""
-        return self._backend.create_mirror_link(
-            name,
+        return self._backend.call(
+            actions.CREATE_MIRROR_LINK,
+            name=name,
             source=source,
             topics=topics,
             groups=groups,
@@ -232,21 +237,21 @@ class Admin:
         )
 
     def list_mirror_links(self) -> list[dict[str, Any]]:
-        return self._backend.list_mirror_links()
+        return self._backend.call(actions.LIST_MIRROR_LINKS)
 
     def describe_mirror_link(self, name: str) -> dict[str, Any]:
         """The link and each mirror partition's lag (``source_error`` if unreachable)."""
-        return self._backend.describe_mirror_link(name)
+        return self._backend.call(actions.DESCRIBE_MIRROR_LINK, name=name)
 
     def pause_mirror_link(self, name: str, paused: bool = True) -> dict[str, Any]:
-        return self._backend.pause_mirror_link(name, paused)
+        return self._backend.call(actions.PAUSE_MIRROR_LINK, name=name, paused=paused)
 
     def delete_mirror_link(self, name: str) -> None:
-        self._backend.delete_mirror_link(name)
+        self._backend.call(actions.DELETE_MIRROR_LINK, name=name)
 
     def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
         """Stop mirroring ``topic`` and make it writable; its provenance afterwards."""
-        return self._backend.promote_mirror_topic(topic)
+        return self._backend.call(actions.PROMOTE_MIRROR_TOPIC, topic=topic)
 
     def reverse_mirror_link(
         self,
@@ -257,8 +262,11 @@ class Admin:
     ) -> dict[str, Any]:
         """Fail back after a promote: create on the link's source (the old primary, a root)
         the reverse link, continuing from where the copy ended (docs/mirroring.md)."""
-        return self._backend.reverse_mirror_link(
-            name, reverse_name=reverse_name, source_options=dict(source_options or {})
+        return self._backend.call(
+            actions.REVERSE_MIRROR_LINK,
+            name=name,
+            reverse_name=reverse_name,
+            source_options=dict(source_options or {}),
         )
 
     # -- groups -------------------------------------------------------------------

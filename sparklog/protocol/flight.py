@@ -12,8 +12,9 @@ neither of them (nor the groups it carries: a join's result crosses as fields).
   empty batch) carries :func:`encode_fetch_meta`.
 * ``GetFlightInfo`` / ``ListFlights``: a topic's partitions as endpoints whose
   tickets are :data:`FETCH` requests.
-* ``DoAction``: the action's body is the request of :data:`ACTIONS` under its
-  name; the reply is :func:`encode_result`.
+* ``DoAction``: the action's body is the request of its entry in
+  :data:`sparklog.protocol.actions.ACTIONS` (one typed record per action: body, result,
+  ACL, routing); the reply is :func:`encode_result`.
 * Errors: a FlightError whose message carries :func:`encode` of the error.
 
 A request is a JSON object described by a tuple of :class:`Field`: the broker
@@ -73,95 +74,6 @@ FETCH: Request = (
 )
 #: GetFlightInfo's descriptor command (a descriptor path names the topic too)
 FLIGHT_INFO: Request = (Field("topic", str),)
-
-_GROUP = Field("group", str)
-_MEMBER = Field("member_id", str)
-_GENERATION = Field("generation", int)
-_NAME = Field("name", str)
-
-#: DoAction: each action's body
-ACTIONS: dict[str, Request] = {
-    # sizes: also each partition's watermarks and stored bytes, read from the root (an
-    # explicit describe); without it the answer comes from the broker's memory
-    "metadata": (Field("topics", list, None), Field("sizes", bool, False)),
-    "describe_cluster": (),
-    "list_topics": (),
-    "create_topic": (
-        _NAME,
-        Field("partitions", int, 1),
-        Field("config", dict, None),
-        Field("value_schema", str, None),
-        Field("replication_factor", int, 1),
-    ),
-    "delete_topic": (_NAME,),
-    "alter_topic_config": (_NAME, Field("updates", dict, {}), Field("remove", list, [])),
-    "add_partitions": (_NAME, Field("total", int)),
-    "list_offsets": (Field("topic", str), Field("partition", int), Field("spec", Any)),
-    "init_producer_id": (),
-    "delete_records": (Field("topic", str), Field("partition", int), Field("offset", int)),
-    "join_group": (
-        _GROUP,
-        Field("member_id", str, ""),
-        Field("topics", list),
-        Field("strategy", Any, "range"),
-        Field("session_timeout_ms", int, 10_000),
-        Field("rebalance_timeout_ms", int, 30_000),
-    ),
-    # assignment: {member_id: [[topic, partition], ...]}
-    "sync_group": (_GROUP, _GENERATION, _MEMBER, Field("assignment", dict, None)),
-    "heartbeat": (_GROUP, _GENERATION, _MEMBER),
-    "leave_group": (_GROUP, _MEMBER),
-    # offsets: [[topic, partition, offset], ...]
-    "commit_offsets": (
-        _GROUP,
-        Field("generation", int, -1),
-        Field("member_id", str, ""),
-        Field("offsets", list),
-        Field("metadata", str, ""),
-    ),
-    # result: [[topic, partition, offset, metadata], ...]
-    "fetch_offsets": (_GROUP,),
-    "list_groups": (),
-    "describe_group": (_GROUP,),
-    "delete_group": (_GROUP,),
-    # partitions: [[topic, partition], ...]; result: encode_partition_errors
-    "delete_offsets": (_GROUP, Field("partitions", list)),
-    # result: {transactional id: state (see broker_lite.transactions.coordinator)}
-    "list_transactions": (),
-    "abort_transaction": (Field("transactional_id", str),),
-    # SCRAM users, as Kafka's AlterUserScramCredentials: the client sends the salt and the
-    # salted password (base64), never the password; the broker derives the stored keys
-    "set_scram_credential": (
-        Field("user", str),
-        Field("mechanism", str),
-        Field("iterations", int),
-        Field("salt", str),
-        Field("salted_password", str),
-    ),
-    # result: the mechanisms deleted
-    "delete_scram_credential": (Field("user", str), Field("mechanism", str, None)),
-    # result: {user: [[mechanism, iterations], ...]}
-    "list_users": (),
-    # mirror links in the metadata log (sparklog.mirror.admin: results are its documents)
-    "create_mirror_link": (
-        _NAME,
-        Field("source", str),
-        Field("topics", str),
-        Field("groups", str, ""),
-        Field("prefix", str, ""),
-        Field("source_options", dict, None),
-    ),
-    "list_mirror_links": (),
-    "describe_mirror_link": (_NAME,),
-    "pause_mirror_link": (_NAME, Field("paused", bool)),
-    "delete_mirror_link": (_NAME,),
-    "promote_mirror_topic": (Field("topic", str),),
-    "reverse_mirror_link": (
-        _NAME,
-        Field("reverse_name", str, ""),
-        Field("source_options", dict, None),
-    ),
-}
 
 
 def echo(value: Any) -> str:
@@ -234,11 +146,6 @@ def build(request: Request, /, **values: Any) -> bytes:
     if missing:
         raise TypeError(f"request lacks required field(s) {missing}")
     return json.dumps(values).encode()
-
-
-def build_action(action: str, /, **values: Any) -> bytes:
-    """The body of ``action`` (KeyError for an action the broker does not have)."""
-    return build(ACTIONS[action], **values)
 
 
 # -- replies ---------------------------------------------------------------

@@ -72,9 +72,10 @@ def test_link_commands_through_a_broker(broker, tmp_path):
 
 @pytest.mark.parametrize("action", ["create_mirror_link", "pause_mirror_link"])
 def test_mirror_link_changes_need_alter_on_the_cluster(action):
-    from sparklog.broker_lite.flight_acls import ACTION_CHECKS
+    from sparklog.broker_lite.flight_acls import required
+    from sparklog.protocol.actions import ACTIONS, DESCRIBE_MIRROR_LINK
 
-    assert ACTION_CHECKS[action]({"name": "dr"}) == [("ALTER", "CLUSTER", "kafka-cluster")]
-    assert ACTION_CHECKS["describe_mirror_link"]({"name": "dr"}) == [
+    assert required(ACTIONS[action].acl, {"name": "dr"}) == [("ALTER", "CLUSTER", "kafka-cluster")]
+    assert required(DESCRIBE_MIRROR_LINK.acl, {"name": "dr"}) == [
         ("DESCRIBE", "CLUSTER", "kafka-cluster")
     ]

@@ -16,6 +16,7 @@ from sparklog.client.transports import open_backend
 from sparklog.errors import InvalidConfigurationError
 from sparklog.mirror.admin import RootLinks
 from sparklog.protocol import hooks
+from sparklog.protocol.actions import CREATE_MIRROR_LINK, LIST_MIRROR_LINKS
 from sparklog.protocol.hooks import MirrorLinks
 
 
@@ -24,14 +25,14 @@ def test_an_embedded_root_runs_mirror_link_calls_through_the_hook_it_is_handed(t
     open_backend(source).close()
     with_hook = open_backend(f"file://{tmp_path}/dest", mirror=RootLinks)
     try:
-        made = with_hook.create_mirror_link("dr", source=source, topics="orders")
+        made = with_hook.call(CREATE_MIRROR_LINK, name="dr", source=source, topics="orders")
         assert (made["name"], made["state"]) == ("dr", "active")
-        assert [x["name"] for x in with_hook.list_mirror_links()] == ["dr"]
+        assert [x["name"] for x in with_hook.call(LIST_MIRROR_LINKS)] == ["dr"]
     finally:
         with_hook.close()
     handed_none = open_backend(f"file://{tmp_path}/dest")  # a Python program's own Admin
     try:
-        assert [x["name"] for x in handed_none.list_mirror_links()] == ["dr"]
+        assert [x["name"] for x in handed_none.call(LIST_MIRROR_LINKS)] == ["dr"]
     finally:
         handed_none.close()
 
@@ -41,7 +42,7 @@ def test_without_any_mirroring_application_the_calls_are_refused(tmp_path, monke
     without = open_backend(f"file://{tmp_path}/dest")
     try:
         with pytest.raises(InvalidConfigurationError, match="mirroring application"):
-            without.list_mirror_links()
+            without.call(LIST_MIRROR_LINKS)
     finally:
         without.close()
     root = f"file://{tmp_path}/root"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparklog.errors import InvalidRequestError, NotLeaderError
+from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 
 
@@ -22,11 +23,11 @@ def test_a_built_request_parses_back_with_defaults_filled() -> None:
 
 def test_the_client_cannot_send_a_field_the_broker_does_not_read() -> None:
     with pytest.raises(TypeError, match="no field"):
-        wire.build_action("heartbeat", group="g", generation=1, member_id="m", extra=1)
+        actions.build("heartbeat", group="g", generation=1, member_id="m", extra=1)
     with pytest.raises(TypeError, match="lacks required"):
-        wire.build_action("heartbeat", group="g")
+        actions.HEARTBEAT.build(group="g")
     with pytest.raises(KeyError):
-        wire.build_action("no_such_action")
+        actions.build("no_such_action")
 
 
 def test_the_broker_names_a_bad_field_and_what_it_accepts() -> None:
@@ -39,9 +40,9 @@ def test_the_broker_names_a_bad_field_and_what_it_accepts() -> None:
 
 
 def test_a_mutable_default_is_a_fresh_copy_each_time() -> None:
-    first = wire.parse(wire.ACTIONS["alter_topic_config"], {"name": "t"})
+    first = actions.ALTER_TOPIC_CONFIG.parse({"name": "t"})
     first["updates"]["x"] = 1
-    assert wire.parse(wire.ACTIONS["alter_topic_config"], {"name": "t"})["updates"] == {}
+    assert actions.ACTIONS["alter_topic_config"].parse({"name": "t"})["updates"] == {}
 
 
 def test_replies_round_trip() -> None:

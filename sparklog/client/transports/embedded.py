@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparklog.client.transports.base import (
     FetchResult,
@@ -34,6 +34,9 @@ from sparklog.client.types import (
     TopicDescription,
 )
 from sparklog.errors import InvalidConfigurationError
+from sparklog.protocol import actions
+from sparklog.protocol import flight as wire
+from sparklog.protocol.actions import Action
 from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.security import users
 from sparklog.storage.catalog import LogRoot, open_root
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
     from sparklog.storage.topics import Topic
 
 LONG_POLL_INTERVAL_S = 0.02
+R = TypeVar("R")
 
 
 class EmbeddedBackend(TopicCalls, GroupCalls):
@@ -273,23 +277,44 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                 return FetchResult(batches, hwm, start)
             time.sleep(LONG_POLL_INTERVAL_S)
 
-    def list_transactions(self) -> dict[str, dict[str, Any]]:
-        """Transactional ids and their state, from the root's metadata log."""
-        return {k: dict(v) for k, v in self.root.metadata.image().transactional_ids.items()}
+    # -- any other admin action of the table, run on this root -------------------------
+    def call(self, action: Action[R], /, **body: Any) -> R:
+        """Run ``action`` on this root as a broker would: its body built and parsed by its
+        table entry (the same fields, checks and defaults), served by :meth:`_served`, its
+        result decoded by the entry.  An action only a broker serves is refused."""
+        serve = self._served().get(action.name)
+        if serve is None:
+            raise InvalidConfigurationError(
+                f"{action.name} runs on a broker: give --address host:port"
+            )
+        args = action.parse(wire.body(action.build(**body)))
+        return action.result(serve(**args))
 
-    def abort_transaction(self, transactional_id: str) -> None:
-        raise InvalidConfigurationError(
-            "aborting a transaction writes markers through a broker: give --address host:port"
-        )
-
-    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
-        users.set_salted(self.root.metadata, user, mechanism, **salted)
-
-    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
-        return users.delete(self.root.metadata, user, mechanism)
-
-    def list_users(self) -> dict[str, list[tuple[str, int]]]:
-        return users.users(self.root.metadata.image())
+    def _served(self) -> dict[str, Callable[..., Any]]:
+        """The actions a storage root serves itself (the broker's server functions of the
+        same actions do the same on its root)."""
+        metadata = self.root.metadata
+        return {
+            actions.LIST_TRANSACTIONS.name: lambda: metadata.image().transactional_ids,
+            actions.ABORT_TRANSACTION.name: _abort_needs_a_broker,
+            actions.SET_SCRAM_CREDENTIAL.name: lambda user, mechanism, **salted: users.set_salted(
+                metadata, user, mechanism, **salted
+            ),
+            actions.DELETE_SCRAM_CREDENTIAL.name: lambda user, mechanism: users.delete(
+                metadata, user, mechanism
+            ),
+            actions.LIST_USERS.name: lambda: users.users(metadata.image()),
+            # mirror links: the hook this backend was handed (or the shipped application's)
+            actions.CREATE_MIRROR_LINK.name: lambda **link: self._mirror_links().create(**link),
+            actions.LIST_MIRROR_LINKS.name: lambda: self._mirror_links().list_all(),
+            actions.DESCRIBE_MIRROR_LINK.name: lambda name: self._mirror_links().describe(name),
+            actions.PAUSE_MIRROR_LINK.name: lambda name, paused: self._mirror_links().pause(
+                name, paused
+            ),
+            actions.DELETE_MIRROR_LINK.name: lambda name: self._mirror_links().delete(name),
+            actions.PROMOTE_MIRROR_TOPIC.name: lambda topic: self._mirror_links().promote(topic),
+            actions.REVERSE_MIRROR_LINK.name: lambda **how: self._mirror_links().reverse(**how),
+        }
 
     def _mirror_links(self) -> MirrorLinks:
         """The mirror link calls on this root, through the hook this backend was handed
@@ -302,27 +327,6 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                 "open_backend(address, mirror=sparklog.mirror.admin.RootLinks)"
             )
         return self._mirror(self.root)
-
-    def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
-        return self._mirror_links().create(name, **link)
-
-    def list_mirror_links(self) -> list[dict[str, Any]]:
-        return self._mirror_links().list_all()
-
-    def describe_mirror_link(self, name: str) -> dict[str, Any]:
-        return self._mirror_links().describe(name)
-
-    def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
-        return self._mirror_links().pause(name, paused)
-
-    def delete_mirror_link(self, name: str) -> None:
-        self._mirror_links().delete(name)
-
-    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
-        return self._mirror_links().promote(topic)
-
-    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
-        return self._mirror_links().reverse(name, **how)
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
         log, lock = self._log(topic, partition)
@@ -349,6 +353,12 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.root.groups.fetch(group)
         return {tp: OffsetAndMetadata(c.offset, c.metadata) for tp, c in found.items()}
+
+
+def _abort_needs_a_broker(transactional_id: str) -> None:
+    raise InvalidConfigurationError(
+        "aborting a transaction writes markers through a broker: give --address host:port"
+    )
 
 
 def _read_below(log: Any, stop: int, max_bytes: int, start: int) -> list[pa.RecordBatch]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -26,10 +26,12 @@ from sparklog.client.transports.base import (
 )
 from sparklog.client.transports.flight_client import BrokerClient, TopicMetadata
 from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from sparklog.protocol.actions import Action
 from sparklog.storage.config import effective_config
 from sparklog.storage.records import normalize, record_schema
 
 METADATA_TTL_S = 5.0
+R = TypeVar("R")
 
 
 class BrokerBackend(TopicCalls, GroupCalls):
@@ -159,43 +161,11 @@ class BrokerBackend(TopicCalls, GroupCalls):
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         return self.client.delete_records(topic, partition, before_offset)
 
+    # -- any other action of the table: the brokers serve it ---------------------------
+    def call(self, action: Action[R], /, **body: Any) -> R:
+        return self.client.call(action, **body)
+
     # -- groups (coordinated by the brokers) ----------------------------------------
-    def list_transactions(self) -> dict[str, dict[str, Any]]:
-        return self.client.list_transactions()
-
-    def abort_transaction(self, transactional_id: str) -> None:
-        self.client.abort_transaction(transactional_id)
-
-    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
-        self.client.set_scram_credential(user, mechanism, salted)
-
-    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
-        return self.client.delete_scram_credential(user, mechanism)
-
-    def list_users(self) -> dict[str, list[tuple[str, int]]]:
-        return self.client.list_users()
-
-    def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
-        return self.client.create_mirror_link(name, **link)
-
-    def list_mirror_links(self) -> list[dict[str, Any]]:
-        return self.client.list_mirror_links()
-
-    def describe_mirror_link(self, name: str) -> dict[str, Any]:
-        return self.client.describe_mirror_link(name)
-
-    def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
-        return self.client.pause_mirror_link(name, paused)
-
-    def delete_mirror_link(self, name: str) -> None:
-        self.client.delete_mirror_link(name)
-
-    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
-        return self.client.promote_mirror_topic(topic)
-
-    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
-        return self.client.reverse_mirror_link(name, **how)
-
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         found = self.client.fetch_committed(group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

@@ -13,14 +13,16 @@ Plaintext only: with TLS or SASL configured the CLI uses the full client.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from sparklog.client.address import parse_bootstrap
 from sparklog.client.transports.kafka_probe import kafka_listener_error
 from sparklog.errors import BrokerNotAvailableError, SparklogError, UnknownServerError
 from sparklog.protocol import flight as wire
+from sparklog.protocol.actions import Action
 from sparklog.retry import retrying
 
+R = TypeVar("R")
 #: the gRPC method Flight's DoAction is served as
 DO_ACTION = "/arrow.flight.protocol.FlightService/DoAction"
 #: protobuf tags: field 1 and 2, wire type 2 (length-delimited)
@@ -87,14 +89,17 @@ class ActionClient:
         self.retry_timeout_ms = retry_timeout_ms
         self.request_timeout_s = request_timeout_s
 
-    def call(self, action: str, /, **fields: Any) -> Any:
-        """The decoded reply of ``action`` (its ``fields`` as in ``wire.ACTIONS``)."""
-        body = wire.build_action(action, **fields)
-        return retrying(
-            lambda: self._any_broker(action, body),
-            deadline_ms=self.retry_timeout_ms,
-            backoff_initial_ms=20,
-            backoff_max_ms=1_000,
+    def call(self, action: Action[R], /, **fields: Any) -> R:
+        """The decoded reply of ``action`` (its ``fields`` as in its table entry), from any
+        broker (this path serves the listings, which any broker answers)."""
+        body = action.build(**fields)
+        return action.result(
+            retrying(
+                lambda: self._any_broker(action.name, body),
+                deadline_ms=self.retry_timeout_ms,
+                backoff_initial_ms=20,
+                backoff_max_ms=1_000,
+            )
         )
 
     def _any_broker(self, action: str, body: bytes) -> Any:

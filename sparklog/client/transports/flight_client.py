@@ -34,6 +34,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import JoinResult
+from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 from sparklog.protocol.flight import decode
 from sparklog.retry import retrying
@@ -41,6 +42,7 @@ from sparklog.storage.catalog import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -240,25 +242,37 @@ class BrokerClient:
         assert last is not None
         raise last
 
-    def _action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
-        """Run ``action`` (its ``fields`` as in ``wire.ACTIONS``) on any broker."""
-        payload = wire.build_action(action, **fields)
+    def call(self, action: actions.Action[R], /, **body: Any) -> R:
+        """Run ``action`` (its ``body`` fields as in its table entry) on the broker its
+        ``route`` names, retried as its entry says; its result, decoded."""
+        return self._call(action, action.timeout_s, body)
+
+    def _call(self, action: actions.Action[R], timeout_s: float | None, body: Any) -> R:
+        payload = action.build(**body)
 
         def call(conn: flight.FlightClient) -> Any:
-            results = list(conn.do_action(flight.Action(action, payload), self._options(timeout_s)))
+            results = list(
+                conn.do_action(flight.Action(action.name, payload), self._options(timeout_s))
+            )
             return wire.decode_result(results[0].body.to_pybytes()) if results else None
 
-        return self._retrying(lambda: self._any_broker(call))
+        attempt: Callable[[], Any]
+        if action.route == "group":
+            attempt = self._on_coordinator(str(body["group"]), call)
+        elif action.route == "leader":
+            topic, partition = str(body["topic"]), int(body["partition"])
+            attempt = lambda: self._on(self._leader(topic, partition), call)  # noqa: E731
+        else:
+            attempt = lambda: self._any_broker(call)  # noqa: E731
+        if not action.retriable:
+            return action.result(attempt())
+        return action.result(self._retrying(attempt, idempotent=action.idempotent))
 
-    def _group_action(self, action: str, /, timeout_s: float | None = None, **fields: Any) -> Any:
-        """Run a group's ``action`` on the group's coordinator (learnt from NOT_COORDINATOR
-        answers, which name it), retrying as :meth:`_action` does."""
-        group = str(fields["group"])
-        payload = wire.build_action(action, **fields)
-
-        def call(conn: flight.FlightClient) -> Any:
-            results = list(conn.do_action(flight.Action(action, payload), self._options(timeout_s)))
-            return wire.decode_result(results[0].body.to_pybytes()) if results else None
+    def _on_coordinator(
+        self, group: str, call: Callable[[flight.FlightClient], Any]
+    ) -> Callable[[], Any]:
+        """One attempt of a group's ``call`` on the group's coordinator (learnt from
+        NOT_COORDINATOR answers, which name it)."""
 
         def attempt() -> Any:
             location = self._coordinators.get(group)
@@ -275,7 +289,7 @@ class BrokerClient:
                 self._coordinators.pop(group, None)
                 raise
 
-        return self._retrying(attempt)
+        return attempt
 
     # -- metadata ----------------------------------------------------------
     def metadata(
@@ -283,7 +297,7 @@ class BrokerClient:
     ) -> dict[str, TopicMetadata]:
         """Topics' partitions and leaders (from the broker's memory); ``sizes`` adds every
         partition's watermarks and stored bytes, which the broker reads from the root."""
-        raw = self._action("metadata", topics=topics, sizes=sizes)
+        raw = self.call(actions.METADATA, topics=topics, sizes=sizes)
         with self._lock:
             for b in raw.get("brokers", []) if self.discover else []:
                 if b["location"] not in self._brokers:
@@ -316,7 +330,7 @@ class BrokerClient:
         return out
 
     def describe_cluster(self) -> dict[str, Any]:
-        return dict(self._action("describe_cluster"))
+        return self.call(actions.DESCRIBE_CLUSTER)
 
     def _leader(self, topic: str, partition: int) -> str:
         meta = self._meta.get(topic)
@@ -353,39 +367,34 @@ class BrokerClient:
             fields["value_schema"] = value_type_to_text(value_type)
         if replication_factor != 1:  # (a broker before it knew the field is asked without it)
             fields["replication_factor"] = replication_factor
-        return dict(
-            self._action(
-                "create_topic",
-                name=name,
-                partitions=partitions,
-                config=dict(config or {}),
-                **fields,
-            )
+        return self.call(
+            actions.CREATE_TOPIC,
+            name=name,
+            partitions=partitions,
+            config=dict(config or {}),
+            **fields,
         )
 
     def delete_topic(self, name: str) -> None:
-        self._action("delete_topic", name=name)
+        self.call(actions.DELETE_TOPIC, name=name)
         self._meta.pop(name, None)
 
     def alter_topic_config(
         self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
     ) -> dict[str, Any]:
-        return dict(
-            self._action(
-                "alter_topic_config", name=name, updates=dict(updates), remove=list(remove)
-            )
+        return self.call(
+            actions.ALTER_TOPIC_CONFIG, name=name, updates=dict(updates), remove=list(remove)
         )
 
     def add_partitions(self, name: str, total: int) -> int:
         self._meta.pop(name, None)
-        return int(self._action("add_partitions", name=name, total=total))
+        return self.call(actions.ADD_PARTITIONS, name=name, total=total)
 
     def list_topics(self) -> list[str]:
-        return list(self._action("list_topics"))
+        return self.call(actions.LIST_TOPICS)
 
     def init_producer_id(self) -> tuple[int, int]:
-        pid, epoch = self._action("init_producer_id")
-        return int(pid), int(epoch)
+        return self.call(actions.INIT_PRODUCER_ID)
 
     # -- produce / fetch ---------------------------------------------------
     def produce(
@@ -506,21 +515,13 @@ class BrokerClient:
         return self._retrying(lambda: self._on(self._leader(topic, partition), call))
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
-        return int(self._action("list_offsets", topic=topic, partition=partition, spec=spec))
+        return self.call(actions.LIST_OFFSETS, topic=topic, partition=partition, spec=spec)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Move the partition's log start to ``before_offset`` (on its leader); the new start."""
-        payload = wire.build_action(
-            "delete_records", topic=topic, partition=partition, offset=before_offset
+        return self.call(
+            actions.DELETE_RECORDS, topic=topic, partition=partition, offset=before_offset
         )
-
-        def call(conn: flight.FlightClient) -> int:
-            results = list(
-                conn.do_action(flight.Action("delete_records", payload), self._options())
-            )
-            return int(wire.decode_result(results[0].body.to_pybytes()))
-
-        return self._retrying(lambda: self._on(self._leader(topic, partition), call))
 
     # -- consumer groups ---------------------------------------------------
     def join_group(
@@ -532,17 +533,17 @@ class BrokerClient:
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 30_000,
     ) -> JoinResult:
-        raw = self._group_action(
-            "join_group",
-            timeout_s=rebalance_timeout_ms / 1000 + self.request_timeout_s,
-            group=group,
-            member_id=member_id,
-            topics=list(topics),
-            strategy=strategy if isinstance(strategy, str) else list(strategy),
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-        )
-        return JoinResult(**wire.decode_join_result(raw))
+        body = {
+            "group": group,
+            "member_id": member_id,
+            "topics": list(topics),
+            "strategy": strategy if isinstance(strategy, str) else list(strategy),
+            "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+        }
+        # the coordinator answers when the rebalance completes: wait that long too
+        timeout_s = rebalance_timeout_ms / 1000 + self.request_timeout_s
+        return JoinResult(**self._call(actions.JOIN_GROUP, timeout_s, body))
 
     def sync_group(
         self,
@@ -554,16 +555,15 @@ class BrokerClient:
         fields: dict[str, Any] = {}
         if assignment is not None:
             fields["assignment"] = {m: [list(tp) for tp in tps] for m, tps in assignment.items()}
-        raw = self._group_action(
-            "sync_group", group=group, generation=generation, member_id=member_id, **fields
+        return self.call(
+            actions.SYNC_GROUP, group=group, generation=generation, member_id=member_id, **fields
         )
-        return [TopicPartition(str(t), int(p)) for t, p in raw]
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        self._group_action("heartbeat", group=group, generation=generation, member_id=member_id)
+        self.call(actions.HEARTBEAT, group=group, generation=generation, member_id=member_id)
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self._group_action("leave_group", group=group, member_id=member_id)
+        self.call(actions.LEAVE_GROUP, group=group, member_id=member_id)
 
     def commit_offsets(
         self,
@@ -573,8 +573,8 @@ class BrokerClient:
         offsets: Mapping[TopicPartition, int],
         metadata: str = "",
     ) -> None:
-        self._group_action(
-            "commit_offsets",
+        self.call(
+            actions.COMMIT_OFFSETS,
             group=group,
             generation=generation,
             member_id=member_id,
@@ -587,70 +587,23 @@ class BrokerClient:
 
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition."""
-        out: dict[TopicPartition, tuple[int, str]] = {}
-        for row in self._action("fetch_offsets", group=group):
-            metadata = str(row[3]) if len(row) > 3 and row[3] is not None else ""
-            out[TopicPartition(str(row[0]), int(row[1]))] = (int(row[2]), metadata)
-        return out
+        return self.call(actions.FETCH_OFFSETS, group=group)
 
     def list_groups(self) -> list[str]:
-        return list(self._action("list_groups"))
-
-    def list_transactions(self) -> dict[str, dict[str, Any]]:
-        """Transactional ids and their state (the metadata log's image of any broker)."""
-        return dict(self._action("list_transactions"))
-
-    def abort_transaction(self, transactional_id: str) -> None:
-        self._action("abort_transaction", transactional_id=transactional_id)
-
-    def set_scram_credential(self, user: str, mechanism: str, salted: dict[str, Any]) -> None:
-        self._action("set_scram_credential", user=user, mechanism=mechanism, **salted)
-
-    def delete_scram_credential(self, user: str, mechanism: str | None) -> list[str]:
-        deleted = self._action("delete_scram_credential", user=user, mechanism=mechanism)
-        return [str(m) for m in deleted]
-
-    def list_users(self) -> dict[str, list[tuple[str, int]]]:
-        found = self._action("list_users")
-        return {str(u): [(str(m), int(i)) for m, i in creds] for u, creds in found.items()}
-
-    # -- mirror links (results: the mirror application's documents) ------------------
-    def create_mirror_link(self, name: str, **link: Any) -> dict[str, Any]:
-        return dict(self._action("create_mirror_link", name=name, **link))
-
-    def list_mirror_links(self) -> list[dict[str, Any]]:
-        return list(self._action("list_mirror_links"))
-
-    def describe_mirror_link(self, name: str) -> dict[str, Any]:
-        # the broker reads the source for the lag: a slow source takes its time
-        return dict(self._action("describe_mirror_link", timeout_s=120, name=name))
-
-    def pause_mirror_link(self, name: str, paused: bool) -> dict[str, Any]:
-        return dict(self._action("pause_mirror_link", name=name, paused=paused))
-
-    def delete_mirror_link(self, name: str) -> None:
-        self._action("delete_mirror_link", name=name)
-
-    def promote_mirror_topic(self, topic: str) -> dict[str, Any]:
-        return dict(self._action("promote_mirror_topic", topic=topic))
-
-    def reverse_mirror_link(self, name: str, **how: Any) -> dict[str, Any]:
-        return dict(self._action("reverse_mirror_link", timeout_s=120, name=name, **how))
+        return self.call(actions.LIST_GROUPS)
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        return dict(self._group_action("describe_group", group=group))
+        return self.call(actions.DESCRIBE_GROUP, group=group)
 
     def delete_group(self, group: str) -> None:
-        self._group_action("delete_group", group=group)
+        self.call(actions.DELETE_GROUP, group=group)
 
     def delete_offsets(
         self, group: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, SparklogError | None]:
         """Drop the group's committed offsets of ``partitions``; per partition None or why not."""
         pairs = [[topic, partition] for topic, partition in partitions]
-        return wire.decode_partition_errors(
-            self._group_action("delete_offsets", group=group, partitions=pairs)
-        )
+        return self.call(actions.DELETE_OFFSETS, group=group, partitions=pairs)
 
 
 def _first_line(exc: Exception) -> str:
