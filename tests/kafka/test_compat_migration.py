@@ -75,19 +75,44 @@ class Reading:
         self.read: dict[tuple[int, int], str] = {}
         self.duplicates: list[tuple[int, int]] = []
         self.errors: list[Any] = []
+        #: a commit a rebalance refused (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS: what
+        #: Kafka answers a commit that crosses a generation): committed again at the next
+        #: poll unless a later one of its partition went through; a re-read of it is
+        #: at-least-once delivery, not a duplicate
+        self.refused: dict[int, Any] = {}
+        self.committed_past: dict[int, int] = {}
 
     def poll(self) -> None:
         for consumer in list(self.members.values()):
+            for partition, (owner, earlier) in list(self.refused.items()):
+                if owner is consumer and self.committed_past.get(partition, 0) <= earlier.offset():
+                    self.commit(consumer, earlier)
             msg = consumer.poll(0.05)
             if msg is not None and msg.error() is not None:
                 self.errors.append(msg.error())
             elif msg is not None:
                 key = (msg.partition(), msg.offset())
-                if key in self.read:
+                refused = self.refused.get(msg.partition())
+                if key in self.read and (refused is None or refused[1].offset() < msg.offset()):
                     self.duplicates.append(key)
                 self.read[key] = msg.value().decode()
-                consumer.commit(message=msg, asynchronous=False)
+                self.commit(consumer, msg)
             self.check_owners()
+
+    def commit(self, consumer: Consumer, msg: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            consumer.commit(message=msg, asynchronous=False)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code not in (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS):
+                raise
+            self.refused[msg.partition()] = (consumer, msg)
+            return
+        self.refused.pop(msg.partition(), None)
+        past = self.committed_past.get(msg.partition(), 0)
+        self.committed_past[msg.partition()] = max(past, msg.offset() + 1)
 
     def check_owners(self) -> None:
         owned: set[tuple[str, int]] = set()
