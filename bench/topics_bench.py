@@ -20,19 +20,16 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import boto3
-from moto.server import ThreadedMotoServer
-
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.service import Broker
 from sparklog.storage import make_batch
 from tests.support.counting_s3 import CountingProxy
+from tests.support.s3 import MotoS3
 
 RECORDS_PER_CALL = 20
 SENDERS = 4
@@ -106,28 +103,13 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=5)
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    bucket = f"topics-{uuid.uuid4().hex[:8]}"
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=bucket)
-    proxy = CountingProxy(endpoint)
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": proxy.url, "region_name": "us-east-1"},
-    }
+    moto = MotoS3.start()
+    proxy = CountingProxy(moto.endpoint_url)
+    options = proxy.storage_options()
     rows = []
     try:
         for n in [int(x) for x in args.topics.split(",")]:
-            rows.append((n, run(f"s3://{bucket}/root{n}", options, proxy, n, args)))
+            rows.append((n, run(moto.fresh_root(), options, proxy, n, args)))
             print(f"measured {n} topics", file=sys.stderr)
     finally:
         proxy.close()
