@@ -15,9 +15,10 @@ import pyarrow as pa
 
 from sparklog import errors
 from sparklog.broker_lite import topic_caps
-from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
+from sparklog.broker_lite.broker_state import BrokerState
 from sparklog.broker_lite.cluster import BrokerInfo
 from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.partition_state import PartitionState, storage_call
 from sparklog.errors import InvalidRequestError
 from sparklog.storage.catalog import TopicInfo, value_type_from_text, value_type_to_text
 from sparklog.storage.config import TOPIC_CONFIG_KEYS

@@ -10,103 +10,27 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
 from sparklog.broker_lite.config import BrokerConfig
-from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
+from sparklog.broker_lite.partition_state import PartitionState, ShardState, storage_call
 from sparklog.broker_lite.produce import FlushBatcher
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
+from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.errors import (
     InvalidRequestError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.groups.coordinator import GroupCoordinator
-from sparklog.storage import LogRoot, PartitionLog, Topic
-from sparklog.storage.log import ShardLog
+from sparklog.storage import LogRoot, Topic
 from sparklog.topic_partition import TopicPartition
 
-if TYPE_CHECKING:  # the coordinator's module imports the broker's state for its markers
-    from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
-
 log = logging.getLogger("sparklog.broker_lite.broker")
-
-
-@dataclass
-class ShardState:
-    """What this broker holds for one shard log: the writer, the reader, our leader epoch."""
-
-    key: tuple[str, str, int]  # (topic, topic id, shard)
-    log: ShardLog
-    reader: ShardLog
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    reader_lock: threading.Lock = field(default_factory=threading.Lock)
-    epoch: int | None = None  # our leader epoch once we bumped it
-    refreshed: float = 0.0  # monotonic time of the writer log's last refresh
-
-    def refresh(self, min_interval_s: float = 0.0) -> None:
-        """Re-read the log (caller holds ``lock``), at most once per ``min_interval_s``."""
-        now = time.monotonic()
-        if min_interval_s and now - self.refreshed < min_interval_s:
-            return
-        self.log.refresh()
-        self.refreshed = time.monotonic()
-
-
-@dataclass
-class PartitionState:
-    """One partition as this broker sees it: views over its shard's writer and reader logs."""
-
-    key: PartitionKey
-    shard: ShardState
-    log: PartitionLog
-    reader: PartitionLog
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    @property
-    def lock(self) -> threading.Lock:
-        return self.shard.lock
-
-    @property
-    def reader_lock(self) -> threading.Lock:
-        return self.shard.reader_lock
-
-    @property
-    def epoch(self) -> int | None:
-        return self.shard.epoch
-
-    @epoch.setter
-    def epoch(self, value: int | None) -> None:
-        self.shard.epoch = value
-
-    @property
-    def refreshed(self) -> float:
-        return self.shard.refreshed
-
-    def refresh(self, min_interval_s: float = 0.0) -> None:
-        """Re-read the shard's log (caller holds ``lock``)."""
-        self.shard.refresh(min_interval_s)
-
-
-def storage_call(call: Callable[[], Any]) -> Any:
-    """Run a storage call; damaged stored data is logged as an ERROR (once per file).
-
-    The error itself goes on to the caller (and the client, as CORRUPT_MESSAGE:
-    non-retriable, naming the file) with its cause kept.
-    """
-    try:
-        return call()
-    except errors.CorruptRecordError as exc:
-        report_damage(exc)
-        raise
 
 
 class BrokerState:
@@ -132,6 +56,13 @@ class BrokerState:
     _stopping: threading.Event
     _ready: threading.Event
     _threads: list[threading.Thread]
+
+    def count_commit(self) -> None:
+        """One more commit made through this broker (a flush's, a transaction's markers):
+        wakes the waits on several partitions at once (``wait_for_commit``)."""
+        with self._committed:
+            self.commits += 1
+            self._committed.notify_all()
 
     def topic(self, name: str) -> Topic:
         with self._lock:

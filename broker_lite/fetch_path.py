@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog import errors
-from sparklog.broker_lite.broker_state import BrokerState, PartitionState, storage_call
+from sparklog.broker_lite.broker_state import BrokerState
+from sparklog.broker_lite.partition_state import PartitionState, storage_call
 from sparklog.errors import InvalidRequestError, OffsetOutOfRangeError, SparklogError
 from sparklog.storage.records import OFFSET_FIELD
 from sparklog.storage.txn_markers import (

@@ -13,9 +13,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from sparklog import errors
-from sparklog.broker_lite.broker_state import BrokerState, storage_call
+from sparklog.broker_lite.broker_state import BrokerState
 from sparklog.broker_lite.cluster import BrokerInfo, rendezvous_weight
 from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.partition_state import storage_call
 from sparklog.errors import NotCoordinatorError, SparklogError
 from sparklog.storage import Topic
 from sparklog.topic_partition import TopicPartition

@@ -17,8 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.broker_lite.broker_state import BrokerState, ShardState, storage_call
+from sparklog.broker_lite.broker_state import BrokerState
 from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.partition_state import ShardState, storage_call
 from sparklog.broker_lite.produce import (
     FlushBatcher,
     Latch,
@@ -366,9 +367,7 @@ class ProducePath(BrokerState):
                 st = states[run.partition]
                 with st.changed:
                     st.changed.notify_all()
-        with self._committed:
-            self.commits += 1
-            self._committed.notify_all()
+        self.count_commit()
 
     def wait_for_commit(self, seen: int, timeout_s: float) -> None:
         """Wait until this broker commits anything after ``seen`` (a value of

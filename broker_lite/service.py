@@ -22,7 +22,6 @@ from typing import Any
 
 from sparklog import errors
 from sparklog.broker_lite.admin_calls import AdminCalls
-from sparklog.broker_lite.broker_state import PartitionState, ShardState, storage_call
 from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.fetch_path import FetchPath
@@ -32,6 +31,7 @@ from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
+from sparklog.broker_lite.partition_state import PartitionState, ShardState, storage_call
 from sparklog.broker_lite.produce import FlushBatcher, commit_pool
 from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache

@@ -8,7 +8,7 @@ authorizer every check allows.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.security.acls import (  # noqa: F401  (re-exported for the Kafka layer)
     ANONYMOUS,
@@ -27,24 +27,27 @@ from sparklog.security.acls import (  # noqa: F401  (re-exported for the Kafka l
     super_users,
 )
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
 
-def enabled(broker: Any) -> bool:
+
+def enabled(broker: BrokerView) -> bool:
     return str(broker.config.authorizer) == "acl"
 
 
-def _principal(ctx: Any) -> str:
+def _principal(ctx: HandlerContext) -> str:
     session = getattr(ctx, "session", None)
     return session.principal if session is not None else ANONYMOUS
 
 
-def checked(ctx: Any) -> bool:
+def checked(ctx: HandlerContext) -> bool:
     """Whether the request's checks run: with an authorizer, and for User:ANONYMOUS on a
     broker where some listener authenticates (it may not change the cluster there)."""
     broker = ctx.broker
     return enabled(broker) or (bool(broker.config.authenticates) and _principal(ctx) == ANONYMOUS)
 
 
-def allowed(ctx: Any, operation: str, resource_type: str, name: str) -> bool:
+def allowed(ctx: HandlerContext, operation: str, resource_type: str, name: str) -> bool:
     """Whether the request's principal may do ``operation`` on the resource."""
     broker = ctx.broker
     if not checked(ctx):
@@ -62,14 +65,14 @@ def allowed(ctx: Any, operation: str, resource_type: str, name: str) -> bool:
 
 
 def allowed_for(
-    broker: Any, principal: str, host: str, operation: str, resource_type: str, name: str
+    broker: BrokerView, principal: str, host: str, operation: str, resource_type: str, name: str
 ) -> bool:
     """:func:`allowed` for a principal met earlier (a group member's), not a request's."""
     ctx = SimpleNamespace(broker=broker, session=SimpleNamespace(principal=principal, host=host))
     return allowed(ctx, operation, resource_type, name)
 
 
-def check(ctx: Any, operation: str, resource_type: str, name: str) -> None:
+def check(ctx: HandlerContext, operation: str, resource_type: str, name: str) -> None:
     """Raise the resource type's authorisation error unless :func:`allowed`."""
     if not allowed(ctx, operation, resource_type, name):
         raise DENIED[resource_type](

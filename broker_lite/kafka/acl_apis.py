@@ -7,7 +7,7 @@ Kafka does.  Who may call them is checked by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
@@ -15,6 +15,18 @@ from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.errors import InvalidRequestError, SecurityDisabledError, SparklogError
 from sparklog.security import acls
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        CreateAclsRequest,
+        CreateAclsResponse,
+        DeleteAclsRequest,
+        DeleteAclsResponse,
+        DescribeAclsRequest,
+        DescribeAclsResponse,
+    )
+    from sparklog.broker_lite.kafka.context import HandlerContext
+
 
 DISABLED = 'no authorizer is configured (broker key authorizer = ""); set authorizer = "acl"'
 
@@ -52,7 +64,7 @@ def _numbers(value: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def handle_describe_acls(ctx: Any, request: Any) -> Any:
+def handle_describe_acls(ctx: HandlerContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     cls = load_response_schema(29, ctx.api_version)
     if not acl.enabled(ctx.broker):
         return make(
@@ -88,7 +100,7 @@ def handle_describe_acls(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=0, error_message=None, resources=resources)
 
 
-def handle_create_acls(ctx: Any, request: Any) -> Any:
+def handle_create_acls(ctx: HandlerContext, request: CreateAclsRequest) -> CreateAclsResponse:
     cls = load_response_schema(30, ctx.api_version)
     result_cls = nested(cls, "AclCreationResult")
     enabled = acl.enabled(ctx.broker)
@@ -125,7 +137,7 @@ def handle_create_acls(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, results=tuple(results))
 
 
-def handle_delete_acls(ctx: Any, request: Any) -> Any:
+def handle_delete_acls(ctx: HandlerContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     cls = load_response_schema(31, ctx.api_version)
     result_cls = nested(cls, "DeleteAclsFilterResult")
     matching_cls = nested(cls, "DeleteAclsMatchingAcl")

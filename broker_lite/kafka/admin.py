@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.index import load_response_schema
 
@@ -36,6 +36,32 @@ from sparklog.storage.config import (
     TOPIC_CONFIG_KEYS,
 )
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        AlterConfigsRequest,
+        AlterConfigsResponse,
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DeleteRecordsRequest,
+        DeleteRecordsResponse,
+        DeleteTopicsRequest,
+        DeleteTopicsRequestById,
+        DeleteTopicsRequestByName,
+        DeleteTopicsResponse,
+        DescribeAclsRequest,
+        DescribeAclsResponse,
+        DescribeConfigsRequest,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
+
 TOPIC = 2
 BROKER = 4
 #: Kafka's config sources: DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG and DEFAULT_CONFIG.
@@ -51,7 +77,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def handle_create_topics(ctx: Any, request: Any) -> Any:
+def handle_create_topics(ctx: HandlerContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     cls = load_response_schema(19, ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     results = []
@@ -73,7 +99,8 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
             validate_topic_name(topic.name)
             consumer_offsets.refuse_create(topic.name)
             if request.validate_only:  # what the real request checks, nothing written
-                live = max(1, len(ctx.broker.cluster.live()))
+                cluster = ctx.broker.cluster
+                live = max(1, len(cluster.live()) if cluster is not None else 0)
                 factor = replication_factor_of(int(topic.replication_factor), live)
                 ctx.broker.root.check_new_topic(topic.name, count, config)
                 image = ctx.broker.root.metadata.image()
@@ -110,14 +137,16 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(results))
 
 
-def handle_delete_topics(ctx: Any, request: Any) -> Any:
+def handle_delete_topics(ctx: HandlerContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     cls = load_response_schema(20, ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
     results = []
+    named: list[tuple[str | None, uuid.UUID | None]]
     if ctx.api_version >= 6:  # topics by name or by id
-        named = [(t.name, t.topic_id) for t in request.topics]
+        named = [(t.name, t.topic_id) for t in cast("DeleteTopicsRequestById", request).topics]
     else:
-        named = [(name, uuid.UUID(int=0)) for name in request.topic_names]
+        by_name = cast("DeleteTopicsRequestByName", request)
+        named = [(name, uuid.UUID(int=0)) for name in by_name.topic_names]
     for name, topic_id in named:
         error, message, found = outcome(partial(_topic_name, ctx.broker, name, topic_id))
         if not error:
@@ -134,12 +163,12 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, responses=tuple(results))
 
 
-def _delete_topic(broker: Any, name: str) -> None:
+def _delete_topic(broker: BrokerView, name: str) -> None:
     consumer_offsets.refuse_write(name, "DeleteTopics")
     broker.delete_topic(name)
 
 
-def _topic_name(broker: Any, name: str | None, topic_id: uuid.UUID) -> str:
+def _topic_name(broker: BrokerView, name: str | None, topic_id: uuid.UUID | None) -> str:
     """The topic a DeleteTopics v6 entry names, by name or by id."""
     if name:
         return name
@@ -149,7 +178,9 @@ def _topic_name(broker: Any, name: str | None, topic_id: uuid.UUID) -> str:
     raise UnknownTopicIdError(f"no topic has id {topic_id}")
 
 
-def handle_create_partitions(ctx: Any, request: Any) -> Any:
+def handle_create_partitions(
+    ctx: HandlerContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
     cls = load_response_schema(37, ctx.api_version)
     result_cls = nested(cls, "CreatePartitionsTopicResult")
 
@@ -169,7 +200,9 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, results=tuple(results))
 
 
-def handle_delete_records(ctx: Any, request: Any) -> Any:
+def handle_delete_records(
+    ctx: HandlerContext, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
     cls = load_response_schema(21, ctx.api_version)
     topic_cls = nested(cls, "DeleteRecordsTopicResult")
     part_cls = nested(cls, "DeleteRecordsPartitionResult")
@@ -192,12 +225,12 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(topics))
 
 
-def _delete_records(broker: Any, topic: str, partition: int, offset: int) -> int:
+def _delete_records(broker: BrokerView, topic: str, partition: int, offset: int) -> int:
     consumer_offsets.refuse_write(topic, "DeleteRecords")
     return int(broker.delete_records(topic, partition, offset))
 
 
-def broker_configs(broker: Any, name: str) -> list[tuple[str, str]]:
+def broker_configs(broker: BrokerView, name: str) -> list[tuple[str, str]]:
     """A broker resource's read-only entries: its listeners, so a tool that reached the
     Kafka port learns the Flight address (``sparklog.flight.address``) too."""
     if name in ("", str(broker.config.broker_id)):
@@ -247,7 +280,9 @@ def _config_entry(
     )
 
 
-def handle_describe_configs(ctx: Any, request: Any) -> Any:
+def handle_describe_configs(
+    ctx: HandlerContext, request: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
     cls = load_response_schema(32, ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
@@ -300,7 +335,12 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, results=tuple(results))
 
 
-def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
+def _alter(
+    ctx: HandlerContext,
+    request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+    cls: type,
+    incremental: bool,
+) -> AlterConfigsResponse | IncrementalAlterConfigsResponse:
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     for resource in request.resources:
@@ -347,15 +387,19 @@ def _alter(ctx: Any, request: Any, cls: type, incremental: bool) -> Any:
     return make(cls, throttle_time=0, responses=tuple(results))
 
 
-def handle_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, load_response_schema(33, ctx.api_version), incremental=False)
+def handle_alter_configs(ctx: HandlerContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    cls = load_response_schema(33, ctx.api_version)
+    return cast("AlterConfigsResponse", _alter(ctx, request, cls, incremental=False))
 
 
-def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, load_response_schema(44, ctx.api_version), incremental=True)
+def handle_incremental_alter_configs(
+    ctx: HandlerContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    cls = load_response_schema(44, ctx.api_version)
+    return cast("IncrementalAlterConfigsResponse", _alter(ctx, request, cls, incremental=True))
 
 
-def handle_offset_delete(ctx: Any, request: Any) -> Any:
+def handle_offset_delete(ctx: HandlerContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     """OffsetDelete: drop a group's committed offsets, as the group coordinator allows.
 
     An unknown group is a top-level GROUP_ID_NOT_FOUND; per partition, a topic
@@ -402,7 +446,7 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
     return make(cls, error_code=0, throttle_time=0, topics=tuple(topics))
 
 
-def handle_describe_acls(ctx: Any, request: Any) -> Any:
+def handle_describe_acls(ctx: HandlerContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     """DescribeAcls: SECURITY_DISABLED, Kafka's answer when no authorizer is configured.
 
     sparklog has no ACLs (access is the storage root's and the network's business),

@@ -19,7 +19,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -27,7 +27,9 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.messages import _field_info, make, nested
 
-Handler = Callable[[Any, Any], Any]
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.context import Handler, HandlerContext
+
 CLUSTER = acl.CLUSTER_NAME
 #: APIs every connection may send (authentication and version discovery)
 OPEN_APIS = frozenset({17, 18, 36, 50, 51})
@@ -77,11 +79,11 @@ def _replace(request: Any, **changes: Any) -> Any:
     return dataclasses.replace(request, **changes)
 
 
-def _response_cls(ctx: Any) -> type:
+def _response_cls(ctx: HandlerContext) -> type:
     return load_response_schema(ctx.api_key, ctx.api_version)
 
 
-def _refuse_all(ctx: Any, errno: int) -> Any:
+def _refuse_all(ctx: HandlerContext, errno: int) -> Any:
     """The API's response with ``errno`` as its error (lists empty)."""
     from sparklog.errors import error_for_errno
 
@@ -129,7 +131,7 @@ TOPIC_APIS: dict[int, TopicApi] = {
 }  # fmt: skip
 
 
-def _topic_name(ctx: Any, item: Any) -> str:
+def _topic_name(ctx: HandlerContext, item: Any) -> str:
     name = getattr(item, "name", None) or getattr(item, "topic", None)
     if name:
         return str(name)
@@ -159,7 +161,7 @@ def _partitions_of(item: Any) -> list[int]:
     return []
 
 
-def _may_topic(ctx: Any, operation: str, name: str) -> bool:
+def _may_topic(ctx: HandlerContext, operation: str, name: str) -> bool:
     if operation == "CREATE":
         return acl.allowed(ctx, "CREATE", "CLUSTER", CLUSTER) or acl.allowed(
             ctx, "CREATE", "TOPIC", name
@@ -167,7 +169,7 @@ def _may_topic(ctx: Any, operation: str, name: str) -> bool:
     return acl.allowed(ctx, operation, "TOPIC", name)
 
 
-def _shown_name(ctx: Any, item: Any, name: str) -> str | None:
+def _shown_name(ctx: HandlerContext, item: Any, name: str) -> str | None:
     """The name a refusal may carry: the one the request gave, or for a topic asked by id
     its name only if the principal may describe it (Kafka answers ``null`` otherwise)."""
     given = getattr(item, "name", None) or getattr(item, "topic", None)
@@ -176,7 +178,7 @@ def _shown_name(ctx: Any, item: Any, name: str) -> str | None:
     return name if name and _may_topic(ctx, "DESCRIBE", name) else None
 
 
-def _denied_topic(ctx: Any, api: TopicApi, item: Any, name: str, errno: int) -> Any:
+def _denied_topic(ctx: HandlerContext, api: TopicApi, item: Any, name: str, errno: int) -> Any:
     cls = _response_cls(ctx)
     topic_cls = nested(cls, api.response_topic)
     shown = _shown_name(ctx, item, name)
@@ -220,7 +222,9 @@ def _denied_topic(ctx: Any, api: TopicApi, item: Any, name: str, errno: int) -> 
     return blank(topic_cls, **{k: v for k, v in values.items() if k in info and v is not None})
 
 
-def _topics_guard(handler: Handler, ctx: Any, request: Any, errno: int = TOPIC_DENIED) -> Any:
+def _topics_guard(
+    handler: Handler, ctx: HandlerContext, request: Any, errno: int = TOPIC_DENIED
+) -> Any:
     api = TOPIC_APIS[ctx.api_key]
     items = getattr(request, api.request_topics, None)
     if ctx.api_key == 20 and not items and getattr(request, "topic_names", None):
@@ -250,13 +254,13 @@ def _topics_guard(handler: Handler, ctx: Any, request: Any, errno: int = TOPIC_D
     return dataclasses.replace(response, **{api.response_topics: current + extra})
 
 
-def _offset_commit(handler: Handler, ctx: Any, request: Any) -> Any:
+def _offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if not acl.allowed(ctx, "READ", "GROUP", request.group_id):
         return _topics_denied_all(ctx, request, GROUP_DENIED)
     return _topics_guard(handler, ctx, request)
 
 
-def _topics_denied_all(ctx: Any, request: Any, errno: int) -> Any:
+def _topics_denied_all(ctx: HandlerContext, request: Any, errno: int) -> Any:
     api = TOPIC_APIS[ctx.api_key]
     items = getattr(request, api.request_topics, None)
     topics = tuple(
@@ -266,7 +270,7 @@ def _topics_denied_all(ctx: Any, request: Any, errno: int) -> Any:
 
 
 # -- Metadata ---------------------------------------------------------------------------
-def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
+def _metadata(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     topics = request.topics
     if topics is None or (ctx.api_version == 0 and not topics):
         # every topic: the handler lists and builds only the describable ones
@@ -305,7 +309,7 @@ def _metadata(handler: Handler, ctx: Any, request: Any) -> Any:
 
 # -- groups ---------------------------------------------------------------------------
 def _group_whole(operation: str) -> Callable[[Handler, Any, Any], Any]:
-    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
         if acl.allowed(ctx, operation, "GROUP", str(request.group_id)):
             return handler(ctx, request)
         return _refuse_all(ctx, GROUP_DENIED)
@@ -313,7 +317,7 @@ def _group_whole(operation: str) -> Callable[[Handler, Any, Any], Any]:
     return guard
 
 
-def _offset_fetch(handler: Handler, ctx: Any, request: Any) -> Any:
+def _offset_fetch(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if hasattr(request, "group_id"):
         return _group_whole("DESCRIBE")(handler, ctx, request)
     keep = tuple(g for g in request.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", g.group_id))
@@ -326,7 +330,7 @@ def _offset_fetch(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, groups=tuple(response.groups) + extra)
 
 
-def _find_coordinator(handler: Handler, ctx: Any, request: Any) -> Any:
+def _find_coordinator(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     kind = "TRANSACTIONAL_ID" if int(request.key_type) == 1 else "GROUP"
     errno = TXN_DENIED if kind == "TRANSACTIONAL_ID" else GROUP_DENIED
     keys = list(getattr(request, "coordinator_keys", None) or [])
@@ -346,7 +350,9 @@ def _find_coordinator(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, coordinators=tuple(response.coordinators) + extra)
 
 
-def _describe_groups(handler: Handler, ctx: Any, request: Any, name: str = "groups") -> Any:
+def _describe_groups(
+    handler: Handler, ctx: HandlerContext, request: Any, name: str = "groups"
+) -> Any:
     asked = getattr(request, name)
     keep = tuple(g for g in asked if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
     denied = [g for g in asked if g not in keep]
@@ -361,7 +367,7 @@ def _describe_groups(handler: Handler, ctx: Any, request: Any, name: str = "grou
     return dataclasses.replace(response, groups=tuple(response.groups) + extra)
 
 
-def _consumer_group_heartbeat(handler: Handler, ctx: Any, request: Any) -> Any:
+def _consumer_group_heartbeat(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     """Read on the group, and Describe on every topic it names: a heartbeat naming one the
     member may not describe is refused whole, as Kafka refuses it (KAFKA-18813), so that
     neither its assignment nor its answer tells the topic exists. (A regex subscription
@@ -382,7 +388,7 @@ def _consumer_group_heartbeat(handler: Handler, ctx: Any, request: Any) -> Any:
     )
 
 
-def _consumer_group_describe(handler: Handler, ctx: Any, request: Any) -> Any:
+def _consumer_group_describe(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     """Groups the principal may not describe: GROUP_AUTHORIZATION_FAILED; a group whose
     members subscribe to or are assigned a topic the principal may not describe:
     TOPIC_AUTHORIZATION_FAILED and no members, as Kafka answers (KAFKA-18813)."""
@@ -412,7 +418,7 @@ def _consumer_group_describe(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, groups=tuple(groups))
 
 
-def _list_groups(handler: Handler, ctx: Any, request: Any) -> Any:
+def _list_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     response = handler(ctx, request)
     if acl.allowed(ctx, "DESCRIBE", "CLUSTER", CLUSTER):
         return response
@@ -424,7 +430,7 @@ def _list_groups(handler: Handler, ctx: Any, request: Any) -> Any:
     )
 
 
-def _delete_groups(handler: Handler, ctx: Any, request: Any) -> Any:
+def _delete_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     names = list(request.groups_names)
     keep = tuple(g for g in names if acl.allowed(ctx, "DELETE", "GROUP", str(g)))
     denied = [g for g in names if g not in keep]
@@ -436,7 +442,7 @@ def _delete_groups(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, results=tuple(response.results) + extra)
 
 
-def _offset_delete(handler: Handler, ctx: Any, request: Any) -> Any:
+def _offset_delete(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if not acl.allowed(ctx, "DELETE", "GROUP", str(request.group_id)):
         return _refuse_all(ctx, GROUP_DENIED)
     for topic in request.topics:
@@ -447,7 +453,7 @@ def _offset_delete(handler: Handler, ctx: Any, request: Any) -> Any:
 
 # -- configs --------------------------------------------------------------------------
 def _configs(operation: str, results: str, result_cls_name: str) -> Callable[..., Any]:
-    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
         def may(resource: Any) -> bool:
             if int(resource.resource_type) == 2:
                 return acl.allowed(ctx, operation, "TOPIC", str(resource.resource_name))
@@ -476,7 +482,7 @@ def _configs(operation: str, results: str, result_cls_name: str) -> Callable[...
 
 # -- cluster ---------------------------------------------------------------------------
 def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
-    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
         if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
             return handler(ctx, request)
         return _refuse_all(ctx, CLUSTER_DENIED)
@@ -489,7 +495,7 @@ def _cluster_items(operation: str, items: str, result_name: str) -> Callable[...
     each item gets CLUSTER_AUTHORIZATION_FAILED, as Kafka's ``getErrorResponse`` answers
     (CreateAcls, DeleteAcls, AlterClientQuotas); an empty list would read as success."""
 
-    def guard(handler: Handler, ctx: Any, request: Any) -> Any:
+    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
         if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
             return handler(ctx, request)
         cls = _response_cls(ctx)
@@ -513,7 +519,7 @@ def _cluster_items(operation: str, items: str, result_name: str) -> Callable[...
     return guard
 
 
-def _init_producer_id(handler: Handler, ctx: Any, request: Any) -> Any:
+def _init_producer_id(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     txn = getattr(request, "transactional_id", None)
     if txn is not None:
         if acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
@@ -527,7 +533,7 @@ def _init_producer_id(handler: Handler, ctx: Any, request: Any) -> Any:
     return blank(_response_cls(ctx), error_code=CLUSTER_DENIED, producer_id=-1, producer_epoch=-1)
 
 
-def _produce(handler: Handler, ctx: Any, request: Any) -> Any:
+def _produce(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     txn = getattr(request, "transactional_id", None)
     if txn is not None and not acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
         return _topics_denied_all(ctx, request, TXN_DENIED)
@@ -539,12 +545,12 @@ def _produce(handler: Handler, ctx: Any, request: Any) -> Any:
 OPERATION_NOT_ATTEMPTED = 55
 
 
-def _txn_allowed(ctx: Any, txn: Any) -> bool:
+def _txn_allowed(ctx: HandlerContext, txn: Any) -> bool:
     return acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn))
 
 
 def _per_partition_refusal(
-    ctx: Any,
+    ctx: HandlerContext,
     topics: Any,
     code_of: Callable[[str], int],
     names: tuple[str, str, str, str, str],
@@ -574,7 +580,7 @@ def _index(partition: Any) -> int:
     return int(getattr(partition, "partition_index", partition))
 
 
-def _add_partitions_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+def _add_partitions_to_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if ctx.api_version >= 4:  # the brokers' batched form: not a client's
         return _cluster("CLUSTER_ACTION")(handler, ctx, request)
     txn_ok = _txn_allowed(ctx, request.v3_and_below_transactional_id)
@@ -598,7 +604,7 @@ def _add_partitions_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
     return _per_partition_refusal(ctx, topics, code_of, names)
 
 
-def _add_offsets_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+def _add_offsets_to_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if not _txn_allowed(ctx, request.transactional_id):
         return _refuse_all(ctx, TXN_DENIED)
     if not acl.allowed(ctx, "READ", "GROUP", str(request.group_id)):
@@ -606,13 +612,13 @@ def _add_offsets_to_txn(handler: Handler, ctx: Any, request: Any) -> Any:
     return handler(ctx, request)
 
 
-def _end_txn(handler: Handler, ctx: Any, request: Any) -> Any:
+def _end_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     if not _txn_allowed(ctx, request.transactional_id):
         return _refuse_all(ctx, TXN_DENIED)
     return handler(ctx, request)
 
 
-def _txn_offset_commit(handler: Handler, ctx: Any, request: Any) -> Any:
+def _txn_offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     txn_ok = _txn_allowed(ctx, request.transactional_id)
     group_ok = acl.allowed(ctx, "READ", "GROUP", str(request.group_id))
     denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
@@ -636,7 +642,7 @@ def _txn_offset_commit(handler: Handler, ctx: Any, request: Any) -> Any:
     return _per_partition_refusal(ctx, request.topics, code_of, names)
 
 
-def _describe_producers(handler: Handler, ctx: Any, request: Any) -> Any:
+def _describe_producers(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
     if not denied:
         return handler(ctx, request)
@@ -659,7 +665,7 @@ def _describe_producers(handler: Handler, ctx: Any, request: Any) -> Any:
     return dataclasses.replace(response, topics=tuple(response.topics) + extra)
 
 
-def _describe_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
+def _describe_transactions(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     ids = list(request.transactional_ids)
     keep = tuple(t for t in ids if acl.allowed(ctx, "DESCRIBE", "TRANSACTIONAL_ID", str(t)))
     denied = [t for t in ids if t not in keep]
@@ -686,7 +692,7 @@ def _describe_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
     )
 
 
-def _list_transactions(handler: Handler, ctx: Any, request: Any) -> Any:
+def _list_transactions(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     """Only the transactional ids the principal may describe are listed, as Kafka does."""
     response = handler(ctx, request)
     visible = tuple(
@@ -741,7 +747,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
 }
 
 
-def run(handler: Handler, ctx: Any, request: Any) -> Any:
+def run(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     """The handler's answer, within what the request's principal may do."""
     if ctx.api_key in OPEN_APIS or not acl.checked(ctx):
         return handler(ctx, request)

@@ -12,10 +12,14 @@ the cluster metadata log), so two brokers racing create it once.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.errors import SparklogError, TopicAlreadyExistsError
 from sparklog.storage.catalog import validate_topic_name
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.context import BrokerView
+
 
 #: Kafka's internal topics: never auto-created as ordinary topics (``__consumer_offsets``
 #: is served as a read-only view of the group logs by
@@ -23,12 +27,12 @@ from sparklog.storage.catalog import validate_topic_name
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-def enabled(broker: Any) -> bool:
+def enabled(broker: BrokerView) -> bool:
     return bool(getattr(broker.config, "auto_create_topics_enable", False))
 
 
 def create_missing(
-    broker: Any, names: list[str], known: set[str], principal: str | None = None
+    broker: BrokerView, names: list[str], known: set[str], principal: str | None = None
 ) -> set[str]:
     """Create those of ``names`` not in ``known`` (invalid names are left for the
     caller to answer with their error); the names now known. ``principal``: the

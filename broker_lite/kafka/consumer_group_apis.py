@@ -9,7 +9,7 @@ coordinator (``broker.groups`` refuses others with NOT_COORDINATOR).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
@@ -17,6 +17,16 @@ from sparklog.broker_lite.kafka import acl, topic_ids
 from sparklog.broker_lite.kafka.messages import errno_of, make, ms, nested
 from sparklog.errors import SparklogError
 from sparklog.groups.consumer_groups import Heartbeat
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 #: ConsumerGroupDescribe's member_type of a KIP-848 member and of a classic one
 CONSUMER_MEMBER, CLASSIC_MEMBER = 1, 0
@@ -30,7 +40,7 @@ def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     return {t: sorted(ps) for t, ps in sorted(out.items())}
 
 
-def _owned(broker: Any, topics: Any) -> list[tuple[str, int]] | None:
+def _owned(broker: BrokerView, topics: Any) -> list[tuple[str, int]] | None:
     """The heartbeat's owned partitions by name (None: unchanged; unknown ids dropped)."""
     if topics is None:
         return None
@@ -42,12 +52,14 @@ def _owned(broker: Any, topics: Any) -> list[tuple[str, int]] | None:
     return out
 
 
-def _principal(ctx: Any) -> str | None:
+def _principal(ctx: HandlerContext) -> str | None:
     """The member's principal where ACLs are checked (its regex sees what it may describe)."""
     return ctx.session.principal if ctx.session is not None and acl.checked(ctx) else None
 
 
-def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+def handle_consumer_group_heartbeat(
+    ctx: HandlerContext, request: ConsumerGroupHeartbeatRequest
+) -> ConsumerGroupHeartbeatResponse:
     cls = load_response_schema(68, ctx.api_version)
     assignment_cls = nested(cls, "Assignment")
     partitions_cls = nested(cls, "TopicPartitions")
@@ -106,7 +118,9 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
+def handle_consumer_group_describe(
+    ctx: HandlerContext, request: ConsumerGroupDescribeRequest
+) -> ConsumerGroupDescribeResponse:
     cls = load_response_schema(69, ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "Member")

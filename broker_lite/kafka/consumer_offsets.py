@@ -47,7 +47,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -61,6 +61,10 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.records import HEADER_TYPE, TIMESTAMP_TYPE
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.context import BrokerView
+
 
 TOPIC = "__consumer_offsets"
 #: Kafka's default ``offsets.topic.num.partitions``
@@ -129,7 +133,7 @@ class _View:
         self.read_at = -float(10**18)
         self.partitions: dict[int, list[Record]] = {}
 
-    def records(self, broker: Any, partition: int, max_age_ms: float) -> list[Record]:
+    def records(self, broker: BrokerView, partition: int, max_age_ms: float) -> list[Record]:
         with self.lock:
             if time.monotonic() * 1000 - self.read_at >= max_age_ms:
                 self.partitions = _derive(broker)
@@ -137,7 +141,7 @@ class _View:
             return self.partitions.get(partition, [])
 
 
-def _derive(broker: Any) -> dict[int, list[Record]]:
+def _derive(broker: BrokerView) -> dict[int, list[Record]]:
     groups = broker.root.groups
     commits: dict[int, list[OffsetCommit]] = {}
     for group in groups.list_groups():
@@ -146,8 +150,10 @@ def _derive(broker: Any) -> dict[int, list[Record]]:
         except SparklogError:
             continue  # a group being deleted or unreadable: left out of this round
         into = commits.setdefault(partition_for(group), [])
-        for (topic, partition), c in found.items():
-            into.append(OffsetCommit(group, topic, partition, c.offset, c.metadata, c.commit_ms))
+        for (topic, partition), held in found.items():
+            into.append(
+                OffsetCommit(group, topic, partition, held.offset, held.metadata, held.commit_ms)
+            )
     out: dict[int, list[Record]] = {}
     for partition, found_commits in commits.items():
         found_commits.sort(key=lambda c: (c.commit_ms, c.group, c.topic, c.partition))
@@ -170,7 +176,7 @@ _VIEWS: dict[int, _View] = {}
 _VIEWS_LOCK = threading.Lock()
 
 
-def _view(broker: Any) -> _View:
+def _view(broker: BrokerView) -> _View:
     with _VIEWS_LOCK:
         return _VIEWS.setdefault(id(broker), _View())
 
@@ -182,7 +188,7 @@ def _check(partition: int) -> None:
         )
 
 
-def settled(broker: Any, partition: int, now: int | None = None) -> tuple[list[Record], int]:
+def settled(broker: BrokerView, partition: int, now: int | None = None) -> tuple[list[Record], int]:
     """The partition's records below the high watermark, and the high watermark."""
     _check(partition)
     settle_ms = int(broker.config.consumer_offsets_settle_ms)
@@ -224,7 +230,7 @@ def _batches(records: list[Record], max_bytes: int) -> bytes:
 
 
 def read(
-    broker: Any, partition: int, offset: int, max_bytes: int, wait_ms: int
+    broker: BrokerView, partition: int, offset: int, max_bytes: int, wait_ms: int
 ) -> tuple[int, int, int, bytes, int]:
     """Fetch's (error, high watermark, log start offset, records, last stable offset)
     for one partition; waits up to ``wait_ms`` for a record at or after ``offset``."""
@@ -245,7 +251,7 @@ def read(
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def list_offset(broker: Any, partition: int, timestamp: int) -> tuple[int, int]:
+def list_offset(broker: BrokerView, partition: int, timestamp: int) -> tuple[int, int]:
     """ListOffsets' (offset, timestamp) for one partition."""
     records, hwm = settled(broker, partition)
     if timestamp == LATEST:

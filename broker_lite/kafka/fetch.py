@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
@@ -29,6 +29,11 @@ from sparklog.broker_lite.kafka.records import encode_batch, encode_control_batc
 from sparklog.broker_lite.transactions.markers import transactions_view
 from sparklog.errors import SparklogError, UnknownTopicIdError
 from sparklog.storage.txn_markers import aborted_between, controls_between, drop_aborted
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import FetchRequest, FetchResponse
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 #: Bytes of encoded batches kept for consumers reading the same records.
 ENCODED_CACHE_BYTES = 64 * 2**20
@@ -89,7 +94,7 @@ def remember_produced(
 
 
 def _read(
-    broker: Any,
+    broker: BrokerView,
     topic: str,
     partition: int,
     offset: int,
@@ -201,7 +206,7 @@ FIRST_TOPIC_ID_VERSION = 13
 ZERO_ID = uuid.UUID(int=0)
 
 
-def handle_fetch(ctx: Any, request: Any) -> Any:
+def handle_fetch(ctx: HandlerContext, request: FetchRequest) -> FetchResponse:
     broker = ctx.broker
     cls = load_response_schema(1, ctx.api_version)
     topic_cls = nested(cls, "FetchableTopicResponse")
@@ -212,12 +217,13 @@ def handle_fetch(ctx: Any, request: Any) -> Any:
     unknown: list[tuple[uuid.UUID, list[int]]] = []
     wanted: list[tuple[str, int, int, int]] = []
     for t in request.topics:
-        name = topic_ids.name_of(broker, t.topic_id) if by_id else t.topic
+        topic_id: uuid.UUID = getattr(t, "topic_id", uuid.UUID(int=0))  # v13+
+        name = topic_ids.name_of(broker, topic_id) if by_id else getattr(t, "topic", None)
         if name is None:
-            unknown.append((t.topic_id, [int(p.partition) for p in t.partitions]))
+            unknown.append((topic_id, [int(p.partition) for p in t.partitions]))
             continue
         if by_id:
-            ids[name] = t.topic_id
+            ids[name] = topic_id
         wanted.extend(
             (name, p.partition, int(p.fetch_offset), int(p.partition_max_bytes))
             for p in t.partitions

@@ -18,7 +18,8 @@ import importlib
 import io
 import struct
 from collections.abc import Sequence
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.index import load_response_schema
 from kio.schema.consumer_protocol_assignment.v0.data import (
@@ -43,6 +44,30 @@ from sparklog.errors import (
 from sparklog.groups.consumer_groups import is_consumer_group
 from sparklog.groups.coordinator import JoinResult
 from sparklog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        DeleteGroupsRequest,
+        DeleteGroupsResponse,
+        DescribeGroupsRequest,
+        DescribeGroupsResponse,
+        FindCoordinatorRequestOneKey,
+        FindCoordinatorResponseOneKey,
+        HeartbeatRequest,
+        HeartbeatResponse,
+        JoinGroupRequest,
+        JoinGroupResponse,
+        LeaveGroupRequest,
+        LeaveGroupRequestBatched,
+        LeaveGroupRequestOneMember,
+        LeaveGroupResponse,
+        ListGroupsRequest,
+        ListGroupsResponse,
+        SyncGroupRequest,
+        SyncGroupResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 CONSUMER = "consumer"
 #: ListGroups v5's group types: classic (JoinGroup/SyncGroup) and consumer (KIP-848)
@@ -133,29 +158,42 @@ def encode_assignment(partitions: Sequence[TopicPartition]) -> bytes:
 
 
 # -- handlers -----------------------------------------------------------------------------
-def handle_find_coordinator(ctx: Any, request: Any) -> Any:
-    cls = load_response_schema(10, ctx.api_version)
-    brokers = kafka_brokers(ctx.broker)
-    # key type 0: a group; 1: a transactional id (chosen the same way, over live brokers)
-    if getattr(request, "key_type", 0) not in (0, 1) or not brokers:
-        error = CoordinatorNotAvailableError
-        return make(
-            cls,
-            throttle_time=0,
-            error_code=error.errno,
-            error_message="unknown coordinator key type" if brokers else "no live broker",
-            node_id=-1,
-            host="",
-            port=-1,
-        )
-    node = max(brokers, key=lambda b: rendezvous_weight(request.key, 0, b))
+def coordinator_of(
+    broker: BrokerView, key: str, key_type: int
+) -> tuple[int, str | None, int, str, int]:
+    """(error code, message, node id, host, port) of ``key``'s coordinator: key type 0 a
+    group, 1 a transactional id, both chosen the same way over the live brokers."""
+    brokers = kafka_brokers(broker)
+    if key_type not in (0, 1) or not brokers:
+        message = "unknown coordinator key type" if brokers else "no live broker"
+        return CoordinatorNotAvailableError.errno, message, -1, "", -1
+    node = max(brokers, key=lambda b: rendezvous_weight(key, 0, b))
     host, port = brokers[node]
+    return 0, None, node, host, port
+
+
+def handle_find_coordinator(
+    ctx: HandlerContext, request: FindCoordinatorRequestOneKey
+) -> FindCoordinatorResponseOneKey:
+    """FindCoordinator v0-v3: one key (v4+: :mod:`~sparklog.broker_lite.kafka.coordinators`)."""
+    cls = load_response_schema(10, ctx.api_version)
+    error, message, node, host, port = coordinator_of(
+        ctx.broker, request.key, getattr(request, "key_type", 0)
+    )
     return make(
-        cls, throttle_time=0, error_code=0, error_message=None, node_id=node, host=host, port=port
+        cls,
+        throttle_time=0,
+        error_code=error,
+        error_message=message,
+        node_id=node,
+        host=host,
+        port=port,
     )
 
 
-def handle_join_group(ctx: Any, request: Any) -> Any:
+def handle_join_group(
+    ctx: HandlerContext, request: JoinGroupRequest
+) -> JoinGroupResponse | Future[JoinGroupResponse]:
     cls = load_response_schema(11, ctx.api_version)
     member_cls = nested(cls, "JoinGroupResponseMember")
     protocols = {p.name: bytes(p.metadata) for p in request.protocols}
@@ -226,7 +264,9 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
     return then(waiting, answer, refused)
 
 
-def handle_sync_group(ctx: Any, request: Any) -> Any:
+def handle_sync_group(
+    ctx: HandlerContext, request: SyncGroupRequest
+) -> SyncGroupResponse | Future[SyncGroupResponse]:
     cls = load_response_schema(14, ctx.api_version)
     opaque = {a.member_id: bytes(a.assignment) for a in request.assignments} or None
     decoded = {m: decode_assignment(data) for m, data in opaque.items()} if opaque else None
@@ -264,7 +304,7 @@ def handle_sync_group(ctx: Any, request: Any) -> Any:
     return then(waiting, answer, refused)
 
 
-def handle_heartbeat(ctx: Any, request: Any) -> Any:
+def handle_heartbeat(ctx: HandlerContext, request: HeartbeatRequest) -> HeartbeatResponse:
     cls = load_response_schema(12, ctx.api_version)
     error = 0
     try:
@@ -274,13 +314,14 @@ def handle_heartbeat(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=error)
 
 
-def handle_leave_group(ctx: Any, request: Any) -> Any:
+def handle_leave_group(ctx: HandlerContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     cls = load_response_schema(13, ctx.api_version)
-    leaving = (
-        [(request.member_id, None)]
-        if ctx.api_version < 3
-        else [(m.member_id, getattr(m, "group_instance_id", None)) for m in request.members]
-    )
+    leaving: list[tuple[str, str | None]]
+    if ctx.api_version < 3:
+        leaving = [(cast("LeaveGroupRequestOneMember", request).member_id, None)]
+    else:
+        batched = cast("LeaveGroupRequestBatched", request)
+        leaving = [(m.member_id, getattr(m, "group_instance_id", None)) for m in batched.members]
     results = []
     top = 0
     for member, instance in leaving:
@@ -317,7 +358,9 @@ def _no_group(group_cls: type, group: str, state: str, error: int) -> Any:
     )
 
 
-def handle_describe_groups(ctx: Any, request: Any) -> Any:
+def handle_describe_groups(
+    ctx: HandlerContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
     cls = load_response_schema(15, ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
@@ -399,7 +442,7 @@ def _consumer_group(group_cls: type, member_cls: type, doc: dict[str, Any]) -> A
     )
 
 
-def handle_list_groups(ctx: Any, request: Any) -> Any:
+def handle_list_groups(ctx: HandlerContext, request: ListGroupsRequest) -> ListGroupsResponse:
     cls = load_response_schema(16, ctx.api_version)
     group_cls = nested(cls, "ListedGroup")
     wanted = set(getattr(request, "states_filter", ()) or ())
@@ -426,7 +469,7 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=0, groups=tuple(out))
 
 
-def handle_delete_groups(ctx: Any, request: Any) -> Any:
+def handle_delete_groups(ctx: HandlerContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     cls = load_response_schema(42, ctx.api_version)
     result_cls = nested(cls, "DeletableGroupResult")
     known = set(ctx.broker.groups.list_groups())

@@ -12,18 +12,28 @@ earlier epoch with the first offset of the next one; that history is not kept.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import make, nested, outcome
 from sparklog.errors import FencedLeaderEpochError, UnknownLeaderEpochError
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
+
 #: Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET
 UNDEFINED = -1
 
 
-def epoch_end(broker: Any, topic: str, partition: int, current: int, asked: int) -> tuple[int, int]:
+def epoch_end(
+    broker: BrokerView, topic: str, partition: int, current: int, asked: int
+) -> tuple[int, int]:
     """(leader epoch, end offset) for ``asked``, checking the client's ``current`` epoch."""
     epoch, hwm = broker.leader_epoch_end(topic, partition)
     if current >= 0 and current < epoch:
@@ -40,7 +50,9 @@ def epoch_end(broker: Any, topic: str, partition: int, current: int, asked: int)
     return asked, hwm
 
 
-def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
+def handle_offset_for_leader_epoch(
+    ctx: HandlerContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
     cls = load_response_schema(23, ctx.api_version)
     topic_cls = nested(cls, "OffsetForLeaderTopicResult")
     part_cls = nested(cls, "EpochEndOffset")

@@ -37,13 +37,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.broker_lite.logs import fields
 from sparklog.errors import InvalidRequestError, SparklogError, ThrottlingQuotaExceededError
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import ProduceRequest, ProduceResponse
+    from sparklog.broker_lite.kafka.context import HandlerContext
+
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
 
@@ -344,7 +349,7 @@ def bounded_produce(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
     broker holds its in-flight bytes, retry), as the Flight path refuses it.
     """
 
-    def produce(ctx: Any, request: Any) -> Any:
+    def produce(ctx: HandlerContext, request: ProduceRequest) -> ProduceResponse | None:
         config = ctx.broker.config
         batches = 0
         size = 0
@@ -358,7 +363,7 @@ def bounded_produce(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
                 f"produce request carries {batches} record batches, more than "
                 f"max_request_batches={config.max_request_batches}; send fewer, larger ones"
             )
-        budget: ByteBudget = ctx.listener.produce_bytes
+        budget = ctx.listener.produce_bytes
         if refusal is None and not budget.try_take(size):
             refusal = ThrottlingQuotaExceededError(
                 f"broker holds max_inflight_request_bytes={config.max_inflight_request_bytes} "
@@ -377,7 +382,9 @@ def bounded_produce(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
     return produce
 
 
-def _refuse_produce(ctx: Any, request: Any, refusal: SparklogError) -> Any:
+def _refuse_produce(
+    ctx: HandlerContext, request: ProduceRequest, refusal: SparklogError
+) -> ProduceResponse | None:
     if int(request.acks) == 0:
         return None
     cls = load_response_schema(0, ctx.api_version)

@@ -12,14 +12,20 @@ root is an object store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import make, nested
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import DescribeLogDirsRequest, DescribeLogDirsResponse
+    from sparklog.broker_lite.kafka.context import HandlerContext
 
-def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+
+def handle_describe_log_dirs(
+    ctx: HandlerContext, request: DescribeLogDirsRequest
+) -> DescribeLogDirsResponse:
     cls = load_response_schema(35, ctx.api_version)
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")

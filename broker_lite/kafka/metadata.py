@@ -9,7 +9,7 @@ no Kafka listener is reported as LEADER_NOT_AVAILABLE, so clients retry.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
@@ -19,12 +19,24 @@ from sparklog.broker_lite.kafka.topic_ids import topic_uuid
 from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
 from sparklog.storage.catalog import validate_topic_name
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        DescribeClusterRequest,
+        DescribeClusterResponse,
+        MetadataRequest,
+        MetadataResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
+
 CLUSTER_ID = "sparklog"
 
 
-def kafka_brokers(broker: Any) -> dict[int, tuple[str, int]]:
+def kafka_brokers(broker: BrokerView) -> dict[int, tuple[str, int]]:
     """Live brokers with a Kafka listener: id -> (host, port)."""
-    out = {}
+    out: dict[int, tuple[str, int]] = {}
+    if broker.cluster is None:  # not started: no live broker
+        return out
     for info in broker.cluster.live().values():
         address = getattr(info, "kafka_address", None)
         if address:
@@ -37,7 +49,7 @@ def controller_id(brokers: dict[int, tuple[str, int]]) -> int:
     return min(brokers) if brokers else -1
 
 
-def _named_by_id(broker: Any, topics: Any) -> tuple[list[str], list[uuid.UUID]]:
+def _named_by_id(broker: BrokerView, topics: Any) -> tuple[list[str], list[uuid.UUID]]:
     """Metadata v10+ topics asked for by id alone (KIP-848 clients look up the ids their
     assignment names): (the names of those found, the ids not found)."""
     names, unknown = [], []
@@ -53,7 +65,7 @@ def _named_by_id(broker: Any, topics: Any) -> tuple[list[str], list[uuid.UUID]]:
     return names, unknown
 
 
-def handle_metadata(ctx: Any, request: Any) -> Any:
+def handle_metadata(ctx: HandlerContext, request: MetadataRequest) -> MetadataResponse:
     cls = load_response_schema(3, ctx.api_version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     topic_cls = nested(cls, "MetadataResponseTopic")
@@ -187,7 +199,9 @@ def _consumer_offsets(topic_cls: type, partition_cls: type, brokers: dict[int, A
     )
 
 
-def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+def handle_describe_cluster(
+    ctx: HandlerContext, request: DescribeClusterRequest
+) -> DescribeClusterResponse:
     cls = load_response_schema(60, ctx.api_version)
     broker_cls = nested(cls, "DescribeClusterBroker")
     brokers = kafka_brokers(ctx.broker)

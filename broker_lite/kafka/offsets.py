@@ -8,13 +8,27 @@ commits.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.errors import InvalidRequestError, SparklogError
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        ListOffsetsRequest,
+        ListOffsetsResponse,
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetFetchRequest,
+        OffsetFetchRequestGroups,
+        OffsetFetchRequestOneGroup,
+        OffsetFetchResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 LATEST = -1
 EARLIEST = -2
@@ -26,7 +40,7 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+def _offset_for(broker: BrokerView, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(offset, timestamp) Kafka answers for one ListOffsets partition."""
     if consumer_offsets.is_topic(topic):
         return consumer_offsets.list_offset(broker, partition, timestamp)
@@ -67,7 +81,7 @@ def _offset_for(broker: Any, topic: str, partition: int, timestamp: int) -> tupl
     return offset, int(timestamp)
 
 
-def handle_list_offsets(ctx: Any, request: Any) -> Any:
+def handle_list_offsets(ctx: HandlerContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     cls = load_response_schema(2, ctx.api_version)
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
@@ -94,7 +108,7 @@ def handle_list_offsets(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(topics))
 
 
-def handle_offset_commit(ctx: Any, request: Any) -> Any:
+def handle_offset_commit(ctx: HandlerContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     cls = load_response_schema(8, ctx.api_version)
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
@@ -144,7 +158,9 @@ def commit_response(cls: type, topic_cls: type, part_cls: type, topics: Any, err
     )
 
 
-def _committed(ctx: Any, group: str, topics: Any) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+def _committed(
+    ctx: HandlerContext, group: str, topics: Any
+) -> tuple[int, dict[str, list[tuple[int, int]]]]:
     """(error code, topic -> [(partition, committed offset or -1)]) of one group's
     OffsetFetch; ``topics`` None = every partition the group has committed."""
     try:
@@ -162,13 +178,14 @@ def _committed(ctx: Any, group: str, topics: Any) -> tuple[int, dict[str, list[t
     }
 
 
-def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+def handle_offset_fetch(ctx: HandlerContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     if ctx.api_version >= 8:
-        return _offset_fetch_groups(ctx, request)
+        return _offset_fetch_groups(ctx, cast("OffsetFetchRequestGroups", request))
+    one = cast("OffsetFetchRequestOneGroup", request)
     cls = load_response_schema(9, ctx.api_version)
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     part_cls = nested(cls, "OffsetFetchResponsePartition")
-    error, found = _committed(ctx, request.group_id, request.topics)
+    error, found = _committed(ctx, one.group_id, one.topics)
     if error:
         return make(cls, throttle_time=0, topics=(), error_code=error)
     return make(
@@ -201,7 +218,9 @@ def _committed_topics(topic_cls: type, part_cls: type, found: Any) -> tuple[Any,
     )
 
 
-def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
+def _offset_fetch_groups(
+    ctx: HandlerContext, request: OffsetFetchRequestGroups
+) -> OffsetFetchResponse:
     """OffsetFetch v8+ (KIP-709): several groups in one request, each answered alone."""
     cls = load_response_schema(9, ctx.api_version)
     group_cls = nested(cls, "OffsetFetchResponseGroup")
@@ -223,7 +242,9 @@ def _offset_fetch_groups(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, groups=tuple(groups))
 
 
-def _checked_member(ctx: Any, group: Any) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+def _checked_member(
+    ctx: HandlerContext, group: Any
+) -> tuple[int, dict[str, list[tuple[int, int]]]]:
     """OffsetFetch v9 (KIP-848): a member id and epoch, if given, are checked as Kafka
     checks them (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH) for a consumer group."""
     member = getattr(group, "member_id", None)

@@ -16,7 +16,7 @@ import dataclasses
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from kio.index import load_response_schema
@@ -43,6 +43,16 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+        ProduceRequest,
+        ProduceResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 ACKS = {0: "0", 1: "1", -1: "all"}
 
@@ -115,7 +125,7 @@ def _decode_partitions(
 
 
 def _produce_topic(
-    broker: Any,
+    broker: BrokerView,
     topic: str,
     partitions: list[tuple[int, bytes | None]],
     acks: str,
@@ -201,7 +211,7 @@ def _produce_topic_then_queued(*args: Any) -> list[tuple[int, int] | BaseExcepti
         args[-1].set()
 
 
-def _in_transaction(broker: Any, topic: str, one: _Decoded) -> _Decoded | BaseException:
+def _in_transaction(broker: BrokerView, topic: str, one: _Decoded) -> _Decoded | BaseException:
     """A transactional partition's records with their transaction's number, or the refusal.
 
     The partition must be in the producer's ongoing transaction (KIP-890's
@@ -228,7 +238,7 @@ def _idempotent(request: Any) -> bool:
     return False
 
 
-def handle_produce(ctx: Any, request: Any) -> Any:
+def handle_produce(ctx: HandlerContext, request: ProduceRequest) -> ProduceResponse | None:
     broker = ctx.broker
     turn = ctx.produce_turn
     if turn is not None:  # the connection's requests are appended in the order sent
@@ -242,7 +252,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     queued: list[threading.Event] = []
     inline = len(request.topic_data) == 1
     for topic_data in request.topic_data:
-        indexes = [pdata.index for pdata in topic_data.partition_data]
+        indexes = [int(pdata.index) for pdata in topic_data.partition_data]
         done: Future[list[tuple[int, int] | BaseException]] = Future()
         if acks is None:
             refused = InvalidRequiredAcksError(f"acks={request.acks}; accepted: 0, 1, -1")
@@ -265,7 +275,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     done.set_result(_produce_topic_then_queued(*args))
                 except Exception as exc:  # answered below, as a pool job's error would be
                     done.set_exception(exc)
-        calls.append((topic_data.name, indexes, done))
+        calls.append((str(topic_data.name), indexes, done))
     for each in queued:  # every topic's records are in line: the next request may queue
         each.wait()
     if turn is not None:
@@ -316,7 +326,9 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_init_producer_id(ctx: Any, request: Any) -> Any:
+def handle_init_producer_id(
+    ctx: HandlerContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
     cls = load_response_schema(22, ctx.api_version)
     if request.transactional_id is not None:
         return init_transactional(ctx, request)

@@ -19,13 +19,23 @@ import collections
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, has_field, make, nested
 from sparklog.errors import SparklogError
 from sparklog.security import quotas
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        AlterClientQuotasRequest,
+        AlterClientQuotasResponse,
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+    )
+    from sparklog.broker_lite.kafka.context import HandlerContext
+
 
 #: Kafka's quota.window.num x quota.window.size.seconds
 WINDOW_S = 11.0
@@ -73,7 +83,7 @@ class QuotaManager:
             return found
 
 
-def _user(ctx: Any) -> str:
+def _user(ctx: HandlerContext) -> str:
     session = getattr(ctx, "session", None)
     principal = session.principal if session is not None else "User:ANONYMOUS"
     return str(principal).removeprefix("User:")
@@ -140,7 +150,9 @@ def _entity(items: Any) -> list[tuple[str, str | None]]:
     return [(str(e.entity_type), e.entity_name) for e in items]
 
 
-def handle_describe_client_quotas(ctx: Any, request: Any) -> Any:
+def handle_describe_client_quotas(
+    ctx: HandlerContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
     cls = load_response_schema(48, ctx.api_version)
     entry_cls = nested(cls, "EntryData")
     entity_cls = nested(cls, "EntityData")
@@ -167,7 +179,9 @@ def handle_describe_client_quotas(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
+def handle_alter_client_quotas(
+    ctx: HandlerContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
     cls = load_response_schema(49, ctx.api_version)
     entry_cls = nested(cls, "EntryData")
     entity_cls = nested(cls, "EntityData")

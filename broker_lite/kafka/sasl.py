@@ -21,13 +21,16 @@ ago through another broker or the CLI can log in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
+
+# ANONYMOUS and Session are named through this module by the listener (sasl.Session)
+from sparklog.broker_lite.kafka.session import ANONYMOUS as ANONYMOUS
+from sparklog.broker_lite.kafka.session import Session as Session
 from sparklog.errors import (
     IllegalSaslStateError,
     ResourceNotFoundError,
@@ -38,38 +41,29 @@ from sparklog.errors import (
 )
 from sparklog.security import scram, users
 
-ANONYMOUS = "User:ANONYMOUS"
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
+
 #: APIs an unauthenticated SASL connection may send
 PRE_AUTH_APIS = frozenset({17, 18, 36})
-
-
-@dataclass
-class Session:
-    """One connection's authentication state and principal."""
-
-    sasl: bool
-    principal: str = ANONYMOUS
-    #: the peer's address, for ACLs naming a host
-    host: str = "*"
-    authenticated: bool = False
-    mechanism: str | None = None
-    scram: scram.ScramServer | None = None
-    #: the answer being sent ends the connection (a failed login)
-    close_after: bool = False
-    #: SaslHandshake v0 succeeded: the next frames are raw SASL tokens
-    raw_tokens: bool = False
-
-    @classmethod
-    def for_listener(cls, protocol: str, host: str, principal: str = ANONYMOUS) -> Session:
-        sasl = protocol.startswith("SASL_")
-        return cls(sasl=sasl, principal=principal, host=host, authenticated=not sasl)
 
 
 def enabled_mechanisms(config: Any) -> list[str]:
     return [m for m in str(config.sasl_enabled_mechanisms).split(",") if m]
 
 
-def _lookup(broker: Any, mechanism: str) -> Any:
+def _lookup(broker: BrokerView, mechanism: str) -> Any:
     def lookup(user: str) -> dict[str, Any] | None:
         metadata = broker.root.metadata
         found = users.credential(metadata.image(), user, mechanism)
@@ -80,7 +74,7 @@ def _lookup(broker: Any, mechanism: str) -> Any:
     return lookup
 
 
-def _credentials(broker: Any, user: str) -> dict[str, dict[str, Any] | None]:
+def _credentials(broker: BrokerView, user: str) -> dict[str, dict[str, Any] | None]:
     """The user's credential per mechanism (the log probed once if the image has none)."""
     metadata = broker.root.metadata
     image = metadata.image()
@@ -91,7 +85,7 @@ def _credentials(broker: Any, user: str) -> dict[str, dict[str, Any] | None]:
     return found
 
 
-def _check_plain(broker: Any, token: bytes) -> str:
+def _check_plain(broker: BrokerView, token: bytes) -> str:
     """The user of a PLAIN token (``authzid NUL user NUL password``) if the password is right.
 
     A wrong password costs as much for an unknown user as for a known one
@@ -114,7 +108,9 @@ def _check_plain(broker: Any, token: bytes) -> str:
     return user
 
 
-def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
+def handle_sasl_handshake(
+    ctx: HandlerContext, request: SaslHandshakeRequest
+) -> SaslHandshakeResponse:
     cls = load_response_schema(17, ctx.api_version)
     session: Session | None = ctx.session
     mechanisms = tuple(enabled_mechanisms(ctx.broker.config))
@@ -132,7 +128,7 @@ def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
     return make(cls, error_code=0, mechanisms=mechanisms)
 
 
-def _exchange(broker: Any, session: Session, token: bytes) -> bytes:
+def _exchange(broker: BrokerView, session: Session, token: bytes) -> bytes:
     """One step of the mechanism's exchange: the server's token in reply to ``token``.
 
     Marks ``session`` authenticated when the exchange ends; raises a
@@ -158,7 +154,7 @@ def _exchange(broker: Any, session: Session, token: bytes) -> bytes:
     return reply
 
 
-def raw_token_reply(broker: Any, session: Session, token: bytes) -> bytes | None:
+def raw_token_reply(broker: BrokerView, session: Session, token: bytes) -> bytes | None:
     """The server's raw token after SaslHandshake v0; None: the login failed (close, as Kafka)."""
     try:
         return _exchange(broker, session, token)
@@ -167,7 +163,9 @@ def raw_token_reply(broker: Any, session: Session, token: bytes) -> bytes | None
         return None
 
 
-def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
+def handle_sasl_authenticate(
+    ctx: HandlerContext, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
     cls = load_response_schema(36, ctx.api_version)
     session: Session | None = ctx.session
     try:
@@ -191,7 +189,9 @@ def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
 _MECHANISM_BY_CODE = {code: name for name, code in scram.MECHANISM_CODES.items()}
 
 
-def handle_describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
+def handle_describe_user_scram_credentials(
+    ctx: HandlerContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
     cls = load_response_schema(50, ctx.api_version)
     result_cls = nested(cls, "DescribeUserScramCredentialsResult")
     info_cls = nested(cls, "CredentialInfo")
@@ -237,7 +237,9 @@ def handle_describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=0, error_message=None, results=tuple(results))
 
 
-def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
+def handle_alter_user_scram_credentials(
+    ctx: HandlerContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
     cls = load_response_schema(51, ctx.api_version)
     result_cls = nested(cls, "AlterUserScramCredentialsResult")
     metadata = ctx.broker.root.metadata

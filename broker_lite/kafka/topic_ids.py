@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.errors import SparklogError
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.context import BrokerView
+
 
 _lock = threading.Lock()
 _names: dict[uuid.UUID, str] = {}
@@ -27,7 +31,7 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
         return uuid.UUID(int=0)
 
 
-def id_of(broker: Any, name: str) -> uuid.UUID:
+def id_of(broker: BrokerView, name: str) -> uuid.UUID:
     """The Kafka topic id of ``name`` (the zero UUID if it has none)."""
     if consumer_offsets.is_topic(name):
         return consumer_offsets.TOPIC_ID
@@ -37,7 +41,7 @@ def id_of(broker: Any, name: str) -> uuid.UUID:
         return uuid.UUID(int=0)
 
 
-def name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
+def name_of(broker: BrokerView, topic_id: uuid.UUID) -> str | None:
     """The name of the live topic with ``topic_id``, or None."""
     if topic_id == consumer_offsets.TOPIC_ID:
         return consumer_offsets.TOPIC

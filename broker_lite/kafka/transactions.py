@@ -9,7 +9,7 @@ its rules are in :mod:`sparklog.broker_lite.transactions.coordinator`.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
@@ -23,6 +23,28 @@ from sparklog.errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
+
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        EndTxnRequest,
+        EndTxnResponse,
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+    )
+    from sparklog.broker_lite.kafka.context import BrokerView, HandlerContext
+
 
 #: Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of a refused AddPartitionsToTxn
 OPERATION_NOT_ATTEMPTED = 55
@@ -41,7 +63,7 @@ TRANSACTION_APIS = {
 log = logging.getLogger("sparklog.broker_lite.transactions")
 
 
-def txn_errno(ctx: Any, api_key: int, exc: BaseException, transactional_id: str) -> int:
+def txn_errno(ctx: HandlerContext, api_key: int, exc: BaseException, transactional_id: str) -> int:
     """Kafka's error code for ``exc`` in the answer to ``api_key`` at the request's version.
 
     Every refusal is logged once at WARNING: a refused transactional request
@@ -59,13 +81,15 @@ def txn_errno(ctx: Any, api_key: int, exc: BaseException, transactional_id: str)
     return _code(ctx, api_key, exc)
 
 
-def _code(ctx: Any, api_key: int, exc: BaseException) -> int:
+def _code(ctx: HandlerContext, api_key: int, exc: BaseException) -> int:
     if isinstance(exc, ProducerFencedError) and ctx.api_version < PRODUCER_FENCED_SINCE[api_key]:
         return int(InvalidProducerEpochError.errno)
     return errno_of(exc)
 
 
-def init_transactional(ctx: Any, request: Any) -> Any:
+def init_transactional(
+    ctx: HandlerContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
     """InitProducerId for a transactional id: its producer id and a new (fencing) epoch."""
     cls = load_response_schema(22, ctx.api_version)
     try:
@@ -92,7 +116,9 @@ def init_transactional(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+def handle_add_partitions_to_txn(
+    ctx: HandlerContext, request: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
     cls = load_response_schema(24, ctx.api_version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
     part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
@@ -129,7 +155,9 @@ def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
+def handle_add_offsets_to_txn(
+    ctx: HandlerContext, request: AddOffsetsToTxnRequest
+) -> AddOffsetsToTxnResponse:
     cls = load_response_schema(25, ctx.api_version)
     try:
         ctx.broker.transactions.add_offsets(
@@ -144,11 +172,13 @@ def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=code)
 
 
-def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+def handle_txn_offset_commit(
+    ctx: HandlerContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
     cls = load_response_schema(28, ctx.api_version)
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
-    offsets = {
+    offsets: dict[tuple[str, int], tuple[int, str]] = {
         (t.name, int(p.partition_index)): (int(p.committed_offset), p.committed_metadata or "")
         for t in request.topics
         for p in t.partitions
@@ -167,7 +197,7 @@ def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     return commit_response(cls, topic_cls, part_cls, request.topics, code)
 
 
-def handle_end_txn(ctx: Any, request: Any) -> Any:
+def handle_end_txn(ctx: HandlerContext, request: EndTxnRequest) -> EndTxnResponse:
     cls = load_response_schema(26, ctx.api_version)
     try:
         ctx.broker.transactions.end(
@@ -182,7 +212,9 @@ def handle_end_txn(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=code)
 
 
-def handle_describe_transactions(ctx: Any, request: Any) -> Any:
+def handle_describe_transactions(
+    ctx: HandlerContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
     cls = load_response_schema(65, ctx.api_version)
     state_cls = nested(cls, "TransactionState")
     topic_cls = nested(cls, "TopicData")
@@ -226,7 +258,9 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, transaction_states=tuple(out))
 
 
-def handle_list_transactions(ctx: Any, request: Any) -> Any:
+def handle_list_transactions(
+    ctx: HandlerContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
     cls = load_response_schema(66, ctx.api_version)
     state_cls = nested(cls, "TransactionState")
     states = set(request.state_filters or ())
@@ -250,7 +284,9 @@ def handle_list_transactions(ctx: Any, request: Any) -> Any:
     )
 
 
-def handle_describe_producers(ctx: Any, request: Any) -> Any:
+def handle_describe_producers(
+    ctx: HandlerContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
     """The producers of each partition: their epochs, last sequences and open transactions."""
     cls = load_response_schema(61, ctx.api_version)
     topic_cls = nested(cls, "TopicResponse")
@@ -285,7 +321,7 @@ def handle_describe_producers(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(topics))
 
 
-def _producers(broker: Any, topic: str, partition: int) -> list[dict[str, Any]]:
+def _producers(broker: BrokerView, topic: str, partition: int) -> list[dict[str, Any]]:
     try:
         st = broker.partition_state(broker.topic(topic), partition)
     except SparklogError:

@@ -8,9 +8,8 @@ schemas dropped), up to Kafka 3.9's ceilings where the handlers serve them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -32,10 +31,13 @@ from sparklog.broker_lite.kafka import (
     sasl,
     transactions,
 )
+from sparklog.broker_lite.kafka.context import Handler
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.errors import UnsupportedVersionError
 
-Handler = Callable[[Any, Any], Any]
+if TYPE_CHECKING:
+    from sparklog.broker_lite.kafka.api_types import ApiVersionsRequest, ApiVersionsResponse
+    from sparklog.broker_lite.kafka.context import HandlerContext
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Api:
     handler: Handler
 
 
-def api_versions(ctx: Any, request: Any) -> Any:
+def api_versions(ctx: HandlerContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     """ApiVersions: every API in the table with its version range."""
     cls = _response_cls(ctx.api_version)
     entry = nested(cls, "ApiVersion")

@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker_lite.logs import fields
+from sparklog.broker_lite.transactions.host import TransactionHost
 from sparklog.broker_lite.transactions.markers import end_transactions
 from sparklog.clock import now_ms
 from sparklog.errors import (
@@ -109,8 +110,8 @@ class TransactionCoordinator:
 
     def __init__(
         self,
-        broker: Any,
-        allocate: Any,
+        broker: TransactionHost,
+        allocate: Callable[[], int],
         *,
         max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     ) -> None:
@@ -335,7 +336,7 @@ class TransactionCoordinator:
                 valid.append((topic, p))
         if errors:  # Kafka: the whole request fails; the others get OPERATION_NOT_ATTEMPTED
             return errors | {tp: None for tp in valid}
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is not None and all(cluster.is_leader(t, p) for t, p in valid):
             self._add_in_background(tid, producer_id, producer_epoch, valid)
         else:

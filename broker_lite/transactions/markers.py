@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sparklog.broker_lite.broker_state import storage_call
+from sparklog.broker_lite.partition_state import ShardState, storage_call
 from sparklog.storage.txn_markers import Marker
 
+if TYPE_CHECKING:
+    from sparklog.broker_lite.transactions.host import TransactionHost
 
-def end_transactions(broker: Any, topic_name: str, ends: Mapping[int, Marker]) -> dict[int, int]:
+
+def end_transactions(
+    broker: TransactionHost, topic_name: str, ends: Mapping[int, Marker]
+) -> dict[int, int]:
     """Write ``ends`` (partition -> marker): partition -> control record offset (-1: none)."""
     topic = broker.topic(topic_name)
     by_shard: dict[int, dict[int, Marker]] = {}
@@ -34,19 +39,17 @@ def end_transactions(broker: Any, topic_name: str, ends: Mapping[int, Marker]) -
         for st in states.values():
             with st.changed:
                 st.changed.notify_all()
-    with broker._committed:
-        broker.commits += 1
-        broker._committed.notify_all()
+    broker.count_commit()
     return placed
 
 
-def _end(shard: Any, group: Mapping[int, Marker]) -> dict[int, int]:
+def _end(shard: ShardState, group: Mapping[int, Marker]) -> dict[int, int]:
     placed: dict[int, int] = shard.log.end_transactions(group, leader_epoch=shard.epoch)
     return placed
 
 
 def transactions_view(
-    broker: Any, topic_name: str, partition: int
+    broker: TransactionHost, topic_name: str, partition: int
 ) -> tuple[int, int, dict[str, Any]]:
     """(high watermark, last stable offset, transactions) of a partition, as held here.
 
