@@ -27,13 +27,16 @@ from sparklog.storage.maintenance import delete_records
 log = logging.getLogger("sparklog.broker_lite.broker")
 
 
-class AdminCalls(BrokerState):
+class AdminCalls:
     """Metadata from memory; topic creation, changes and deletion; DeleteRecords."""
 
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
+
     def describe_cluster(self) -> dict[str, Any]:
-        assert self.cluster is not None
+        assert self.state.cluster is not None
         return {
-            "broker_id": self.config.broker_id,
+            "broker_id": self.state.config.broker_id,
             "brokers": [
                 {
                     "broker_id": b.broker_id,
@@ -41,7 +44,7 @@ class AdminCalls(BrokerState):
                     "renewed_ms": b.renewed_ms,
                     "kafka_address": b.kafka_address,
                 }
-                for b in sorted(self.cluster.live().values(), key=lambda b: b.broker_id)
+                for b in sorted(self.state.cluster.live().values(), key=lambda b: b.broker_id)
             ],
         }
 
@@ -58,19 +61,19 @@ class AdminCalls(BrokerState):
         explicit describe, never a client's routing) reads every partition's
         watermarks and stored bytes from the root instead.
         """
-        assert self.cluster is not None
-        names = list(topics) if topics is not None else self.root.list_topics()
+        assert self.state.cluster is not None
+        names = list(topics) if topics is not None else self.state.root.list_topics()
         out: dict[str, Any] = {}
         damaged: dict[str, str] = {}
         held: dict[tuple[str, str], dict[int, PartitionState]] = {}
-        with self._lock:
-            for key, st in self._partitions.items():
+        with self.state.lock:
+            for key, st in self.state.partitions.items():
                 held.setdefault((key[0], key[1]), {})[key[2]] = st
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError(f"topic name {name!r} is not a string")
             try:
-                info = self.root.describe_topic(name)
+                info = self.state.root.describe_topic(name)
             except errors.CorruptRecordError as exc:
                 if topics is not None:
                     raise  # asked for by name: the caller learns why it cannot have it
@@ -93,7 +96,7 @@ class AdminCalls(BrokerState):
     def _partitions_metadata(
         self, info: TopicInfo, held: Mapping[int, PartitionState], sizes: bool
     ) -> list[dict[str, Any]]:
-        assert self.cluster is not None
+        assert self.state.cluster is not None
         leaders: dict[int, BrokerInfo | None] = {}
         replicas: dict[int, list[int]] = {}  # per shard: the same for its partitions
         shards = info.shards
@@ -101,13 +104,13 @@ class AdminCalls(BrokerState):
         for p in range(info.partitions):
             shard = p % shards
             if shard not in leaders:
-                leaders[shard] = self.cluster.shard_leader(info.name, shard)
-                replicas[shard] = self.cluster.shard_replicas(
+                leaders[shard] = self.state.cluster.shard_leader(info.name, shard)
+                replicas[shard] = self.state.cluster.shard_replicas(
                     info.name, shard, info.replication_factor
                 )
             leader = leaders[shard]
-            if self.config.force_leader:
-                leader_id, location = self.config.broker_id, self.cluster.location
+            if self.state.config.force_leader:
+                leader_id, location = self.state.config.broker_id, self.state.cluster.location
             else:
                 leader_id = leader.broker_id if leader else -1
                 location = leader.location if leader else ""
@@ -128,9 +131,9 @@ class AdminCalls(BrokerState):
 
     def _stored_sizes(self, name: str, partition: int) -> dict[str, int]:
         """A partition's watermarks and stored bytes, read from the root if not fresh."""
-        st = self.partition_state(self.topic(name), partition)
+        st = self.state.partition_state(self.state.topic(name), partition)
         with st.lock:
-            storage_call(lambda: st.refresh(self.config.fetch_refresh_ms / 1000))
+            storage_call(lambda: st.refresh(self.state.config.fetch_refresh_ms / 1000))
             return {
                 "log_start_offset": st.log.log_start_offset,
                 "high_watermark": st.log.high_watermark,
@@ -143,11 +146,11 @@ class AdminCalls(BrokerState):
         partition -> bytes.  Kafka's DescribeLogDirs answers the same per broker."""
         wanted = None if topics is None else set(topics)
         out: dict[str, dict[int, int]] = {}
-        for name, partition in sorted(set(self._led)):
+        for name, partition in sorted(set(self.state.led)):
             if wanted is not None and name not in wanted:
                 continue
             try:
-                st = self.partition_state(self.topic(name), partition)
+                st = self.state.partition_state(self.state.topic(name), partition)
                 with st.lock:
                     segments = storage_call(st.log.segments)
             except errors.SparklogError:
@@ -167,13 +170,15 @@ class AdminCalls(BrokerState):
         """Create a topic; ``replication_factor`` is accepted from 1 to the live brokers (or
         -1, the default), stored and reported back: the object store keeps the data.
         ``created_by``: the principal asking, whose per-principal caps apply."""
-        assert self.cluster is not None
-        topic_caps.check(self.config, self.root.metadata.image(), created_by, 1, partitions)
+        assert self.state.cluster is not None
+        topic_caps.check(
+            self.state.config, self.state.root.metadata.image(), created_by, 1, partitions
+        )
         value_type = _schema_from_text(value_schema) if value_schema else None
         _log_unknown_keys(name, config)
-        live = len(self.cluster.live())
+        live = len(self.state.cluster.live())
         info = storage_call(
-            lambda: self.root.create_topic(
+            lambda: self.state.root.create_topic(
                 name,
                 partitions,
                 config,
@@ -183,7 +188,7 @@ class AdminCalls(BrokerState):
                 created_by=created_by,
             )
         )
-        self._forget_topic(name)
+        self.state.forget_topic(name)
         return {
             "name": info.name,
             "topic_id": info.topic_id,
@@ -192,8 +197,8 @@ class AdminCalls(BrokerState):
         }
 
     def delete_topic(self, name: str) -> None:
-        storage_call(lambda: self.root.delete_topic(name))
-        self._forget_topic(name)
+        storage_call(lambda: self.state.root.delete_topic(name))
+        self.state.forget_topic(name)
 
     def alter_topic_config(
         self,
@@ -206,35 +211,39 @@ class AdminCalls(BrokerState):
         """Change a topic's config; ``validate_only`` runs every check and changes nothing."""
         _log_unknown_keys(name, {**updates, **dict.fromkeys(remove)})
         info = storage_call(
-            lambda: self.root.alter_topic_config(name, updates, remove, dry_run=validate_only)
+            lambda: self.state.root.alter_topic_config(name, updates, remove, dry_run=validate_only)
         )
         if not validate_only:
-            self._forget_topic(name)
+            self.state.forget_topic(name)
         return dict(info.config)
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int:
         """Grow ``name`` to ``total`` partitions; they count against its creator's cap.
         ``validate_only`` runs every check and changes nothing."""
-        doc = self.root.metadata.image().topics.get(name) or {}
+        doc = self.state.root.metadata.image().topics.get(name) or {}
         grown = total - int(doc.get("partitions", total))
-        topic_caps.check(self.config, self.root.metadata.image(), doc.get("created_by"), 0, grown)
-        info = storage_call(lambda: self.root.add_partitions(name, total, dry_run=validate_only))
+        topic_caps.check(
+            self.state.config, self.state.root.metadata.image(), doc.get("created_by"), 0, grown
+        )
+        info = storage_call(
+            lambda: self.state.root.add_partitions(name, total, dry_run=validate_only)
+        )
         if not validate_only:
-            self._forget_topic(name)
+            self.state.forget_topic(name)
         return int(info.partitions)
 
     def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:
         """Kafka's DeleteRecords on a partition this broker leads: move the log start offset
         up to ``before_offset`` (-1 = the high watermark), removing the segments wholly below
         it (fenced by our leader epoch); return the new log start offset."""
-        topic = self.topic(topic_name)
-        st = self.partition_state(topic, partition)
-        self._check_leader(topic_name, partition)
+        topic = self.state.topic(topic_name)
+        st = self.state.partition_state(topic, partition)
+        self.state.check_leader(topic_name, partition)
         with st.lock:
             start = storage_call(
                 lambda: delete_records(st.log, before_offset, leader_epoch=st.epoch)
             )
-        self.cache.drop(st.key)
+        self.state.cache.drop(st.key)
         return int(start)
 
     def init_producer_id(self) -> tuple[int, int]:

@@ -1,16 +1,18 @@
 """What every role of the broker shares: its caches of topics, shards and partitions.
 
-:class:`BrokerState` declares the state the roles (leadership, produce path, fetch
-path, admin calls; :class:`sparklog.broker_lite.service.Broker` combines them) work
-on, and the lookups they all use: a topic's data handle, a partition's state
-(views over its shard's writer and reader logs, our leader epoch), the leader check.
+:class:`BrokerState` is the one object the roles (leadership, produce path, fetch
+path, admin calls, upkeep; :class:`sparklog.broker_lite.service.Broker` composes them)
+are each handed: the configuration, root and cluster view, the caches, and the lookups
+they all use: a topic's data handle, a partition's state (views over its shard's
+writer and reader logs, our leader epoch), the leader check, the commit count a
+long-poll fetch waits on.  It is also the transaction coordinator's host
+(:class:`~sparklog.broker_lite.transactions.host.TransactionHost`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
@@ -18,15 +20,12 @@ from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.partition_state import PartitionState, ShardState, storage_call
-from sparklog.broker_lite.produce import FlushBatcher
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
-from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.errors import (
     InvalidRequestError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.storage import LogRoot, Topic
 from sparklog.topic_partition import TopicPartition
 
@@ -34,46 +33,58 @@ log = logging.getLogger("sparklog.broker_lite.broker")
 
 
 class BrokerState:
-    """The broker's shared state and lookups (see the module docstring)."""
+    """The broker's shared state and lookups (see the module docstring).
 
-    config: BrokerConfig
-    root: LogRoot
-    metrics: Metrics
-    cache: TailCache
-    coordinator: GroupCoordinator
-    transactions: TransactionCoordinator
-    cluster: Cluster | None
-    _lock: threading.Lock
-    _topics: dict[str, Topic]
-    _partitions: dict[PartitionKey, PartitionState]
-    _shards: dict[tuple[str, str, int], ShardState]
-    _batcher: FlushBatcher | None
-    _led: set[TopicPartition]
-    damaged_topics: dict[str, str]
-    _pool: ThreadPoolExecutor
-    commits: int
-    _committed: threading.Condition
-    _stopping: threading.Event
-    _ready: threading.Event
-    _threads: list[threading.Thread]
+    ``lock`` guards ``topic_handles``, ``partitions`` and ``shards``; ``led`` is the
+    leadership role's, read by the others; ``cluster`` is set when the broker starts.
+    """
+
+    def __init__(self, config: BrokerConfig, root: LogRoot, metrics: Metrics) -> None:
+        self.config = config
+        self.root = root
+        self.metrics = metrics
+        self.cache = TailCache(config.tail_cache_bytes)
+        self.cluster: Cluster | None = None
+        self.lock = threading.Lock()
+        self.topic_handles: dict[str, Topic] = {}
+        self.partitions: dict[PartitionKey, PartitionState] = {}
+        self.shards: dict[tuple[str, str, int], ShardState] = {}
+        #: the partitions this broker leads (the leadership role derives them)
+        self.led: set[TopicPartition] = set()
+        #: topics whose metadata cannot be read (name -> why): not served, reported
+        self.damaged_topics: dict[str, str] = {}
+        #: commits made by this broker so far, for waits on several partitions at once
+        self.commits = 0
+        self.committed = threading.Condition()
+        #: set when the broker stops: every loop and wait of every role ends
+        self.stop_requested = threading.Event()
 
     def count_commit(self) -> None:
         """One more commit made through this broker (a flush's, a transaction's markers):
         wakes the waits on several partitions at once (``wait_for_commit``)."""
-        with self._committed:
+        with self.committed:
             self.commits += 1
-            self._committed.notify_all()
+            self.committed.notify_all()
+
+    def wait_for_commit(self, seen: int, timeout_s: float) -> None:
+        """Wait until this broker commits anything after ``seen`` (a value of
+        ``commits``), at most ``timeout_s``: a fetch long-polling several partitions
+        wakes on the first commit instead of polling them."""
+        with self.committed:
+            self.committed.wait_for(
+                lambda: self.commits != seen or self.stop_requested.is_set(), timeout_s
+            )
 
     def topic(self, name: str) -> Topic:
-        with self._lock:
-            topic = self._topics.get(name)
+        with self.lock:
+            topic = self.topic_handles.get(name)
         if topic is not None:
             return topic
         topic = storage_call(lambda: self.root.topic(name))
         if self.cluster is not None:
             self.cluster.note_shards(name, topic.shards)
-        with self._lock:
-            return self._topics.setdefault(name, topic)
+        with self.lock:
+            return self.topic_handles.setdefault(name, topic)
 
     def partition_state(self, topic: Topic, partition: int) -> PartitionState:
         if not isinstance(partition, int) or isinstance(partition, bool):
@@ -82,7 +93,7 @@ class BrokerState:
             try:
                 topic.reload()
             except errors.UnknownTopicOrPartitionError:
-                self._forget_topic(topic.name)
+                self.forget_topic(topic.name)
                 raise UnknownTopicOrPartitionError(f"topic {topic.name!r} was deleted") from None
             if not 0 <= partition < topic.partitions:
                 raise UnknownTopicOrPartitionError(
@@ -90,30 +101,31 @@ class BrokerState:
                     f"{topic.partitions - 1}"
                 )
         key = (topic.name, topic.info.topic_id, partition)
-        with self._lock:
-            st = self._partitions.get(key)
+        with self.lock:
+            st = self.partitions.get(key)
             if st is None:
                 shard_key = (topic.name, topic.info.topic_id, topic.info.shard_of(partition))
-                shard = self._shards.get(shard_key)
+                shard = self.shards.get(shard_key)
                 if shard is None:
                     shard = ShardState(
                         shard_key,
                         log=topic.shard(shard_key[2]),
                         reader=topic.open_shard(shard_key[2]),
                     )
-                    self._shards[shard_key] = shard
+                    self.shards[shard_key] = shard
                 st = PartitionState(
                     key,
                     shard,
                     log=topic.view(shard.log, partition),
                     reader=topic.view(shard.reader, partition),
                 )
-                self._partitions[key] = st
+                self.partitions[key] = st
         return st
 
-    def _check_leader(self, topic: str, partition: int) -> None:
+    def check_leader(self, topic: str, partition: int) -> None:
+        """Refuse a produce to a partition this broker does not lead, naming the leader."""
         assert self.cluster is not None
-        if self._stopping.is_set():
+        if self.stop_requested.is_set():
             raise NotLeaderOrFollowerError(
                 f"broker {self.config.broker_id} is shutting down", leader_location=""
             )
@@ -139,19 +151,20 @@ class BrokerState:
             leader_location=leader.location if leader else "",
         )
 
-    def _forget_topic(self, name: str) -> None:
-        with self._lock:
-            topic = self._topics.pop(name, None)
+    def forget_topic(self, name: str) -> None:
+        """Drop a deleted (or unreadable) topic's handle, partition and shard states."""
+        with self.lock:
+            topic = self.topic_handles.pop(name, None)
             if topic is not None:
-                for key in [k for k in self._partitions if k[0] == name]:
-                    self._partitions.pop(key)
+                for key in [k for k in self.partitions if k[0] == name]:
+                    self.partitions.pop(key)
                     self.cache.drop(key)
-                for shard_key in [k for k in self._shards if k[0] == name]:
-                    self._shards.pop(shard_key)
+                for shard_key in [k for k in self.shards if k[0] == name]:
+                    self.shards.pop(shard_key)
         if self.cluster is not None:
             self.cluster.forget_topic(name)
 
-    def _report_damaged(self, name: str, exc: BaseException) -> None:
+    def report_damaged(self, name: str, exc: BaseException) -> None:
         """Isolate a topic whose metadata is damaged: log it once, serve the other topics."""
         message = str(exc)[:500]
         if self.damaged_topics.get(name) != message:

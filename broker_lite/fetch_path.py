@@ -25,8 +25,11 @@ from sparklog.topic_partition import TopicPartition
 log = logging.getLogger("sparklog.broker_lite.broker")
 
 
-class FetchPath(BrokerState):
+class FetchPath:
     """Fetches (tail cache first, then the root) and ListOffsets."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
 
     def fetch(
         self,
@@ -52,11 +55,11 @@ class FetchPath(BrokerState):
             raise InvalidRequestError(f"offset {offset!r} is not an integer")
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise InvalidRequestError(f"max_bytes={max_bytes!r} is not accepted; accepted: >= 1")
-        topic = self.topic(topic_name)
-        st = self.partition_state(topic, partition)
+        topic = self.state.topic(topic_name)
+        st = self.state.partition_state(topic, partition)
         schema = pa.schema([OFFSET_FIELD, *topic.info.record_schema])
-        wait_s = max(min(int(max_wait_ms), self.config.fetch_max_wait_ms), 0) / 1000
-        refresh_s = self.config.fetch_refresh_ms / 1000
+        wait_s = max(min(int(max_wait_ms), self.state.config.fetch_max_wait_ms), 0) / 1000
+        refresh_s = self.state.config.fetch_refresh_ms / 1000
         deadline = time.monotonic() + wait_s
         refreshed = False
         while True:
@@ -77,17 +80,21 @@ class FetchPath(BrokerState):
                     high_watermark=hwm,
                 )
             if offset < hwm:
-                batches = self.cache.get(st.key, offset, max_bytes)
+                batches = self.state.cache.get(st.key, offset, max_bytes)
                 if batches is not None:
-                    self.metrics.fetch_source.labels("cache").inc(len(batches))
+                    self.state.metrics.fetch_source.labels("cache").inc(len(batches))
                 else:
                     batches = self._read_root(st, offset, hwm, max_bytes)
-                    self.metrics.fetch_source.labels("root").inc(len(batches))
-                self.metrics.fetch_records.labels(topic_name).inc(sum(b.num_rows for b in batches))
-                self.metrics.fetch_bytes.labels(topic_name).inc(sum(b.nbytes for b in batches))
+                    self.state.metrics.fetch_source.labels("root").inc(len(batches))
+                self.state.metrics.fetch_records.labels(topic_name).inc(
+                    sum(b.num_rows for b in batches)
+                )
+                self.state.metrics.fetch_bytes.labels(topic_name).inc(
+                    sum(b.nbytes for b in batches)
+                )
                 return batches, hwm, lso, schema
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._stopping.is_set():
+            if remaining <= 0 or self.state.stop_requested.is_set():
                 return [], hwm, lso, schema
             with st.changed:
                 notified = st.changed.wait(min(remaining, refresh_s))
@@ -99,15 +106,17 @@ class FetchPath(BrokerState):
     ) -> tuple[list[pa.RecordBatch], int, int, pa.Schema]:
         from sparklog.broker_lite.transactions.markers import transactions_view
 
-        deadline = time.monotonic() + max(min(max_wait_ms, self.config.fetch_max_wait_ms), 0) / 1000
+        deadline = (
+            time.monotonic() + max(min(max_wait_ms, self.state.config.fetch_max_wait_ms), 0) / 1000
+        )
         while True:
-            _hwm, last_stable, txn = transactions_view(self, topic_name, partition)
+            _hwm, last_stable, txn = transactions_view(self.state, topic_name, partition)
             wait_ms = 0 if offset >= last_stable else max_wait_ms
             batches, hwm, lso, schema = self.fetch(
                 topic_name, partition, offset, max_bytes, wait_ms
             )
             if wait_ms:
-                _hwm, last_stable, txn = transactions_view(self, topic_name, partition)
+                _hwm, last_stable, txn = transactions_view(self.state, topic_name, partition)
             stable = min(last_stable, hwm)
             visible = committed_only(batches, txn, stable)
             if not visible and batches:
@@ -118,12 +127,11 @@ class FetchPath(BrokerState):
                     stable,
                 )
             remaining = deadline - time.monotonic()
-            if visible or remaining <= 0 or self._stopping.is_set():
+            if visible or remaining <= 0 or self.state.stop_requested.is_set():
                 return visible, stable, lso, schema
             # the next commit of this broker (a marker, a record) or a refresh period
-            broker: Any = self
-            broker.wait_for_commit(
-                broker.commits, min(remaining, self.config.fetch_refresh_ms / 1000)
+            self.state.wait_for_commit(
+                self.state.commits, min(remaining, self.state.config.fetch_refresh_ms / 1000)
             )
 
     def _read_root(
@@ -134,7 +142,7 @@ class FetchPath(BrokerState):
                 try:
                     if attempt or st.reader.high_watermark < hwm:
                         st.reader.refresh()
-                    self.metrics.root_requests.labels("read").inc()
+                    self.state.metrics.root_requests.labels("read").inc()
                     return list(st.reader.iter_batches(offset, hwm, max_bytes=max_bytes))
                 except errors.OffsetOutOfRangeError:
                     if attempt:
@@ -146,19 +154,19 @@ class FetchPath(BrokerState):
     def leader_epoch_end(self, topic_name: str, partition: int) -> tuple[int, int]:
         """(the partition's shard's leader epoch, its high watermark) from the root:
         Kafka's OffsetForLeaderEpoch answer for the current epoch."""
-        topic = self.topic(topic_name)
-        st = self.partition_state(topic, partition)
+        topic = self.state.topic(topic_name)
+        st = self.state.partition_state(topic, partition)
         with st.lock:
             storage_call(st.refresh)
             return int(st.log.leader_epoch), int(st.log.high_watermark)
 
     def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
-        topic = self.topic(topic_name)
-        st = self.partition_state(topic, partition)
+        topic = self.state.topic(topic_name)
+        st = self.state.partition_state(topic, partition)
         with st.lock:
             # the log as held (a led partition's writes all pass here), re-read at most once
             # per fetch_refresh_ms for brokerless writers (Spark, embedded producers)
-            storage_call(lambda: st.refresh(self.config.fetch_refresh_ms / 1000))
+            storage_call(lambda: st.refresh(self.state.config.fetch_refresh_ms / 1000))
             if spec == "earliest":
                 return int(st.log.log_start_offset)
             if spec == "latest":
@@ -191,21 +199,21 @@ class FetchPath(BrokerState):
         client's ListOffsets would.  Never a fresh log per group and partition.
         None: the topic or partition is unknown or unreadable.
         """
-        refresh_ms = self.config.fetch_refresh_ms
+        refresh_ms = self.state.config.fetch_refresh_ms
         out: dict[TopicPartition, int | None] = {}
         looked_at: set[tuple[str, int]] = set()
         for tp in partitions:
             try:
-                topic = self.topic(tp.topic)
+                topic = self.state.topic(tp.topic)
                 if not 0 <= tp.partition < topic.partitions:
                     out[tp] = None  # not (yet: the topics loop reloads) a partition of it
                     continue
                 shard = (tp.topic, topic.info.shard_of(tp.partition))
-                with self._lock:  # partition_state opens the topic's shard logs under it too
+                with self.state.lock:  # partition_state opens the topic's shard logs under it too
                     view = topic.view(topic.shard(shard[1]), tp.partition)
                 if shard not in looked_at:
                     looked_at.add(shard)
-                    led = self.cluster is not None and self.cluster.is_leader(*tp)
+                    led = self.state.cluster is not None and self.state.cluster.is_leader(*tp)
                     if not (led_from_memory and led and view.shard.loaded_state is not None):
                         storage_call(functools.partial(view.refresh, refresh_ms))
                 hwm = view.watermarks_in_memory()[0]

@@ -24,16 +24,18 @@ from sparklog.topic_partition import TopicPartition
 log = logging.getLogger("sparklog.broker_lite.broker")
 
 
-class LeadershipRole(BrokerState):
+class LeadershipRole:
     """Lease renewal, led partitions, warm followers, group coordination."""
 
-    _lease_was_healthy = True
-    #: shards led when the lease went stale (the lease_stale state of the metric)
-    _shards_before_stale = 0
-    #: what the led partitions were last derived from (see :meth:`_update_leadership`)
-    _leadership_inputs: tuple[Any, frozenset[int], bool] | None = None
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
+        self._lease_was_healthy = True
+        #: shards led when the lease went stale (the lease_stale state of the metric)
+        self._shards_before_stale = 0
+        #: what the led partitions were last derived from (see :meth:`update_leadership`)
+        self._leadership_inputs: tuple[Any, frozenset[int], bool] | None = None
 
-    def _lease_loop(self) -> None:
+    def lease_loop(self) -> None:
         """Renew our lease, and nothing else: no other work may delay it.
 
         A write starts every ``lease_interval_ms`` whether or not the previous
@@ -44,14 +46,14 @@ class LeadershipRole(BrokerState):
         it in the same way.  Every store call has a deadline; it takes no lock
         that store I/O holds, so only an outage of the store ends our lease.
         """
-        interval_ms = self.config.lease_interval_ms
-        assert self.cluster is not None
-        cluster = self.cluster
-        in_flight_max = max(2, -(-self.config.lease_timeout_ms // interval_ms) + 1)
+        interval_ms = self.state.config.lease_interval_ms
+        assert self.state.cluster is not None
+        cluster = self.state.cluster
+        in_flight_max = max(2, -(-self.state.config.lease_timeout_ms // interval_ms) + 1)
         writes: set[Future[None]] = set()
         watch: Future[Any] | None = None
         with ThreadPoolExecutor(in_flight_max + 1, thread_name_prefix="sparklog-lease") as pool:
-            while not self._stopping.wait(interval_ms / 1000):
+            while not self.state.stop_requested.wait(interval_ms / 1000):
                 for done in [w for w in writes if w.done()]:
                     writes.discard(done)
                     self._log_lease_failure(done)
@@ -77,13 +79,15 @@ class LeadershipRole(BrokerState):
 
     def _note_lease_health(self) -> None:
         """Say once when our lease goes stale (we lead nothing) and once when it is back."""
-        assert self.cluster is not None
-        healthy = self.cluster.healthy
+        assert self.state.cluster is not None
+        healthy = self.state.cluster.healthy
         if healthy == self._lease_was_healthy:
             return
         self._lease_was_healthy = healthy
         if healthy:
-            log.info("lease renewed: leading again", extra=fields(broker=self.cluster.broker_id))
+            log.info(
+                "lease renewed: leading again", extra=fields(broker=self.state.cluster.broker_id)
+            )
         else:
             # at once, from the lease loop: the leadership pass that also sets these reads
             # the store, which may be what is gone (it can take its deadlines to finish)
@@ -92,17 +96,17 @@ class LeadershipRole(BrokerState):
                 "lease is stale: this broker leads nothing until a renewal completes within "
                 "lease_timeout_ms of its start",
                 extra=fields(
-                    broker=self.cluster.broker_id,
-                    lease_timeout_ms=self.config.lease_timeout_ms,
-                    last_lease_write_ms=round(self.cluster.lease_write_s * 1000),
+                    broker=self.state.cluster.broker_id,
+                    lease_timeout_ms=self.state.config.lease_timeout_ms,
+                    last_lease_write_ms=round(self.state.cluster.lease_write_s * 1000),
                 ),
             )
 
     def _set_leadership_shards(self, *, leading: int, stale: int) -> None:
-        self.metrics.leadership_shards.labels("leading").set(leading)
-        self.metrics.leadership_shards.labels("lease_stale").set(stale)
+        self.state.metrics.leadership_shards.labels("leading").set(leading)
+        self.state.metrics.leadership_shards.labels("lease_stale").set(stale)
 
-    def _update_leadership(self) -> None:
+    def update_leadership(self) -> None:
         """Derive the partitions this broker leads, when anything they depend on changed.
 
         They depend on the image's topics (a section replaced, never changed in place,
@@ -110,61 +114,65 @@ class LeadershipRole(BrokerState):
         with none of them changed walks no topic (issue 37: a tick walked every topic
         and partition each second, idle CPU growing with topics).
         """
-        assert self.cluster is not None
-        live = self.cluster.live()
-        self.metrics.live_brokers.set(len(live))
-        inputs = (self.root.metadata.image().topics, frozenset(live), self.cluster.healthy)
+        assert self.state.cluster is not None
+        live = self.state.cluster.live()
+        self.state.metrics.live_brokers.set(len(live))
+        inputs = (
+            self.state.root.metadata.image().topics,
+            frozenset(live),
+            self.state.cluster.healthy,
+        )
         seen = self._leadership_inputs
         if seen is not None and seen[0] is inputs[0] and seen[1:] == inputs[1:]:
             return
         self._leadership_inputs = inputs
         led: set[TopicPartition] = set()
-        for name in storage_call(self.root.list_topics):
+        for name in storage_call(self.state.root.list_topics):
             try:
-                topic = self.topic(name)
+                topic = self.state.topic(name)
             except errors.CorruptRecordError as exc:
-                self._report_damaged(name, exc)
+                self.state.report_damaged(name, exc)
                 self._leadership_inputs = None  # look again next tick: it may be repaired
                 continue
             except SparklogError:
                 continue
-            self.damaged_topics.pop(name, None)
+            self.state.damaged_topics.pop(name, None)
             led.update(
                 TopicPartition(name, p)
                 for p in range(topic.partitions)
-                if self.cluster.is_leader(name, p)
+                if self.state.cluster.is_leader(name, p)
             )
-        gained, lost = led - self._led, self._led - led
+        gained, lost = led - self.state.led, self.state.led - led
         if gained or lost:
-            self.metrics.leadership_changes.inc(len(gained) + len(lost))
+            self.state.metrics.leadership_changes.inc(len(gained) + len(lost))
             log.info(
                 "leadership changed",
                 extra=fields(gained=sorted(gained)[:50], lost=sorted(lost)[:50], live=sorted(live)),
             )
         for name, p in lost:
-            for key, st in list(self._partitions.items()):
+            for key, st in list(self.state.partitions.items()):
                 if key[0] == name and key[2] == p:
                     # No st.lock: a commit holds it across store I/O.  The next commit
                     # bumps the epoch again (a stale one is fenced and bumped anyway).
                     st.epoch = None
-                    self.cache.drop(key)
-        self._led = led
-        self.metrics.led_partitions.set(len(led))
-        shards = len({(name, self.cluster.shard_of(name, p)) for name, p in led})
-        if self.cluster.healthy:
+                    self.state.cache.drop(key)
+        self.state.led = led
+        self.state.metrics.led_partitions.set(len(led))
+        shards = len({(name, self.state.cluster.shard_of(name, p)) for name, p in led})
+        if self.state.cluster.healthy:
             self._shards_before_stale = shards
         self._set_leadership_shards(
-            leading=shards, stale=0 if self.cluster.healthy else self._shards_before_stale
+            leading=shards, stale=0 if self.state.cluster.healthy else self._shards_before_stale
         )
 
-    def _warm_followers(self, topic: Topic) -> None:
+    def warm_followers(self, topic: Topic) -> None:
         """Keep the logs of partitions we follow loaded, so a takeover starts at once."""
-        assert self.cluster is not None
-        me = self.cluster.broker_id
+        assert self.state.cluster is not None
+        me = self.state.cluster.broker_id
         for p in range(topic.partitions):
-            replicas = self.cluster.replicas(topic.name, p)
+            replicas = self.state.cluster.replicas(topic.name, p)
             if me in replicas[1:]:
-                st = self.partition_state(topic, p)
+                st = self.state.partition_state(topic, p)
                 if st.lock.acquire(blocking=False):  # busy means loaded: skip, never wait
                     try:
                         st.refresh()
@@ -172,26 +180,27 @@ class LeadershipRole(BrokerState):
                         st.lock.release()
 
     def led_partitions(self) -> set[TopicPartition]:
-        return set(self._led)
+        return set(self.state.led)
 
     def coordinator_of(self, group: str) -> BrokerInfo | None:
         """The live broker coordinating ``group`` (highest rendezvous weight)."""
-        assert self.cluster is not None
-        live = self.cluster.live()
+        assert self.state.cluster is not None
+        live = self.state.cluster.live()
         if not live:
             return None
         return live[max(live, key=lambda b: rendezvous_weight(group, 0, b))]
 
     def check_coordinator(self, group: str) -> None:
         """Refuse a group this broker does not coordinate, naming the one that does."""
-        if self.config.force_leader or self.cluster is None:
+        if self.state.config.force_leader or self.state.cluster is None:
             return
         owner = self.coordinator_of(group)
-        if owner is not None and owner.broker_id == self.config.broker_id:
+        if owner is not None and owner.broker_id == self.state.config.broker_id:
             return
         where = f"broker {owner.broker_id} at {owner.location}" if owner else "no live broker"
+        me = self.state.config.broker_id
         raise NotCoordinatorError(
-            f"group {group!r} is coordinated by {where}, not by broker {self.config.broker_id}",
+            f"group {group!r} is coordinated by {where}, not by broker {me}",
             coordinator_id=owner.broker_id if owner else -1,
             coordinator_location=owner.location if owner else "",
         )

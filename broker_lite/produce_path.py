@@ -28,8 +28,10 @@ from sparklog.broker_lite.produce import (
     ProduceOutcome,
     ProduceRequest,
     Run,
+    commit_pool,
     duplicate_outcome,
 )
+from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.errors import FencedError as LeaderEpochFenced
 from sparklog.errors import (
     InvalidRecordError,
@@ -49,8 +51,30 @@ log = logging.getLogger("sparklog.broker_lite.broker")
 ACKS = ("0", "1", "all")
 
 
-class ProducePath(BrokerState):
-    """Produce requests: leadership checks, batching, writing and committing."""
+class ProducePath:
+    """Produce requests: leadership checks, batching, writing and committing.
+
+    ``transactions`` checks a transactional append against its transaction's state.
+    """
+
+    def __init__(self, state: BrokerState, transactions: TransactionCoordinator) -> None:
+        self.state = state
+        self.transactions = transactions
+        #: the broker's one batcher, made by the first produce (none once stopping)
+        self._batcher: FlushBatcher | None = None
+        # a flush of many topics commits each shard it touched at once (threads made on demand)
+        self._pool = commit_pool(32)
+
+    def close(self) -> None:
+        """Flush what is pending and stop: the broker stops (its stop was requested)."""
+        with self.state.lock:
+            batcher = self._batcher
+        if batcher is not None:
+            batcher.close()
+
+    def shutdown_commits(self) -> None:
+        """Wait for the commits of the last flushes (after :meth:`close`)."""
+        self._pool.shutdown(wait=True)
 
     def produce(
         self,
@@ -115,20 +139,20 @@ class ProducePath(BrokerState):
         """
         if acks not in ACKS:
             raise InvalidRequestError(f"acks={acks!r} is not accepted; accepted: 0, 1, all")
-        topic = self.topic(topic_name)
+        topic = self.state.topic(topic_name)
         refused: dict[int, BaseException] = {}
         leads: dict[int, bool] = {}  # shard -> whether this broker leads it
         shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
         for i, item in enumerate(items):
             try:
-                self.partition_state(topic, item.partition)
+                self.state.partition_state(topic, item.partition)
                 shard = item.partition % shards
                 if shard not in leads:
                     leads[shard] = False
-                    self._check_leader(topic_name, item.partition)
+                    self.state.check_leader(topic_name, item.partition)
                     leads[shard] = True
                 elif not leads[shard]:
-                    self._check_leader(topic_name, item.partition)  # this partition's error
+                    self.state.check_leader(topic_name, item.partition)  # this partition's error
             except SparklogError as exc:
                 if all_or_nothing:
                     raise
@@ -169,7 +193,7 @@ class ProducePath(BrokerState):
                 item.txn,
                 future=Outcome(latch),
             )
-        limit = self.config.max_request_bytes
+        limit = self.state.config.max_request_bytes
         if all_or_nothing and size_bytes > limit:
             raise InvalidRecordError(
                 f"produce request of {size_bytes} bytes exceeds max_request_bytes={limit}; "
@@ -194,14 +218,14 @@ class ProducePath(BrokerState):
                 for i in range(len(items))
             ]
         if pending:
-            self.metrics.produce_waiting.inc()
+            self.state.metrics.produce_waiting.inc()
             try:
                 self._flush_batcher().submit(topic_name, pending)
                 if on_queued is not None:
                     on_queued()
                 latch.wait()
             finally:
-                self.metrics.produce_waiting.dec()
+                self.state.metrics.produce_waiting.dec()
         outcomes: list[ProduceOutcome | BaseException] = []
         records = produced_bytes = 0
         for i in range(len(items)):
@@ -216,17 +240,17 @@ class ProducePath(BrokerState):
             outcomes.append(r.future.result())
             records += r.record_count
             produced_bytes += r.size_bytes
-        self.metrics.produce_records.labels(topic_name).inc(records)
-        self.metrics.produce_bytes.labels(topic_name).inc(produced_bytes)
+        self.state.metrics.produce_records.labels(topic_name).inc(records)
+        self.state.metrics.produce_bytes.labels(topic_name).inc(produced_bytes)
         return outcomes
 
     def _flush_batcher(self) -> FlushBatcher:
-        with self._lock:
+        with self.state.lock:
             if self._batcher is None:
-                if self._stopping.is_set():
+                if self.state.stop_requested.is_set():
                     raise NotLeaderOrFollowerError("broker is shutting down", leader_location="")
                 self._batcher = FlushBatcher(
-                    self._flush, self.config.linger_ms, self.config.batch_bytes
+                    self._flush, self.state.config.linger_ms, self.state.config.batch_bytes
                 )
             return self._batcher
 
@@ -236,7 +260,7 @@ class ProducePath(BrokerState):
         ready: dict[str, tuple[Topic, list[Run]]] = {}
         for topic_name, runs in runs_by_topic.items():
             try:
-                topic = self.topic(topic_name)
+                topic = self.state.topic(topic_name)
             except SparklogError as exc:
                 _fail(runs, exc)
                 continue
@@ -248,15 +272,15 @@ class ProducePath(BrokerState):
         staged = self._write_object(ready)
         if staged is None:
             return
-        self.metrics.root_objects.inc()
-        self.metrics.root_requests.labels("object").inc()
+        self.state.metrics.root_objects.inc()
+        self.state.metrics.root_requests.labels("object").inc()
         commits: list[tuple[Topic, list[Run]]] = []
         for topic_name, (topic, runs) in ready.items():
             by_shard: dict[int, list[Run]] = {}
             shards = topic.info.shards  # (``info.shard_of`` rebuilds the topic's config per call)
             for run in runs:
                 if run.partition not in staged[topic_name]:  # only empty batches
-                    st = self.partition_state(topic, run.partition)
+                    st = self.state.partition_state(topic, run.partition)
                     for r in run.requests:
                         r.future.set_result(ProduceOutcome(st.log.high_watermark, 0))
                     continue
@@ -271,14 +295,14 @@ class ProducePath(BrokerState):
                 for topic, shard_runs in commits
             ]
             wait(futures)
-        self.metrics.flush_seconds.observe(time.perf_counter() - started)
+        self.state.metrics.flush_seconds.observe(time.perf_counter() - started)
 
     def _not_yet_committed(self, topic: Topic, runs: list[Run]) -> list[Run]:
         """The runs' requests an idempotent producer's state does not already hold
         (a retry's answered from the log instead)."""
         ready: list[Run] = []
         for run in runs:
-            st = self.partition_state(topic, run.partition)
+            st = self.state.partition_state(topic, run.partition)
             keep = []
             with st.lock:
                 if st.epoch is None:  # not yet leading: others may have committed meanwhile
@@ -311,7 +335,7 @@ class ProducePath(BrokerState):
         def codec(runs: list[Run]) -> str:
             compression = runs[0].requests[0].compression
             # the request named no codec: the broker's setting applies
-            return self.config.compression if compression is None else compression
+            return self.state.config.compression if compression is None else compression
 
         every = [run for _, runs in ready.values() for run in runs]
         try:
@@ -323,7 +347,7 @@ class ProducePath(BrokerState):
                 (topic, topic.section({run.partition: run.batches for run in runs}, codec(runs)))
                 for topic, runs in ready.values()
             ]
-            staged = write_shared_object(self.root.store, sections)
+            staged = write_shared_object(self.state.root.store, sections)
             return dict(zip(ready, staged, strict=True))
         except SparklogError as exc:
             _fail(every, exc)
@@ -334,7 +358,7 @@ class ProducePath(BrokerState):
 
     def _commit_shard(self, topic: Topic, runs: list[Run], staged: Mapping[int, Any]) -> None:
         """Commit the runs of one shard as one commit; resolve their requests."""
-        states = {run.partition: self.partition_state(topic, run.partition) for run in runs}
+        states = {run.partition: self.state.partition_state(topic, run.partition) for run in runs}
         shard = states[runs[0].partition].shard
         try:
             with shard.lock:
@@ -352,7 +376,7 @@ class ProducePath(BrokerState):
                 # cached before the producers hear of the commit: a fetch made after an
                 # acknowledgement finds the acknowledged records in the tail, not a part
                 st = states[run.partition]
-                self.cache.add(
+                self.state.cache.add(
                     st.key,
                     result.base_offset,
                     run.batches,
@@ -367,16 +391,7 @@ class ProducePath(BrokerState):
                 st = states[run.partition]
                 with st.changed:
                     st.changed.notify_all()
-        self.count_commit()
-
-    def wait_for_commit(self, seen: int, timeout_s: float) -> None:
-        """Wait until this broker commits anything after ``seen`` (a value of
-        ``commits``), at most ``timeout_s``: a fetch long-polling several partitions
-        wakes on the first commit instead of polling them."""
-        with self._committed:
-            self._committed.wait_for(
-                lambda: self.commits != seen or self._stopping.is_set(), timeout_s
-            )
+        self.state.count_commit()
 
     def _append_as_leader(
         self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]
@@ -386,12 +401,12 @@ class ProducePath(BrokerState):
         A run that an idempotent producer's state now refuses (another writer
         moved the log since the pre-check) is failed alone; the others commit.
         """
-        assert self.cluster is not None
+        assert self.state.cluster is not None
         for _ in range(4):
             try:
                 if shard.epoch is None:
                     shard.epoch = shard.log.bump_epoch()
-                    self.metrics.root_requests.labels("commit").inc()
+                    self.state.metrics.root_requests.labels("commit").inc()
                     log.info(
                         "took leadership",
                         extra=fields(topic=topic.name, shard=shard.key[2], epoch=shard.epoch),
@@ -403,8 +418,8 @@ class ProducePath(BrokerState):
                     producers={run.partition: run.producer for run in runs if run.producer},
                     transactions={run.partition: run.txn for run in runs if run.txn is not None},
                 )
-                self.metrics.commit_seconds.observe(time.perf_counter() - started)
-                self.metrics.root_requests.labels("commit").inc()
+                self.state.metrics.commit_seconds.observe(time.perf_counter() - started)
+                self.state.metrics.root_requests.labels("commit").inc()
                 return runs, results
             except (ProducerFencedError, OutOfOrderSequenceNumberError, InvalidTxnStateError):
                 runs = self._drop_refused_runs(topic, runs)
@@ -423,11 +438,11 @@ class ProducePath(BrokerState):
                 )
                 shard.epoch = None
                 for run in runs:
-                    self.cache.drop(self.partition_state(topic, run.partition).key)
-                if not self.config.force_leader:
-                    storage_call(self.cluster.refresh)
+                    self.state.cache.drop(self.state.partition_state(topic, run.partition).key)
+                if not self.state.config.force_leader:
+                    storage_call(self.state.cluster.refresh)
                     for run in runs:
-                        self._check_leader(topic.name, run.partition)
+                        self.state.check_leader(topic.name, run.partition)
             except SparklogError:
                 raise
         raise NotLeaderOrFollowerError(
@@ -444,7 +459,7 @@ class ProducePath(BrokerState):
                 keep.append(run)
                 continue
             try:
-                st = self.partition_state(topic, run.partition)
+                st = self.state.partition_state(topic, run.partition)
                 st.log.duplicate_of(batch)
                 if run.txn is not None:
                     self._check_txn_run(topic, run, batch, st.log.state.transactions)

@@ -1,12 +1,13 @@
-"""The broker's logic, independent of the wire: one :class:`Broker` made of its roles.
+"""The broker's logic, independent of the wire: one :class:`Broker` composed of its roles.
 
-:class:`Broker` owns the per-topic produce batchers, the leader-side partition
-states (writer log, leader epoch, long-poll condition), the tail cache, the
-cluster view and the group coordinator, and runs the background loops.  Its
-roles live in their own modules, each over the shared state of
-:class:`~sparklog.broker_lite.broker_state.BrokerState`: leadership
-(``leadership.py``), the produce path (``produce_path.py``), the fetch path
-(``fetch_path.py``) and metadata and admin calls (``admin_calls.py``).
+:class:`Broker` holds its roles and runs the background loops.  Each role lives in its
+own module and is handed the shared state
+(:class:`~sparklog.broker_lite.broker_state.BrokerState`: the caches of topics, shards
+and partitions, the tail cache, the cluster view) and the roles it calls: leadership
+(``leadership.py``), the produce path (``produce_path.py``, with the transaction
+coordinator), the fetch path (``fetch_path.py``), metadata and admin calls
+(``admin_calls.py``), the groups this broker coordinates (``group_role.py``) and the
+cleaner's host (``upkeep.py``), beside the group and transaction coordinators.
 ``broker_lite.server`` exposes it over Arrow Flight, ``broker_lite.kafka`` over
 Kafka's protocol; tests and the benchmarks can also drive it directly.
 """
@@ -18,48 +19,50 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from sparklog import errors
 from sparklog.broker_lite.admin_calls import AdminCalls
+from sparklog.broker_lite.broker_state import BrokerState
 from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.fetch_path import FetchPath
+from sparklog.broker_lite.group_role import GroupRole
 from sparklog.broker_lite.group_routing import CoordinatedGroups
 from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.leadership import LeadershipRole
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
-from sparklog.broker_lite.partition_state import PartitionState, ShardState, storage_call
-from sparklog.broker_lite.produce import FlushBatcher, commit_pool
+from sparklog.broker_lite.partition_state import storage_call
 from sparklog.broker_lite.produce_path import ProducePath
-from sparklog.broker_lite.tailcache import PartitionKey, TailCache
+from sparklog.broker_lite.tailcache import TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
+from sparklog.broker_lite.upkeep import Upkeep
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
-from sparklog.groups.lag import lag_of
 from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
-from sparklog.storage import LogRoot, Topic, open_root
-from sparklog.storage.shared_objects import SharedSection
-from sparklog.topic_partition import TopicPartition
+from sparklog.storage import LogRoot, open_root
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 #: how often a broker looks for timed-out and orphaned transactions
 TRANSACTIONS_TICK_S = 1.0
 #: the lag metric is computed every this many ticks (group sweeps run every tick)
 LAG_TICKS = 5
-#: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
-#: writer's abandoned upload appears without a commit)
-UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
-#: how often (at most) the objects shared by topics are listed for collection
-SHARED_GC_INTERVAL_MS = 60 * 60 * 1000
 
 
-class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
-    """One broker: everything durable lives in ``root``; this holds caches and threads."""
+class Broker:
+    """One broker: everything durable lives in ``root``; this holds caches and threads.
+
+    It is composed of its roles, each handed the shared :class:`BrokerState` (and the
+    other roles it calls), as Kafka's ``BrokerServer`` composes a replica manager and
+    coordinators: ``leadership``, ``produce_path``, ``fetch_path``, ``admin``,
+    ``group_role``, ``upkeep`` (the cleaner's host), the group coordinator
+    (``coordinator``, and ``groups``, its calls refused for groups another broker
+    coordinates) and the transaction coordinator (``transactions``).  Its public calls
+    are its roles' (the listeners, tests and benchmarks call them on the broker).
+    """
 
     def __init__(
         self,
@@ -88,7 +91,11 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             metadata_max_staleness_ms=None,
         )
         self.metrics = Metrics()
-        self.cache = TailCache(config.tail_cache_bytes)
+        #: what every role shares: caches, the cluster view, the commit count
+        self.state = state = BrokerState(config, self.root, self.metrics)
+        self.leadership = LeadershipRole(state)
+        self.fetch_path = FetchPath(state)
+        self.admin = AdminCalls(state)
         #: the group coordinator (in memory: this broker's groups); ``groups`` is what the
         #: listeners call, refusing groups another broker coordinates
         self.coordinator = GroupCoordinator(
@@ -101,46 +108,74 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             consumer_session_timeout_ms=config.consumer_group_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
             consumer_migration_policy=config.group_consumer_migration_policy,
-            high_watermarks=self.high_watermarks,
+            high_watermarks=self.fetch_path.high_watermarks,
         )
-        self.groups = CoordinatedGroups(self.coordinator, self.check_coordinator)
+        self.groups = CoordinatedGroups(self.coordinator, self.leadership.check_coordinator)
         # a regex subscription is resolved to the topics its member may describe (KIP-848)
         self.coordinator.consumer.may_describe = self._may_describe_topic
-        #: Kafka's transaction coordinator (state in the metadata log: any broker serves any id)
+        self.group_role = GroupRole(
+            state,
+            self.coordinator,
+            functools.partial(self.fetch_path.high_watermarks, led_from_memory=True),
+        )
+        #: Kafka's transaction coordinator (state in the metadata log: any broker serves any
+        #: id), hosted by the shared state (root, shard logs, live brokers)
         self.transactions = TransactionCoordinator(
-            self,
+            state,
             ProducerIdAllocator(self.root.store, config.broker_id).allocate,
             max_timeout_ms=config.transaction_max_timeout_ms,
         )
-        self.cluster: Cluster | None = None
-        self._lock = threading.Lock()
-        self._topics: dict[str, Topic] = {}
-        self._partitions: dict[PartitionKey, PartitionState] = {}
-        self._shards: dict[tuple[str, str, int], ShardState] = {}
-        self._batcher: FlushBatcher | None = None
-        #: (topic, job) -> (topic id and shard versions, last full pass ms, work waiting):
-        #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
-        self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
-        self._maintenance_topics: dict[str, Topic] = {}
-        #: the metadata log version and whether files waited, at the last pruning
-        self._metadata_pruned: tuple[int, bool] | None = None
-        self._shared_collected_ms = 0
-        self._groups_listed: list[str] = []
-        self._groups_listed_ms = -UPKEEP_FULL_PASS_MS
-        #: the sections each shared object names (objects never change): read once
-        self._shared_trailers: dict[str, list[SharedSection]] = {}
-        self._led: set[TopicPartition] = set()
-        #: topics whose metadata cannot be read (name -> why): not served, reported
-        self.damaged_topics: dict[str, str] = {}
-        # a flush of many topics commits each shard it touched at once (threads made on demand)
-        self._pool = commit_pool(32)
-        #: commits made by this broker so far, for waits on several partitions at once
-        self.commits = 0
-        self._committed = threading.Condition()
-        self._stopping = threading.Event()
+        self.produce_path = ProducePath(state, self.transactions)
+        self.upkeep = Upkeep(state, self.group_role.owned_groups)
+        # -- the broker's calls, each its role's --------------------------------------
+        self.produce = self.produce_path.produce
+        self.produce_each = self.produce_path.produce_each
+        self.fetch = self.fetch_path.fetch
+        self.list_offsets = self.fetch_path.list_offsets
+        self.leader_epoch_end = self.fetch_path.leader_epoch_end
+        self.high_watermarks = self.fetch_path.high_watermarks
+        self.describe_cluster = self.admin.describe_cluster
+        self.metadata = self.admin.metadata
+        self.led_partition_sizes = self.admin.led_partition_sizes
+        self.create_topic = self.admin.create_topic
+        self.delete_topic = self.admin.delete_topic
+        self.alter_topic_config = self.admin.alter_topic_config
+        self.add_partitions = self.admin.add_partitions
+        self.delete_records = self.admin.delete_records
+        self.init_producer_id = self.admin.init_producer_id
+        self.led_partitions = self.leadership.led_partitions
+        self.coordinator_of = self.leadership.coordinator_of
+        self.check_coordinator = self.leadership.check_coordinator
+        self.owned_groups = self.group_role.owned_groups
+        self.topic = state.topic
+        self.partition_state = state.partition_state
+        self.wait_for_commit = state.wait_for_commit
+        self.count_commit = state.count_commit
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_metadata_refresh = 0.0
+
+    @property
+    def cluster(self) -> Cluster | None:
+        """The cluster view (registration, leases, leadership); None before :meth:`start`."""
+        return self.state.cluster
+
+    @property
+    def commits(self) -> int:
+        """Commits made through this broker so far (a long-poll fetch waits for the next)."""
+        return self.state.commits
+
+    @property
+    def damaged_topics(self) -> dict[str, str]:
+        return self.state.damaged_topics
+
+    @property
+    def cache(self) -> TailCache:
+        return self.state.cache
+
+    def _update_leadership(self) -> None:
+        """Derive the led partitions now (the control loop's step; tests call it)."""
+        self.leadership.update_leadership()
 
     # -- lifecycle ---------------------------------------------------------
     def _may_describe_topic(self, principal: str, host: str, topic: str) -> bool:
@@ -162,7 +197,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         storage_call(
             lambda: retrying(self.root.metadata.upgrade, deadline_ms=self.config.retry_timeout_ms)
         )
-        self.cluster = cluster = Cluster(
+        self.state.cluster = cluster = Cluster(
             self.root,
             self.config.broker_id,
             location,
@@ -176,21 +211,22 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         )
         # the first renewal also opens the store's connections: give it a few tries
         storage_call(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
-        self._update_leadership()
+        self.leadership.update_leadership()
         # Each loop only waits for its own work (docs/architecture.md, "Broker threads"):
         # leases, then the metadata image and leadership, are never behind a group sweep,
         # a topic reload or a store read for lag.
         tick_s = min(self.config.lease_interval_ms, self.config.metadata_refresh_ms) / 1000
-        self._spawn("lease", self._lease_loop)
+        self._spawn("lease", self.leadership.lease_loop)
         self._spawn("control", self._every(tick_s, "control tick", self._follow_cluster))
         self._spawn("topics", self._every(tick_s, "topics tick", self._follow_topics))
-        self._spawn("groups", self._every(tick_s, "group sweep", self._sweep_groups))
-        self._spawn("lag", self._every(LAG_TICKS * tick_s, "lag pass", self._record_lag))
+        self._spawn("groups", self._every(tick_s, "group sweep", self.group_role.sweep))
+        lag_s = LAG_TICKS * tick_s
+        self._spawn("lag", self._every(lag_s, "lag pass", self.group_role.record_lag))
         self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
 
-            cleaner = Cleaner(self, self.config.cleaner_interval_ms)
+            cleaner = Cleaner(self.upkeep, self.config.cleaner_interval_ms)
             self._spawn("cleaner", cleaner.loop)
         for link in links:
             self._spawn(f"mirror-{link}", functools.partial(self._mirror_loop, link))
@@ -208,7 +244,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         root = open_root(self.config.root, self.config.storage_options)
         log.info("mirror link started", extra=fields(link=link))
         try:
-            self._mirror(root).run(link, self._stopping)
+            self._mirror(root).run(link, self.state.stop_requested)
         except Exception:
             log.exception("mirror link stopped", extra=fields(link=link))
 
@@ -236,28 +272,26 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.state.stop_requested.is_set()
 
     def close(self) -> None:
         """Graceful stop: refuse new produce, flush pending batches, give up the lease."""
-        if self._stopping.is_set():
+        state = self.state
+        if state.stop_requested.is_set():
             return
-        self._stopping.set()
-        with self._lock:
-            batcher = self._batcher
-        if batcher is not None:
-            batcher.close()
-        for st in list(self._partitions.values()):
+        state.stop_requested.set()
+        self.produce_path.close()
+        for st in list(state.partitions.values()):
             with st.changed:
                 st.changed.notify_all()
-        with self._committed:
-            self._committed.notify_all()
+        with state.committed:
+            state.committed.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
         self.coordinator.close()  # the deadline thread of parked joins and syncs
-        if self.cluster is not None:
-            self.cluster.resign()
-        self._pool.shutdown(wait=True)
+        if state.cluster is not None:
+            state.cluster.resign()
+        self.produce_path.shutdown_commits()
         self.transactions.close()
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
@@ -266,7 +300,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         round is logged and the next one runs as planned."""
 
         def loop() -> None:
-            while not self._stopping.wait(interval_s):
+            while not self.state.stop_requested.wait(interval_s):
                 try:
                     work()
                 except SparklogError as exc:
@@ -286,20 +320,20 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
             except SparklogError as exc:
                 # an unreachable store must not stop the rest: leadership follows our lease
                 log.warning("metadata refresh failed", extra=fields(error=str(exc)))
-        self._update_leadership()
+        self.leadership.update_leadership()
 
     def _follow_topics(self) -> None:
         """Reload the cached topics (partitions added, configs, deletions); warm followers."""
         self._reload_topics()
         if self.config.replication_factor > 1:
-            with self._lock:
-                cached = list(self._topics.values())
+            with self.state.lock:
+                cached = list(self.state.topic_handles.values())
             for topic in cached:
-                self._warm_followers(topic)
+                self.leadership.warm_followers(topic)
 
     def _transactions_loop(self) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids we coordinate."""
-        while not self._stopping.wait(TRANSACTIONS_TICK_S):
+        while not self.state.stop_requested.wait(TRANSACTIONS_TICK_S):
             try:
                 self.transactions.tick(self.coordinates_transaction)
             except Exception:
@@ -315,204 +349,14 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         return int(chosen) == self.config.broker_id
 
     def _reload_topics(self) -> None:
-        with self._lock:
-            cached = dict(self._topics)
+        state = self.state
+        with state.lock:
+            cached = dict(state.topic_handles)
         for name, topic in cached.items():
             try:
                 topic.reload()
             except errors.UnknownTopicOrPartitionError:
-                self._forget_topic(name)
+                state.forget_topic(name)
             except errors.CorruptRecordError as exc:
-                self._forget_topic(name)
-                self._report_damaged(name, exc)
-
-    # -- the cleaner's view of the broker (cleaner.MaintenanceHost) ---------------------------
-    def wait_stopping(self, timeout_s: float) -> bool:
-        return self._stopping.wait(timeout_s)
-
-    def maintain_partition(self, topic: str, partition: int) -> Any:
-        """Maintenance of a led partition under this broker's epoch, then refresh and trim."""
-        from sparklog.storage.maintenance import run_maintenance
-
-        st = self.partition_state(self.topic(topic), partition)
-        handle = self._maintenance_topic(topic)
-        report = run_maintenance(handle, partition, leader_epoch=st.epoch)
-        with st.lock:
-            st.refresh()
-            self.cache.trim(st.key, st.log.log_start_offset)
-        return report
-
-    def _maintenance_topic(self, name: str) -> Topic:
-        """The cleaner's own handle on a topic (its own log objects, apart from the produce
-        path's: races are safe), kept across passes so a pass probes each shard log once
-        instead of loading it again (a fresh handle per led partition per pass listed the
-        log's versions when it had no snapshot yet)."""
-        handle = self._maintenance_topics.get(name)
-        if handle is not None:
-            try:
-                handle.reload()
-                return handle
-            except SparklogError:
-                pass  # deleted, or re-created under another id: a fresh handle
-        handle = self.root.topic(name)
-        self._maintenance_topics[name] = handle
-        return handle
-
-    def _topic_unchanged(self, name: str, job: str) -> tuple[bool, Any]:
-        """Whether ``job`` (``gc``, ``prune``) may skip the topic this pass: its shard logs
-        are at the versions of the job's last pass (one probe each), that pass left nothing
-        waiting, and a full pass ran within :data:`UPKEEP_FULL_PASS_MS`; and the versions
-        to remember after the pass.  Listing an idle topic's objects and logs every pass
-        (a LIST each) was most of an idle cluster's bill (issue 37: 2.93 LIST/s at 1,000
-        topics); objects appear only through commits, except a brokerless writer's
-        abandoned upload, which the daily full pass collects."""
-        topic = self.topic(name)
-        versions = (
-            topic.info.topic_id,
-            tuple(topic.shard(s).refresh().version for s in range(topic.shards)),
-        )
-        seen = self._upkeep.get((name, job))
-        unchanged = (
-            seen is not None
-            and seen[0] == versions
-            and not seen[2]
-            and now_ms() - seen[1] < UPKEEP_FULL_PASS_MS
-        )
-        return unchanged, versions
-
-    def _remember_upkeep(self, name: str, job: str, versions: Any, waiting: bool) -> None:
-        self._upkeep[(name, job)] = (versions, now_ms(), waiting)
-
-    def collect_garbage(self, topic: str) -> None:
-        from sparklog.storage.maintenance import collect_garbage
-
-        unchanged, versions = self._topic_unchanged(topic, "gc")
-        if unchanged:
-            return
-        report = collect_garbage(self.topic(topic), self.config.gc_grace_ms)
-        self._remember_upkeep(topic, "gc", versions, bool(report.pending_marks))
-
-    def _collects_for_the_cluster(self) -> bool:
-        """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
-        log): the live broker of lowest id (any broker may; one saves the others' reads)."""
-        return self.cluster is None or self.cluster.broker_id == min(
-            self.cluster.live(), default=self.cluster.broker_id
-        )
-
-    def prune_metadata_log(self, now_ms: int) -> int | None:
-        from sparklog.storage.maintenance import prune_metadata_log
-
-        if not self._collects_for_the_cluster():
-            return None
-        version = self.root.metadata.image().version
-        if self._metadata_pruned == (version, False):
-            return 0  # nothing appended and nothing waiting since the last pruning: no LIST
-        report = prune_metadata_log(self.root, now=now_ms)
-        self._metadata_pruned = (version, bool(report.waiting))
-        return len(report.deleted)
-
-    def collect_shared_objects(self) -> int | None:
-        """The objects broker flushes shared between topics are collected by one broker."""
-        from sparklog.storage.shared_objects import collect_shared_garbage
-
-        if not self._collects_for_the_cluster():
-            return None
-        # one listing an hour at most (half the grace when shorter): an unreferenced object
-        # waits out the grace anyway
-        interval_ms = min(SHARED_GC_INTERVAL_MS, self.config.gc_grace_ms // 2)
-        if now_ms() - self._shared_collected_ms < interval_ms:
-            return 0
-        self._shared_collected_ms = now_ms()
-        report = collect_shared_garbage(
-            self.root, self.config.gc_grace_ms, trailers=self._shared_trailers
-        )
-        return len(report.deleted)
-
-    def remove_stale_temp_files(self) -> int:
-        from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
-
-        # leases and metadata live under cluster/; topics' folders are swept by their GC
-        removed = self.root.store.remove_stale_temp_files(
-            "cluster", STAGED_OBJECT_MAX_AGE_MS, now_ms()
-        )
-        return len(removed)
-
-    def count_cleaner_run(self, outcome: str) -> None:
-        self.metrics.cleaner_runs.labels(outcome).inc()
-
-    def prune_topic_logs(self, topic: str, now_ms: int) -> int:
-        from sparklog.storage.maintenance import prune_topic_logs
-
-        unchanged, versions = self._topic_unchanged(topic, "prune")
-        if unchanged:
-            return 0
-        report = prune_topic_logs(self.topic(topic), now=now_ms)
-        self._remember_upkeep(topic, "prune", versions, bool(report.waiting))
-        return len(report.deleted)
-
-    def prune_group_log(self, group: str, now_ms: int) -> int:
-        from sparklog.storage.maintenance import prune_group_log
-
-        group_log, lock = self.root.groups.log(group)
-        with lock:
-            version = group_log.refresh().version
-        if self._upkeep.get((group, "group-prune"), (None,))[0] == (version, False):
-            return 0  # nothing committed and nothing waiting since its last pruning
-        report = prune_group_log(self.root, group, now=now_ms)
-        self._upkeep[(group, "group-prune")] = ((version, bool(report.waiting)), 0, False)
-        return len(report.deleted)
-
-    def owned_groups(self, discover: bool = True) -> list[str]:
-        """The groups this broker coordinates: all of the root's (a listing, for the cleaner's
-        pass), or (``discover=False``, each tick) those it has served since it started."""
-        assert self.cluster is not None
-        live = sorted(self.cluster.live())
-        if discover and now_ms() - self._groups_listed_ms >= UPKEEP_FULL_PASS_MS:
-            # the root's groups are listed once a day (a group another broker coordinated
-            # before); in between, those listed then and those served since
-            self._groups_listed = self.coordinator.list_groups()
-            self._groups_listed_ms = now_ms()
-        names = self.coordinator.known_groups()
-        if discover:
-            names = sorted(set(names) | set(self._groups_listed))
-        return [
-            g
-            for g in names
-            if live
-            and max(live, key=lambda b: rendezvous_weight(g, 0, b)) == self.cluster.broker_id
-        ]
-
-    def _sweep_groups(self) -> None:
-        """Session expiry and due rebalances of the groups we coordinate (memory only)."""
-        mine = self.owned_groups(discover=False)
-        for group in set(self.coordinator.known_groups()) - set(mine):
-            self.coordinator.forget(group)  # another broker coordinates it now
-        self.coordinator.sweep(mine)
-
-    def _record_lag(self) -> None:
-        """The lag metric of the groups we coordinate: their committed offsets (one probe
-        of each group's log), then the high watermarks of all those partitions at once
-        (led shards from memory, others one read per shard, however many groups)."""
-        committed: dict[str, dict[TopicPartition, int]] = {}
-        for group in self.owned_groups(discover=False):
-            try:
-                committed[group] = self.coordinator.fetch_offsets(group)
-            except SparklogError:
-                continue
-        wanted = {tp for offsets in committed.values() for tp in offsets}
-        hwms = self.high_watermarks(wanted, led_from_memory=True)
-        for group, offsets in committed.items():
-            for tp, offset in offsets.items():
-                lag = lag_of(hwms.get(tp), offset)
-                if lag is not None:
-                    self.metrics.group_lag.labels(group, tp.topic, str(tp.partition)).set(lag)
-
-    # -- topics and partitions ---------------------------------------------
-
-    # -- produce -----------------------------------------------------------
-
-    # -- fetch -------------------------------------------------------------
-
-    # -- metadata ----------------------------------------------------------
-
-    # -- admin -------------------------------------------------------------
+                state.forget_topic(name)
+                state.report_damaged(name, exc)

@@ -27,6 +27,7 @@ from sparklog.errors import (
 )
 from sparklog.errors import IllegalGenerationError as _IllegalGeneration
 from sparklog.groups.assignors import ASSIGNORS
+from sparklog.groups.consumer_state import ConsumerState
 from sparklog.topic_partition import TopicPartition
 
 EMPTY = "Empty"
@@ -96,7 +97,7 @@ class GroupDoc(_GroupRequired, total=False):
     #: ``consumer`` for a KIP-848 group; absent for a classic one
     type: str
     #: a KIP-848 group's own state
-    consumer: dict[str, Any]
+    consumer: ConsumerState
 
 
 def empty_doc(group: str) -> GroupDoc:
@@ -123,6 +124,11 @@ def group_doc(raw: dict[str, Any]) -> GroupDoc:
     this module and :mod:`sparklog.groups.consumer_groups` write the document.
     """
     return cast(GroupDoc, raw)
+
+
+def raw_doc(doc: GroupDoc) -> dict[str, Any]:
+    """The same object as ``doc``, seen as the plain dict the coordinator reads and writes."""
+    return cast(dict[str, Any], doc)
 
 
 def check_not_fenced(doc: GroupDoc, member_id: str) -> None:

@@ -67,7 +67,9 @@ from sparklog.groups.classic_group import (
     fence_member,
     group_doc,
     instance_taken,
+    raw_doc,
 )
+from sparklog.groups.consumer_classic import static_member
 from sparklog.groups.consumer_groups import (
     ClassicJoin,
     ConsumerGroupProtocol,
@@ -448,18 +450,22 @@ class GroupCoordinator:
             partition_counts=self.partition_counts,
         )
 
-    def start_rebalance(self, doc: dict[str, Any], now: int) -> None:
+    def start_rebalance(self, doc: GroupDoc, now: int) -> None:
         """Start a rebalance of the classic group ``doc`` (a consumer group just downgraded)."""
-        self._classic(doc).start_rebalance(now)
+        self._classic(raw_doc(doc)).start_rebalance(now)
 
-    def maintain_doc(self, group: str, doc: dict[str, Any], now: int) -> bool:
+    def maintain_doc(self, group: str, doc: GroupDoc, now: int) -> bool:
         """Expire silent members and finish due rebalances of ``doc`` (either type)."""
-        return self._maintain(group, doc, now)
+        return self._maintain(group, raw_doc(doc), now)
 
-    def fence(self, doc: dict[str, Any], old: str, instance_id: str) -> None:
+    def fence(self, doc: GroupDoc, old: str, instance_id: str) -> None:
         """Remember that member ``old`` was replaced by a newer member with ``instance_id``
         (:func:`~sparklog.groups.classic_group.fence_member`)."""
-        fence_member(group_doc(doc), old, instance_id)
+        fence_member(doc, old, instance_id)
+
+    def topic_names(self) -> list[str]:
+        """Every topic's name (KIP-848 matches regex subscriptions against them)."""
+        return list(self.root.list_topics())
 
     def _maintain(
         self, group: str, doc: dict[str, Any], now: int, caller: str | None = None
@@ -471,7 +477,7 @@ class GroupCoordinator:
         memory heartbeats cost nothing to read.
         """
         if is_consumer_group(doc):
-            return self.consumer.maintain(group, doc, now)
+            return self.consumer.maintain(group, group_doc(doc), now)
         return self._classic(doc).maintain(
             now,
             lambda members: self.last_heartbeats(group, members),
@@ -738,14 +744,14 @@ class GroupCoordinator:
             else None (the member waits for the rebalance to complete)."""
             now = now_ms()
             self._maintain(group, doc, now)
-            if self.consumer.refuse_classic_member(doc):
+            if self.consumer.classic.refuse_classic_member(group_doc(doc)):
                 if kip848_request is None:
                     raise InconsistentGroupProtocolError(
                         f"group {group!r} is a KIP-848 consumer group with members; only Kafka "
                         "consumers (JoinGroup with protocol metadata) may join it"
                     )
                 # a KIP-848 group's member: no leader, nothing to wait for
-                epoch, protocol = self.consumer.classic_join(doc, kip848_request)
+                epoch, protocol = self.consumer.classic.join(group_doc(doc), kip848_request)
                 return doc, JoinResult(
                     generation=epoch,
                     member_id=member,
@@ -858,7 +864,7 @@ class GroupCoordinator:
             changed = self._maintain(group, doc, now_ms())
             if is_consumer_group(doc):
                 check_not_fenced(group_doc(doc), member_id)
-                mine = self.consumer.classic_sync(doc, member_id, generation)
+                mine = self.consumer.classic.sync(group_doc(doc), member_id, generation)
                 return (doc if changed else None), [TopicPartition(str(t), int(p)) for t, p in mine]
             if changed and doc["state"] == PREPARING:
                 return doc, None  # write what expired; the member is told to join again
@@ -896,9 +902,9 @@ class GroupCoordinator:
         doc = self._current(group, member_id)
         check_not_fenced(group_doc(doc), member_id)
         if is_consumer_group(doc):  # a classic member of a KIP-848 group
-            self.consumer.classic_member(doc, member_id, generation)
+            self.consumer.classic.member(group_doc(doc), member_id, generation)
             self.touch(group, member_id)
-            self.consumer.classic_heartbeat(doc, member_id, generation)
+            self.consumer.classic.heartbeat(group_doc(doc), member_id, generation)
             return
         if member_id not in doc["members"]:
             raise UnknownMemberIdError(f"member {member_id!r} is not in group {group!r}")
@@ -917,10 +923,12 @@ class GroupCoordinator:
         def leave(doc: dict[str, Any]) -> dict[str, Any] | None:
             check_not_fenced(group_doc(doc), member_id)
             if is_consumer_group(doc):  # a classic member of a KIP-848 group
-                named = self.consumer.static_member(doc, group_instance_id or "")
+                named = static_member(group_doc(doc), group_instance_id or "")
                 if group_instance_id and member_id and named and named != member_id:
                     raise instance_taken(group, group_instance_id, named, member_id)
-                return doc if self.consumer.classic_leave(doc, named or member_id) else None
+                return (
+                    doc if self.consumer.classic.leave(group_doc(doc), named or member_id) else None
+                )
             left = self._classic(doc).leave(member_id, group_instance_id, now_ms())
             return doc if left else None
 
@@ -958,7 +966,7 @@ class GroupCoordinator:
                     "current generation"
                 )
         elif consumer_group:  # KIP-848: the member's epoch, checked in memory
-            self.consumer.check_member(doc, member_id, generation)
+            self.consumer.check_member(group_doc(doc), member_id, generation)
         else:
             self._check_generation(doc, generation, member_id)
             if doc["state"] == COMPLETING:
@@ -986,13 +994,13 @@ class GroupCoordinator:
         """KIP-848's ConsumerGroupDescribe of one group (GROUP_ID_NOT_FOUND if classic)."""
         if group not in self.list_groups():
             raise GroupIdNotFoundError(f"Group {group} not found.")
-        return self.consumer.describe(self._current(group))
+        return self.consumer.describe(group_doc(self._current(group)))
 
     def check_consumer_member(self, group: str, member_id: str, member_epoch: int) -> None:
         """OffsetFetch v9's member check: a KIP-848 group's member at its current epoch."""
         doc = self._current(group)
         if is_consumer_group(doc) and member_id:
-            self.consumer.check_member(doc, member_id, member_epoch)
+            self.consumer.check_member(group_doc(doc), member_id, member_epoch)
 
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
         return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}

@@ -55,7 +55,7 @@ def check_the_cleaner_collects_it_once_unreferenced(broker, root) -> None:
     """The broker's cleaner pass keeps the shared object while any of its topics
     references it, marks it when none does, and deletes it at the next pass (grace 0)."""
     (key,) = [o.key for o in root.store.list_objects("objects")]
-    cleaner = Cleaner(broker, 60_000)
+    cleaner = Cleaner(broker.upkeep, 60_000)
     for name in TOPICS[:-1]:
         root.delete_topic(name)
     assert "shared_objects_deleted" in cleaner.run_once() and root.store.exists(key)

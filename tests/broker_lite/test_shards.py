@@ -105,7 +105,7 @@ def test_cleaner_keeps_the_shard_and_group_log_file_counts_bounded(root_spec):
     try:
         broker.create_topic("t", 2)
         root = open_root(url, options)
-        cleaner = Cleaner(broker, broker.config.cleaner_interval_ms)
+        cleaner = Cleaner(broker.upkeep, broker.config.cleaner_interval_ms)
         cleaner.clock_ms = lambda: now_ms() + 2 * DEFAULT_LOG_RETENTION_MS
         counts = []
         for round_ in range(3):

@@ -66,7 +66,7 @@ def test_a_cleaner_pass_over_idle_topics_lists_and_writes_nothing(tmp_path, monk
         monkeypatch.setattr(ObjectStore, name, counted)
     with inproc_broker(url) as (server, _):
         broker = server.broker
-        cleaner = Cleaner(broker, 60_000)
+        cleaner = Cleaner(broker.upkeep, 60_000)
         cleaner.run_once()
         first = sum(counts.get(n, 0) for n in ("list_objects", "list_names"))
         assert first >= 10  # the first pass lists each topic

@@ -369,8 +369,6 @@ def test_no_modules_import_each_other() -> None:
 #: class), none of which runs. Each is for issue 40's typed seams to remove: a typed host
 #: the imported side is given instead of the importer's class. The list may only shrink.
 TYPING_ONLY_CYCLES = [
-    # KIP-848's protocol annotates its GroupCoordinator (item 5: KIP-848 state typed, split)
-    ["sparklog.groups.consumer_groups", "sparklog.groups.coordinator"],
     # a Topic handle annotates the LogRoot that opened it
     ["sparklog.storage.catalog", "sparklog.storage.topics"],
 ]

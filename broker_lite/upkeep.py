@@ -1,0 +1,190 @@
+"""The broker's upkeep role: what its cleaner runs (retention, compaction, GC, pruning).
+
+:class:`Upkeep` is the cleaner's host (:class:`~sparklog.broker_lite.cleaner.MaintenanceHost`):
+maintenance of the partitions this broker leads, through the cleaner's own topic
+handles; GC and pruning of a topic skipped while its shard logs are where the last
+pass left them (issue 37: a LIST per idle topic per pass was most of an idle
+cluster's bill); the cluster's shared upkeep (shared objects, the metadata log) by
+the live broker of lowest id; the group logs of the groups this broker coordinates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sparklog.broker_lite.broker_state import BrokerState
+from sparklog.clock import now_ms
+from sparklog.errors import SparklogError
+from sparklog.storage import Topic
+from sparklog.storage.shared_objects import SharedSection
+from sparklog.topic_partition import TopicPartition
+
+#: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
+#: writer's abandoned upload appears without a commit)
+UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
+#: how often (at most) the objects shared by topics are listed for collection
+SHARED_GC_INTERVAL_MS = 60 * 60 * 1000
+
+
+class Upkeep:
+    """The cleaner's view of the broker; ``owned_groups()``: the groups it coordinates
+    (all of the root's, listed at most daily, and those served since)."""
+
+    def __init__(self, state: BrokerState, owned_groups: Callable[[], list[str]]) -> None:
+        self.state = state
+        self._owned_groups = owned_groups
+        #: (topic, job) -> (topic id and shard versions, last full pass ms, work waiting):
+        #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
+        self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
+        self._maintenance_topics: dict[str, Topic] = {}
+        #: the metadata log version and whether files waited, at the last pruning
+        self._metadata_pruned: tuple[int, bool] | None = None
+        self._shared_collected_ms = 0
+        #: the sections each shared object names (objects never change): read once
+        self._shared_trailers: dict[str, list[SharedSection]] = {}
+
+    def led_partitions(self) -> set[TopicPartition]:
+        return set(self.state.led)
+
+    @property
+    def stopping(self) -> bool:
+        return self.state.stop_requested.is_set()
+
+    def owned_groups(self) -> list[str]:
+        return self._owned_groups()
+
+    def wait_stopping(self, timeout_s: float) -> bool:
+        return self.state.stop_requested.wait(timeout_s)
+
+    def maintain_partition(self, topic: str, partition: int) -> Any:
+        """Maintenance of a led partition under this broker's epoch, then refresh and trim."""
+        from sparklog.storage.maintenance import run_maintenance
+
+        st = self.state.partition_state(self.state.topic(topic), partition)
+        handle = self._maintenance_topic(topic)
+        report = run_maintenance(handle, partition, leader_epoch=st.epoch)
+        with st.lock:
+            st.refresh()
+            self.state.cache.trim(st.key, st.log.log_start_offset)
+        return report
+
+    def _maintenance_topic(self, name: str) -> Topic:
+        """The cleaner's own handle on a topic (its own log objects, apart from the produce
+        path's: races are safe), kept across passes so a pass probes each shard log once
+        instead of loading it again (a fresh handle per led partition per pass listed the
+        log's versions when it had no snapshot yet)."""
+        handle = self._maintenance_topics.get(name)
+        if handle is not None:
+            try:
+                handle.reload()
+                return handle
+            except SparklogError:
+                pass  # deleted, or re-created under another id: a fresh handle
+        handle = self.state.root.topic(name)
+        self._maintenance_topics[name] = handle
+        return handle
+
+    def _topic_unchanged(self, name: str, job: str) -> tuple[bool, Any]:
+        """Whether ``job`` (``gc``, ``prune``) may skip the topic this pass: its shard logs
+        are at the versions of the job's last pass (one probe each), that pass left nothing
+        waiting, and a full pass ran within :data:`UPKEEP_FULL_PASS_MS`; and the versions
+        to remember after the pass.  Listing an idle topic's objects and logs every pass
+        (a LIST each) was most of an idle cluster's bill (issue 37: 2.93 LIST/s at 1,000
+        topics); objects appear only through commits, except a brokerless writer's
+        abandoned upload, which the daily full pass collects."""
+        topic = self.state.topic(name)
+        versions = (
+            topic.info.topic_id,
+            tuple(topic.shard(s).refresh().version for s in range(topic.shards)),
+        )
+        seen = self._upkeep.get((name, job))
+        unchanged = (
+            seen is not None
+            and seen[0] == versions
+            and not seen[2]
+            and now_ms() - seen[1] < UPKEEP_FULL_PASS_MS
+        )
+        return unchanged, versions
+
+    def _remember_upkeep(self, name: str, job: str, versions: Any, waiting: bool) -> None:
+        self._upkeep[(name, job)] = (versions, now_ms(), waiting)
+
+    def collect_garbage(self, topic: str) -> None:
+        from sparklog.storage.maintenance import collect_garbage
+
+        unchanged, versions = self._topic_unchanged(topic, "gc")
+        if unchanged:
+            return
+        report = collect_garbage(self.state.topic(topic), self.state.config.gc_grace_ms)
+        self._remember_upkeep(topic, "gc", versions, bool(report.pending_marks))
+
+    def _collects_for_the_cluster(self) -> bool:
+        """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
+        log): the live broker of lowest id (any broker may; one saves the others' reads)."""
+        return self.state.cluster is None or self.state.cluster.broker_id == min(
+            self.state.cluster.live(), default=self.state.cluster.broker_id
+        )
+
+    def prune_metadata_log(self, now_ms: int) -> int | None:
+        from sparklog.storage.maintenance import prune_metadata_log
+
+        if not self._collects_for_the_cluster():
+            return None
+        version = self.state.root.metadata.image().version
+        if self._metadata_pruned == (version, False):
+            return 0  # nothing appended and nothing waiting since the last pruning: no LIST
+        report = prune_metadata_log(self.state.root, now=now_ms)
+        self._metadata_pruned = (version, bool(report.waiting))
+        return len(report.deleted)
+
+    def collect_shared_objects(self) -> int | None:
+        """The objects broker flushes shared between topics are collected by one broker."""
+        from sparklog.storage.shared_objects import collect_shared_garbage
+
+        if not self._collects_for_the_cluster():
+            return None
+        # one listing an hour at most (half the grace when shorter): an unreferenced object
+        # waits out the grace anyway
+        interval_ms = min(SHARED_GC_INTERVAL_MS, self.state.config.gc_grace_ms // 2)
+        if now_ms() - self._shared_collected_ms < interval_ms:
+            return 0
+        self._shared_collected_ms = now_ms()
+        report = collect_shared_garbage(
+            self.state.root, self.state.config.gc_grace_ms, trailers=self._shared_trailers
+        )
+        return len(report.deleted)
+
+    def remove_stale_temp_files(self) -> int:
+        from sparklog.storage.log import STAGED_OBJECT_MAX_AGE_MS
+
+        # leases and metadata live under cluster/; topics' folders are swept by their GC
+        removed = self.state.root.store.remove_stale_temp_files(
+            "cluster", STAGED_OBJECT_MAX_AGE_MS, now_ms()
+        )
+        return len(removed)
+
+    def count_cleaner_run(self, outcome: str) -> None:
+        self.state.metrics.cleaner_runs.labels(outcome).inc()
+
+    def prune_topic_logs(self, topic: str, now_ms: int) -> int:
+        from sparklog.storage.maintenance import prune_topic_logs
+
+        unchanged, versions = self._topic_unchanged(topic, "prune")
+        if unchanged:
+            return 0
+        report = prune_topic_logs(self.state.topic(topic), now=now_ms)
+        self._remember_upkeep(topic, "prune", versions, bool(report.waiting))
+        return len(report.deleted)
+
+    def prune_group_log(self, group: str, now_ms: int) -> int:
+        from sparklog.storage.maintenance import prune_group_log
+
+        group_log, lock = self.state.root.groups.log(group)
+        with lock:
+            version = group_log.refresh().version
+        if self._upkeep.get((group, "group-prune"), (None,))[0] == (version, False):
+            return 0  # nothing committed and nothing waiting since its last pruning
+        report = prune_group_log(self.state.root, group, now=now_ms)
+        self._upkeep[(group, "group-prune")] = ((version, bool(report.waiting)), 0, False)
+        return len(report.deleted)
