@@ -18,7 +18,7 @@ unauthenticated ones, memory of frames being read); a request for an unknown API
 an unsupported version closes the connection too, as Kafka does, except ApiVersions,
 which follows KIP-511 (a v0 answer with UNSUPPORTED_VERSION listing the supported
 ranges). Old versions kio does not generate go through
-:mod:`~sparklog.broker_lite.kafka.legacy`.
+:mod:`~sparklog.broker_lite.kafka.legacy` (aiokafka's schemas of them).
 """
 
 from __future__ import annotations
@@ -38,14 +38,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
-from sparklog.broker_lite.kafka.legacy import (
-    LEGACY,
-    Legacy,
-    LegacyDecodeError,
-    decode,
-    decode_header,
-    encode,
-)
+from sparklog.broker_lite.kafka.legacy import LEGACY, Legacy, LegacyDecodeError, decode_header
 from sparklog.broker_lite.kafka.parking import chain
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
@@ -528,15 +521,15 @@ class KafkaListener:
         produce_turn: ProduceTurn | None,
         session: Any = None,
     ) -> bytes | None:
-        """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
+        """An old version kio lacks: decoded by aiokafka's schema of it, run as
+        ``old.served_as``."""
         try:
             api_key, _version, correlation_id, client_id, offset = decode_header(frame)
-            request, _ = decode(old.request, frame, offset)
+            request = old.read_request(frame, offset)
         except LegacyDecodeError as exc:
             raise MalformedRequest(
                 f"api {old.api_key} v{old.version} request does not parse ({exc})"
             ) from None
-        old.upgrade(request)
         ctx = RequestContext(
             self, api_key, old.served_as, correlation_id, client_id, produce_turn, session
         )
@@ -545,7 +538,7 @@ class KafkaListener:
             response = response.result()
         if response is None:
             return None
-        body = encode(old.response, old.downgrade(response))
+        body = old.write_response(response)
         return _frame(CORRELATION.pack(correlation_id) + body)
 
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
