@@ -37,7 +37,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.protocol import admin, commit, fetch, offset, produce
-from aiokafka.protocol.api import RequestHeader_v1
 from aiokafka.protocol.types import Array, Int16, Int32, Int64, Schema, String
 
 from sparklog.broker_lite.kafka.message_format import to_message_set, to_record_batch
@@ -154,11 +153,21 @@ class Legacy:
         return body
 
 
+#: Kafka's request header v1, which every non-flexible version has (aiokafka's class of it
+#: has been renamed across its releases; its layout has not)
+_REQUEST_HEADER_V1 = Schema(
+    ("api_key", Int16),
+    ("api_version", Int16),
+    ("correlation_id", Int32),
+    ("client_id", String("utf-8")),
+)
+
+
 def decode_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
     """(api key, version, correlation id, client id, body offset) of a v1 request header."""
     data = BytesIO(frame)
     try:
-        api_key, version, correlation_id, client_id = RequestHeader_v1.SCHEMA.decode(data)
+        api_key, version, correlation_id, client_id = _REQUEST_HEADER_V1.decode(data)
     except (ValueError, struct.error) as exc:
         raise LegacyDecodeError(f"request header: {exc}") from None
     return api_key, version, correlation_id, client_id, data.tell()
