@@ -19,6 +19,7 @@ import pytest
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import CorruptRecordError
 from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.protocol import actions
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.groups import group_key
@@ -74,7 +75,7 @@ def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(tmp_pat
         BrokerClient(location) as client,
     ):
         with pytest.raises(CorruptRecordError) as info:
-            client.describe_group("team")
+            client.call(actions.DESCRIBE_GROUP, group="team")
         assert newest.name in str(info.value)
         assert "malformed" not in str(info.value)
     damaged = [r for r in caplog.records if "damaged storage" in r.getMessage()]
