@@ -7,8 +7,10 @@ answers in request order, as Kafka requires.  A request that waits (a JoinGroup
 until its rebalance completes, a follower's SyncGroup) is parked: its handler
 returns a future of the response and the request thread goes back to the pool;
 the answer takes its place in the connection's order when the future completes
-(:mod:`~sparklog.broker_lite.kafka.parking`). A connection's Produce requests reach
-the batchers in the order they were sent (Kafka appends them in that order,
+(:mod:`~sparklog.broker_lite.kafka.parking`). A throttled answer leaves at once and mutes
+its connection (:class:`~sparklog.broker_lite.kafka.quotas.Mute`): the reader
+handles nothing more from it until the throttle time has passed. A connection's
+Produce requests reach the batchers in the order they were sent (Kafka appends them in that order,
 idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
 previous one's commit, so its sequence numbers reach the log in order. Frames larger
 than ``kafka_max_request_bytes``, negative sizes and headers that do not parse close
@@ -71,6 +73,8 @@ class RequestContext:
     produce_turn: ProduceTurn | None = None
     #: the connection's authentication state and principal (sasl.Session)
     session: Any = None
+    #: the connection's mute: a throttled answer stops its reader for the throttle time
+    mute: quotas.Mute | None = None
 
     @property
     def broker(self) -> Any:
@@ -148,6 +152,9 @@ class KafkaListener:
         self.security_protocol = str(config.kafka_security_protocol)
         self.tls = tls.server_context(config)
         self.quotas = quotas.QuotaManager()
+        #: each open connection's mute (throttled connections read nothing until it ends)
+        self._mutes: set[quotas.Mute] = set()
+        self._mutes_lock = threading.Lock()
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -166,7 +173,9 @@ class KafkaListener:
         else:
             self.advertised = f"{host}:{self.port}"
         self.pool = ThreadPoolExecutor(32, thread_name_prefix="kafka-work")
-        self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
+        self.requests = ThreadPoolExecutor(
+            int(config.num_io_threads), thread_name_prefix="kafka-request"
+        )
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
         #: Set once the record codec's lazy imports are done (see records.warm_up).
@@ -193,6 +202,11 @@ class KafkaListener:
             warm_up()
         finally:
             self.warmed.set()
+
+    def muted_connections(self) -> int:
+        """Connections muted now for a throttle (their readers wait, no request thread)."""
+        with self._mutes_lock:
+            return sum(1 for mute in self._mutes if mute.remaining_s() > 0)
 
     def close(self) -> None:
         self._stopping.set()
@@ -263,8 +277,15 @@ class KafkaListener:
         last_produce: ProduceTurn | None = None
         last: Future[bytes | None] | None = None
         session = sasl.Session.for_listener(self.security_protocol, str(peer[0]), principal)
+        mute = quotas.Mute()
+        with self._mutes_lock:
+            self._mutes.add(mute)
         try:
             while not self._stopping.is_set() and not closed.is_set():
+                # a throttled answer mutes the connection: nothing is read until it ends
+                # (Kafka's muted channel); this connection's thread waits, no request thread
+                if mute.wait_out(self._stopping):
+                    break
                 try:
                     got = self._read_frame(conn, session)
                 except limits.Idle:
@@ -290,6 +311,10 @@ class KafkaListener:
                 if got is None:
                     break
                 frame, held = got
+                # a frame read while an earlier answer muted the connection waits too
+                if mute.wait_out(self._stopping):
+                    self._budget_of(session).give(held)
+                    break
                 if not session.authenticated:
                     if not self._authenticate(frame, held, session, pending, conn, peer):
                         break
@@ -302,7 +327,9 @@ class KafkaListener:
                 # the request's place in the answer order, filled when its answer is ready:
                 # by the request thread, or later by a parked request's continuation
                 future: Future[bytes | None] = Future()
-                self.requests.submit(self._handle_in_order, frame, turn, held, session, future)
+                self.requests.submit(
+                    self._handle_in_order, frame, turn, held, session, future, mute
+                )
                 last = future
                 while not closed.is_set():
                     try:
@@ -322,6 +349,8 @@ class KafkaListener:
                 except queue.Full:
                     continue
             writer.join()
+            with self._mutes_lock:
+                self._mutes.discard(mute)
             if session.sasl and not session.authenticated and session.close_after:
                 # a failed login: its answer is sent; the close waits, reading nothing
                 # (Kafka's connection.failed.authentication.delay.ms), so a password
@@ -329,6 +358,10 @@ class KafkaListener:
                 self._stopping.wait(self.failed_auth_delay_s)
             conn.close()
             self.connections.remove(conn)
+
+    def _budget_of(self, session: Any) -> limits.ByteBudget:
+        """The memory budget a frame of ``session`` is read into (see :meth:`_read_frame`)."""
+        return self.queued_bytes if session.authenticated else self.pre_auth_bytes
 
     def _read_frame(self, conn: Any, session: Any) -> tuple[bytes, int] | None:
         """The next frame within the bounds of the connection's state: before SASL
@@ -350,12 +383,13 @@ class KafkaListener:
         held: int,
         session: Any,
         answer: Future[bytes | None],
+        mute: quotas.Mute | None = None,
     ) -> None:
         """Handle one request on a request thread and fill its ``answer`` slot; a parked
         request (a JoinGroup waiting for its rebalance) fills it later, from the
         continuation that completes it, and this thread returns to the pool at once."""
         try:
-            result = self.dispatch_frame(frame, turn, session)
+            result = self.dispatch_frame(frame, turn, session, mute)
         except BaseException as exc:
             answer.set_exception(exc)
             return
@@ -473,9 +507,11 @@ class KafkaListener:
         frame: bytes,
         produce_turn: ProduceTurn | None = None,
         session: Any = None,
+        mute: quotas.Mute | None = None,
     ) -> bytes | Future[bytes | None] | None:
         """The response frame for one request frame, or a future of it when the handler
-        parked the request (:mod:`~sparklog.broker_lite.kafka.parking`)."""
+        parked the request (:mod:`~sparklog.broker_lite.kafka.parking`); ``mute`` is the
+        connection's, muted when its quota throttles the answer."""
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         entry = self.table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
@@ -491,7 +527,7 @@ class KafkaListener:
             )
         old = LEGACY.get((api_key, api_version))
         if old is not None:
-            return self._handle_legacy(old, entry, frame, produce_turn, session)
+            return self._handle_legacy(old, entry, frame, produce_turn, session, mute)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -508,6 +544,7 @@ class KafkaListener:
             getattr(header, "client_id", None),
             produce_turn,
             session,
+            mute,
         )
         response = self._run(entry, ctx, request)
         if isinstance(response, Future):
@@ -527,8 +564,10 @@ class KafkaListener:
         frame: bytes,
         produce_turn: ProduceTurn | None,
         session: Any = None,
-    ) -> bytes | None:
-        """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
+        mute: quotas.Mute | None = None,
+    ) -> bytes | Future[bytes | None] | None:
+        """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``
+        (a parked one, an old long-poll Fetch, answered when its future completes)."""
         try:
             api_key, _version, correlation_id, client_id, offset = decode_header(frame)
             request, _ = decode(old.request, frame, offset)
@@ -538,15 +577,21 @@ class KafkaListener:
             ) from None
         old.upgrade(request)
         ctx = RequestContext(
-            self, api_key, old.served_as, correlation_id, client_id, produce_turn, session
+            self, api_key, old.served_as, correlation_id, client_id, produce_turn, session, mute
         )
         response = self._run(entry, ctx, request)
-        if isinstance(response, Future):  # no legacy group version is parked today
-            response = response.result()
-        if response is None:
-            return None
-        body = encode(old.response, old.downgrade(response))
-        return _frame(CORRELATION.pack(correlation_id) + body)
+
+        def encoded(answer: Any) -> bytes | None:
+            if answer is None:
+                return None
+            body = encode(old.response, old.downgrade(answer))
+            return _frame(CORRELATION.pack(correlation_id) + body)
+
+        if isinstance(response, Future):
+            later: Future[bytes | None] = Future()
+            chain(response, later, encoded)
+            return later
+        return encoded(response)
 
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         """The handler's response (within ACLs and quotas), or a future of it if the
