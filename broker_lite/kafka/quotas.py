@@ -93,6 +93,39 @@ class Mute:
                 return True
 
 
+class IpConnectionQuota:
+    """KIP-612's per-IP ``connection_creation_rate`` (a client quota on an ``ip`` entity, or
+    the default IP): new connections a second from one address, metered over Kafka's
+    window as the other rate quotas.  A connection past it is held unread for the
+    throttle time and then closed, as Kafka's acceptor delays closing a throttled
+    connection, so a flooding address gets no service and cannot reconnect in a loop.
+    Every attempt counts, refused ones too.  Meters of addresses idle for a window are
+    dropped once more than ``MAX_IP_METERS`` are kept."""
+
+    #: meters kept before idle ones are dropped (a flood from many addresses stays bounded)
+    MAX_IP_METERS = 10_000
+
+    def __init__(self) -> None:
+        self._meters: dict[str, tuple[Meter, float]] = {}
+        self._lock = threading.Lock()
+
+    def throttle_ms(self, image: Any, ip: str) -> int:
+        """Record one new connection from ``ip``; its throttle time in ms (0: accept it)."""
+        if not image.client_quotas:
+            return 0
+        rate = quotas.ip_connection_rate(image, ip)
+        if rate is None:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            found = self._meters.get(ip)
+            meter = found[0] if found is not None else Meter()
+            self._meters[ip] = (meter, now)
+            if len(self._meters) > self.MAX_IP_METERS:
+                self._meters = {k: v for k, v in self._meters.items() if v[1] >= now - WINDOW_S}
+        return meter.record(1, rate)
+
+
 class QuotaManager:
     """The listener's meters, one per (entity, quota)."""
 
@@ -224,9 +257,9 @@ def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
             sets = {str(op.key): float(op.value) for op in entry.ops if not op.remove}
             removes = [str(op.key) for op in entry.ops if op.remove]
             if request.validate_only:
-                quotas.check_entity(entity)
-                for k, v in sets.items():
-                    quotas.check_quota(k, v)
+                checked = quotas.check_entity(entity)
+                for k, v in [*sets.items(), *((k, 1.0) for k in removes)]:
+                    quotas.check_quota_of(checked, k, v)
             else:
                 quotas.alter(ctx.broker.root.metadata, entity, sets, removes)
         except SparklogError as exc:

@@ -4,17 +4,18 @@ One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT`` of
 them are handled at once (so a client pipelining small produce requests gets them
 joined into one commit by the broker's batcher) and a writer thread sends the
 answers in request order, as Kafka requires.  A request that waits (a JoinGroup
-until its rebalance completes, a follower's SyncGroup) is parked: its handler
-returns a future of the response and the request thread goes back to the pool;
-the answer takes its place in the connection's order when the future completes
-(:mod:`~sparklog.broker_lite.kafka.parking`). A throttled answer leaves at once and mutes
-its connection (:class:`~sparklog.broker_lite.kafka.quotas.Mute`): the reader
-handles nothing more from it until the throttle time has passed. A connection's
-Produce requests reach the batchers in the order they were sent (Kafka appends them in that order,
-idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
-previous one's commit, so its sequence numbers reach the log in order. Frames larger
-than ``kafka_max_request_bytes``, negative sizes and headers that do not parse close
-that connection only (frames are read within the bounds of
+until its rebalance completes, a follower's SyncGroup, a long-poll Fetch until
+records come: :mod:`~sparklog.broker_lite.kafka.fetch_waits`) is parked: its
+handler returns a future of the response and the request thread goes back to the
+pool; the answer takes its place in the connection's order when the future
+completes (:mod:`~sparklog.broker_lite.kafka.parking`). A throttled answer leaves
+at once and mutes its connection (:class:`~sparklog.broker_lite.kafka.quotas.Mute`):
+the reader handles nothing more from it until the throttle time has passed. A
+connection's Produce requests reach the batchers in the order they were sent
+(Kafka appends them in that order, idempotent or not: :class:`ProduceTurn`); an
+idempotent producer's wait for the previous one's commit, so its sequence numbers
+reach the log in order. Frames larger than ``kafka_max_request_bytes``, negative
+sizes and headers that do not parse close that connection only (frames are read within the bounds of
 :mod:`~sparklog.broker_lite.kafka.limits`: connections per IP and in all, idle and
 unauthenticated ones, memory of frames being read); a request for an unknown API or
 an unsupported version closes the connection too, as Kafka does, except ApiVersions,
@@ -26,6 +27,7 @@ ranges). Old versions kio does not generate go through
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import queue
 import socket
@@ -40,6 +42,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
+from sparklog.broker_lite.kafka.fetch_waits import FetchPurgatory
 from sparklog.broker_lite.kafka.legacy import (
     LEGACY,
     Legacy,
@@ -51,7 +54,9 @@ from sparklog.broker_lite.kafka.legacy import (
 from sparklog.broker_lite.kafka.parking import chain
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
+from sparklog.clock import now_ms
 from sparklog.errors import SslAuthenticationFailedError
+from sparklog.groups.purgatory import DeadlineTimer
 from sparklog.security.acls import super_users
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
@@ -133,6 +138,13 @@ class KafkaListener:
             config.max_connections_per_principal,
         )
         self.creation_rate = limits.CreationRate(config.max_connection_creation_rate)
+        #: KIP-612's per-IP connection_creation_rate (client quotas on ip entities); a
+        #: connection past it is held unread for its throttle time, then closed
+        self.ip_creation = quotas.IpConnectionQuota()
+        self._held: dict[str, socket.socket] = {}
+        self._held_ids = itertools.count()
+        self._held_lock = threading.Lock()
+        self._release = DeadlineTimer(self._close_held, name="kafka-throttled-connections")
         self._uncapped = super_users(config) | {sasl.ANONYMOUS}
         #: memory of the frames being read and handled (queued_max_request_bytes)
         self.queued_bytes = limits.ByteBudget(config.queued_max_request_bytes)
@@ -176,6 +188,9 @@ class KafkaListener:
         self.requests = ThreadPoolExecutor(
             int(config.num_io_threads), thread_name_prefix="kafka-request"
         )
+        #: long-poll fetches waiting for records, tried again on the request pool
+        self.fetches = FetchPurgatory(self.requests.submit, int(config.fetch_refresh_ms))
+        broker.commit_hooks.append(self.fetches.committed)
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
         #: Set once the record codec's lazy imports are done (see records.warm_up).
@@ -218,6 +233,14 @@ class KafkaListener:
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._release.close()
+        with self._held_lock:
+            held, self._held = list(self._held.values()), {}
+        for sock in held:
+            sock.close()
+        with contextlib.suppress(ValueError):
+            self.broker.commit_hooks.remove(self.fetches.committed)
+        self.fetches.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.requests.shutdown(wait=False, cancel_futures=True)
 
@@ -233,6 +256,17 @@ class KafkaListener:
             if pause_s > 0 and self._stopping.wait(pause_s):
                 conn.close()
                 return
+            throttle_ms = self.ip_creation.throttle_ms(
+                self.broker.root.metadata.image(), str(peer[0])
+            )
+            if throttle_ms > 0:
+                self._hold_then_close(conn, throttle_ms)
+                self.refusals.warning(
+                    "kafka connection throttled: connection_creation_rate of its address",
+                    peer=str(peer),
+                    throttle_ms=throttle_ms,
+                )
+                continue
             refused, evicted = self.connections.admit(conn, str(peer[0]))
             for old in evicted:  # the oldest connections that never authenticated
                 with contextlib.suppress(OSError):
@@ -252,6 +286,25 @@ class KafkaListener:
             threading.Thread(
                 target=self._serve, args=(conn, peer), name="kafka-conn", daemon=True
             ).start()
+
+    def _hold_then_close(self, conn: socket.socket, throttle_ms: int) -> None:
+        """Keep ``conn`` open and unread for ``throttle_ms``, then close it (Kafka's
+        acceptor delays closing a connection throttled by its IP's quota)."""
+        key = f"held-{next(self._held_ids)}"
+        with self._held_lock:
+            self._held[key] = conn
+        self._release.at(now_ms() + throttle_ms, key)
+
+    def _close_held(self, key: str) -> None:
+        with self._held_lock:
+            conn = self._held.pop(key, None)
+        if conn is not None:
+            conn.close()
+
+    def throttled_connections(self) -> int:
+        """Connections held now for their address's connection_creation_rate."""
+        with self._held_lock:
+            return len(self._held)
 
     # -- one connection ------------------------------------------------------
     def _serve(self, conn: Any, peer: Any) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from sparklog.broker_lite.config import load_config
 from sparklog.broker_lite.server import start_broker, stop_broker
@@ -30,7 +29,7 @@ from sparklog.security import quotas
 from sparklog.storage.catalog import open_root
 from tests.kafka.test_security import _plain_login
 from tests.kafka.test_wire import produce_request
-from tests.kafka.wire import record_batch_bytes
+from tests.kafka.wire import metadata_of, record_batch_bytes
 from tests.security.tenants import tenants_root
 
 #: request threads of the broker, and bob's throttled connections (more of them)
@@ -72,7 +71,7 @@ def test_throttled_connections_are_muted_and_a_bystander_is_answered(
         for bob in bobs:  # all at once: more throttled requests than request threads
             bob.send_frame(bob.encode(produce_request("bob.metered", batch)))
         for bob in bobs:
-            answer = _read(bob, produce_request("bob.metered", batch))
+            answer = bob.answer(produce_request("bob.metered", batch))
             assert answer.responses[0].partition_responses[0].error_code == 0
             assert _throttle_ms(answer) > 0  # reported, and answered before it has passed
         # each connection is muted now: its next request is not read until the mute ends
@@ -80,13 +79,7 @@ def test_throttled_connections_are_muted_and_a_bystander_is_answered(
         for bob in bobs:
             bob.send_frame(bob.encode(versions))
         # alice is answered at once: no request thread waits for bob's throttle
-        metadata = alice.call(
-            MetadataRequest(
-                topics=(MetadataRequestTopic(name="alice.data", topic_id=None),),
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-            )
-        )
+        metadata = alice.call(metadata_of("alice.data"))
         assert [t.error_code for t in metadata.topics] == [0]
         produced = alice.call(produce_request("alice.data", record_batch_bytes([b"a"])))
         assert produced.responses[0].partition_responses[0].error_code == 0
@@ -99,14 +92,3 @@ def test_throttled_connections_are_muted_and_a_bystander_is_answered(
         alice.close()
         for bob in bobs:
             bob.close()
-
-
-def _read(conn: Any, request: Any) -> Any:
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader
-
-    frame = conn.read_frame()
-    assert frame is not None, "no answer within the connection's timeout"
-    cls = load_response_schema(request.__api_key__, request.__version__)
-    _header, offset = entity_reader(cls.__header_schema__)(frame, 0)
-    return entity_reader(cls)(frame, offset)[0]
