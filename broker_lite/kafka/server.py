@@ -289,9 +289,14 @@ class KafkaListener:
 
     def _hold_then_close(self, conn: socket.socket, throttle_ms: int) -> None:
         """Keep ``conn`` open and unread for ``throttle_ms``, then close it (Kafka's
-        acceptor delays closing a connection throttled by its IP's quota)."""
+        acceptor delays closing a connection throttled by its IP's quota); once
+        ``max_connections`` are held, a throttled one is closed at once, so a flood
+        cannot take the process's file descriptors."""
         key = f"held-{next(self._held_ids)}"
         with self._held_lock:
+            if len(self._held) >= self.connections.max_connections:
+                conn.close()
+                return
             self._held[key] = conn
         self._release.at(now_ms() + throttle_ms, key)
 
@@ -300,11 +305,6 @@ class KafkaListener:
             conn = self._held.pop(key, None)
         if conn is not None:
             conn.close()
-
-    def throttled_connections(self) -> int:
-        """Connections held now for their address's connection_creation_rate."""
-        with self._held_lock:
-            return len(self._held)
 
     # -- one connection ------------------------------------------------------
     def _serve(self, conn: Any, peer: Any) -> None:
