@@ -167,7 +167,6 @@ class AdminCalls(BrokerState):
         -1, the default), stored and reported back: the object store keeps the data.
         ``created_by``: the principal asking, whose per-principal caps apply."""
         assert self.cluster is not None
-        topic_caps.check(self.config, self.root.metadata.image(), created_by, 1, partitions)
         value_type = _schema_from_text(value_schema) if value_schema else None
         _log_unknown_keys(name, config)
         live = len(self.cluster.live())
@@ -180,6 +179,8 @@ class AdminCalls(BrokerState):
                 replication_factor=replication_factor,
                 live_brokers=max(1, live),
                 created_by=created_by,
+                # the caps are checked in the commit, so racing creates cannot pass them
+                admit=topic_caps.on_create(self.config, created_by, partitions),
             )
         )
         self._forget_topic(name)
@@ -214,10 +215,11 @@ class AdminCalls(BrokerState):
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int:
         """Grow ``name`` to ``total`` partitions; they count against its creator's cap.
         ``validate_only`` runs every check and changes nothing."""
-        doc = self.root.metadata.image().topics.get(name) or {}
-        grown = total - int(doc.get("partitions", total))
-        topic_caps.check(self.config, self.root.metadata.image(), doc.get("created_by"), 0, grown)
-        info = storage_call(lambda: self.root.add_partitions(name, total, dry_run=validate_only))
+        info = storage_call(
+            lambda: self.root.add_partitions(
+                name, total, dry_run=validate_only, admit=topic_caps.on_growth(self.config)
+            )
+        )
         if not validate_only:
             self._forget_topic(name)
         return int(info.partitions)

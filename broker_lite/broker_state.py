@@ -128,6 +128,9 @@ class BrokerState:
     damaged_topics: dict[str, str]
     _pool: ThreadPoolExecutor
     commits: int
+    #: called with (topic, partitions) after each commit of records (the Kafka listener's
+    #: parked fetches wake on it)
+    commit_hooks: list[Callable[[str, list[int]], None]]
     _committed: threading.Condition
     _stopping: threading.Event
     _ready: threading.Event

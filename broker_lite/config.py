@@ -191,6 +191,15 @@ class BrokerConfig:
             integer(1),
         ),
     )
+    num_io_threads: int = field(
+        default=512,
+        metadata=about(
+            "Kafka's num.io.threads: threads handling Kafka requests (a Produce waits for its "
+            "commit on one); a throttled answer, a parked JoinGroup or long-poll Fetch holds "
+            "none while it waits",
+            integer(1),
+        ),
+    )
     max_connections: int = field(
         default=1024,
         metadata=about(

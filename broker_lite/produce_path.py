@@ -369,6 +369,12 @@ class ProducePath(BrokerState):
         with self._committed:
             self.commits += 1
             self._committed.notify_all()
+        fresh = [run.partition for run in runs if not results[run.partition].duplicate]
+        for hook in self.commit_hooks if fresh else ():
+            try:
+                hook(topic.name, fresh)
+            except Exception:  # a waiter's failure must not fail the producers' commit
+                log.exception("commit hook failed", extra=fields(topic=topic.name))
 
     def wait_for_commit(self, seen: int, timeout_s: float) -> None:
         """Wait until this broker commits anything after ``seen`` (a value of

@@ -136,6 +136,7 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._pool = commit_pool(32)
         #: commits made by this broker so far, for waits on several partitions at once
         self.commits = 0
+        self.commit_hooks = []
         self._committed = threading.Condition()
         self._stopping = threading.Event()
         self._ready = threading.Event()
