@@ -61,3 +61,55 @@ def test_offset_commits_of_a_hundred_groups_cost_a_tenth_of_a_write_each(tmp_pat
     assert list((tmp_path / "root" / "cluster" / "journal").rglob("*.json")) == []
     state = open_root(url).groups.log("g42")[0].refresh()
     assert state.offsets["t:0"]["offset"] == 6
+
+
+def test_a_killed_coordinators_journalled_commits_survive_its_restart(tmp_path) -> None:
+    """SIGKILL leaves the journal unfolded: the restarted broker (a fresh journal) seals
+    the old one and folds the group's commits before it journals again; a reader
+    without a broker sees them throughout."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from tests.support.brokers import Cluster
+
+    url = f"file://{tmp_path}/root"
+    open_root(url).create_topic("t", 2)
+    cluster = Cluster(tmp_path, url)
+    try:
+        cluster.start(0, fold_interval_ms=3_600_000)
+        config = {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "g"}
+
+        def commit(offsets: dict[int, int]) -> None:
+            consumer = Consumer(config)
+            try:
+                parts = [KafkaTopicPartition("t", p, o) for p, o in offsets.items()]
+                consumer.commit(offsets=parts, asynchronous=False)
+            finally:
+                consumer.close()
+
+        def committed() -> dict[int, int]:
+            consumer = Consumer(config)
+            try:
+                found = consumer.committed([KafkaTopicPartition("t", p) for p in (0, 1)], 30)
+                return {tp.partition: tp.offset for tp in found}
+            finally:
+                consumer.close()
+
+        commit({0: 5, 1: 7})
+        commit({0: 6})
+        state = open_root(url).groups.log("g")[0].refresh()
+        assert state.offsets == {} and state.journal is not None  # journalled, not folded
+        cluster.kill(0)
+        assert {tp.partition: c.offset for tp, c in open_root(url).groups.fetch("g").items()} == {
+            0: 6,
+            1: 7,
+        }
+        cluster.restart(0)
+        assert committed() == {0: 6, 1: 7}
+        commit({1: 9})  # the restarted broker leases the group: seals and folds first
+        folded = open_root(url).groups.log("g")[0].refresh()
+        assert {k: v["offset"] for k, v in folded.offsets.items()} == {"t:0": 6, "t:1": 7}
+        assert folded.journal != state.journal
+        assert committed() == {0: 6, 1: 9}
+    finally:
+        cluster.stop_all()
