@@ -282,6 +282,32 @@ class BrokerConfig:
             "How long a broker gathers produce requests (of all topics) into one flush", integer(0)
         ),
     )
+    journal_offset_commits: bool = field(
+        default=True,
+        metadata=about(
+            "Journal the offset commits of the groups this broker coordinates (format 3: one "
+            "journal commit per flush for all groups, folded into each group's log every "
+            "fold_interval_ms) instead of one group-log commit each",
+            BOOLEAN,
+        ),
+    )
+    offsets_flush_interval_ms: int = field(
+        default=50,
+        metadata=about(
+            "Least time between two journal commits of offset commits (an idle broker's "
+            "commit is written at once): the bound on an offset commit's wait",
+            integer(0),
+        ),
+    )
+    fold_interval_ms: int = field(
+        default=60_000,
+        metadata=about(
+            "How long a group's journalled offset commits wait before they are folded into "
+            "its log (one commit per group with changes); the journal is replaced and "
+            "deleted every ten of these, at least a minute apart",
+            integer(0),
+        ),
+    )
     batch_bytes: int = field(
         default=4_194_304,
         metadata=about("Flush the broker's pending records (all topics) at this size", integer(1)),

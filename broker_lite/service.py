@@ -37,12 +37,13 @@ from sparklog.broker_lite.produce_path import ProducePath
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.clock import Clock, now_ms
-from sparklog.errors import SparklogError
+from sparklog.errors import NotCoordinatorError, SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.groups.lag import lag_of
 from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, Topic, open_root
+from sparklog.storage.journal import JournalWriter
 from sparklog.storage.shared_objects import SharedSection
 from sparklog.topic_partition import TopicPartition
 
@@ -51,6 +52,9 @@ log = logging.getLogger("sparklog.broker_lite.broker")
 TRANSACTIONS_TICK_S = 1.0
 #: the lag metric is computed every this many ticks (group sweeps run every tick)
 LAG_TICKS = 5
+#: the least time between two replacements of the offset journal (a small
+#: ``fold_interval_ms`` must not make every fold pass a replacement)
+JOURNAL_ROTATE_MIN_MS = 60_000
 #: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
 #: writer's abandoned upload appears without a commit)
 UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
@@ -118,6 +122,8 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._partitions: dict[PartitionKey, PartitionState] = {}
         self._shards: dict[tuple[str, str, int], ShardState] = {}
         self._batcher: FlushBatcher | None = None
+        #: the journal of offset commits (format 3), if ``journal_offset_commits``
+        self._journal: JournalWriter | None = None
         #: (topic, job) -> (topic id and shard versions, last full pass ms, work waiting):
         #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
         self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
@@ -187,6 +193,15 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         self._spawn("topics", self._every(tick_s, "topics tick", self._follow_topics))
         self._spawn("groups", self._every(tick_s, "group sweep", self._sweep_groups))
         self._spawn("lag", self._every(LAG_TICKS * tick_s, "lag pass", self._record_lag))
+        if self.config.journal_offset_commits:
+            self._journal = JournalWriter(
+                self.root.store,
+                self.config.broker_id,
+                flush_interval_ms=self.config.offsets_flush_interval_ms,
+                on_sealed=self.root.groups.retire_journal,
+            )
+            self.root.groups.use_journal(self._journal, self.coordinates)
+            self._spawn("folds", self._every(tick_s, "fold pass", self._fold_journal))
         self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
@@ -256,6 +271,11 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         for thread in self._threads:
             thread.join(timeout=10)
         self.coordinator.close()  # the deadline thread of parked joins and syncs
+        if self._journal is not None:
+            try:
+                self.root.groups.close_journal()
+            except SparklogError as exc:  # its groups' next coordinator folds what is left
+                log.warning("journal not folded at stop", extra=fields(error=str(exc)))
         if self.cluster is not None:
             self.cluster.resign()
         self._pool.shutdown(wait=True)
@@ -489,6 +509,26 @@ class Broker(LeadershipRole, ProducePath, FetchPath, AdminCalls):
         for group in set(self.coordinator.known_groups()) - set(mine):
             self.coordinator.forget(group)  # another broker coordinates it now
         self.coordinator.sweep(mine)
+
+    def coordinates(self, group: str) -> bool:
+        """Whether this broker coordinates ``group`` (its offset commits are journalled)."""
+        try:
+            self.check_coordinator(group)
+        except NotCoordinatorError:
+            return False
+        return True
+
+    def _fold_journal(self) -> None:
+        """Fold the groups' journalled commits that waited ``fold_interval_ms``; replace the
+        journal every ten intervals, at least every :data:`JOURNAL_ROTATE_MIN_MS` (folding
+        all of it first, then deleting it)."""
+        assert self._journal is not None
+        interval_ms = self.config.fold_interval_ms
+        rotate_ms = max(10 * interval_ms, JOURNAL_ROTATE_MIN_MS)
+        if (time.monotonic() - self._journal.started) * 1000 >= rotate_ms:
+            self.root.groups.rotate_journal()
+        else:
+            self.root.groups.fold_due(interval_ms)
 
     def _record_lag(self) -> None:
         """The lag metric of the groups we coordinate: their committed offsets (one probe
