@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
+from sparklog.protocol import actions  # noqa: E402
 from sparklog.storage import make_batch, open_root  # noqa: E402
 
 VALUE_BYTES = 100
@@ -234,7 +235,7 @@ def bench_fixed_rate(workdir: Path, partitions: int, rate: int, seconds: float) 
                         time.sleep(delay)
 
             def consume() -> None:
-                offset = client.list_offsets("r", 0, "latest")
+                offset = client.call(actions.LIST_OFFSETS, topic="r", partition=0, spec="latest")
                 while not stop.is_set():
                     res = client.fetch("r", 0, offset, max_wait_ms=500)
                     now_ms = time.time() * 1000

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from sparklog import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
+from sparklog.protocol import actions  # noqa: E402
 from sparklog.storage import make_batch, open_root  # noqa: E402
 
 KAFKA_PRODUCE_RPS = 821_557
@@ -139,7 +140,7 @@ def start_broker(root: str, log_path: Path) -> tuple[subprocess.Popen, str]:
     while time.monotonic() < deadline:
         try:
             with BrokerClient(f"127.0.0.1:{port}", retry_timeout_ms=500) as client:
-                client.list_topics()
+                client.call(actions.LIST_TOPICS)
             return proc, f"sparklog://127.0.0.1:{port}"
         except Exception:
             if proc.poll() is not None:

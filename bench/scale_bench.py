@@ -1,6 +1,6 @@
 """Scale of the control plane: costs against topics, partitions, brokers, groups and members.
 
-Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,members]
+Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,offsets,members]
                                              [--idle-topics 100] [--window-s 10]
 
 Sections (each prints a table; ratios are against the section's first row,
@@ -16,6 +16,11 @@ measured in the same run):
 * ``groups``: requests per heartbeat and per offset commit of 1, 50, 500 groups
   at an in-memory coordinator on S3, and the bill of each committing once a
   second (target: 0 per heartbeat, 1 per commit);
+* ``offsets``: write requests per offset commit of 1, 100, 1,000, 5,000 groups each
+  committing (50 committers at once) through a broker's group store on S3, with
+  the journal (format 3) against one group-log commit each (format 2) in the same
+  run, with the p50/p99 commit latency and the bill of each group committing once
+  a second (target: <= 0.1 write requests per commit at 1,000 groups);
 * ``members``: time for a group of 1, 10, 50 members (threads, one coordinator
   in memory) to reach one stable assignment, in session timeouts (target <= 2).
 """
@@ -175,6 +180,59 @@ def groups_section(moto: MotoS3) -> None:
         )
 
 
+# -- offsets (format 3) ----------------------------------------------------------------------
+def offsets_section(moto: MotoS3, rounds: int, flush_interval_ms: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparklog.storage.journal import JournalWriter
+
+    print(
+        f"\n## Offset commits on S3: requests per commit ({rounds} rounds after the first, "
+        f"50 committers, journal flush interval {flush_interval_ms} ms; load {load()})"
+    )
+    print(
+        "| groups | mode | writes per commit | reads per commit | p50 ms | p99 ms "
+        "| $/month, each committing 1/s | writes vs format 2 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for groups in (1, 100, 1_000, 5_000):
+        baseline = 0.0
+        for mode in ("format 2", "journal"):
+            proxy = CountingProxy(moto.endpoint_url)
+            root = open_root(moto.fresh_root(), proxy.storage_options(), create=True)
+            if mode == "journal":
+                writer = JournalWriter(root.store, 1, flush_interval_ms=flush_interval_ms)
+                root.groups.use_journal(writer, lambda group: True)
+            names = [f"g{g}" for g in range(groups)]
+            latencies: list[float] = []
+
+            def commit(args: tuple[str, int], store=root.groups, latencies=latencies) -> None:
+                started = time.perf_counter()
+                store.commit(args[0], {("t", 0): args[1]})
+                latencies.append(time.perf_counter() - started)
+
+            with ThreadPoolExecutor(50) as pool:
+                list(pool.map(commit, [(g, 0) for g in names]))  # leases, first logs
+                latencies.clear()
+                before = proxy.snapshot()
+                list(pool.map(commit, [(g, r) for r in range(1, rounds + 1) for g in names]))
+                after = proxy.snapshot()
+            proxy.close()
+            after.subtract(before)
+            commits = groups * rounds
+            writes = sum(after[k] for k in ("PUT", "POST", "DELETE")) / commits
+            reads = sum(after[k] for k in ("GET", "HEAD", "LIST")) / commits
+            baseline = baseline or writes
+            per_second = Counter({k: v / rounds for k, v in after.items()})
+            latencies.sort()
+            p50 = latencies[len(latencies) // 2] * 1000
+            p99 = latencies[int(len(latencies) * 0.99)] * 1000
+            print(
+                f"| {groups} | {mode} | {writes:.3f} | {reads:.3f} | {p50:.0f} | {p99:.0f} "
+                f"| {monthly_bill(per_second):,.0f} | {writes / baseline:.3f} |"
+            )
+
+
 # -- members ---------------------------------------------------------------------------------
 def members_section(session_ms: int) -> None:
     print(f"\n## One group's members reaching a stable assignment (session {session_ms} ms)")
@@ -215,21 +273,25 @@ def members_section(session_ms: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default="metadata,idle,groups,members")
+    parser.add_argument("--sections", default="metadata,idle,groups,offsets,members")
     parser.add_argument("--idle-topics", type=int, default=100)
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--session-ms", type=int, default=10_000)
+    parser.add_argument("--offset-rounds", type=int, default=3)
+    parser.add_argument("--offsets-flush-interval-ms", type=int, default=50)
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     print(f"# scale_bench (load at start {load()})")
     if "metadata" in sections:
         metadata_section()
-    moto = MotoS3.start() if sections & {"idle", "groups"} else None
+    moto = MotoS3.start() if sections & {"idle", "groups", "offsets"} else None
     try:
         if moto is not None and "idle" in sections:
             idle_section(moto, args.idle_topics, args.window_s)
         if moto is not None and "groups" in sections:
             groups_section(moto)
+        if moto is not None and "offsets" in sections:
+            offsets_section(moto, args.offset_rounds, args.offsets_flush_interval_ms)
     finally:
         if moto is not None:
             moto.stop()

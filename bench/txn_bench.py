@@ -39,6 +39,7 @@ from bench.kafka_bench import (
 )
 from sparklog import Admin
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.protocol import actions
 
 APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
 
@@ -89,7 +90,7 @@ def run(
     try:
         # topics made once every broker is live: their shards spread over all of them
         with BrokerClient(",".join(addresses)) as client:
-            while len(client.describe_cluster()["brokers"]) < brokers:
+            while len(client.call(actions.DESCRIBE_CLUSTER)["brokers"]) < brokers:
                 time.sleep(0.1)
         with Admin(address) as admin:
             for name in ("idem-warm-up", "txn-warm-up", "idempotent", "transactional"):

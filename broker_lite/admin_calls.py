@@ -171,9 +171,6 @@ class AdminCalls:
         -1, the default), stored and reported back: the object store keeps the data.
         ``created_by``: the principal asking, whose per-principal caps apply."""
         assert self.state.cluster is not None
-        topic_caps.check(
-            self.state.config, self.state.root.metadata.image(), created_by, 1, partitions
-        )
         value_type = _schema_from_text(value_schema) if value_schema else None
         _log_unknown_keys(name, config)
         live = len(self.state.cluster.live())
@@ -186,6 +183,8 @@ class AdminCalls:
                 replication_factor=replication_factor,
                 live_brokers=max(1, live),
                 created_by=created_by,
+                # the caps are checked in the commit, so racing creates cannot pass them
+                admit=topic_caps.on_create(self.state.config, created_by, partitions),
             )
         )
         self.state.forget_topic(name)
@@ -220,13 +219,10 @@ class AdminCalls:
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int:
         """Grow ``name`` to ``total`` partitions; they count against its creator's cap.
         ``validate_only`` runs every check and changes nothing."""
-        doc = self.state.root.metadata.image().topics.get(name) or {}
-        grown = total - int(doc.get("partitions", total))
-        topic_caps.check(
-            self.state.config, self.state.root.metadata.image(), doc.get("created_by"), 0, grown
-        )
         info = storage_call(
-            lambda: self.state.root.add_partitions(name, total, dry_run=validate_only)
+            lambda: self.state.root.add_partitions(
+                name, total, dry_run=validate_only, admit=topic_caps.on_growth(self.state.config)
+            )
         )
         if not validate_only:
             self.state.forget_topic(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from sparklog import errors
 from sparklog.broker_lite.cluster import Cluster
@@ -55,6 +56,9 @@ class BrokerState:
         self.damaged_topics: dict[str, str] = {}
         #: commits made by this broker so far, for waits on several partitions at once
         self.commits = 0
+        #: called with (topic, partitions) after each commit of records (the Kafka listener's
+        #: parked fetches wake on it)
+        self.commit_hooks: list[Callable[[str, list[int]], None]] = []
         self.committed = threading.Condition()
         #: set when the broker stops: every loop and wait of every role ends
         self.stop_requested = threading.Event()

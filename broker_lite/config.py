@@ -191,6 +191,15 @@ class BrokerConfig:
             integer(1),
         ),
     )
+    num_io_threads: int = field(
+        default=512,
+        metadata=about(
+            "Kafka's num.io.threads: threads handling Kafka requests (a Produce waits for its "
+            "commit on one); a throttled answer, a parked JoinGroup or long-poll Fetch holds "
+            "none while it waits",
+            integer(1),
+        ),
+    )
     max_connections: int = field(
         default=1024,
         metadata=about(
@@ -271,6 +280,32 @@ class BrokerConfig:
         default=5,
         metadata=about(
             "How long a broker gathers produce requests (of all topics) into one flush", integer(0)
+        ),
+    )
+    journal_offset_commits: bool = field(
+        default=True,
+        metadata=about(
+            "Journal the offset commits of the groups this broker coordinates (format 3: one "
+            "journal commit per flush for all groups, folded into each group's log every "
+            "fold_interval_ms) instead of one group-log commit each",
+            BOOLEAN,
+        ),
+    )
+    offsets_flush_interval_ms: int = field(
+        default=50,
+        metadata=about(
+            "Least time between two journal commits of offset commits (an idle broker's "
+            "commit is written at once): the bound on an offset commit's wait",
+            integer(0),
+        ),
+    )
+    fold_interval_ms: int = field(
+        default=60_000,
+        metadata=about(
+            "How long a group's journalled offset commits wait before they are folded into "
+            "its log (one commit per group with changes); the journal is replaced and "
+            "deleted every ten of these, at least a minute apart",
+            integer(0),
         ),
     )
     batch_bytes: int = field(

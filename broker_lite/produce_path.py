@@ -392,6 +392,12 @@ class ProducePath:
                 with st.changed:
                     st.changed.notify_all()
         self.state.count_commit()
+        fresh = [run.partition for run in runs if not results[run.partition].duplicate]
+        for hook in self.state.commit_hooks if fresh else ():
+            try:
+                hook(topic.name, fresh)
+            except Exception:  # a waiter's failure must not fail the producers' commit
+                log.exception("commit hook failed", extra=fields(topic=topic.name))
 
     def _append_as_leader(
         self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]

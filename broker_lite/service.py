@@ -39,17 +39,21 @@ from sparklog.broker_lite.tailcache import TailCache
 from sparklog.broker_lite.transactions.coordinator import TransactionCoordinator
 from sparklog.broker_lite.upkeep import Upkeep
 from sparklog.clock import Clock, now_ms
-from sparklog.errors import SparklogError
+from sparklog.errors import NotCoordinatorError, SparklogError
 from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, open_root
+from sparklog.storage.journal import JournalWriter
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 #: how often a broker looks for timed-out and orphaned transactions
 TRANSACTIONS_TICK_S = 1.0
 #: the lag metric is computed every this many ticks (group sweeps run every tick)
 LAG_TICKS = 5
+#: the least time between two replacements of the offset journal (a small
+#: ``fold_interval_ms`` must not make every fold pass a replacement)
+JOURNAL_ROTATE_MIN_MS = 60_000
 
 
 class Broker:
@@ -151,6 +155,8 @@ class Broker:
         self.partition_state = state.partition_state
         self.wait_for_commit = state.wait_for_commit
         self.count_commit = state.count_commit
+        #: the journal of offset commits (format 3), if ``journal_offset_commits``
+        self._journal: JournalWriter | None = None
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_metadata_refresh = 0.0
@@ -164,6 +170,12 @@ class Broker:
     def commits(self) -> int:
         """Commits made through this broker so far (a long-poll fetch waits for the next)."""
         return self.state.commits
+
+    @property
+    def commit_hooks(self) -> list[Callable[[str, list[int]], None]]:
+        """Called with (topic, partitions) after each commit of records (the Kafka
+        listener's parked fetches wake on it)."""
+        return self.state.commit_hooks
 
     @property
     def damaged_topics(self) -> dict[str, str]:
@@ -222,6 +234,15 @@ class Broker:
         self._spawn("groups", self._every(tick_s, "group sweep", self.group_role.sweep))
         lag_s = LAG_TICKS * tick_s
         self._spawn("lag", self._every(lag_s, "lag pass", self.group_role.record_lag))
+        if self.config.journal_offset_commits:
+            self._journal = JournalWriter(
+                self.root.store,
+                self.config.broker_id,
+                flush_interval_ms=self.config.offsets_flush_interval_ms,
+                on_sealed=self.root.groups.retire_journal,
+            )
+            self.root.groups.use_journal(self._journal, self.coordinates)
+            self._spawn("folds", self._every(tick_s, "fold pass", self._fold_journal))
         self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
             from sparklog.broker_lite.cleaner import Cleaner
@@ -289,6 +310,11 @@ class Broker:
         for thread in self._threads:
             thread.join(timeout=10)
         self.coordinator.close()  # the deadline thread of parked joins and syncs
+        if self._journal is not None:
+            try:
+                self.root.groups.close_journal()
+            except SparklogError as exc:  # its groups' next coordinator folds what is left
+                log.warning("journal not folded at stop", extra=fields(error=str(exc)))
         if state.cluster is not None:
             state.cluster.resign()
         self.produce_path.shutdown_commits()
@@ -347,6 +373,26 @@ class Broker:
             return False
         chosen = max(live, key=lambda b: rendezvous_weight(transactional_id, 0, int(b)))
         return int(chosen) == self.config.broker_id
+
+    def coordinates(self, group: str) -> bool:
+        """Whether this broker coordinates ``group`` (its offset commits are journalled)."""
+        try:
+            self.leadership.check_coordinator(group)
+        except NotCoordinatorError:
+            return False
+        return True
+
+    def _fold_journal(self) -> None:
+        """Fold the groups' journalled commits that waited ``fold_interval_ms``; replace the
+        journal every ten intervals, at least every :data:`JOURNAL_ROTATE_MIN_MS` (folding
+        all of it first, then deleting it)."""
+        assert self._journal is not None
+        interval_ms = self.config.fold_interval_ms
+        rotate_ms = max(10 * interval_ms, JOURNAL_ROTATE_MIN_MS)
+        if (time.monotonic() - self._journal.started) * 1000 >= rotate_ms:
+            self.root.groups.rotate_journal()
+        else:
+            self.root.groups.fold_due(interval_ms)
 
     def _reload_topics(self) -> None:
         state = self.state

@@ -7,13 +7,17 @@ metadata record, written by the broker on every door: Kafka CreateTopics and
 auto-creation, Flight's create_topic); its partitions count against that
 principal, CreatePartitions included. Super users are not capped, nor topics
 created without a principal (embedded use, the CLI on a root). A request that
-would pass a cap is refused with POLICY_VIOLATION naming the key. The check reads
-the metadata image when the request is handled: requests of one principal
-running at the same moment may pass a cap by what they add together.
+would pass a cap is refused with POLICY_VIOLATION naming the key. The check runs
+inside the metadata commit that adds the topic or the partitions
+(:func:`on_create`, :func:`on_growth`: the catalog's ``admit``), on the image the
+change is made to, and a commit that lost a race runs it again on the newer image:
+requests of one principal at the same moment, on one broker or several, never
+take it past a cap together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sparklog.errors import PolicyViolationError
@@ -50,3 +54,22 @@ def check(config: Any, image: Any, principal: str | None, topics: int, partition
             f"'max_partitions_per_principal'); it has {have_partitions} and this request adds "
             f"{partitions}"
         )
+
+
+def on_create(config: Any, principal: str | None, partitions: int) -> Callable[[Any], None] | None:
+    """The catalog's ``admit`` for a topic of ``partitions`` created for ``principal``
+    (None: nothing to check)."""
+    if principal is None:
+        return None
+    return lambda image: check(config, image, principal, 1, partitions)
+
+
+def on_growth(config: Any) -> Callable[[Any, dict[str, Any], dict[str, Any]], None]:
+    """The catalog's ``admit`` for CreatePartitions: the partitions added count against
+    the topic's creator, on the image they are added to."""
+
+    def admit(image: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
+        grown = int(after.get("partitions", 0)) - int(before.get("partitions", 0))
+        check(config, image, before.get("created_by"), 0, grown)
+
+    return admit

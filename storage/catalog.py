@@ -331,6 +331,7 @@ class LogRoot:
         replication_factor: int = 1,
         live_brokers: int | None = None,
         created_by: str | None = None,
+        admit: Callable[[MetadataImage], None] | None = None,
     ) -> TopicInfo:
         """Create a topic; TopicAlreadyExistsError if a live topic has the name.
 
@@ -338,7 +339,9 @@ class LogRoot:
         producers until promoted.  ``replication_factor`` (-1: the default, 1) is accepted
         up to ``live_brokers`` (a broker's live set; without it, the brokers registered
         on the root, at least 1), as Kafka accepts it, and stored to be reported back.
-        ``created_by``: the principal a broker created it for (its per-principal caps)."""
+        ``created_by``: the principal a broker created it for (its per-principal caps).
+        ``admit(image)`` may refuse the topic on the image it is added to, inside the
+        commit: two creates racing each see the other's topic (a cap they share holds)."""
         parsed = self.check_new_topic(name, partitions, config)
         if value_type is not None and not _is_struct(value_type):
             raise InvalidConfigurationError(
@@ -361,6 +364,8 @@ class LogRoot:
         def build(image: MetadataImage) -> list[Record]:
             if name in image.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if admit is not None:
+                admit(image)
             live = sum(1 for b in image.brokers.values() if not b.get("fenced"))
             factor = replication_factor_of(
                 replication_factor, max(1, live) if live_brokers is None else live_brokers
@@ -404,16 +409,22 @@ class LogRoot:
         name: str,
         change: Callable[[dict[str, Any]], dict[str, Any]],
         dry_run: bool = False,
+        admit: Callable[[MetadataImage, dict[str, Any], dict[str, Any]], None] | None = None,
     ) -> TopicInfo:
         """Apply ``change`` to the topic's document; with ``dry_run``, every check of the
-        change on the newest image and nothing written (Kafka's ``validate_only``)."""
+        change on the newest image and nothing written (Kafka's ``validate_only``).
+        ``admit(image, before, after)`` may refuse the change on the image it is made to,
+        inside the commit (racing changes see each other)."""
 
         def changed(image: MetadataImage) -> dict[str, Any]:
             current = image.topics.get(name)
             if current is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             doc = {k: v for k, v in copy.deepcopy(current).items() if k != "version"}
-            return change(doc)
+            after = change(copy.deepcopy(doc))
+            if admit is not None:
+                admit(image, doc, after)
+            return after
 
         def build(image: MetadataImage) -> list[Record]:
             return [topic_record(changed(image))]
@@ -470,9 +481,16 @@ class LogRoot:
 
         return self._update(name, change)
 
-    def add_partitions(self, name: str, total: int, *, dry_run: bool = False) -> TopicInfo:
+    def add_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        dry_run: bool = False,
+        admit: Callable[[MetadataImage, dict[str, Any], dict[str, Any]], None] | None = None,
+    ) -> TopicInfo:
         """Grow a topic to ``total`` partitions (never shrink, as in Kafka; ``dry_run``: only
-        check)."""
+        check); ``admit(image, before, after)`` may refuse it inside the commit."""
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(total, int) or total <= doc["partitions"] or total > MAX_PARTITIONS:
@@ -483,7 +501,7 @@ class LogRoot:
             doc["partitions"] = total
             return doc
 
-        return self._update(name, change, dry_run)
+        return self._update(name, change, dry_run, admit)
 
     def evolve_value_type(self, name: str, value_type: pa.DataType) -> TopicInfo:
         """Change a typed topic's value struct by adding nullable fields only."""

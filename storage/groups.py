@@ -15,16 +15,19 @@ Membership itself is the coordinator's business (sparklog.groups).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
+from sparklog.storage.journal import Journal, JournalRef, JournalSealedError, JournalWriter
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.topic_partition import TopicPartition
@@ -119,12 +122,51 @@ class OffsetEntry(TypedDict):
 
 @dataclass
 class GroupLogState(LogStateBase):
-    """A group log at one version: the newest generation and the committed offsets."""
+    """A group log at one version: the newest generation and the committed offsets.
+
+    Under a journal lease (format 3), ``journal`` names the broker journal that holds
+    the group's newer changes and ``folded`` the last journal version folded into the
+    log: a reader applies the journal's changes after it (``GroupStore.fetch``).
+    """
 
     version: int = -1
     generation: int = -1
     offsets: dict[str, OffsetEntry] = field(default_factory=dict)
     commits_since_snapshot: int = 0
+    journal: JournalRef | None = None
+    folded: int = -1
+
+    def overlaid(self, steps: Sequence[Sequence[Any]]) -> GroupLogState:
+        """A copy of this state with the journal ``steps`` after ``folded`` applied."""
+        view = dataclasses.replace(self, offsets=dict(self.offsets))
+        apply_steps(view, self.journal, steps)
+        return view
+
+
+def apply_change(state: GroupLogState, change: Mapping[str, Any]) -> None:
+    """One change (a commit's or a journal step's): generation, offsets, deletions."""
+    generation = change.get("generation")
+    if isinstance(generation, int):
+        state.generation = max(state.generation, generation)
+    for key, entry in (change.get("offsets") or {}).items():
+        state.offsets[key] = cast(OffsetEntry, dict(entry))
+    for key in change.get("deleted") or ():
+        state.offsets.pop(key, None)
+
+
+def apply_steps(
+    state: GroupLogState, journal: JournalRef | None, steps: Sequence[Sequence[Any]]
+) -> None:
+    """Journal ``steps`` (``[version, change]``, in order) of the lease's journal that
+    are past ``state.folded``; a fold repeated (a lost answer, the next leader) is a no-op."""
+    if journal is None or journal != state.journal:
+        return
+    through = state.folded
+    for version, change in steps:
+        if int(version) > state.folded:
+            apply_change(state, change)
+            through = max(through, int(version))
+    state.folded = through
 
 
 class GroupCodec:
@@ -134,20 +176,24 @@ class GroupCodec:
         return GroupLogState()
 
     def apply(self, state: GroupLogState, commit: Commit) -> None:
-        generation = commit.get("generation")
-        if isinstance(generation, int):
-            state.generation = max(state.generation, generation)
-        for key, entry in (commit.get("offsets") or {}).items():
-            state.offsets[key] = cast(OffsetEntry, dict(entry))
-        for key in commit.get("deleted") or ():
-            state.offsets.pop(key, None)
+        fold = commit.get("fold")
+        if fold:  # the journal's changes up to here come first
+            apply_steps(state, JournalRef.from_json(fold["journal"]), fold["steps"])
+        if commit.get("kind") == "lease":
+            state.journal = JournalRef.from_json(commit["journal"])
+            state.folded = int(commit["from"]) - 1
+        apply_change(state, commit)
 
     def snapshot(self, state: GroupLogState) -> bytes:
-        return json.dumps(
-            {"version": state.version, "generation": state.generation, "offsets": state.offsets},
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
+        doc: dict[str, Any] = {
+            "version": state.version,
+            "generation": state.generation,
+            "offsets": state.offsets,
+        }
+        if state.journal is not None:
+            doc["journal"] = state.journal.to_json()
+            doc["folded"] = state.folded
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def restore(self, payload: memoryview, where: str) -> GroupLogState:
         try:
@@ -156,6 +202,8 @@ class GroupCodec:
                 version=int(doc["version"]),
                 generation=int(doc["generation"]),
                 offsets=dict(doc["offsets"]),
+                journal=JournalRef.from_json(doc.get("journal")),
+                folded=int(doc.get("folded", -1)),
             )
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptRecordError(f"snapshot {where} cannot be decoded: {exc}") from None
@@ -177,8 +225,20 @@ class GroupLog(MetaLog[GroupLogState]):
         self.group = group
 
 
+#: journal steps of one group held in memory by the journal's writer: (journal, version,
+#: change), oldest first
+PendingSteps = list[tuple[JournalRef, int, Commit]]
+
+
 class GroupStore:
-    """Committed offsets of every consumer group under one root (thread-safe)."""
+    """Committed offsets of every consumer group under one root (thread-safe).
+
+    In a broker with a journal (:meth:`use_journal`), the offset commits of the groups
+    it coordinates are journal steps (format 3: one journal commit per flush, whatever
+    the number of groups), folded into each group's log every ``fold_interval_ms``
+    (:meth:`fold_due`); readers anywhere read the log and then the journal its lease
+    names (docs/architecture.md, "Storage format 3").
+    """
 
     def __init__(
         self, store: ObjectStore, *, snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
@@ -187,6 +247,268 @@ class GroupStore:
         self.snapshot_interval = snapshot_interval
         self._lock = threading.Lock()
         self._logs: dict[str, tuple[GroupLog, threading.Lock]] = {}
+        self._writer: JournalWriter | None = None
+        self._coordinates: Callable[[str], bool] = lambda group: False
+        #: journalled steps not yet folded, per group (the writer's memory)
+        self._pending: dict[str, PendingSteps] = {}
+        #: monotonic time of each group's oldest unfolded step
+        self._pending_since: dict[str, float] = {}
+        #: this process's own journals that are retired: everything in them is folded
+        self._retired: set[JournalRef] = set()
+        self._journal_started = time.monotonic()
+        #: journal versions read by this process (they never change): journal -> version
+        self._journal_versions: dict[JournalRef, dict[int, Commit]] = {}
+        #: fold commits written (for tests and metrics)
+        self.folds = 0
+
+    # -- the journal (format 3) ---------------------------------------------------------
+
+    def use_journal(self, writer: JournalWriter, coordinates: Callable[[str], bool]) -> None:
+        """Journal the commits of the groups ``coordinates`` says this process leads."""
+        self._writer = writer
+        self._coordinates = coordinates
+        self._journal_started = time.monotonic()
+
+    def _journals(self) -> set[JournalRef]:
+        return {self._writer.ref} if self._writer is not None else set()
+
+    def _pending_steps(self, group: str, state: GroupLogState) -> list[list[Any]]:
+        """The group's steps after the log's folded position, from memory (our journal)
+        or read from the journal the log's lease names (another broker's)."""
+        ref = state.journal
+        if ref is None or ref in self._retired:
+            return []
+        with self._lock:
+            mine: list[list[Any]] = [[v, c] for r, v, c in self._pending.get(group, ()) if r == ref]
+        if mine or (self._writer is not None and ref == self._writer.ref):
+            return [step for step in mine if step[0] > state.folded]
+        return self._read_tail(ref, state.folded + 1, group)
+
+    def _read_tail(self, ref: JournalRef, first: int, group: str) -> list[list[Any]]:
+        """``group``'s steps in journal ``ref`` from version ``first`` to its end."""
+        journal = Journal(self.store, ref)
+        with self._lock:
+            cached = self._journal_versions.setdefault(ref, {})
+        steps: list[list[Any]] = []
+        version = first
+        while True:
+            commit = cached.get(version)
+            if commit is None:
+                commit = journal.read(version)
+                if commit is None:
+                    break
+                with self._lock:
+                    cached[version] = commit
+                    for old in [v for v in cached if v < version - 4096]:
+                        del cached[old]
+            if commit.get("kind") in ("seal", "close"):
+                break
+            steps.extend(
+                [version, change] for change in (commit.get("groups") or {}).get(group, ())
+            )
+            version += 1
+        return steps
+
+    def _view(self, group: str) -> GroupLogState:
+        """The group's state now: its log (one probe) and the journal after it.
+
+        A journal is deleted once everything in it is folded, so a reader that finds
+        nothing after its folded position reads the log once more: a fold and the
+        deletion may both have happened since its first read.
+        """
+        log, lock = self.log(group)
+        with lock:
+            state = log.refresh()
+            steps = self._pending_steps(group, state)
+            if not steps and state.journal is not None and not self._is_mine(state.journal):
+                before = (state.journal, state.folded)
+                state = log.refresh()
+                if (state.journal, state.folded) != before:
+                    steps = self._pending_steps(group, state)
+        return state.overlaid(steps) if steps else state
+
+    def _is_mine(self, ref: JournalRef) -> bool:
+        return ref in self._retired or (self._writer is not None and ref == self._writer.ref)
+
+    def rotate_journal(self) -> None:
+        """Start a fresh journal, fold every step of the old one, then delete it (so a
+        journal's versions never outlive the steps they hold)."""
+        assert self._writer is not None
+        old = self._writer.rotate()
+        self.fold_due(0, everything=True)
+        with self._lock:
+            left = any(r == old for steps in self._pending.values() for r, _, _ in steps)
+        if left:  # a fold failed: the next rotation tries again
+            return
+        self._retired.add(old)
+        self.store.delete_prefix(old.prefix)
+
+    def close_journal(self) -> None:
+        """A graceful stop: fold everything journalled, then delete the journal."""
+        if self._writer is None:
+            return
+        self._writer.close()
+        ref = self._writer.ref
+        self.fold_due(0, everything=True)
+        if not self.pending_groups():
+            self._retired.add(ref)
+            self.store.delete_prefix(ref.prefix)
+
+    def _lease(self, log: GroupLog, group: str) -> None:
+        """Name our journal in the group's log (with the lock held), folding first what
+        the previous journal holds for the group: a journal of another broker (or an
+        older one of ours) is sealed, so nothing more is acknowledged from it."""
+        assert self._writer is not None
+        writer = self._writer
+
+        def build(state: GroupLogState) -> Commit | None:
+            if state.journal == writer.ref:
+                return None
+            commit: Commit = {
+                "kind": "lease",
+                "journal": writer.ref.to_json(),
+                "from": writer.next_version,
+            }
+            old = state.journal
+            if old is not None and old not in self._retired:
+                with self._lock:
+                    mine: list[list[Any]] = [
+                        [v, c] for r, v, c in self._pending.get(group, ()) if r == old
+                    ]
+                if not mine:
+                    read, _ = Journal(self.store, old).seal(
+                        state.folded + 1, by=f"broker {writer.broker_id}"
+                    )
+                    mine = [
+                        [v, c]
+                        for v, body in read
+                        for c in (body.get("groups") or {}).get(group, ())
+                    ]
+                steps = [step for step in mine if step[0] > state.folded]
+                if steps:
+                    commit["fold"] = {"journal": old.to_json(), "steps": steps}
+            return commit
+
+        log.commit(build)
+        with self._lock:
+            self._pending.pop(group, None)
+            self._pending_since.pop(group, None)
+
+    def _journalled_commit(
+        self, group: str, change: Commit, check: Callable[[GroupLogState], bool]
+    ) -> None:
+        """Journal ``change`` (if ``check`` of the group's state says it is needed)."""
+        assert self._writer is not None
+        log, lock = self.log(group)
+        with lock:
+            state = log.loaded_state or log.refresh()
+            if state.journal != self._writer.ref:
+                self._lease(log, group)
+                state = log.state
+            steps = self._pending_steps(group, state)
+            if not check(state.overlaid(steps) if steps else state):
+                return
+            ref, version = self._writer.write_group(group, change)
+            if ref != state.journal:
+                # the journal was sealed and restarted between our lease and this step:
+                # the step is in a journal the log does not name, so it is not committed
+                raise JournalSealedError(
+                    f"group {group!r}: the broker's journal changed; commit again"
+                )
+            with self._lock:
+                self._pending.setdefault(group, []).append((ref, version, change))
+                self._pending_since.setdefault(group, time.monotonic())
+
+    def _direct_commit(
+        self, group: str, build: Callable[[GroupLogState], Commit | None]
+    ) -> Commit | None:
+        """Commit to the group's log, folding first the journal steps after its folded
+        position (so a change made here lands after every step acknowledged before it)."""
+        log, lock = self.log(group)
+        folded_ref: list[JournalRef | None] = [None]
+
+        def with_fold(state: GroupLogState) -> Commit | None:
+            steps = self._pending_steps(group, state)
+            commit = build(state.overlaid(steps) if steps else state)
+            folded_ref[0] = None
+            if commit is not None and steps and state.journal is not None:
+                commit["fold"] = {"journal": state.journal.to_json(), "steps": steps}
+                folded_ref[0] = state.journal
+            return commit
+
+        with lock:
+            commit = log.commit(with_fold)
+            if folded_ref[0] is not None:
+                self._drop_folded(group, log.state)
+        return commit
+
+    def _drop_folded(self, group: str, state: GroupLogState) -> None:
+        with self._lock:
+            left = [
+                (r, v, c)
+                for r, v, c in self._pending.get(group, ())
+                if r == state.journal and v > state.folded
+            ]
+            if left:
+                self._pending[group] = left
+            else:
+                self._pending.pop(group, None)
+                self._pending_since.pop(group, None)
+
+    def fold_due(self, fold_interval_ms: int, *, everything: bool = False) -> int:
+        """Fold the groups whose oldest journalled step is ``fold_interval_ms`` old
+        (every group with steps if ``everything``); the number of folds written."""
+        now = time.monotonic()
+        with self._lock:
+            due = [
+                group
+                for group, since in self._pending_since.items()
+                if everything or (now - since) * 1000 >= fold_interval_ms
+            ]
+        written = 0
+        for group in due:
+            if self._fold(group):
+                written += 1
+        return written
+
+    def _fold(self, group: str) -> bool:
+        log, lock = self.log(group)
+
+        def build(state: GroupLogState) -> Commit | None:
+            with self._lock:
+                ours = any(r == state.journal for r, _, _ in self._pending.get(group, ()))
+            if not ours or state.journal is None:  # leased since by another journal
+                return None
+            steps = self._pending_steps(group, state)
+            if not steps:
+                return None
+            return {"kind": "fold", "fold": {"journal": state.journal.to_json(), "steps": steps}}
+
+        with lock:
+            commit = log.commit(build)
+            self._drop_folded(group, log.state)
+        if commit is not None:
+            self.folds += 1
+        return commit is not None
+
+    def retire_journal(self, ref: JournalRef) -> None:
+        """Forget a journal of ours that was sealed or replaced: its steps are folded by
+        whoever leases each group next (a sealer, or us again)."""
+        with self._lock:
+            for group in list(self._pending):
+                left = [step for step in self._pending[group] if step[0] != ref]
+                if left:
+                    self._pending[group] = left
+                else:
+                    del self._pending[group]
+                    self._pending_since.pop(group, None)
+
+    def pending_groups(self) -> int:
+        """Groups with journalled steps not yet folded."""
+        with self._lock:
+            return len(self._pending)
+
+    # -- groups -------------------------------------------------------------------------
 
     def log(self, group: str) -> tuple[GroupLog, threading.Lock]:
         """The group's (cached) log and the lock to hold while using it."""
@@ -216,7 +538,8 @@ class GroupStore:
 
         With ``generation`` (>= 0), the commit is refused with
         IllegalGenerationError unless it is the log's newest generation, in the
-        same create-only step that writes it.
+        same create-only step that writes it (or, journalled, under the group's lock
+        of its only writer).
         """
         stamp = now_ms()
         entries: dict[str, OffsetEntry] = {
@@ -230,7 +553,7 @@ class GroupStore:
         }
         checked = generation is not None and generation >= 0
 
-        def build(state: GroupLogState) -> Commit | None:
+        def needed(state: GroupLogState) -> bool:
             if checked and generation is not None and generation < state.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} of member {member_id!r} is not group {group!r}'s "
@@ -244,17 +567,16 @@ class GroupStore:
                 for k, v in entries.items()
             )
             newer = checked and generation is not None and generation > state.generation
-            if unchanged and not newer:
-                return None
-            commit: Commit = {"kind": "offsets", "offsets": entries}
-            if checked:
-                commit["generation"] = generation
-                commit["member"] = member_id
-            return commit
+            return not unchanged or newer
 
-        log, lock = self.log(group)
-        with lock:
-            log.commit(build)
+        change: Commit = {"kind": "offsets", "offsets": entries}
+        if checked:
+            change["generation"] = generation
+            change["member"] = member_id
+        if self._writer is not None and self._coordinates(group):
+            self._journalled_commit(group, change, needed)
+            return
+        self._direct_commit(group, lambda state: dict(change) if needed(state) else None)
 
     def set_generation(self, group: str, generation: int) -> None:
         """Record that ``generation`` started: commits of older generations are refused."""
@@ -264,9 +586,7 @@ class GroupStore:
                 return None
             return {"kind": "generation", "generation": generation}
 
-        log, lock = self.log(group)
-        with lock:
-            log.commit(build)
+        self._direct_commit(group, build)
 
     def delete_offsets(
         self,
@@ -302,21 +622,15 @@ class GroupStore:
                 return None
             return {"kind": "delete_offsets", "deleted": present}
 
-        log, lock = self.log(group)
-        with lock:
-            log.commit(build)
+        self._direct_commit(group, build)
         return sorted(dropped)
 
     def generation(self, group: str) -> int:
         """The newest generation the group's log has recorded (-1: none)."""
-        log, lock = self.log(group)
-        with lock:
-            return log.refresh().generation
+        return self._view(group).generation
 
     def fetch(self, group: str) -> dict[TopicPartition, CommittedOffset]:
-        log, lock = self.log(group)
-        with lock:
-            offsets = dict(log.refresh().offsets)
+        offsets = dict(self._view(group).offsets)
         out: dict[TopicPartition, CommittedOffset] = {}
         for key, entry in offsets.items():
             topic, _, partition = key.rpartition(":")
@@ -345,4 +659,6 @@ class GroupStore:
         validate_group_name(group)
         with self._lock:
             self._logs.pop(group, None)
+            self._pending.pop(group, None)
+            self._pending_since.pop(group, None)
         self.store.delete_prefix(group_key(group))

@@ -56,7 +56,7 @@ from sparklog.storage.producer_state import (
 )
 from sparklog.storage.records import OFFSET_FIELD, with_offset_column
 from sparklog.storage.segments import Segment, read_segment
-from sparklog.storage.shard_codec import LogState, ShardCodec, ShardState
+from sparklog.storage.shard_codec import LogState, PartState, ShardCodec, ShardState
 
 #: A staged object older than this is never committed, and GC never deletes an
 #: unreferenced object younger than it (its grace period must be at least this):
@@ -181,12 +181,10 @@ class ShardLog(MetaLog[ShardState]):
         refresh, so only the log's head can refuse a batch.
         """
         where = f"{self.topic}-{partition}"
-        part = self.state.parts.get(partition)
         try:
-            return duplicate_of(part.producers if part else {}, batch, where)
+            return _duplicate_in(self.state.parts.get(partition), batch, where)
         except OutOfOrderSequenceNumberError:
-            part = self.refresh().parts.get(partition)
-            return duplicate_of(part.producers if part else {}, batch, where)
+            return _duplicate_in(self.refresh().parts.get(partition), batch, where)
 
     def append(
         self,
@@ -233,7 +231,7 @@ class ShardLog(MetaLog[ShardState]):
             for p, segments in sorted(appends.items()):
                 batch = producers.get(p)
                 if batch is not None:
-                    dup = duplicate_of(state.part(p).producers, batch, f"{self.topic}-{p}")
+                    dup = _duplicate_in(state.part(p), batch, f"{self.topic}-{p}")
                     if dup is not None:
                         outcome[p] = AppendResult(dup, counts[p], state.version, duplicate=True)
                         continue
@@ -458,6 +456,13 @@ class ShardLog(MetaLog[ShardState]):
 
 
 # -- the partition view ---------------------------------------------------------------------
+
+
+def _duplicate_in(part: PartState | None, batch: ProducerBatch, where: str) -> int | None:
+    """The dedup rule against one partition's state (none yet: an empty one)."""
+    if part is None:
+        return duplicate_of({}, batch, where)
+    return duplicate_of(part.producers, batch, where, repaired_ms=part.repaired_ms)
 
 
 class PartitionLog:

@@ -92,6 +92,9 @@ class PartState:
     producers: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: transactions (see :mod:`sparklog.storage.txn_markers`): open, closed, controls, aborted
     txn: dict[str, Any] = field(default_factory=dict)
+    #: when a repair last gave up offsets here (-1: never): producers may continue past a
+    #: sequence gap once (``producer_state.duplicate_of``)
+    repaired_ms: int = -1
 
 
 @dataclass
@@ -158,6 +161,11 @@ class LogState:
         return {k: v["version"] for k, v in self._shard.markers.items()}
 
     @property
+    def repaired_ms(self) -> int:
+        """When a repair last gave up offsets of the partition (-1: never)."""
+        return self._part.repaired_ms
+
+    @property
     def transactions(self) -> dict[str, Any]:
         """The partition's transactions (:mod:`sparklog.storage.txn_markers`)."""
         return self._part.txn
@@ -190,6 +198,7 @@ class ShardCodec:
                 part.high_watermark = max(part.high_watermark, seg.end_offset)
             if change.get("skip_to") is not None:  # a repair: offsets given up (log_recover)
                 part.high_watermark = max(part.high_watermark, int(change["skip_to"]))
+                part.repaired_ms = ts
             if change.get("lso") is not None:
                 part.log_start_offset = max(part.log_start_offset, int(change["lso"]))
                 if part.txn:
@@ -268,6 +277,7 @@ class ShardCodec:
                 "producers": part.producers,
                 "txn": part.txn,
                 "chunks": {},
+                **({"repaired_ms": part.repaired_ms} if part.repaired_ms >= 0 else {}),
             }
             for p, part in sorted(state.parts.items())
         }
@@ -323,6 +333,7 @@ class ShardCodec:
                     ),
                     producers=dict(scalars["producers"]),
                     txn=dict(scalars.get("txn") or {}),
+                    repaired_ms=int(scalars.get("repaired_ms", -1)),
                 )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptRecordError(

@@ -18,6 +18,7 @@ import datetime
 import sys
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker_lite.kafka import acl
 from sparklog.broker_lite.kafka.messages import _field_info, make, nested
+from sparklog.broker_lite.kafka.parking import then
 
 if TYPE_CHECKING:
     from sparklog.broker_lite.kafka.context import Handler, HandlerContext
@@ -246,12 +248,18 @@ def _topics_guard(
     if not denied:
         return handler(ctx, request)
     reduced = _replace(request, **{api.request_topics: tuple(i for i, _ in keep)})
-    response = handler(ctx, reduced)
-    if response is None:  # acks=0
-        return None
     extra = tuple(_denied_topic(ctx, api, item, name, errno) for item, name in denied)
-    current = tuple(getattr(response, api.response_topics))
-    return dataclasses.replace(response, **{api.response_topics: current + extra})
+
+    def with_denied(response: Any) -> Any:
+        if response is None:  # acks=0
+            return None
+        current = tuple(getattr(response, api.response_topics))
+        return dataclasses.replace(response, **{api.response_topics: current + extra})
+
+    response = handler(ctx, reduced)
+    if isinstance(response, Future):  # a parked long-poll Fetch: completed when answered
+        return then(response, with_denied)
+    return with_denied(response)
 
 
 def _offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> Any:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sparklog.broker_lite.cluster import Cluster
     from sparklog.broker_lite.config import BrokerConfig
     from sparklog.broker_lite.group_routing import CoordinatedGroups
+    from sparklog.broker_lite.kafka.fetch_waits import FetchPurgatory
     from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
     from sparklog.broker_lite.kafka.session import Session
     from sparklog.broker_lite.partition_state import PartitionState
@@ -163,6 +164,11 @@ class ListenerView(Protocol):
 
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...
+
+    @property
+    def fetches(self) -> FetchPurgatory:
+        """Long-poll fetches waiting for records (parked, woken by commits)."""
+        ...
 
     @property
     def pool(self) -> ThreadPoolExecutor:

@@ -2,9 +2,11 @@
 
 Records come from ``Broker.fetch`` (the tail cache or the root) as Arrow and
 are encoded as uncompressed v2 batches, except at the tail, where a producer's
-own batch is served as it came (see :func:`remember_produced`).  A fetch of one
-partition long-polls it; a fetch of several waits for the broker's next commit
-(``Broker.wait_for_commit``) and reads them all again.  Transactions' markers
+own batch is served as it came (see :func:`remember_produced`).  A fetch that
+must wait for records is parked, holding no request thread
+(:mod:`~sparklog.broker_lite.kafka.fetch_waits`): a commit of this broker to one
+of its partitions reads them all again, so does every ``fetch_refresh_ms`` (other
+writers' commits), and its deadline answers what there is.  Transactions' markers
 are served as control batches at their offsets (clients skip them).  A
 read_committed fetch stops at the last stable offset and gets aborted records
 filtered out by the broker (the answer's aborted-transactions list is then
@@ -16,9 +18,9 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 import uuid
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
@@ -206,11 +208,15 @@ FIRST_TOPIC_ID_VERSION = 13
 ZERO_ID = uuid.UUID(int=0)
 
 
-def handle_fetch(ctx: HandlerContext, request: FetchRequest) -> FetchResponse:
+def handle_fetch(
+    ctx: HandlerContext, request: FetchRequest
+) -> FetchResponse | Future[FetchResponse]:
+    """The Fetch answer, or a future of it: a fetch whose ``min_bytes`` are not there
+    and whose ``max_wait_ms`` has not passed is parked
+    (:mod:`~sparklog.broker_lite.kafka.fetch_waits`) and answered when a commit to one
+    of its partitions gives it enough, or at its deadline; no request thread waits."""
     broker = ctx.broker
     cls = load_response_schema(1, ctx.api_version)
-    topic_cls = nested(cls, "FetchableTopicResponse")
-    part_cls = nested(cls, "PartitionData")
     # v13+ name topics by id: resolved here; an unknown id is UNKNOWN_TOPIC_ID
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
     ids: dict[str, uuid.UUID] = {}
@@ -228,14 +234,14 @@ def handle_fetch(ctx: HandlerContext, request: FetchRequest) -> FetchResponse:
             (name, p.partition, int(p.fetch_offset), int(p.partition_max_bytes))
             for p in t.partitions
         )
-    max_wait_ms = max(ms(request.max_wait), 0)
-    min_bytes = int(request.min_bytes)
+    max_wait_ms = min(max(ms(request.max_wait), 0), int(broker.config.fetch_max_wait_ms))
+    min_bytes = max(int(request.min_bytes), 1)
     max_total = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
-    deadline = time.monotonic() + max_wait_ms / 1000
     committed = int(getattr(request, "isolation_level", 0) or 0) == 1
-    results: dict[tuple[str, int], tuple[int, int, int, bytes, int]] = {}
-    while True:
-        commits_seen = broker.commits
+
+    def attempt(final: bool) -> Any:
+        """The answer if it is ready (or ``final``), else None: every partition read."""
+        results: dict[tuple[str, int], tuple[int, int, int, bytes, int]] = {}
         total = 0
         for topic, partition, offset, part_max in wanted:
             budget = min(part_max, max(max_total - total, 0))
@@ -246,22 +252,28 @@ def handle_fetch(ctx: HandlerContext, request: FetchRequest) -> FetchResponse:
                 broker, topic, partition, offset, budget, 0, committed
             )
             total += len(results[(topic, partition)][3])
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
         errors = any(r[0] for r in results.values())
-        if total >= max(min_bytes, 1) or errors or remaining_ms <= 0 or not wanted:
-            break
-        if broker.stopping:
-            break
-        if len(wanted) == 1 and not committed:  # one partition: the long-poll wakes on the commit
-            topic, partition, offset, part_max = wanted[0]
-            results[(topic, partition)] = _read(
-                broker, topic, partition, offset, min(part_max, max_total), remaining_ms
-            )
-            break
-        # several partitions: wake on this broker's next commit; read them all again
-        # at least every fetch_refresh_ms, for commits by other writers of the root
-        refresh_ms = broker.config.fetch_refresh_ms
-        broker.wait_for_commit(commits_seen, min(remaining_ms, refresh_ms) / 1000)
+        if final or total >= min_bytes or errors or broker.stopping:
+            return _answer(cls, wanted, results, ids, unknown)
+        return None
+
+    ready = attempt(final=not wanted or max_wait_ms <= 0)
+    if ready is not None:
+        return ready
+    partitions = {(topic, partition) for topic, partition, _offset, _max in wanted}
+    return ctx.listener.fetches.park(partitions, max_wait_ms, attempt)
+
+
+def _answer(
+    cls: Any,
+    wanted: list[tuple[str, int, int, int]],
+    results: dict[tuple[str, int], tuple[int, int, int, bytes, int]],
+    ids: dict[str, uuid.UUID],
+    unknown: list[tuple[uuid.UUID, list[int]]],
+) -> Any:
+    """The Fetch response of ``results`` (and UNKNOWN_TOPIC_ID for ``unknown`` ids)."""
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, _offset, _max in wanted:
         error, hwm, lso, records, last_stable = results[(topic, partition)]

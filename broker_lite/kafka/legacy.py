@@ -1,15 +1,28 @@
-"""Old API versions kio does not generate, served through the newer versions' handlers.
+"""Old API versions kio does not generate, read and written with aiokafka's protocol
+schemas, served through the newer versions' handlers.
 
 kio is generated from Kafka 4's schemas, which dropped the oldest versions that
 Kafka 3.9 still served and that clients still send (sarama 1.22's OffsetCommit
-v1, Burrow's ListOffsets v0, DescribeConfigs v0, ...).  Those versions are all
-non-flexible and differ from the oldest version kio has by a few fields, so each
-is declared here as a small schema: its request is decoded into plain objects
-with the attribute names the handlers read (fields the old version lacks get the
-newer version's neutral value), the handler runs as for the kio version named
-by ``served_as``, and its response is written back in the old layout (fields
-the old version lacks are dropped; a few are derived, e.g. ListOffsets v0's
-offset list).
+v1, Burrow's ListOffsets v0, DescribeConfigs v0, kafka-go 0.2's Produce v0-2 and
+Fetch v0-3, ...).  aiokafka, a runtime dependency already (the record batch codec),
+ships the layouts of these versions as kafka-python wrote them
+(``aiokafka.protocol``): 16 of the 18 old versions are read and written with
+aiokafka's schemas and codec.  aiokafka lacks OffsetForLeaderEpoch v0 and v1 (API
+23, which it never sends): those two are declared here in aiokafka's types, so
+one codec reads and writes every old version and no encoder of our own is left.
+
+aiokafka names fields as kafka-python did (``consumer_group``, ``topic``,
+``partition``); the handlers read kio's names (``group_id``, ``name``,
+``partition_index``).  Each old version lists its renames by the field's dotted
+path in aiokafka's schema; a path that names no field is refused when the table is
+built, so an aiokafka that renamed a field fails at import, never on a client's
+request.  An old request is decoded into plain objects with kio's attribute names
+(fields the old version lacks get the newer version's neutral value:
+:attr:`Legacy.upgrade`), the handler runs as for the kio version named by
+``served_as``, and its response is written back in the old layout (fields the old
+version lacks are dropped; a few are derived, e.g. ListOffsets v0's offset list:
+:attr:`Legacy.downgrade`).  ``tests/kafka/test_legacy_codec.py`` pins every
+version's bytes to those of the hand-written codec this replaced.
 """
 
 from __future__ import annotations
@@ -17,82 +30,63 @@ from __future__ import annotations
 import datetime
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from io import BytesIO
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka.protocol import admin, commit, fetch, offset, produce
+from aiokafka.protocol.types import Array, Int16, Int32, Int64, Schema, String
+
 from sparklog.broker_lite.kafka.message_format import to_message_set, to_record_batch
 from sparklog.errors import SparklogError
-
-#: a field: (name, type); type is a primitive name or ("array", item) with item a
-#: primitive name or a list of fields
-Field = tuple[str, Any]
-
-_FIXED = {
-    "int8": struct.Struct(">b"),
-    "int16": struct.Struct(">h"),
-    "int32": struct.Struct(">i"),
-    "int64": struct.Struct(">q"),
-    "bool": struct.Struct(">?"),
-}
 
 
 class LegacyDecodeError(ValueError):
     """The bytes do not hold a request of the declared old version."""
 
 
-def decode(schema: list[Field], buf: bytes, pos: int) -> tuple[SimpleNamespace, int]:
-    out = SimpleNamespace()
-    for name, kind in schema:
-        value, pos = _decode_value(kind, buf, pos)
-        setattr(out, name, value)
-    return out, pos
+def _paths(schema: Schema, prefix: str = "") -> Iterator[str]:
+    """The dotted path of every field of ``schema``, nested ones included."""
+    for name, kind in zip(schema.names, schema.fields, strict=True):
+        yield prefix + name
+        while isinstance(kind, Array):
+            kind = kind.array_of
+        if isinstance(kind, Schema):
+            yield from _paths(kind, f"{prefix}{name}.")
 
 
-def _decode_value(kind: Any, buf: bytes, pos: int) -> tuple[Any, int]:
-    try:
-        if isinstance(kind, tuple):
-            (count,) = _FIXED["int32"].unpack_from(buf, pos)
-            pos += 4
-            if count < 0:
-                return None, pos
-            if count > len(buf):
-                raise LegacyDecodeError(f"array of {count} items in {len(buf)} bytes")
-            items = []
-            for _ in range(count):
-                if isinstance(kind[1], list):
-                    item, pos = decode(kind[1], buf, pos)
-                else:
-                    item, pos = _decode_value(kind[1], buf, pos)
-                items.append(item)
-            return tuple(items), pos
-        if kind in _FIXED:
-            fixed = _FIXED[kind]
-            return fixed.unpack_from(buf, pos)[0], pos + fixed.size
-        if kind in ("string", "nullable_string"):
-            (size,) = _FIXED["int16"].unpack_from(buf, pos)
-            pos += 2
-            if size < 0:
-                return None, pos
-            if pos + size > len(buf):
-                raise LegacyDecodeError("string beyond the frame")
-            return buf[pos : pos + size].decode("utf-8"), pos + size
-        if kind in ("bytes", "nullable_bytes"):
-            (size,) = _FIXED["int32"].unpack_from(buf, pos)
-            pos += 4
-            if size < 0:
-                return None, pos
-            if pos + size > len(buf):
-                raise LegacyDecodeError("bytes beyond the frame")
-            return buf[pos : pos + size], pos + size
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise LegacyDecodeError(str(exc)) from None
-    raise AssertionError(f"unknown legacy type {kind!r}")
+def _named(kind: Any, value: Any, names: Mapping[str, str], path: str) -> Any:
+    """aiokafka's decoded ``value`` (tuples by position) as the handlers read it:
+    structs as objects with kio's attribute names, arrays as tuples."""
+    if value is None:
+        return None
+    if isinstance(kind, Schema):
+        out = SimpleNamespace()
+        for name, inner, item in zip(kind.names, kind.fields, value, strict=True):
+            here = path + name
+            setattr(out, names.get(here, name), _named(inner, item, names, here + "."))
+        return out
+    if isinstance(kind, Array):
+        return tuple(_named(kind.array_of, item, names, path) for item in value)
+    return value
 
 
-def encode(schema: list[Field], value: Any) -> bytes:
-    return b"".join(_encode_value(kind, _get(value, name)) for name, kind in schema)
+def _positional(kind: Any, value: Any, names: Mapping[str, str], path: str) -> Any:
+    """A response ``value`` (kio's attribute names, or a dict of them) as aiokafka's
+    schema encodes it: structs as tuples by position, arrays as lists, plain leaves."""
+    value = _plain(value)
+    if value is None:
+        return None
+    if isinstance(kind, Schema):
+        return tuple(
+            _positional(inner, _get(value, names.get(path + name, name)), names, f"{path}{name}.")
+            for name, inner in zip(kind.names, kind.fields, strict=True)
+        )
+    if isinstance(kind, Array):
+        return [_positional(kind.array_of, item, names, path) for item in value]
+    return value
 
 
 def _get(value: Any, name: str) -> Any:
@@ -100,6 +94,7 @@ def _get(value: Any, name: str) -> Any:
 
 
 def _plain(value: Any) -> Any:
+    """kio's typed leaves as the wire's: an error code's number, a duration's ms."""
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime.timedelta):
@@ -107,43 +102,75 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _encode_value(kind: Any, value: Any) -> bytes:
-    value = _plain(value)
-    if isinstance(kind, tuple):
-        if value is None:
-            return _FIXED["int32"].pack(-1)
-        items = list(value)
-        head = _FIXED["int32"].pack(len(items))
-        if isinstance(kind[1], list):
-            return head + b"".join(encode(kind[1], item) for item in items)
-        return head + b"".join(_encode_value(kind[1], item) for item in items)
-    if kind in _FIXED:
-        return _FIXED[kind].pack(value)
-    if kind in ("string", "nullable_string"):
-        if value is None:
-            return _FIXED["int16"].pack(-1)
-        data = str(value).encode("utf-8")
-        return _FIXED["int16"].pack(len(data)) + data
-    if kind in ("bytes", "nullable_bytes"):
-        if value is None:
-            return _FIXED["int32"].pack(-1)
-        return _FIXED["int32"].pack(len(value)) + bytes(value)
-    raise AssertionError(f"unknown legacy type {kind!r}")
-
-
 @dataclass(frozen=True)
 class Legacy:
-    """One old version: its request and response layouts and the kio version it runs as."""
+    """One old version: its request and response layouts (aiokafka's schemas), the
+    renames to kio's field names, and the kio version it runs as."""
 
     api_key: int
     version: int
     served_as: int
-    request: list[Field]
-    response: list[Field]
+    request: Schema
+    response: Schema
+    #: aiokafka's field name -> the handlers' (kio's), by dotted path in :attr:`request`
+    request_names: Mapping[str, str] = field(default_factory=dict)
+    #: aiokafka's field name -> the handlers' (kio's), by dotted path in :attr:`response`
+    response_names: Mapping[str, str] = field(default_factory=dict)
     #: fills in what the handler reads but the old request lacks
     upgrade: Callable[[SimpleNamespace], None] = field(default=lambda request: None)
-    #: the handler's (kio) response as a value :func:`encode` can write in the old layout
+    #: the handler's (kio) response as a value :attr:`response` can hold
     downgrade: Callable[[Any], Any] = field(default=lambda response: response)
+
+    def __post_init__(self) -> None:
+        for side, schema, names in (
+            ("request", self.request, self.request_names),
+            ("response", self.response, self.response_names),
+        ):
+            unknown = sorted(set(names) - set(_paths(schema)))
+            if unknown:
+                raise ValueError(
+                    f"api {self.api_key} v{self.version} {side}: renames {unknown} name no "
+                    f"field of aiokafka's schema (fields: {sorted(_paths(schema))})"
+                )
+
+    def read_request(self, frame: bytes, body_offset: int) -> SimpleNamespace:
+        """The request body at ``body_offset`` of ``frame`` as the handler of
+        :attr:`served_as` reads it (kio's names, upgraded)."""
+        data = BytesIO(frame)
+        data.seek(body_offset)
+        try:
+            values = self.request.decode(data)
+        except (ValueError, struct.error) as exc:  # aiokafka's short reads, bad UTF-8
+            raise LegacyDecodeError(str(exc)) from None
+        request: SimpleNamespace = _named(self.request, values, self.request_names, "")
+        self.upgrade(request)
+        return request
+
+    def write_response(self, response: Any) -> bytes:
+        """The handler's (kio) response as this version's response body."""
+        value = _positional(self.response, self.downgrade(response), self.response_names, "")
+        body: bytes = self.response.encode(value)
+        return body
+
+
+#: Kafka's request header v1, which every non-flexible version has (aiokafka's class of it
+#: has been renamed across its releases; its layout has not)
+_REQUEST_HEADER_V1 = Schema(
+    ("api_key", Int16),
+    ("api_version", Int16),
+    ("correlation_id", Int32),
+    ("client_id", String("utf-8")),
+)
+
+
+def decode_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
+    """(api key, version, correlation id, client id, body offset) of a v1 request header."""
+    data = BytesIO(frame)
+    try:
+        api_key, version, correlation_id, client_id = _REQUEST_HEADER_V1.decode(data)
+    except (ValueError, struct.error) as exc:
+        raise LegacyDecodeError(f"request header: {exc}") from None
+    return api_key, version, correlation_id, client_id, data.tell()
 
 
 def _set_each(items: Any, **values: Any) -> None:
@@ -153,12 +180,7 @@ def _set_each(items: Any, **values: Any) -> None:
                 setattr(item, name, value)
 
 
-def _topics(*partition: Field, name: str = "name") -> Field:
-    """``topics: [{name, partitions: [partition...]}]``, the common shape."""
-    return ("topics", ("array", [(name, "string"), ("partitions", ("array", list(partition)))]))
-
-
-# -- OffsetCommit v0-v1 (served as v2) -------------------------------------------
+# -- OffsetCommit v0-v1 (served as v2) -----------------------------------------------
 def _offset_commit_v0(request: SimpleNamespace) -> None:
     request.generation_id_or_member_epoch = -1
     request.member_id = ""
@@ -170,9 +192,30 @@ def _offset_commit_v1(request: SimpleNamespace) -> None:
     request.group_instance_id = None
 
 
-_OFFSET_COMMIT_RESPONSE: list[Field] = [
-    _topics(("partition_index", "int32"), ("error_code", "int16"))
-]
+_OFFSET_COMMIT_NAMES = {
+    "consumer_group": "group_id",
+    "consumer_group_generation_id": "generation_id_or_member_epoch",
+    "consumer_id": "member_id",
+    "topics.topic": "name",
+    "topics.partitions.partition": "partition_index",
+    "topics.partitions.offset": "committed_offset",
+    "topics.partitions.timestamp": "commit_timestamp",
+    "topics.partitions.metadata": "committed_metadata",
+}
+_OFFSET_COMMIT_RESPONSE_NAMES = {
+    "topics.topic": "name",
+    "topics.partitions.partition": "partition_index",
+}
+
+
+def _offset_commit(version: int, upgrade: Callable[[SimpleNamespace], None]) -> Legacy:
+    request = (commit.OffsetCommitRequest_v0, commit.OffsetCommitRequest_v1)[version].SCHEMA
+    names = {path: name for path, name in _OFFSET_COMMIT_NAMES.items() if path in _paths(request)}
+    return Legacy(
+        8, version, 2, request, commit.OffsetCommitResponse_v0.SCHEMA,
+        names, _OFFSET_COMMIT_RESPONSE_NAMES, upgrade,
+    )  # fmt: skip
+
 
 # -- ListOffsets v0 (served as v1) ---------------------------------------------------
 
@@ -226,7 +269,7 @@ def _describe_configs_v0_response(response: Any) -> Any:
     }
 
 
-# -- OffsetForLeaderEpoch v0-v1 (served as v2) ------------------------------------------
+# -- OffsetForLeaderEpoch v0-v1 (served as v2): not in aiokafka, declared in its types ----
 
 
 def _epoch_v0(request: SimpleNamespace) -> None:
@@ -235,19 +278,32 @@ def _epoch_v0(request: SimpleNamespace) -> None:
         _set_each(t.partitions, current_leader_epoch=-1)
 
 
-_EPOCH_REQUEST: list[Field] = [
-    _topics(("partition", "int32"), ("leader_epoch", "int32"), name="topic")
-]
+_EPOCH_REQUEST = Schema(
+    ("topics", Array(
+        ("topic", String("utf-8")),
+        ("partitions", Array(("partition", Int32), ("leader_epoch", Int32))))),
+)  # fmt: skip
 
-_CREATE_TOPICS_REQUEST: list[Field] = [
-    ("topics", ("array", [
-        ("name", "string"), ("num_partitions", "int32"), ("replication_factor", "int16"),
-        ("assignments", ("array", [
-            ("partition_index", "int32"), ("broker_ids", ("array", "int32"))])),
-        ("configs", ("array", [("name", "string"), ("value", "nullable_string")])),
-    ])),
-    ("timeout_ms", "int32"),
-]  # fmt: skip
+
+def _epoch_response(version: int) -> Schema:
+    partition = [("error_code", Int16), ("partition", Int32), ("end_offset", Int64)]
+    if version >= 1:
+        partition.insert(2, ("leader_epoch", Int32))
+    return Schema(("topics", Array(("topic", String("utf-8")), ("partitions", Array(*partition)))))
+
+
+# -- CreateTopics v0-v1 (served as v2) -----------------------------------------------
+_CREATE_TOPICS_NAMES = {
+    "create_topic_requests": "topics",
+    "create_topic_requests.topic": "name",
+    "create_topic_requests.replica_assignment": "assignments",
+    "create_topic_requests.replica_assignment.partition_id": "partition_index",
+    "create_topic_requests.replica_assignment.replicas": "broker_ids",
+    "create_topic_requests.configs.config_key": "name",
+    "create_topic_requests.configs.config_value": "value",
+    "timeout": "timeout_ms",
+}
+_CREATE_TOPICS_RESPONSE_NAMES = {"topic_errors": "topics", "topic_errors.topic": "name"}
 
 
 # -- Produce v0-v2 (served as v3) and Fetch v0-v3 (served as v4): old message formats ---
@@ -298,6 +354,35 @@ def _produce_downgrade(response: Any) -> Any:
     }
 
 
+def _produce_legacy(version: int) -> Legacy:
+    request = (produce.ProduceRequest_v0, produce.ProduceRequest_v1, produce.ProduceRequest_v2)
+    response = (produce.ProduceResponse_v0, produce.ProduceResponse_v1, produce.ProduceResponse_v2)
+    response_names = {
+        "topics": "responses",
+        "topics.topic": "name",
+        "topics.partitions": "partition_responses",
+        "topics.partitions.partition": "index",
+        "topics.partitions.offset": "base_offset",
+        "throttle_time_ms": "throttle_time",
+    }
+    if version >= 2:
+        response_names["topics.partitions.timestamp"] = "log_append_time"
+    if version < 1:
+        del response_names["throttle_time_ms"]
+    return Legacy(
+        0, version, 3, request[version].SCHEMA, response[version].SCHEMA,
+        {
+            "required_acks": "acks",
+            "topics": "topic_data",
+            "topics.topic": "name",
+            "topics.partitions": "partition_data",
+            "topics.partitions.partition": "index",
+            "topics.partitions.messages": "records",
+        },
+        response_names, _produce_upgrade, _produce_downgrade,
+    )  # fmt: skip
+
+
 def _fetch_downgrade(magic: int) -> Callable[[Any], Any]:
     def downgrade(response: Any) -> Any:
         return {
@@ -322,44 +407,29 @@ def _fetch_downgrade(magic: int) -> Callable[[Any], Any]:
     return downgrade
 
 
-def _produce_legacy(version: int) -> Legacy:
-    partition: list[Field] = [("index", "int32"), ("error_code", "int16"), ("base_offset", "int64")]
-    if version >= 2:
-        partition.append(("log_append_time", "int64"))
-    response: list[Field] = [
-        (
-            "responses",
-            ("array", [("name", "string"), ("partition_responses", ("array", partition))]),
-        )
-    ]
-    if version >= 1:
-        response.append(("throttle_time", "int32"))
-    request: list[Field] = [
-        ("acks", "int16"),
-        ("timeout", "int32"),
-        ("topic_data", ("array", [("name", "string"), ("partition_data", ("array", [
-            ("index", "int32"), ("records", "nullable_bytes")]))])),
-    ]  # fmt: skip
-    return Legacy(0, version, 3, request, response, _produce_upgrade, _produce_downgrade)
-
-
 def _fetch_legacy(version: int) -> Legacy:
-    request: list[Field] = [("replica_id", "int32"), ("max_wait", "int32"), ("min_bytes", "int32")]
-    if version >= 3:
-        request.append(("max_bytes", "int32"))
-    request.append(_topics(("partition", "int32"), ("fetch_offset", "int64"),
-                           ("partition_max_bytes", "int32"), name="topic"))  # fmt: skip
-    partitions: list[Field] = [
-        ("partition_index", "int32"), ("error_code", "int16"), ("high_watermark", "int64"),
-        ("records", "bytes"),
-    ]  # fmt: skip
-    response: list[Field] = [
-        ("responses", ("array", [("topic", "string"), ("partitions", ("array", partitions))]))
-    ]
-    if version >= 1:
-        response.insert(0, ("throttle_time", "int32"))
+    request = (fetch.FetchRequest_v0, fetch.FetchRequest_v1, fetch.FetchRequest_v2,
+               fetch.FetchRequest_v3)[version]  # fmt: skip
+    response = (fetch.FetchResponse_v0, fetch.FetchResponse_v1, fetch.FetchResponse_v2,
+                fetch.FetchResponse_v3)[version]  # fmt: skip
+    response_names = {
+        "throttle_time_ms": "throttle_time",
+        "topics": "responses",
+        "topics.topics": "topic",
+        "topics.partitions.partition": "partition_index",
+        "topics.partitions.highwater_offset": "high_watermark",
+        "topics.partitions.message_set": "records",
+    }
+    if version < 1:
+        del response_names["throttle_time_ms"]
     return Legacy(
-        1, version, 4, request, response,
+        1, version, 4, request.SCHEMA, response.SCHEMA,
+        {
+            "max_wait_time": "max_wait",
+            "topics.partitions.offset": "fetch_offset",
+            "topics.partitions.max_bytes": "partition_max_bytes",
+        },
+        response_names,
         lambda r: setattr(r, "isolation_level", 0),
         _fetch_downgrade(1 if version >= 2 else 0),
     )  # fmt: skip
@@ -368,99 +438,58 @@ def _fetch_legacy(version: int) -> Legacy:
 LEGACY: dict[tuple[int, int], Legacy] = {
     (old.api_key, old.version): old
     for old in [
-        Legacy(
-            8, 0, 2,
-            [("group_id", "string"), _topics(
-                ("partition_index", "int32"), ("committed_offset", "int64"),
-                ("committed_metadata", "nullable_string"))],
-            _OFFSET_COMMIT_RESPONSE,
-            upgrade=_offset_commit_v0,
-        ),
-        Legacy(
-            8, 1, 2,
-            [("group_id", "string"), ("generation_id_or_member_epoch", "int32"),
-             ("member_id", "string"), _topics(
-                 ("partition_index", "int32"), ("committed_offset", "int64"),
-                 ("commit_timestamp", "int64"), ("committed_metadata", "nullable_string"))],
-            _OFFSET_COMMIT_RESPONSE,
-            upgrade=_offset_commit_v1,
-        ),
+        _offset_commit(0, _offset_commit_v0),
+        _offset_commit(1, _offset_commit_v1),
         # OffsetFetch v0 is v1's layout (v0 read ZooKeeper's offsets; there is one store here)
         Legacy(
-            9, 0, 1,
-            [("group_id", "string"), ("topics", ("array", [
-                ("name", "string"), ("partition_indexes", ("array", "int32"))]))],
-            [_topics(("partition_index", "int32"), ("committed_offset", "int64"),
-                     ("metadata", "nullable_string"), ("error_code", "int16"))],
+            9, 0, 1, commit.OffsetFetchRequest_v0.SCHEMA, commit.OffsetFetchResponse_v0.SCHEMA,
+            {"consumer_group": "group_id", "topics.topic": "name",
+             "topics.partitions": "partition_indexes"},
+            {"topics.topic": "name", "topics.partitions.partition": "partition_index",
+             "topics.partitions.offset": "committed_offset"},
         ),
         Legacy(
-            2, 0, 1,
-            [("replica_id", "int32"), _topics(
-                ("partition_index", "int32"), ("timestamp", "int64"),
-                ("max_num_offsets", "int32"))],
-            [_topics(("partition_index", "int32"), ("error_code", "int16"),
-                     ("old_style_offsets", ("array", "int64")))],
+            2, 0, 1, offset.OffsetRequest_v0.SCHEMA, offset.OffsetResponse_v0.SCHEMA,
+            {"topics.topic": "name", "topics.partitions.partition": "partition_index",
+             "topics.partitions.max_offsets": "max_num_offsets"},
+            {"topics.topic": "name", "topics.partitions.partition": "partition_index",
+             "topics.partitions.offsets": "old_style_offsets"},
             downgrade=_list_offsets_v0_response,
         ),
         Legacy(
             32, 0, 1,
-            [("resources", ("array", [("resource_type", "int8"), ("resource_name", "string"),
-                                      ("configuration_keys", ("array", "string"))]))],
-            [("throttle_time", "int32"), ("results", ("array", [
-                ("error_code", "int16"), ("error_message", "nullable_string"),
-                ("resource_type", "int8"), ("resource_name", "string"),
-                ("configs", ("array", [("name", "string"), ("value", "nullable_string"),
-                                       ("read_only", "bool"), ("is_default", "bool"),
-                                       ("is_sensitive", "bool")]))]))],
+            admin.DescribeConfigsRequest_v0.SCHEMA, admin.DescribeConfigsResponse_v0.SCHEMA,
+            {"resources.config_names": "configuration_keys"},
+            {"throttle_time_ms": "throttle_time", "resources": "results",
+             "resources.config_entries": "configs",
+             "resources.config_entries.config_names": "name",
+             "resources.config_entries.config_value": "value"},
             upgrade=lambda r: setattr(r, "include_synonyms", False),
             downgrade=_describe_configs_v0_response,
         ),
+        Legacy(23, 0, 2, _EPOCH_REQUEST, _epoch_response(0), upgrade=_epoch_v0),
+        Legacy(23, 1, 2, _EPOCH_REQUEST, _epoch_response(1), upgrade=_epoch_v0),
         Legacy(
-            23, 0, 2, _EPOCH_REQUEST,
-            [_topics(("error_code", "int16"), ("partition", "int32"), ("end_offset", "int64"),
-                     name="topic")],
-            upgrade=_epoch_v0,
-        ),
-        Legacy(
-            23, 1, 2, _EPOCH_REQUEST,
-            [_topics(("error_code", "int16"), ("partition", "int32"), ("leader_epoch", "int32"),
-                     ("end_offset", "int64"), name="topic")],
-            upgrade=_epoch_v0,
-        ),
-        Legacy(
-            19, 0, 2, _CREATE_TOPICS_REQUEST,
-            [("topics", ("array", [("name", "string"), ("error_code", "int16")]))],
+            19, 0, 2, admin.CreateTopicsRequest_v0.SCHEMA, admin.CreateTopicsResponse_v0.SCHEMA,
+            _CREATE_TOPICS_NAMES, _CREATE_TOPICS_RESPONSE_NAMES,
             upgrade=lambda r: setattr(r, "validate_only", False),
         ),
         Legacy(
-            19, 1, 2, [*_CREATE_TOPICS_REQUEST, ("validate_only", "bool")],
-            [("topics", ("array", [("name", "string"), ("error_code", "int16"),
-                                   ("error_message", "nullable_string")]))],
+            19, 1, 2, admin.CreateTopicsRequest_v1.SCHEMA, admin.CreateTopicsResponse_v1.SCHEMA,
+            _CREATE_TOPICS_NAMES, _CREATE_TOPICS_RESPONSE_NAMES,
         ),
         Legacy(
-            20, 0, 1,
-            [("topic_names", ("array", "string")), ("timeout_ms", "int32")],
-            [("responses", ("array", [("name", "string"), ("error_code", "int16")]))],
+            20, 0, 1, admin.DeleteTopicsRequest_v0.SCHEMA, admin.DeleteTopicsResponse_v0.SCHEMA,
+            {"topics": "topic_names", "timeout": "timeout_ms"},
+            {"topic_error_codes": "responses", "topic_error_codes.topic": "name"},
         ),
         Legacy(
-            29, 0, 1,
-            [("resource_type_filter", "int8"), ("resource_name_filter", "nullable_string"),
-             ("principal_filter", "nullable_string"), ("host_filter", "nullable_string"),
-             ("operation", "int8"), ("permission_type", "int8")],
-            [("throttle_time", "int32"), ("error_code", "int16"),
-             ("error_message", "nullable_string"), ("resources", ("array", [
-                 ("resource_type", "int8"), ("resource_name", "string"), ("acls", ("array", [
-                     ("principal", "string"), ("host", "string"), ("operation", "int8"),
-                     ("permission_type", "int8")]))]))],
+            29, 0, 1, admin.DescribeAclsRequest_v0.SCHEMA, admin.DescribeAclsResponse_v0.SCHEMA,
+            {"resource_type": "resource_type_filter", "resource_name": "resource_name_filter",
+             "principal": "principal_filter", "host": "host_filter"},
+            {"throttle_time_ms": "throttle_time"},
         ),
         *(_produce_legacy(v) for v in range(3)),
         *(_fetch_legacy(v) for v in range(4)),
     ]
 }  # fmt: skip
-
-
-def decode_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
-    """(api key, version, correlation id, client id, body offset) of a v1 request header."""
-    api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
-    client_id, pos = _decode_value("nullable_string", frame, 8)
-    return api_key, version, correlation_id, client_id, pos

@@ -7,15 +7,20 @@ percent of one thread).  Each (quota entity, quota) has a :class:`Meter` over
 Kafka's window (``WINDOW_S``), shared as Kafka shares it: a quota set on a user
 counts all that user's client ids together, one on a client id all its users
 (:func:`~sparklog.security.quotas.resolve_shared`); when a request takes the rate over the quota,
-its answer is delayed by Kafka's throttle time, ``(rate - quota) / quota *
-window``, and reports it in ``throttle_time_ms``.  The delay holds the
-connection's later answers too (they leave in order), as Kafka mutes a
-throttled channel.  Clients without a quota cost one dictionary lookup.
+the answer reports Kafka's throttle time, ``(rate - quota) / quota * window``,
+in ``throttle_time_ms`` and leaves at once, and the connection is muted for that
+time (:class:`Mute`: its reader reads no further request until then), as Kafka
+answers and mutes a throttled channel (KIP-219).  No request thread waits for a
+throttle, so throttled clients cannot take the request pool from the others.  A
+parked request (a long-poll Fetch) is metered when its answer is ready.  Clients
+without a quota cost one dictionary lookup.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import datetime
 import threading
 import time
 from concurrent.futures import Future
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka.messages import errno_of, has_field, make, nested
+from sparklog.broker_lite.kafka.parking import then
 from sparklog.errors import SparklogError
 from sparklog.security import quotas
 
@@ -68,6 +74,68 @@ class Meter:
         return min(MAX_THROTTLE_MS, int((rate - quota_per_s) / quota_per_s * window * 1000))
 
 
+class Mute:
+    """One connection's mute (Kafka's muted channel): after a throttled answer its
+    reader reads nothing more until the throttle time has passed; the reader waits on
+    its own connection thread, never on a request thread."""
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._lock = threading.Lock()
+
+    def extend(self, throttle_ms: int) -> None:
+        """Mute for ``throttle_ms`` from now (a longer mute already set stands)."""
+        with self._lock:
+            self._until = max(self._until, time.monotonic() + throttle_ms / 1000)
+
+    def remaining_s(self) -> float:
+        """Seconds the connection stays muted (0: not muted)."""
+        with self._lock:
+            return max(0.0, self._until - time.monotonic())
+
+    def wait_out(self, stopping: threading.Event) -> bool:
+        """Wait until the mute ends; True if ``stopping`` was set meanwhile."""
+        while True:
+            left = self.remaining_s()
+            if left <= 0:
+                return stopping.is_set()
+            if stopping.wait(left):
+                return True
+
+
+class IpConnectionQuota:
+    """KIP-612's per-IP ``connection_creation_rate`` (a client quota on an ``ip`` entity, or
+    the default IP): new connections a second from one address, metered over Kafka's
+    window as the other rate quotas.  A connection past it is held unread for the
+    throttle time and then closed, as Kafka's acceptor delays closing a throttled
+    connection, so a flooding address gets no service and cannot reconnect in a loop.
+    Every attempt counts, refused ones too.  Meters of addresses idle for a window are
+    dropped once more than ``MAX_IP_METERS`` are kept."""
+
+    #: meters kept before idle ones are dropped (a flood from many addresses stays bounded)
+    MAX_IP_METERS = 10_000
+
+    def __init__(self) -> None:
+        self._meters: dict[str, tuple[Meter, float]] = {}
+        self._lock = threading.Lock()
+
+    def throttle_ms(self, image: Any, ip: str) -> int:
+        """Record one new connection from ``ip``; its throttle time in ms (0: accept it)."""
+        if not image.client_quotas:
+            return 0
+        rate = quotas.ip_connection_rate(image, ip)
+        if rate is None:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            found = self._meters.get(ip)
+            meter = found[0] if found is not None else Meter()
+            self._meters[ip] = (meter, now)
+            if len(self._meters) > self.MAX_IP_METERS:
+                self._meters = {k: v for k, v in self._meters.items() if v[1] >= now - WINDOW_S}
+        return meter.record(1, rate)
+
+
 class QuotaManager:
     """The listener's meters, one per (entity, quota)."""
 
@@ -99,7 +167,8 @@ def _records_bytes(items: Any, records_of: tuple[str, str]) -> int:
 
 
 def run(ctx: Any, request: Any, call: Any) -> Any:
-    """``call()``'s answer, delayed and marked by the quotas of the request's client."""
+    """``call()``'s answer marked with the throttle time the quotas of the request's
+    client give it; a throttled connection is muted for that time (``ctx.mute``)."""
     image = ctx.broker.root.metadata.image()
     if not image.client_quotas or ctx.api_key in (17, 18, 36):
         return call()
@@ -118,31 +187,40 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
     response = call()
     elapsed_ms = (time.monotonic() - started) * 1000
     manager: QuotaManager = ctx.listener.quotas
-    throttle_ms = 0
-    if ctx.api_key == 0 and "producer_byte_rate" in limits:
-        size = _records_bytes(request.topic_data, ("partition_data", "records"))
-        used = meter("producer_byte_rate")
-        throttle_ms = max(throttle_ms, used.record(size, limits["producer_byte_rate"]))
-    if ctx.api_key == 1 and "consumer_byte_rate" in limits and response is not None:
-        size = _records_bytes(response.responses, ("partitions", "records"))
-        used = meter("consumer_byte_rate")
-        throttle_ms = max(throttle_ms, used.record(size, limits["consumer_byte_rate"]))
-    if "request_percentage" in limits:
-        # percent of one thread: 100 = 1000 ms of handler time per second
-        used = meter("request_percentage")
-        quota_ms_per_s = limits["request_percentage"] * 10
-        throttle_ms = max(throttle_ms, used.record(elapsed_ms, quota_ms_per_s))
-    if throttle_ms <= 0 or response is None or isinstance(response, Future):
-        return response  # a parked request (a JoinGroup) is not held longer for its quota
-    if has_field(type(response), "throttle_time"):
-        import dataclasses
-        import datetime
 
-        response = dataclasses.replace(
-            response, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
-        )
-    time.sleep(throttle_ms / 1000)  # the delay itself: this answer and the ones behind it
-    return response
+    def throttled(answer: Any) -> Any:
+        """``answer`` marked with the throttle its request earned; the connection muted."""
+        throttle_ms = 0
+        if ctx.api_key == 0 and "producer_byte_rate" in limits:
+            size = _records_bytes(request.topic_data, ("partition_data", "records"))
+            used = meter("producer_byte_rate")
+            throttle_ms = max(throttle_ms, used.record(size, limits["producer_byte_rate"]))
+        if ctx.api_key == 1 and "consumer_byte_rate" in limits and answer is not None:
+            size = _records_bytes(answer.responses, ("partitions", "records"))
+            used = meter("consumer_byte_rate")
+            throttle_ms = max(throttle_ms, used.record(size, limits["consumer_byte_rate"]))
+        if "request_percentage" in limits:
+            # percent of one thread: 100 = 1000 ms of handler time per second (a parked
+            # request's handler time, not its wait)
+            used = meter("request_percentage")
+            quota_ms_per_s = limits["request_percentage"] * 10
+            throttle_ms = max(throttle_ms, used.record(elapsed_ms, quota_ms_per_s))
+        if throttle_ms <= 0:
+            return answer
+        mute: Mute | None = getattr(ctx, "mute", None)
+        if mute is not None:
+            mute.extend(throttle_ms)  # the reader reads nothing more for that long
+        if answer is not None and has_field(type(answer), "throttle_time"):
+            answer = dataclasses.replace(
+                answer, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+            )
+        return answer
+
+    if isinstance(response, Future):
+        if ctx.api_key != 1:
+            return response  # a parked group request (a JoinGroup) is not metered
+        return then(response, throttled)
+    return throttled(response)
 
 
 # -- DescribeClientQuotas / AlterClientQuotas --------------------------------------------
@@ -193,9 +271,9 @@ def handle_alter_client_quotas(
             sets = {str(op.key): float(op.value) for op in entry.ops if not op.remove}
             removes = [str(op.key) for op in entry.ops if op.remove]
             if request.validate_only:
-                quotas.check_entity(entity)
-                for k, v in sets.items():
-                    quotas.check_quota(k, v)
+                checked = quotas.check_entity(entity)
+                for k, v in [*sets.items(), *((k, 1.0) for k in removes)]:
+                    quotas.check_quota_of(checked, k, v)
             else:
                 quotas.alter(ctx.broker.root.metadata, entity, sets, removes)
         except SparklogError as exc:

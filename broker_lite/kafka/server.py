@@ -4,26 +4,30 @@ One thread per connection reads size-prefixed frames; up to ``MAX_IN_FLIGHT`` of
 them are handled at once (so a client pipelining small produce requests gets them
 joined into one commit by the broker's batcher) and a writer thread sends the
 answers in request order, as Kafka requires.  A request that waits (a JoinGroup
-until its rebalance completes, a follower's SyncGroup) is parked: its handler
-returns a future of the response and the request thread goes back to the pool;
-the answer takes its place in the connection's order when the future completes
-(:mod:`~sparklog.broker_lite.kafka.parking`). A connection's Produce requests reach
-the batchers in the order they were sent (Kafka appends them in that order,
-idempotent or not: :class:`ProduceTurn`); an idempotent producer's wait for the
-previous one's commit, so its sequence numbers reach the log in order. Frames larger
-than ``kafka_max_request_bytes``, negative sizes and headers that do not parse close
-that connection only (frames are read within the bounds of
+until its rebalance completes, a follower's SyncGroup, a long-poll Fetch until
+records come: :mod:`~sparklog.broker_lite.kafka.fetch_waits`) is parked: its
+handler returns a future of the response and the request thread goes back to the
+pool; the answer takes its place in the connection's order when the future
+completes (:mod:`~sparklog.broker_lite.kafka.parking`). A throttled answer leaves
+at once and mutes its connection (:class:`~sparklog.broker_lite.kafka.quotas.Mute`):
+the reader handles nothing more from it until the throttle time has passed. A
+connection's Produce requests reach the batchers in the order they were sent
+(Kafka appends them in that order, idempotent or not: :class:`ProduceTurn`); an
+idempotent producer's wait for the previous one's commit, so its sequence numbers
+reach the log in order. Frames larger than ``kafka_max_request_bytes``, negative
+sizes and headers that do not parse close that connection only (frames are read within the bounds of
 :mod:`~sparklog.broker_lite.kafka.limits`: connections per IP and in all, idle and
 unauthenticated ones, memory of frames being read); a request for an unknown API or
 an unsupported version closes the connection too, as Kafka does, except ApiVersions,
 which follows KIP-511 (a v0 answer with UNSUPPORTED_VERSION listing the supported
 ranges). Old versions kio does not generate go through
-:mod:`~sparklog.broker_lite.kafka.legacy`.
+:mod:`~sparklog.broker_lite.kafka.legacy` (aiokafka's schemas of them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import queue
 import socket
@@ -38,18 +42,14 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
-from sparklog.broker_lite.kafka.legacy import (
-    LEGACY,
-    Legacy,
-    LegacyDecodeError,
-    decode,
-    decode_header,
-    encode,
-)
+from sparklog.broker_lite.kafka.fetch_waits import FetchPurgatory
+from sparklog.broker_lite.kafka.legacy import LEGACY, Legacy, LegacyDecodeError, decode_header
 from sparklog.broker_lite.kafka.parking import chain
 from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
 from sparklog.broker_lite.logs import fields
+from sparklog.clock import now_ms
 from sparklog.errors import SslAuthenticationFailedError
+from sparklog.groups.purgatory import DeadlineTimer
 from sparklog.security.acls import super_users
 
 log = logging.getLogger("sparklog.broker_lite.kafka")
@@ -71,6 +71,8 @@ class RequestContext:
     produce_turn: ProduceTurn | None = None
     #: the connection's authentication state and principal (sasl.Session)
     session: Any = None
+    #: the connection's mute: a throttled answer stops its reader for the throttle time
+    mute: quotas.Mute | None = None
 
     @property
     def broker(self) -> Any:
@@ -129,6 +131,13 @@ class KafkaListener:
             config.max_connections_per_principal,
         )
         self.creation_rate = limits.CreationRate(config.max_connection_creation_rate)
+        #: KIP-612's per-IP connection_creation_rate (client quotas on ip entities); a
+        #: connection past it is held unread for its throttle time, then closed
+        self.ip_creation = quotas.IpConnectionQuota()
+        self._held: dict[str, socket.socket] = {}
+        self._held_ids = itertools.count()
+        self._held_lock = threading.Lock()
+        self._release = DeadlineTimer(self._close_held, name="kafka-throttled-connections")
         self._uncapped = super_users(config) | {sasl.ANONYMOUS}
         #: memory of the frames being read and handled (queued_max_request_bytes)
         self.queued_bytes = limits.ByteBudget(config.queued_max_request_bytes)
@@ -148,6 +157,9 @@ class KafkaListener:
         self.security_protocol = str(config.kafka_security_protocol)
         self.tls = tls.server_context(config)
         self.quotas = quotas.QuotaManager()
+        #: each open connection's mute (throttled connections read nothing until it ends)
+        self._mutes: set[quotas.Mute] = set()
+        self._mutes_lock = threading.Lock()
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -166,7 +178,12 @@ class KafkaListener:
         else:
             self.advertised = f"{host}:{self.port}"
         self.pool = ThreadPoolExecutor(32, thread_name_prefix="kafka-work")
-        self.requests = ThreadPoolExecutor(512, thread_name_prefix="kafka-request")
+        self.requests = ThreadPoolExecutor(
+            int(config.num_io_threads), thread_name_prefix="kafka-request"
+        )
+        #: long-poll fetches waiting for records, tried again on the request pool
+        self.fetches = FetchPurgatory(self.requests.submit, int(config.fetch_refresh_ms))
+        broker.commit_hooks.append(self.fetches.committed)
         self.producer_ids = ProducerIdAllocator(broker.root.store, broker.config.broker_id)
         self._stopping = threading.Event()
         #: Set once the record codec's lazy imports are done (see records.warm_up).
@@ -194,6 +211,11 @@ class KafkaListener:
         finally:
             self.warmed.set()
 
+    def muted_connections(self) -> int:
+        """Connections muted now for a throttle (their readers wait, no request thread)."""
+        with self._mutes_lock:
+            return sum(1 for mute in self._mutes if mute.remaining_s() > 0)
+
     def close(self) -> None:
         self._stopping.set()
         with contextlib.suppress(OSError):
@@ -204,6 +226,14 @@ class KafkaListener:
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._release.close()
+        with self._held_lock:
+            held, self._held = list(self._held.values()), {}
+        for sock in held:
+            sock.close()
+        with contextlib.suppress(ValueError):
+            self.broker.commit_hooks.remove(self.fetches.committed)
+        self.fetches.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.requests.shutdown(wait=False, cancel_futures=True)
 
@@ -219,6 +249,17 @@ class KafkaListener:
             if pause_s > 0 and self._stopping.wait(pause_s):
                 conn.close()
                 return
+            throttle_ms = self.ip_creation.throttle_ms(
+                self.broker.root.metadata.image(), str(peer[0])
+            )
+            if throttle_ms > 0:
+                self._hold_then_close(conn, throttle_ms)
+                self.refusals.warning(
+                    "kafka connection throttled: connection_creation_rate of its address",
+                    peer=str(peer),
+                    throttle_ms=throttle_ms,
+                )
+                continue
             refused, evicted = self.connections.admit(conn, str(peer[0]))
             for old in evicted:  # the oldest connections that never authenticated
                 with contextlib.suppress(OSError):
@@ -238,6 +279,25 @@ class KafkaListener:
             threading.Thread(
                 target=self._serve, args=(conn, peer), name="kafka-conn", daemon=True
             ).start()
+
+    def _hold_then_close(self, conn: socket.socket, throttle_ms: int) -> None:
+        """Keep ``conn`` open and unread for ``throttle_ms``, then close it (Kafka's
+        acceptor delays closing a connection throttled by its IP's quota); once
+        ``max_connections`` are held, a throttled one is closed at once, so a flood
+        cannot take the process's file descriptors."""
+        key = f"held-{next(self._held_ids)}"
+        with self._held_lock:
+            if len(self._held) >= self.connections.max_connections:
+                conn.close()
+                return
+            self._held[key] = conn
+        self._release.at(now_ms() + throttle_ms, key)
+
+    def _close_held(self, key: str) -> None:
+        with self._held_lock:
+            conn = self._held.pop(key, None)
+        if conn is not None:
+            conn.close()
 
     # -- one connection ------------------------------------------------------
     def _serve(self, conn: Any, peer: Any) -> None:
@@ -263,8 +323,15 @@ class KafkaListener:
         last_produce: ProduceTurn | None = None
         last: Future[bytes | None] | None = None
         session = sasl.Session.for_listener(self.security_protocol, str(peer[0]), principal)
+        mute = quotas.Mute()
+        with self._mutes_lock:
+            self._mutes.add(mute)
         try:
             while not self._stopping.is_set() and not closed.is_set():
+                # a throttled answer mutes the connection: nothing is read until it ends
+                # (Kafka's muted channel); this connection's thread waits, no request thread
+                if mute.wait_out(self._stopping):
+                    break
                 try:
                     got = self._read_frame(conn, session)
                 except limits.Idle:
@@ -290,6 +357,10 @@ class KafkaListener:
                 if got is None:
                     break
                 frame, held = got
+                # a frame read while an earlier answer muted the connection waits too
+                if mute.wait_out(self._stopping):
+                    self._budget_of(session).give(held)
+                    break
                 if not session.authenticated:
                     if not self._authenticate(frame, held, session, pending, conn, peer):
                         break
@@ -302,7 +373,9 @@ class KafkaListener:
                 # the request's place in the answer order, filled when its answer is ready:
                 # by the request thread, or later by a parked request's continuation
                 future: Future[bytes | None] = Future()
-                self.requests.submit(self._handle_in_order, frame, turn, held, session, future)
+                self.requests.submit(
+                    self._handle_in_order, frame, turn, held, session, future, mute
+                )
                 last = future
                 while not closed.is_set():
                     try:
@@ -322,6 +395,8 @@ class KafkaListener:
                 except queue.Full:
                     continue
             writer.join()
+            with self._mutes_lock:
+                self._mutes.discard(mute)
             if session.sasl and not session.authenticated and session.close_after:
                 # a failed login: its answer is sent; the close waits, reading nothing
                 # (Kafka's connection.failed.authentication.delay.ms), so a password
@@ -329,6 +404,10 @@ class KafkaListener:
                 self._stopping.wait(self.failed_auth_delay_s)
             conn.close()
             self.connections.remove(conn)
+
+    def _budget_of(self, session: Any) -> limits.ByteBudget:
+        """The memory budget a frame of ``session`` is read into (see :meth:`_read_frame`)."""
+        return self.queued_bytes if session.authenticated else self.pre_auth_bytes
 
     def _read_frame(self, conn: Any, session: Any) -> tuple[bytes, int] | None:
         """The next frame within the bounds of the connection's state: before SASL
@@ -350,12 +429,13 @@ class KafkaListener:
         held: int,
         session: Any,
         answer: Future[bytes | None],
+        mute: quotas.Mute | None = None,
     ) -> None:
         """Handle one request on a request thread and fill its ``answer`` slot; a parked
         request (a JoinGroup waiting for its rebalance) fills it later, from the
         continuation that completes it, and this thread returns to the pool at once."""
         try:
-            result = self.dispatch_frame(frame, turn, session)
+            result = self.dispatch_frame(frame, turn, session, mute)
         except BaseException as exc:
             answer.set_exception(exc)
             return
@@ -473,9 +553,11 @@ class KafkaListener:
         frame: bytes,
         produce_turn: ProduceTurn | None = None,
         session: Any = None,
+        mute: quotas.Mute | None = None,
     ) -> bytes | Future[bytes | None] | None:
         """The response frame for one request frame, or a future of it when the handler
-        parked the request (:mod:`~sparklog.broker_lite.kafka.parking`)."""
+        parked the request (:mod:`~sparklog.broker_lite.kafka.parking`); ``mute`` is the
+        connection's, muted when its quota throttles the answer."""
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         entry = self.table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
@@ -491,7 +573,7 @@ class KafkaListener:
             )
         old = LEGACY.get((api_key, api_version))
         if old is not None:
-            return self._handle_legacy(old, entry, frame, produce_turn, session)
+            return self._handle_legacy(old, entry, frame, produce_turn, session, mute)
         request_cls = load_request_schema(api_key, api_version)
         try:
             header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
@@ -508,6 +590,7 @@ class KafkaListener:
             getattr(header, "client_id", None),
             produce_turn,
             session,
+            mute,
         )
         response = self._run(entry, ctx, request)
         if isinstance(response, Future):
@@ -527,26 +610,33 @@ class KafkaListener:
         frame: bytes,
         produce_turn: ProduceTurn | None,
         session: Any = None,
-    ) -> bytes | None:
-        """An old version kio lacks: decoded by its legacy schema, run as ``old.served_as``."""
+        mute: quotas.Mute | None = None,
+    ) -> bytes | Future[bytes | None] | None:
+        """An old version kio lacks: decoded by aiokafka's schema of it, run as
+        ``old.served_as`` (a parked one, an old long-poll Fetch, answered when its
+        future completes)."""
         try:
             api_key, _version, correlation_id, client_id, offset = decode_header(frame)
-            request, _ = decode(old.request, frame, offset)
+            request = old.read_request(frame, offset)
         except LegacyDecodeError as exc:
             raise MalformedRequest(
                 f"api {old.api_key} v{old.version} request does not parse ({exc})"
             ) from None
-        old.upgrade(request)
         ctx = RequestContext(
-            self, api_key, old.served_as, correlation_id, client_id, produce_turn, session
+            self, api_key, old.served_as, correlation_id, client_id, produce_turn, session, mute
         )
         response = self._run(entry, ctx, request)
-        if isinstance(response, Future):  # no legacy group version is parked today
-            response = response.result()
-        if response is None:
-            return None
-        body = encode(old.response, old.downgrade(response))
-        return _frame(CORRELATION.pack(correlation_id) + body)
+
+        def encoded(answer: Any) -> bytes | None:
+            if answer is None:
+                return None
+            return _frame(CORRELATION.pack(correlation_id) + old.write_response(answer))
+
+        if isinstance(response, Future):
+            later: Future[bytes | None] = Future()
+            chain(response, later, encoded)
+            return later
+        return encoded(response)
 
     def _run(self, entry: Any, ctx: RequestContext, request: Any) -> Any:
         """The handler's response (within ACLs and quotas), or a future of it if the

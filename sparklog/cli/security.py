@@ -375,13 +375,19 @@ _USER = typer.Option(None, "--user", metavar="NAME", help="The user entity ('' =
 _CLIENT = typer.Option(
     None, "--client-id", metavar="ID", help="The client-id entity ('' = the default)"
 )
+_IP = typer.Option(
+    None,
+    "--ip",
+    metavar="ADDRESS",
+    help="The ip entity ('' = the default IP), alone: its quota is connection_creation_rate",
+)
 
 
 _ENTITY_TYPE = typer.Option(
     None,
     "--entity-type",
     metavar="TYPE",
-    help="kafka-configs' spelling: users or clients, each followed by --entity-name or "
+    help="kafka-configs' spelling: users, clients or ips, each followed by --entity-name or "
     "--entity-default (repeatable)",
 )
 _ENTITY_NAME = typer.Option(
@@ -391,7 +397,7 @@ _ENTITY_DEFAULT = typer.Option(
     False, "--entity-default", help="The default entity of the --entity-type before it"
 )
 #: kafka-configs' --entity-type for quotas, and this command's option of the same entity
-ENTITY_TYPES = {"users": "user", "clients": "client-id"}
+ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 
 
 def _kafka_entity(
@@ -414,13 +420,13 @@ def _kafka_entity(
         if names or default:
             raise InvalidConfigurationError(
                 "--entity-name / --entity-default without --entity-type; accepted: "
-                "--entity-type users|clients --entity-name NAME (or --entity-default)"
+                "--entity-type users|clients|ips --entity-name NAME (or --entity-default)"
             )
         return {}
     for kind in types:
         if kind not in ENTITY_TYPES:
             raise InvalidConfigurationError(
-                f"--entity-type {kind!r} is not accepted for quotas; accepted: users, clients"
+                f"--entity-type {kind!r} is not accepted for quotas; accepted: users, clients, ips"
             )
     found: dict[str, str | None] = {}
     pending: str | None = None
@@ -443,7 +449,7 @@ def _kafka_entity(
         elif flag in ("--entity-name", "--entity-default"):
             if pending is None:
                 raise InvalidConfigurationError(
-                    f"{flag} before any --entity-type; accepted: --entity-type users|clients "
+                    f"{flag} before any --entity-type; accepted: --entity-type users|clients|ips "
                     f"{flag}{' NAME' if flag == '--entity-name' else ''}"
                 )
             value = (inline if eq else next(words, "")) if flag == "--entity-name" else ""
@@ -459,24 +465,28 @@ def _kafka_entity(
 def _quota_entity(
     user: str | None,
     client_id: str | None,
-    kafka_form: tuple[str | None, str | None] = (None, None),
+    kafka_form: tuple[str | None, str | None, str | None] = (None, None, None),
+    ip: str | None = None,
 ) -> list[tuple[str, str | None]]:
-    """The entity named by --user / --client-id or by kafka-configs' --entity-type form."""
-    if kafka_form != (None, None):
-        if user is not None or client_id is not None:
+    """The entity named by --user / --client-id / --ip or by kafka-configs' --entity-type
+    form (user, client id, ip)."""
+    if kafka_form != (None, None, None):
+        if user is not None or client_id is not None or ip is not None:
             raise InvalidConfigurationError(
-                "--entity-type and --user/--client-id both given; accepted: one form"
+                "--entity-type and --user/--client-id/--ip both given; accepted: one form"
             )
-        user, client_id = kafka_form
+        user, client_id, ip = kafka_form
     entity: list[tuple[str, str | None]] = []
     if user is not None:
         entity.append(("user", user or None))
     if client_id is not None:
         entity.append(("client-id", client_id or None))
+    if ip is not None:
+        entity.append(("ip", ip or None))
     if not entity:
         raise InvalidConfigurationError(
-            "name an entity: --user NAME and/or --client-id ID ('' = default), or "
-            "--entity-type users|clients --entity-name NAME"
+            "name an entity: --user NAME and/or --client-id ID ('' = default), or --ip "
+            "ADDRESS, or --entity-type users|clients|ips --entity-name NAME"
         )
     return entity
 
@@ -490,7 +500,8 @@ def quotas_alter(
         None,
         "--add-config",
         metavar="K=V,...",
-        help="producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage",
+        help="producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage; for an "
+        "ip: connection_creation_rate (connections/s)",
     ),
     delete_config: str | None = typer.Option(
         None, "--delete-config", metavar="K,...", help="Quotas to remove"
@@ -498,6 +509,7 @@ def quotas_alter(
     entity_type: list[str] | None = _ENTITY_TYPE,
     entity_name: list[str] | None = _ENTITY_NAME,
     entity_default: bool = _ENTITY_DEFAULT,
+    ip: str | None = _IP,
 ) -> None:
     """Set or remove an entity's quotas.
 
@@ -511,7 +523,9 @@ def quotas_alter(
 
     argv = cli_state.COMMAND_LINE or sys.argv[1:]
     named = _kafka_entity(argv, entity_type, entity_name, entity_default)
-    entity = _quota_entity(user, client_id, (named.get("user"), named.get("client-id")))
+    entity = _quota_entity(
+        user, client_id, (named.get("user"), named.get("client-id"), named.get("ip")), ip
+    )
     sets: dict[str, float] = {}
     for pair in (add_config or "").split(","):
         if not pair.strip():
@@ -546,6 +560,7 @@ def quotas_describe(
     entity_type: list[str] | None = _ENTITY_TYPE,
     entity_name: list[str] | None = _ENTITY_NAME,
     entity_default: bool = _ENTITY_DEFAULT,
+    ip: str | None = _IP,
 ) -> None:
     """Show quotas (all, or those of the named entity types and names)."""
     from sparklog.cli import state as cli_state
@@ -553,12 +568,13 @@ def quotas_describe(
 
     argv = cli_state.COMMAND_LINE or sys.argv[1:]
     named = _kafka_entity(argv, entity_type, entity_name, entity_default, bare_is_any=True)
-    if named and (user is not None or client_id is not None):
+    if named and (user is not None or client_id is not None or ip is not None):
         raise InvalidConfigurationError(
-            "--entity-type and --user/--client-id both given; accepted: one form"
+            "--entity-type and --user/--client-id/--ip both given; accepted: one form"
         )
     if not named:
-        named = {k: v for k, v in (("user", user), ("client-id", client_id)) if v is not None}
+        given = (("user", user), ("client-id", client_id), ("ip", ip))
+        named = {k: v for k, v in given if v is not None}
     st = state(ctx)
     image = _metadata(st, create=False).image()
     # Kafka's DescribeClientQuotas match types: 0 this name, 1 the default, 2 any

@@ -1,7 +1,7 @@
 """A consumer-group member loop for tests: join, sync, heartbeat; re-join when told to.
 
-It drives any object with the group methods (GroupCoordinator in-process, or
-BrokerClient over the wire), as a real consumer's background thread would.
+It drives any object with the group methods (GroupCoordinator in-process, or a
+client backend: BrokerBackend over the wire), as a real consumer's background thread would.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from sparklog.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from sparklog.protocol import actions
 from sparklog.storage import make_batch, open_root
 from tests.support.brokers import REPO
 from tests.support.waiting import wait_for
@@ -35,7 +36,7 @@ def values_of(batches: list[pa.RecordBatch]) -> list:
 
 def read_all(client: BrokerClient, topic: str, partition: int) -> pa.Table:
     batches, offset = [], 0
-    hwm = client.list_offsets(topic, partition, "latest")
+    hwm = client.call(actions.LIST_OFFSETS, topic=topic, partition=partition, spec="latest")
     while offset < hwm:
         got = client.fetch(topic, partition, offset, max_wait_ms=0)
         batches.extend(got.batches)
@@ -74,7 +75,10 @@ def test_produce_fetch_round_trip(any_root, cluster_on):
         meta = client.metadata(["events"])["events"]
         assert [p.high_watermark for p in meta.partitions] == [20, 20, 20]
         assert {p.leader_location for p in meta.partitions} == {broker.location}
-        assert client.list_offsets("events", 0, 1_700_000_000_003) == 5
+        assert (
+            client.call(actions.LIST_OFFSETS, topic="events", partition=0, spec=1_700_000_000_003)
+            == 5
+        )
         with pytest.raises(OffsetOutOfRangeError) as info:
             client.fetch("events", 0, 21)
         assert (info.value.log_start_offset, info.value.high_watermark) == (0, 20)
@@ -101,7 +105,9 @@ def test_produce_fetch_round_trip(any_root, cluster_on):
         # acks=0: answered before the commit, committed all the same
         assert client.produce("events", 0, make_batch([b"fire"]), acks=0).base_offset == -1
         wait_for(
-            lambda: client.list_offsets("events", 0, "latest") >= 21,
+            lambda: (
+                client.call(actions.LIST_OFFSETS, topic="events", partition=0, spec="latest") >= 21
+            ),
             timeout_s=30,
             what="the acks=0 record committed",
         )
@@ -203,9 +209,12 @@ def test_typed_topic_and_bad_requests_keep_the_broker_serving(file_root, cluster
 
         def still_serving() -> None:
             assert broker.alive
-            before = client.list_offsets("typed", 0, "latest")
+            before = client.call(actions.LIST_OFFSETS, topic="typed", partition=0, spec="latest")
             client.produce("typed", 0, ok)
-            assert client.list_offsets("typed", 0, "latest") == before + 1
+            assert (
+                client.call(actions.LIST_OFFSETS, topic="typed", partition=0, spec="latest")
+                == before + 1
+            )
 
         with pytest.raises(UnknownTopicError):
             client.produce("nope", 0, make_batch([b"x"]))
@@ -255,9 +264,12 @@ def test_typed_topic_and_bad_requests_keep_the_broker_serving(file_root, cluster
                 sock.recv(1024)
     conn.close()
     with BrokerClient(cluster.bootstrap) as client:
-        before = client.list_offsets("typed", 0, "latest")
+        before = client.call(actions.LIST_OFFSETS, topic="typed", partition=0, spec="latest")
         client.produce("typed", 0, ok)
-        assert client.list_offsets("typed", 0, "latest") == before + 1
+        assert (
+            client.call(actions.LIST_OFFSETS, topic="typed", partition=0, spec="latest")
+            == before + 1
+        )
     assert broker.alive
 
 
@@ -345,4 +357,4 @@ def test_sigusr1_dumps_every_threads_stack_and_the_broker_keeps_serving(broker) 
     assert process.alive
     with BrokerClient(broker.bootstrap) as client:
         client.create_topic("after-dump", 1)
-        assert "after-dump" in client.list_topics()
+        assert "after-dump" in client.call(actions.LIST_TOPICS)

@@ -8,6 +8,7 @@ import pytest
 
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import OffsetOutOfRangeError
+from sparklog.protocol import actions
 from sparklog.storage import make_batch
 from tests.support.waiting import wait_for
 
@@ -27,9 +28,13 @@ def test_cleaner_applies_retention_on_schedule(file_root, cluster_on):
         fresh = b"fresh" * 400
         client.produce("old", 0, make_batch([fresh]))
         assert client.fetch("old", 0, 0, max_wait_ms=0).record_count >= 4  # from the tail cache
-        client.alter_topic_config("old", {"retention.ms": 60_000})  # now they are expired
+        client.call(
+            actions.ALTER_TOPIC_CONFIG, name="old", updates={"retention.ms": 60_000}
+        )  # now they are expired
         wait_for(
-            lambda: client.list_offsets("old", 0, "earliest") >= 12,
+            lambda: (
+                client.call(actions.LIST_OFFSETS, topic="old", partition=0, spec="earliest") >= 12
+            ),
             timeout_s=30,
             what="retention to run",
         )

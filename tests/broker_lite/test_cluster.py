@@ -8,8 +8,10 @@ import time
 import pyarrow as pa
 import pytest
 
+from sparklog.client.transports.flight import BrokerBackend
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import IllegalGenerationError, SparklogError
+from sparklog.protocol import actions
 from sparklog.storage import make_batch, open_root
 from tests.broker_lite.members import Member, wait_stable
 
@@ -35,7 +37,7 @@ def test_failover_sigkill_leader_acked_records_read_back_exactly_once(file_root,
     admin.create_topic("f", 2)
     assert all(len(p.replicas) == 2 for p in admin.metadata(["f"])["f"].partitions)
     client = BrokerClient(cluster.bootstrap, retry_timeout_ms=30_000)
-    pid, epoch = client.init_producer_id()
+    pid, epoch = client.call(actions.INIT_PRODUCER_ID)
     acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -140,9 +142,11 @@ def test_groups_split_partitions_rebalance_and_offsets_survive_restart(file_root
     brokers = [cluster.start(i) for i in range(3)]
     with BrokerClient(cluster.bootstrap) as admin:
         admin.create_topic("g6", 6)
-    clients = [BrokerClient(b.location, discover=False) for b in brokers]
+    # each member starts at its own broker (the client's group calls find the coordinator)
+    backends = [BrokerBackend(b.location) for b in brokers]
+    clients = [backend.client for backend in backends]
     members = [
-        Member(clients[i], "grp", ["g6"], session_timeout_ms=3000, rebalance_timeout_ms=3000)
+        Member(backends[i], "grp", ["g6"], session_timeout_ms=3000, rebalance_timeout_ms=3000)
         for i in range(3)
     ]
     for m in members:
@@ -157,21 +161,34 @@ def test_groups_split_partitions_rebalance_and_offsets_survive_restart(file_root
         assert new_generation > generation
         assert gone <= {tp for m in rest for tp in m.assignment}  # its partitions moved
         with pytest.raises(IllegalGenerationError):
-            clients[1].commit_offsets("grp", generation, rest[0].member_id, {("g6", 0): 1})
+            clients[1].call(
+                actions.COMMIT_OFFSETS,
+                group="grp",
+                generation=generation,
+                member_id=rest[0].member_id,
+                offsets=[["g6", 0, 1]],
+            )
         committed = {("g6", p): 10 + p for p in range(6)}
-        clients[1].commit_offsets("grp", new_generation, rest[0].member_id, committed)
-        desc = clients[2].describe_group("grp")
+        clients[1].call(
+            actions.COMMIT_OFFSETS,
+            group="grp",
+            generation=new_generation,
+            member_id=rest[0].member_id,
+            offsets=[[t, p, o] for (t, p), o in committed.items()],
+        )
+        desc = clients[2].call(actions.DESCRIBE_GROUP, group="grp")
         assert desc["state"] == "Stable" and len(desc["members"]) == 2
         assert not [e for m in members for e in m.errors]
     finally:
         for m in members:
             m.stop(leave=True)
-        for c in clients:
-            c.close()
+        for backend in backends:
+            backend.close()
     for broker_id in list(cluster.brokers):
         assert cluster.brokers[broker_id].terminate() == 0
     for broker_id in list(cluster.brokers):
         cluster.restart(broker_id)
     with BrokerClient(cluster.bootstrap) as client:
-        assert client.fetch_offsets("grp") == committed
-        assert "grp" in client.list_groups()
+        found = client.call(actions.FETCH_OFFSETS, group="grp")
+        assert {tp: offset for tp, (offset, _) in found.items()} == committed
+        assert "grp" in client.call(actions.LIST_GROUPS)

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.protocol import actions
 from tests.support.brokers import Cluster
 from tests.support.counting_s3 import CountingProxy
 from tests.support.s3 import MotoS3
@@ -94,7 +95,7 @@ def test_metadata_is_answered_while_the_store_is_unreachable(tmp_path, faulty_s3
         assert sorted(found) == sorted(f"t{i}" for i in range(30))
         assert {len(t.partitions) for t in found.values()} == {3}
         with BrokerClient(cluster.bootstrap, retry_timeout_ms=0) as client:
-            assert len(client.list_topics()) == 30
+            assert len(client.call(actions.LIST_TOPICS)) == 30
             meta = client.metadata(["t7"])["t7"]
             assert [p.partition for p in meta.partitions] == [0, 1, 2]
     finally:

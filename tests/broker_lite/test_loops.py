@@ -19,6 +19,7 @@ import pytest
 
 from sparklog.broker_lite.cluster import rendezvous_weight
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.protocol import actions
 from sparklog.storage import make_batch
 from sparklog.storage.objectstore import ObjectStore
 from tests.chaos.inproc import inproc_broker
@@ -94,7 +95,9 @@ def test_failover_within_two_lease_timeouts_while_a_slow_lag_pass_runs(
             cluster.start(2, **INTERVALS)
             cluster.start(3, **INTERVALS)
             with BrokerClient(location, discover=False) as client:
-                wait_for(lambda: len(client.describe_cluster()["brokers"]) == 3, 60, "3 live")
+                wait_for(
+                    lambda: len(client.call(actions.DESCRIBE_CLUSTER)["brokers"]) == 3, 60, "3 live"
+                )
                 client.create_topic("t", 6)
                 wait_for(lambda: leaders(client, "t") == {1, 2, 3}, 60, "a shard per broker")
                 for group in coordinated_by(1, [1, 2, 3], 12):
@@ -141,5 +144,5 @@ def test_describe_group_lag_reads_each_shard_once_and_is_exact(tmp_path, monkeyp
         assert lags == {p: (p + 3, 3) for p in range(8)}
         assert made <= 2 * 2, made
         with BrokerClient(location) as client:  # the CLI's path: the Flight action
-            offsets = client.describe_group("g")["offsets"]
+            offsets = client.call(actions.DESCRIBE_GROUP, group="g")["offsets"]
             assert {e["partition"]: e["lag"] for e in offsets} == {p: 3 for p in range(8)}

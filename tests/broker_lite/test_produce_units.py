@@ -128,6 +128,22 @@ def test_retry_of_part_of_a_merged_commit_is_a_duplicate_at_its_offset():
         duplicate_of(old, ProducerBatch(7, 0, 0, 2), "t-0")
 
 
+def test_after_a_repair_a_producer_from_before_it_may_continue_past_a_gap_once():
+    """Issue 36: a repair that gave up offsets lost some producer's sequences; the
+    producer's next batch continues past the gap instead of being refused (fatal to
+    librdkafka), and a retry of what the log holds is still a duplicate."""
+    producers = {"7": {"epoch": 0, "last_seq": 5, "recent": [[0, 5, 100]], "ts": 1_000}}
+    gap = ProducerBatch(7, 0, 9, 2)
+    with pytest.raises(OutOfOrderSequenceError):
+        duplicate_of(producers, gap, "t-0")
+    assert duplicate_of(producers, gap, "t-0", repaired_ms=2_000) is None
+    assert duplicate_of(producers, ProducerBatch(7, 0, 2, 2), "t-0", repaired_ms=2_000) == 102
+    assert duplicate_of({}, ProducerBatch(8, 0, 4, 1), "t-0", repaired_ms=2_000) is None
+    after = {"7": {**producers["7"], "ts": 3_000}}  # committed since the repair: the usual rule
+    with pytest.raises(OutOfOrderSequenceError):
+        duplicate_of(after, gap, "t-0", repaired_ms=2_000)
+
+
 def test_tail_cache_serves_contiguous_ranges_and_evicts_oldest():
     cache = TailCache(max_bytes=40_000)
     key = ("t", "id", 0)

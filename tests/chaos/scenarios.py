@@ -27,6 +27,7 @@ import pyarrow.flight as flight
 
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.clock import now_ms
+from sparklog.protocol import actions
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.cluster_metadata import topic_record
 from tests.chaos.workload import Verdict, Workload, check, rss_bytes
@@ -150,7 +151,7 @@ def _progress(work: Workload, since_s: float, recover_s: float, what: str) -> fl
 
 def _start_workload(cluster: Cluster, figures: Figures, recover_s: float) -> Workload:
     with BrokerClient(cluster.bootstrap, retry_timeout_ms=60_000) as client:
-        if TOPIC not in client.list_topics():
+        if TOPIC not in client.call(actions.LIST_TOPICS):
             client.create_topic(TOPIC, PARTITIONS)
     work = Workload(cluster.bootstrap, TOPIC, PARTITIONS).start()
     _progress(work, time.monotonic(), recover_s, "the workload's first records")
@@ -226,7 +227,7 @@ def leader_pauses(setup: Setup, pauses: int, recover_s: float = 30) -> Figures:
 
 def _live_seen_by(broker: BrokerProcess) -> set[int]:
     with BrokerClient(broker.location, discover=False, retry_timeout_ms=5_000) as client:
-        return {x["broker_id"] for x in client.describe_cluster()["brokers"]}
+        return {x["broker_id"] for x in client.call(actions.DESCRIBE_CLUSTER)["brokers"]}
 
 
 def clock_skew(

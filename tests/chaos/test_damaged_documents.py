@@ -19,6 +19,7 @@ import pytest
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import CorruptRecordError
 from sparklog.groups.coordinator import GroupCoordinator
+from sparklog.protocol import actions
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.documents import encode_document, parse_document
 from sparklog.storage.groups import group_key
@@ -74,7 +75,7 @@ def test_broker_answers_damage_as_storage_damage_not_a_malformed_request(tmp_pat
         BrokerClient(location) as client,
     ):
         with pytest.raises(CorruptRecordError) as info:
-            client.describe_group("team")
+            client.call(actions.DESCRIBE_GROUP, group="team")
         assert newest.name in str(info.value)
         assert "malformed" not in str(info.value)
     damaged = [r for r in caplog.records if "damaged storage" in r.getMessage()]
@@ -182,7 +183,13 @@ def test_kafka_clients_meeting_a_damaged_shard_commit_get_it_logged_once_and_cou
 ) -> None:
     """Issue 36: consumers got CORRUPT_MESSAGE a hundred times over the Kafka listener
     while the brokers logged nothing. Every meeting is now counted in
-    ``sparklog_damaged_storage_seen`` and the file is named in one ERROR line."""
+    ``sparklog_damaged_storage_seen`` and the file is named in one ERROR line.
+
+    And an idempotent librdkafka producer meeting the damaged shard stops within its
+    delivery timeout (its records not persisted, so nothing is re-sent under a new
+    epoch), and after ``log recover`` goes on without duplicates: the repair lost its
+    acknowledged record, and the sequence gap that left is accepted once instead of
+    OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka makes fatal."""
     import re
     import urllib.request
 
@@ -199,10 +206,24 @@ def test_kafka_clients_meeting_a_damaged_shard_commit_get_it_logged_once_and_cou
         bootstrap = cluster.kafka_bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("t", 3, 1, config={"commit.shards": "3"})])["t"].result(30)
-        producer = Producer({"bootstrap.servers": bootstrap})
+        delivered: dict[bytes, str | None] = {}
+
+        def idempotent(timeout_ms: int) -> Producer:
+            config = {"enable.idempotence": True, "message.timeout.ms": timeout_ms}
+            return Producer({"bootstrap.servers": bootstrap, **config})
+
+        def produce(producer: Producer, value: bytes, partition: int, wait: bool = True) -> None:
+            def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+                delivered[value] = None if err is None else err.name()
+
+            producer.produce("t", value=value, partition=partition, on_delivery=report)
+            if wait:
+                assert producer.flush(60) == 0
+
+        producer = idempotent(60_000)
         for p in range(3):
-            producer.produce("t", value=b"a", partition=p)
-        assert producer.flush(30) == 0
+            produce(producer, b"a", p)
+        produce(producer, b"b", 2)  # the commit to be torn: an acknowledged record
         cluster.brokers[0].terminate()
         commits = sorted(sorted((tmp_path / "root").rglob("shards/*/log"))[2].glob("*.json"))
         commits[-1].write_bytes(commits[-1].read_bytes()[:-10])  # a torn last commit
@@ -227,5 +248,22 @@ def test_kafka_clients_meeting_a_damaged_shard_commit_get_it_logged_once_and_cou
         ]
         assert len(errors) == 1, errors
         assert commits[-1].name in str(errors[0])
+
+        produce(idempotent(1_000), b"x", 2)  # refused while damaged: fails in its timeout
+        assert delivered[b"x"] == "_MSG_TIMED_OUT"
+        produce(producer, b"c", 2, wait=False)  # retried (not persisted) across the repair
+        recover = ["log", "recover", "t", "--execute"]
+        repaired = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli", "-a", cluster.root, *recover],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert repaired.returncode == 0, repaired.stderr
+        assert producer.flush(60) == 0  # before: OUT_OF_ORDER_SEQUENCE_NUMBER, fatal
+        produce(producer, b"d", 2)
+        assert delivered[b"c"] is None and delivered[b"d"] is None
+        values = open_root(cluster.root).topic("t").partition(2).read(0).column("value")
+        assert values.to_pylist() == [b"a", b"c", b"d"]  # b lost with its commit; no duplicate
     finally:
         cluster.stop_all()

@@ -17,6 +17,7 @@ import pytest
 
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import CorruptRecordError
+from sparklog.protocol import actions
 from sparklog.protocol.actions import METADATA
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.cluster_metadata import METADATA_LOG_PREFIX, topic_record
@@ -53,7 +54,7 @@ def test_broker_starts_and_serves_other_topics(tmp_path, kind: str) -> None:
         assert client.produce("good", 1, make_batch([b"a", b"b"])).base_offset == 0
         got = client.fetch("good", 1, 0, max_wait_ms=0)
         assert [v for b in got.batches for v in b.column("value").to_pylist()] == [b"a", b"b"]
-        assert sorted(client.list_topics()) == ["bad", "good"]
+        assert sorted(client.call(actions.LIST_TOPICS)) == ["bad", "good"]
         everything = client.call(METADATA, topics=None)
         assert sorted(everything["topics"]) == ["good"]
         assert "damaged" in everything["damaged_topics"]["bad"]

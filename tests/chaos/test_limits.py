@@ -18,6 +18,7 @@ from sparklog.errors import (
     MessageSizeTooLargeError,
     ThrottlingQuotaExceededError,
 )
+from sparklog.protocol import actions
 from sparklog.protocol.flight import decode
 from sparklog.storage import make_batch
 from tests.chaos.inproc import inproc_broker
@@ -107,7 +108,7 @@ def test_calls_per_connection_are_limited(tmp_path) -> None:
             conn.do_get(ticket).read_all()
         assert isinstance(decode(str(info.value)), ThrottlingQuotaExceededError)
         # another connection is not affected
-        assert BrokerClient(loc).list_topics() == ["t"]
+        assert BrokerClient(loc).call(actions.LIST_TOPICS) == ["t"]
         for t in waiting:
             t.join(timeout=30)
         assert server._per_connection == {}
@@ -163,4 +164,4 @@ def test_echoed_input_is_capped(tmp_path) -> None:
         err = decode(str(info.value))
         assert isinstance(err, InvalidRequestError) and len(err.message) < 2_100
         conn.close()
-        assert client.list_topics() == []
+        assert client.call(actions.LIST_TOPICS) == []

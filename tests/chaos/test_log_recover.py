@@ -84,6 +84,11 @@ def test_a_torn_last_commit_gives_up_its_offsets_and_never_gives_them_out_again(
     assert _values(url, "t", 0)[-1] == b"after"
     assert _values(url, "t", 1) == [b"other"]  # the other shard untouched
     assert _plan(url, "t")["logs"][0]["repairs"] == []  # nothing left to repair
+    # the repair is remembered through snapshots: producers may continue past its gap
+    snapshotting = open_root(url, snapshot_interval=1).topic("t")
+    snapshotting.append(0, make_batch([b"snapshot"]))
+    assert list((tmp_path / "root").rglob("shards/00000/log/*.snapshot"))
+    assert open_root(url).topic("t").partition(0).refresh().repaired_ms > 0
 
 
 def test_a_missing_middle_commit_keeps_the_later_ones(tmp_path) -> None:

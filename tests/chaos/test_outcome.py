@@ -6,6 +6,7 @@ import pytest
 
 from sparklog.client.transports.flight_client import BrokerClient, ProduceResult
 from sparklog.errors import CommitStateUnknownError
+from sparklog.protocol import actions
 from sparklog.storage import ProducerBatch, make_batch, open_root
 from tests.chaos.conftest import ProxiedS3
 from tests.chaos.inproc import inproc_broker
@@ -33,7 +34,7 @@ def test_stale_writer_refreshes_before_out_of_order(tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     with inproc_broker(url) as (_, loc), BrokerClient(loc) as client:
         client.create_topic("t", 1)
-        pid, epoch = client.init_producer_id()
+        pid, epoch = client.call(actions.INIT_PRODUCER_ID)
         assert _send(client, (pid, epoch), 0, [b"a", b"b"]).base_offset == 0
         # e.g. a previous leader of the partition committed the next batch meanwhile
         open_root(url).topic("t").append(
@@ -53,7 +54,7 @@ def test_lost_commit_answer_is_retried_not_failed(proxied_s3: ProxiedS3) -> None
         BrokerClient(loc, retry_timeout_ms=30_000) as client,
     ):
         client.create_topic("t", 1)
-        producer = client.init_producer_id()
+        producer = client.call(actions.INIT_PRODUCER_ID)
         _send(client, producer, 0, [b"a"])
         proxied_s3.proxy.mute_next(b"PUT", b"/log/")
         got = _send(client, producer, 1, [b"b", b"c"])
@@ -71,7 +72,7 @@ def test_gave_up_while_outcome_open_says_unknown(proxied_s3: ProxiedS3) -> None:
         BrokerClient(loc, retry_timeout_ms=8_000) as client,
     ):
         client.create_topic("t", 1)
-        pid, epoch = client.init_producer_id()
+        pid, epoch = client.call(actions.INIT_PRODUCER_ID)
         proxied_s3.proxy.mute_next(b"PUT", b"/log/", count=1)
         proxied_s3.proxy.set("blackhole")
         with pytest.raises(CommitStateUnknownError, match="outcome unknown"):

@@ -12,6 +12,7 @@ from sparklog.broker_lite.server import FlightBroker
 from sparklog.broker_lite.service import Broker
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.errors import BrokerNotAvailableError
+from sparklog.protocol import actions
 from tests.support.waiting import wait_for
 
 
@@ -37,7 +38,7 @@ def test_requests_before_start_are_retried_not_failed(tmp_path) -> None:
     def ask() -> None:
         with BrokerClient(location, retry_timeout_ms=60_000) as client:
             try:
-                outcome["topics"] = client.list_topics()
+                outcome["topics"] = client.call(actions.LIST_TOPICS)
             except Exception as exc:  # the assertion below names it
                 outcome["error"] = exc
 
@@ -68,7 +69,7 @@ def test_not_ready_error_is_retriable(tmp_path) -> None:
             BrokerClient(f"127.0.0.1:{server.port}", retry_timeout_ms=0) as client,
             pytest.raises(BrokerNotAvailableError) as info,
         ):
-            client.list_topics()
+            client.call(actions.LIST_TOPICS)
         assert info.value.retriable and "starting" in str(info.value)
     finally:
         server.shutdown()

@@ -18,6 +18,7 @@ from sparklog.client.partitioner import partition_for_key
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.client.types import ConsumerRebalanceListener
 from sparklog.errors import KafkaTimeoutError, SparklogError
+from sparklog.protocol import actions
 from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
@@ -280,7 +281,7 @@ def test_second_broker_with_a_taken_metrics_port_names_the_key(tmp_path):
         assert "metrics_listen" in output and metrics in output, output
         assert "Traceback" not in output
         with BrokerClient(cluster.bootstrap) as client:
-            assert [b["broker_id"] for b in client.describe_cluster()["brokers"]] == [1]
+            assert [b["broker_id"] for b in client.call(actions.DESCRIBE_CLUSTER)["brokers"]] == [1]
     finally:
         cluster.stop()
 

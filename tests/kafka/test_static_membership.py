@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError
 
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.protocol import actions
 from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
@@ -41,13 +42,13 @@ def test_a_static_member_back_within_its_session_keeps_its_place(brokers: Cluste
         first = _consumer(brokers, "pod-1")
         first.subscribe(["events"])
         wait_for(lambda: _assigned(first) == [0, 1, 2, 3], 60, "the first assignment")
-        generation = admin.describe_group("static")["generation"]
+        generation = admin.call(actions.DESCRIBE_GROUP, group="static")["generation"]
         first.close()  # a static member's close sends no LeaveGroup: the pod restarts
         again = _consumer(brokers, "pod-1")
         again.subscribe(["events"])
         try:
             wait_for(lambda: _assigned(again) == [0, 1, 2, 3], 60, "the place taken back")
-            described = admin.describe_group("static")
+            described = admin.call(actions.DESCRIBE_GROUP, group="static")
             assert described["generation"] == generation  # no rebalance
             assert len(described["members"]) == 1
         finally:

@@ -71,8 +71,12 @@ class Connection:
 
     def call(self, request: Any) -> Any:
         self.send_frame(self.encode(request))
+        return self.answer(request)
+
+    def answer(self, request: Any) -> Any:
+        """The next answer on this connection, decoded as ``request``'s response."""
         frame = self.read_frame()
-        assert frame is not None, "the broker closed the connection"
+        assert frame is not None, "the broker closed the connection (or no answer in time)"
         response_cls = load_response_schema(request.__api_key__, request.__version__)
         _header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
         response, _ = entity_reader(response_cls)(frame, offset)
@@ -87,6 +91,17 @@ def record_batch_bytes(values: list[bytes]) -> bytes:
         names=["offset", *batch.schema.names],
     )
     return encode_batch(with_offsets)
+
+
+def metadata_of(*topics: str) -> Any:
+    """A Metadata v12 request for ``topics`` by name (no auto-creation)."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    return MetadataRequest(
+        topics=tuple(MetadataRequestTopic(name=name, topic_id=None) for name in topics),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
 
 
 def join_group_v9(

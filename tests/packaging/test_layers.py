@@ -11,7 +11,8 @@ module's import statements (an AST import graph: no import runs).
   ``broker_lite`` (only ``sparklog.storage`` / ``sparklog.broker_lite``), so a
   user's own ``storage.py`` can never be picked up instead;
 * only ``storage`` imports fsspec/s3fs, only ``sparklog/spark`` imports pyspark (the client,
-  broker and CLI run without it).
+  broker and CLI run without it), only the Kafka listener (``broker_lite/kafka``) imports
+  aiokafka, its wire codec (record batches, message sets, the old API versions' schemas).
 """
 
 from __future__ import annotations
@@ -385,6 +386,20 @@ def test_only_storage_imports_fsspec_or_s3fs() -> None:
         for name in _imports(module, path)
         if (_within(name, "fsspec") or _within(name, "s3fs"))
         and not _within(module, "sparklog.storage")
+    ]
+    assert offenders == []
+
+
+def test_only_the_kafka_listener_imports_aiokafka() -> None:
+    """aiokafka is a runtime dependency as the Kafka listener's wire codec (record batches,
+    old message sets, the old API versions' schemas: ``broker_lite/kafka/legacy.py``);
+    nothing else speaks Kafka's wire format (clients reach brokers over Flight, the mirror
+    through confluent-kafka), so a second user would be a new seam the design does not draw."""
+    offenders = [
+        f"{module} imports {name}"
+        for module, path in _modules().items()
+        for name in _imports(module, path)
+        if _within(name, "aiokafka") and not _within(module, "sparklog.broker_lite.kafka")
     ]
     assert offenders == []
 

@@ -14,6 +14,7 @@ from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite.server import FlightBroker
 from sparklog.client.transports import open_backend
 from sparklog.client.transports.flight_client import BrokerClient
+from sparklog.client.types import OffsetAndMetadata
 from sparklog.errors import (
     ClusterAuthorizationFailedError,
     InvalidConfigurationError,
@@ -22,6 +23,7 @@ from sparklog.errors import (
 from sparklog.protocol import actions
 from sparklog.protocol.actions import ACTIONS, Action
 from sparklog.protocol.flight import REQUIRED, Field
+from sparklog.topic_partition import TopicPartition
 from tests.chaos.inproc import inproc_broker
 
 #: every action's wire name and body (field, type, default) as brokers and clients before the
@@ -215,3 +217,51 @@ def test_an_action_added_to_the_table_and_the_broker_reaches_every_client(
 def test_a_wire_name_is_registered_once() -> None:
     with pytest.raises(ValueError, match="already in the table"):
         actions.register(Action("list_topics", (), list, actions.LISTING))
+
+
+def _config_and_group_calls(backend: Any) -> dict[str, Any]:
+    """A topic's config changed and one member's whole life in a group, through the calls
+    the backends share (``TopicCalls``/``GroupCalls``): what each answered."""
+    try:
+        backend.create_topic("t", 2, {})
+        backend.alter_topic_config("t", {"retention.ms": 60_000})
+        joined = backend.join_group("g", "", ["t"], "range", 10_000, 10_000)
+        assigned = backend.sync_group("g", joined.generation, joined.member_id)
+        backend.heartbeat("g", joined.generation, joined.member_id)
+        backend.commit_offsets(
+            "g",
+            joined.generation,
+            joined.member_id,
+            {
+                TopicPartition("t", 0): OffsetAndMetadata(5, "m"),
+                TopicPartition("t", 1): OffsetAndMetadata(7, ""),
+            },
+        )
+        committed = backend.fetch_offsets("g")
+        described = backend.describe_group("g")
+        listed = backend.list_groups()
+        backend.leave_group("g", joined.member_id)
+        after_leave = backend.describe_group("g")["state"]
+        backend.delete_group("g")
+        return {
+            "retention.ms": backend.describe_topic("t").config["retention.ms"],
+            "assigned": sorted(assigned),
+            "described": (described["state"], described["strategy"], len(described["members"])),
+            "listed": listed,
+            "committed": committed,
+            "after_leave": after_leave,
+            "groups_after_delete": backend.list_groups(),
+        }
+    finally:
+        backend.close()
+
+
+def test_a_root_and_a_broker_answer_the_shared_calls_alike(tmp_path: Any) -> None:
+    """The config and group calls go through the table on both backends: brokers serve
+    them, a storage root runs them on its in-process coordinator, with the same answers."""
+    with inproc_broker(f"file://{tmp_path}/brokers") as (_, location):
+        through_broker = _config_and_group_calls(open_backend(location, retry_timeout_ms=5_000))
+    on_root = _config_and_group_calls(open_backend(f"file://{tmp_path}/root"))
+    assert on_root == through_broker
+    assert on_root["assigned"] == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert on_root["groups_after_delete"] == []

@@ -7,7 +7,9 @@
   a connection closed gives its place back;
 * ``max_connection_creation_rate`` (Kafka's ``max.connection.creation.rate``):
   past the rate the listener waits before accepting; measured only as a lower
-  bound on the time to open more connections than one second's worth.
+  bound on the time to open more connections than one second's worth;
+* the per-IP ``connection_creation_rate`` quota (KIP-612, an ``ip`` client-quota
+  entity): connections past it from that address are closed unanswered.
 """
 
 from __future__ import annotations
@@ -15,9 +17,21 @@ from __future__ import annotations
 import pathlib
 import time
 
+from kio.schema.alter_client_quotas.v1.request import (
+    AlterClientQuotasRequest,
+    EntityData,
+    EntryData,
+    OpData,
+)
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_client_quotas.v1.request import (
+    ComponentData,
+    DescribeClientQuotasRequest,
+)
+from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.static.primitive import f64
 
 from sparklog.broker_lite.config import load_config
 from tests.kafka.test_security import _plain_login
@@ -124,3 +138,88 @@ def test_connection_creation_rate_holds_back_a_burst(tmp_path: pathlib.Path) -> 
         for conn in held:
             conn.close()
         cluster.stop_all()
+
+
+def test_a_per_ip_connection_creation_rate_throttles_only_that_address(
+    tmp_path: pathlib.Path,
+) -> None:
+    """KIP-612's ``connection_creation_rate`` on an ``ip`` entity, set and described with
+    Kafka's AlterClientQuotas/DescribeClientQuotas: a burst of connections from
+    127.0.0.2 (quota 2 a second) gets 2 served, the rest held unanswered and closed,
+    with a WARNING; the same burst from 127.0.0.3 is served whole."""
+    cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
+    broker = cluster.start(0)
+    address = broker.kafka_address
+    assert address is not None
+    admin = Connection(address)
+    try:
+        ip_entity = (EntityData(entity_type="ip", entity_name="127.0.0.2"),)
+        rate = OpData(key="connection_creation_rate", value=f64(2.0), remove=False)
+        altered = admin.call(
+            AlterClientQuotasRequest(
+                entries=(
+                    EntryData(entity=ip_entity, ops=(rate,)),
+                    # Kafka's rules: an ip entity stands alone and takes only this quota
+                    EntryData(
+                        entity=(*ip_entity, EntityData(entity_type="user", entity_name="bob")),
+                        ops=(rate,),
+                    ),
+                    EntryData(
+                        entity=ip_entity,
+                        ops=(OpData(key="producer_byte_rate", value=f64(1.0), remove=False),),
+                    ),
+                    EntryData(
+                        entity=(EntityData(entity_type="ip", entity_name="not-an-ip"),),
+                        ops=(rate,),
+                    ),
+                ),
+                validate_only=False,
+            )
+        )
+        codes = [e.error_code for e in altered.entries]
+        assert codes == [
+            0,
+            ErrorCode.invalid_request,
+            ErrorCode.invalid_request,
+            ErrorCode.invalid_request,
+        ], codes
+        messages = [e.error_message or "" for e in altered.entries]
+        assert "cannot be combined" in messages[1]
+        assert "producer_byte_rate" in messages[2] and "not-an-ip" in messages[3]
+        described = admin.call(
+            DescribeClientQuotasRequest(
+                components=(ComponentData(entity_type="ip", match_type=0, match="127.0.0.2"),),
+                strict=True,
+            )
+        )
+        assert [
+            (
+                [(e.entity_type, e.entity_name) for e in entry.entity],
+                [(v.key, v.value) for v in entry.values],
+            )
+            for entry in described.entries
+        ] == [([("ip", "127.0.0.2")], [("connection_creation_rate", 2.0)])]
+    finally:
+        admin.close()
+    assert _burst_answered(address, "127.0.0.2", 6) == 2
+    assert _burst_answered(address, "127.0.0.3", 6) == 6  # another address: no quota
+    warned = [
+        line
+        for line in broker.log_lines()
+        if line.get("msg") == "kafka connection throttled: connection_creation_rate of its address"
+    ]
+    cluster.stop_all()
+    assert warned and warned[0]["level"] == "WARNING" and "127.0.0.2" in warned[0]["peer"]
+
+
+def _burst_answered(address: str, source_host: str, count: int) -> int:
+    """Open ``count`` connections from ``source_host`` at once, then send each an
+    ApiVersions: how many are answered (the others closed by the broker)."""
+    conns = [Connection(address, timeout_s=30, source_host=source_host) for _ in range(count)]
+    try:
+        for conn in conns:
+            conn.send_frame(conn.encode(API_VERSIONS))
+        return sum(1 for conn in conns if conn.read_frame() is not None)
+    finally:
+        for conn in conns:
+            conn.close()

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -143,3 +144,70 @@ def test_per_principal_caps_on_topics_and_partitions(tmp_path: pathlib.Path) -> 
         assert "bob.t3" not in broker.root.list_topics()
     finally:
         stop_broker(server, broker)
+
+
+RACERS = 12
+
+
+def test_concurrent_creates_of_one_principal_never_pass_its_cap(tmp_path: pathlib.Path) -> None:
+    """Twelve connections of bob each send a CreateTopics at once (a barrier, then one
+    frame each): the cap of 3 topics holds, the others are refused POLICY_VIOLATION.
+    The cap is checked inside the metadata commit, so racing creates see each other."""
+    import threading
+
+    from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
+
+    server, broker = _start(tmp_path, max_topics_per_principal=3)
+    conns = [_plain_login(server.kafka.advertised, "bob", "bob-pw") for _ in range(RACERS)]
+    try:
+        requests = [
+            CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name=f"bob.race{i}",
+                        num_partitions=1,  # type: ignore[arg-type]
+                        replication_factor=1,  # type: ignore[arg-type]
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=datetime.timedelta(seconds=30),  # type: ignore[arg-type]
+                validate_only=False,
+            )
+            for i in range(RACERS)
+        ]
+        frames = [conn.encode(request) for conn, request in zip(conns, requests, strict=True)]
+        start = threading.Barrier(RACERS)
+        codes: list[int] = []
+
+        def race(i: int) -> None:
+            start.wait()
+            conns[i].send_frame(frames[i])
+
+        racers = [threading.Thread(target=race, args=(i,)) for i in range(RACERS)]
+        for thread in racers:
+            thread.start()
+        for thread in racers:
+            thread.join()
+        for conn, request in zip(conns, requests, strict=True):
+            frame = conn.read_frame()
+            assert frame is not None, "the broker closed the connection"
+            codes.append(_create_topics_code(frame, request))
+        created = sorted(n for n in broker.root.list_topics() if n.startswith("bob.race"))
+        assert len(created) == 3, created
+        assert sorted(codes) == [0, 0, 0] + [KafkaError.POLICY_VIOLATION] * (RACERS - 3)
+    finally:
+        for conn in conns:
+            conn.close()
+        stop_broker(server, broker)
+
+
+def _create_topics_code(frame: bytes, request: Any) -> int:
+    """The error code of the one topic in a CreateTopics answer ``frame``."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    cls = load_response_schema(request.__api_key__, request.__version__)
+    _header, offset = entity_reader(cls.__header_schema__)(frame, 0)
+    answer, _ = entity_reader(cls)(frame, offset)
+    return int(answer.topics[0].error_code)

@@ -525,3 +525,86 @@ def test_a_shared_object_is_collected_once_no_topic_references_it(root):
     assert marked.marked == [key] and not marked.deleted and root.store.exists(key)
     swept = collect_shared_garbage(root, 0, now=later + 4)
     assert swept.deleted == [key] and not root.store.exists(key)
+
+
+# -- format 3: offset commits through a broker journal --
+
+
+def _journalled(root, broker_id: int = 1, coordinates=lambda group: True):
+    from sparklog.storage.journal import JournalWriter
+
+    writer = JournalWriter(root.store, broker_id, flush_interval_ms=0)
+    root.groups.use_journal(writer, coordinates)
+    writer.on_sealed = root.groups.retire_journal
+    return writer
+
+
+def _offsets(groups, group):
+    return {(tp.topic, tp.partition): c.offset for tp, c in groups.fetch(group).items()}
+
+
+def test_journalled_commits_are_read_through_the_journal_and_then_folded(root):
+    writer = _journalled(root)
+    threads = [
+        threading.Thread(target=root.groups.commit, args=(f"g{i}", {("t", 0): i, ("t", 1): 10 + i}))
+        for i in range(12)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reader = open_root(root.url, root.store.storage_options).groups  # another process
+    log_only = open_root(root.url, root.store.storage_options).groups
+    for i in range(12):
+        assert _offsets(reader, f"g{i}") == {("t", 0): i, ("t", 1): 10 + i}
+        [state] = [log_only.log(f"g{i}")[0].refresh()]
+        assert state.offsets == {} and state.journal == writer.ref  # in the journal only
+    assert 1 <= writer.commits <= 12
+    # a commit made elsewhere (no journal) lands after what the journal acknowledged
+    reader.commit("g0", {("t", 0): 99})
+    root.groups.commit("g0", {("t", 1): 77})
+    assert root.groups.fold_due(0, everything=True) == 12
+    assert root.groups.pending_groups() == 0
+    for groups in (root.groups, open_root(root.url, root.store.storage_options).groups):
+        assert _offsets(groups, "g0") == {("t", 0): 99, ("t", 1): 77}
+    folded = open_root(root.url, root.store.storage_options).groups.log("g5")[0].refresh()
+    assert {k: v["offset"] for k, v in folded.offsets.items()} == {"t:0": 5, "t:1": 15}
+
+
+def test_a_new_coordinator_seals_the_old_journal_and_nothing_acknowledged_is_lost(root):
+    from sparklog.errors import NotCoordinatorError
+
+    old = _journalled(root, 1)
+    root.groups.commit("g", {("t", 0): 1})
+    root.groups.commit("g", {("t", 1): 2})
+    root.groups.commit("h", {("t", 0): 3})
+    sealed = old.ref
+    successor = open_root(root.url, root.store.storage_options)
+    _journalled(successor, 2)
+    successor.groups.commit("g", {("t", 2): 3})  # leases g: seals journal 1, folds its steps
+    reader = open_root(root.url, root.store.storage_options).groups
+    assert _offsets(reader, "g") == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
+    with pytest.raises(NotCoordinatorError, match="sealed") as info:
+        root.groups.commit("g", {("t", 0): 5})  # the old coordinator's next flush
+    assert info.value.retriable
+    assert old.ref != sealed  # it went on in a fresh journal
+    assert _offsets(reader, "h") == {("t", 0): 3}  # h's step in the sealed journal is read
+    root.groups.commit("h", {("t", 1): 4})  # h leased again: folds the sealed journal's step
+    assert _offsets(reader, "h") == {("t", 0): 3, ("t", 1): 4}
+    assert _offsets(reader, "g") == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
+
+
+def test_a_rotated_journal_is_deleted_and_every_group_stays_readable(root):
+    writer = _journalled(root)
+    root.groups.commit("g", {("t", 0): 1})
+    first = writer.ref
+    root.groups.rotate_journal()
+    assert root.store.list_names(first.prefix) == []
+    reader = open_root(root.url, root.store.storage_options).groups
+    assert _offsets(reader, "g") == {("t", 0): 1}
+    root.groups.commit("g", {("t", 0): 2})
+    assert _offsets(reader, "g") == {("t", 0): 2}
+    assert reader.log("g")[0].refresh().journal == writer.ref != first
+    root.groups.close_journal()  # a graceful stop folds everything and deletes the journal
+    assert root.store.list_names(writer.ref.prefix) == []
+    assert _offsets(open_root(root.url, root.store.storage_options).groups, "g") == {("t", 0): 2}

@@ -213,6 +213,7 @@ class Cluster:
     def wait_live(self, count: int, timeout_s: float = 60) -> None:
         """Wait until the brokers see ``count`` live brokers (leases on the root)."""
         from sparklog.client.transports.flight_client import BrokerClient
+        from sparklog.protocol import actions
         from tests.support.waiting import wait_for
 
         def live() -> bool:
@@ -221,7 +222,7 @@ class Cluster:
                     raise AssertionError(f"broker {broker.broker_id} exited: {broker.log_text()}")
             try:
                 with BrokerClient(self.bootstrap, retry_timeout_ms=500) as client:
-                    return len(client.describe_cluster()["brokers"]) == count
+                    return len(client.call(actions.DESCRIBE_CLUSTER)["brokers"]) == count
             except Exception:
                 return False
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from sparklog.client.types import OffsetAndMetadata, TopicDescription
 from sparklog.errors import SparklogError
+from sparklog.protocol import actions
 from sparklog.protocol.actions import Action
 from sparklog.topic_partition import TopicPartition
 
@@ -155,11 +156,20 @@ class Backend(Protocol):
     ) -> dict[TopicPartition, SparklogError | None]: ...
 
 
-class TopicCalls:
-    """The topic admin calls both backends forward to a root-shaped object.
+class _ActionCalls:
+    """What the shared calls below need of a backend: the action table's generic call."""
 
-    ``_topic_api`` is a ``LogRoot`` (embedded mode) or a ``BrokerClient`` (broker
-    mode): both take the same arguments. After a change the backend forgets what it
+    def call(self, action: Action[R], /, **body: Any) -> R:
+        raise NotImplementedError
+
+
+class TopicCalls(_ActionCalls):
+    """The topic admin calls of both backends.
+
+    Creating, deleting and adding partitions go to a root-shaped object, ``_topic_api``: a
+    ``LogRoot`` (embedded mode) or a ``BrokerClient`` (broker mode), which take the same
+    arguments; changing a config is the action table's (``call``: the brokers serve it, or
+    the embedded backend runs it on its root). After a change the backend forgets what it
     cached about the topic (``_forget_topic``), so the next call reads it afresh.
     """
 
@@ -187,7 +197,7 @@ class TopicCalls:
     def alter_topic_config(
         self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
     ) -> None:
-        self._topic_api.alter_topic_config(name, dict(updates), list(remove))
+        self.call(actions.ALTER_TOPIC_CONFIG, name=name, updates=dict(updates), remove=list(remove))
         self._forget_topic(name)
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -195,11 +205,15 @@ class TopicCalls:
         self._forget_topic(name)
 
 
-class GroupCalls:
-    """The group calls both backends forward unchanged to a coordinator-shaped object.
+class GroupCalls(_ActionCalls):
+    """The group calls of both backends.
 
-    ``_group_api`` is a ``BrokerClient`` (broker mode) or an in-process
-    ``GroupCoordinator`` (embedded mode): both speak the same group protocol.
+    A join, a sync and deleting offsets go to a coordinator-shaped object,
+    ``_group_api``: a ``BrokerClient`` (broker mode) or an in-process
+    ``GroupCoordinator`` (embedded mode), which speak the same group protocol (typed: a
+    join's result, an assignment, per-partition errors). The others are the action
+    table's (``call``): the brokers serve them, or the embedded backend runs them on its
+    coordinator, with the same bodies and results.
     """
 
     _group_api: Any
@@ -228,10 +242,10 @@ class GroupCalls:
         return list(self._group_api.sync_group(group, generation, member_id, assignment))
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        self._group_api.heartbeat(group, generation, member_id)
+        self.call(actions.HEARTBEAT, group=group, generation=generation, member_id=member_id)
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self._group_api.leave_group(group, member_id)
+        self.call(actions.LEAVE_GROUP, group=group, member_id=member_id)
 
     def commit_offsets(
         self,
@@ -240,22 +254,30 @@ class GroupCalls:
         member_id: str,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> None:
-        by_metadata: dict[str, dict[TopicPartition, int]] = {}
-        for tp, om in offsets.items():
-            by_metadata.setdefault(om.metadata, {})[tp] = om.offset
-        for metadata, part in by_metadata.items():
-            self._group_api.commit_offsets(group, generation, member_id, part, metadata=metadata)
+        # one commit per metadata string (the action carries one for all its offsets)
+        by_metadata: dict[str, list[list[Any]]] = {}
+        for (topic, partition), om in offsets.items():
+            by_metadata.setdefault(om.metadata, []).append([topic, partition, om.offset])
+        for metadata, rows in by_metadata.items():
+            self.call(
+                actions.COMMIT_OFFSETS,
+                group=group,
+                generation=generation,
+                member_id=member_id,
+                offsets=rows,
+                metadata=metadata,
+            )
 
     def list_groups(self) -> list[str]:
-        return list(self._group_api.list_groups())
+        return self.call(actions.LIST_GROUPS)
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        info: dict[str, Any] = self._group_api.describe_group(group)
+        info = self.call(actions.DESCRIBE_GROUP, group=group)
         info.setdefault("strategy", info.get("protocol", ""))
         return info
 
     def delete_group(self, group: str) -> None:
-        self._group_api.delete_group(group)
+        self.call(actions.DELETE_GROUP, group=group)
 
     def delete_offsets(
         self, group: str, partitions: Sequence[TopicPartition]

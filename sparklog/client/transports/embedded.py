@@ -295,6 +295,19 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         same actions do the same on its root)."""
         metadata = self.root.metadata
         return {
+            # a topic's config on the root; groups on the in-process coordinator (built on
+            # the first group call: other calls never import it)
+            actions.ALTER_TOPIC_CONFIG.name: lambda name, updates, remove: dict(
+                self.root.alter_topic_config(name, updates, remove).config
+            ),
+            actions.HEARTBEAT.name: lambda **member: self.groups.heartbeat(**member),
+            actions.LEAVE_GROUP.name: lambda **member: self.groups.leave_group(**member),
+            actions.COMMIT_OFFSETS.name: lambda offsets, **member: self.groups.commit_offsets(
+                offsets={TopicPartition(str(t), int(p)): int(o) for t, p, o in offsets}, **member
+            ),
+            actions.LIST_GROUPS.name: lambda: self.groups.list_groups(),
+            actions.DESCRIBE_GROUP.name: lambda group: self.groups.describe_group(group),
+            actions.DELETE_GROUP.name: lambda group: self.groups.delete_group(group),
             actions.LIST_TRANSACTIONS.name: lambda: metadata.image().transactional_ids,
             actions.ABORT_TRANSACTION.name: _abort_needs_a_broker,
             actions.SET_SCRAM_CREDENTIAL.name: lambda user, mechanism, **salted: users.set_salted(

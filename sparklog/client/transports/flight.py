@@ -26,6 +26,7 @@ from sparklog.client.transports.base import (
 )
 from sparklog.client.transports.flight_client import BrokerClient, TopicMetadata
 from sparklog.client.types import OffsetAndMetadata, PartitionDescription, TopicDescription
+from sparklog.protocol import actions
 from sparklog.protocol.actions import Action
 from sparklog.storage.config import effective_config
 from sparklog.storage.records import normalize, record_schema
@@ -66,7 +67,7 @@ class BrokerBackend(TopicCalls, GroupCalls):
 
     # -- topics ------------------------------------------------------------------
     def list_topics(self) -> list[str]:
-        return self.client.list_topics()
+        return self.client.call(actions.LIST_TOPICS)
 
     def describe_topic(self, name: str, *, sizes: bool = False) -> TopicDescription:
         # an explicit describe: the broker reads every partition's watermarks from the root
@@ -100,7 +101,7 @@ class BrokerBackend(TopicCalls, GroupCalls):
 
     # -- records -----------------------------------------------------------------
     def init_producer_id(self) -> tuple[int, int]:
-        return self.client.init_producer_id()
+        return self.client.call(actions.INIT_PRODUCER_ID)
 
     def produce(
         self,
@@ -156,10 +157,12 @@ class BrokerBackend(TopicCalls, GroupCalls):
         return r
 
     def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
-        return self.client.list_offsets(topic, partition, spec)
+        return self.client.call(actions.LIST_OFFSETS, topic=topic, partition=partition, spec=spec)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        return self.client.delete_records(topic, partition, before_offset)
+        return self.client.call(
+            actions.DELETE_RECORDS, topic=topic, partition=partition, offset=before_offset
+        )
 
     # -- any other action of the table: the brokers serve it ---------------------------
     def call(self, action: Action[R], /, **body: Any) -> R:
@@ -167,5 +170,5 @@ class BrokerBackend(TopicCalls, GroupCalls):
 
     # -- groups (coordinated by the brokers) ----------------------------------------
     def fetch_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        found = self.client.fetch_committed(group)
+        found = self.client.call(actions.FETCH_OFFSETS, group=group)
         return {tp: OffsetAndMetadata(o, m) for tp, (o, m) in found.items()}

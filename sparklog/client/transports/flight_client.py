@@ -80,6 +80,14 @@ _REFUSED_BEFORE_WRITE = (
 class BrokerClient:
     """A connection to a broker cluster (thread-safe).
 
+    Every admin action of the table (:mod:`sparklog.protocol.actions`) is
+    ``call(actions.X, **body)``: routed, retried and decoded as its entry says.  Typed
+    methods exist only where the client does work of its own: metadata (its cache and
+    broker discovery), produce and fetch (Arrow streams), a join (its longer deadline),
+    a sync (the assignment's shape), create_topic (the value type's text),
+    delete_topic and add_partitions (cached metadata forgotten), delete_offsets (the
+    per-partition errors).
+
     ``discover=False`` keeps every call on the bootstrap brokers (metadata
     will not add the others), e.g. to pin a client to one broker.
     """
@@ -329,9 +337,6 @@ class BrokerClient:
         self._meta.update(out)
         return out
 
-    def describe_cluster(self) -> dict[str, Any]:
-        return self.call(actions.DESCRIBE_CLUSTER)
-
     def _leader(self, topic: str, partition: int) -> str:
         meta = self._meta.get(topic)
         if meta is None or partition >= len(meta.partitions):
@@ -379,22 +384,9 @@ class BrokerClient:
         self.call(actions.DELETE_TOPIC, name=name)
         self._meta.pop(name, None)
 
-    def alter_topic_config(
-        self, name: str, updates: Mapping[str, Any], remove: Sequence[str] = ()
-    ) -> dict[str, Any]:
-        return self.call(
-            actions.ALTER_TOPIC_CONFIG, name=name, updates=dict(updates), remove=list(remove)
-        )
-
     def add_partitions(self, name: str, total: int) -> int:
         self._meta.pop(name, None)
         return self.call(actions.ADD_PARTITIONS, name=name, total=total)
-
-    def list_topics(self) -> list[str]:
-        return self.call(actions.LIST_TOPICS)
-
-    def init_producer_id(self) -> tuple[int, int]:
-        return self.call(actions.INIT_PRODUCER_ID)
 
     # -- produce / fetch ---------------------------------------------------
     def produce(
@@ -514,15 +506,6 @@ class BrokerClient:
 
         return self._retrying(lambda: self._on(self._leader(topic, partition), call))
 
-    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int:
-        return self.call(actions.LIST_OFFSETS, topic=topic, partition=partition, spec=spec)
-
-    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        """Move the partition's log start to ``before_offset`` (on its leader); the new start."""
-        return self.call(
-            actions.DELETE_RECORDS, topic=topic, partition=partition, offset=before_offset
-        )
-
     # -- consumer groups ---------------------------------------------------
     def join_group(
         self,
@@ -558,45 +541,6 @@ class BrokerClient:
         return self.call(
             actions.SYNC_GROUP, group=group, generation=generation, member_id=member_id, **fields
         )
-
-    def heartbeat(self, group: str, generation: int, member_id: str) -> None:
-        self.call(actions.HEARTBEAT, group=group, generation=generation, member_id=member_id)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        self.call(actions.LEAVE_GROUP, group=group, member_id=member_id)
-
-    def commit_offsets(
-        self,
-        group: str,
-        generation: int,
-        member_id: str,
-        offsets: Mapping[TopicPartition, int],
-        metadata: str = "",
-    ) -> None:
-        self.call(
-            actions.COMMIT_OFFSETS,
-            group=group,
-            generation=generation,
-            member_id=member_id,
-            offsets=[[t, p, o] for (t, p), o in offsets.items()],
-            metadata=metadata,
-        )
-
-    def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
-        return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
-
-    def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
-        """The group's committed ``(offset, metadata)`` per partition."""
-        return self.call(actions.FETCH_OFFSETS, group=group)
-
-    def list_groups(self) -> list[str]:
-        return self.call(actions.LIST_GROUPS)
-
-    def describe_group(self, group: str) -> dict[str, Any]:
-        return self.call(actions.DESCRIBE_GROUP, group=group)
-
-    def delete_group(self, group: str) -> None:
-        self.call(actions.DELETE_GROUP, group=group)
 
     def delete_offsets(
         self, group: str, partitions: Sequence[TopicPartition]

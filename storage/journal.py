@@ -1,0 +1,309 @@
+"""A broker's journal (format 3, docs/architecture.md "Storage format 3"): one log per
+broker and journal id, one commit per flush, whatever it holds.
+
+``cluster/journal/<broker>/<journal id>/<v:020d>.json`` are create-only, checksummed
+commits in the envelope every log commit shares (:func:`metalog.encode_commit`), read
+one version at a time: a journal has no snapshots and no listing; a reader knows where
+to start (a log's folded position) and probes the next version.  Kinds: ``flush``
+(``{"groups": {group: [change, ...]}}``: the steps a flush journalled, in order),
+``seal`` (written by another process taking over what the journal leased: nothing
+follows it, and the writer stops at once) and ``close`` (a graceful stop).
+
+A journal id is fresh for every journal a broker starts (at start and after a seal),
+so a writer never appends behind a seal and two processes never write one journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from sparklog.clock import now_ms
+from sparklog.errors import NotCoordinatorError, SparklogError
+from sparklog.storage.documents import version_key
+from sparklog.storage.metalog import Commit, decode_commit, encode_commit
+from sparklog.storage.objectstore import ObjectStore
+
+log = logging.getLogger("sparklog.storage.journal")
+
+#: commit kinds after which a journal holds nothing more
+ENDING_KINDS = frozenset({"seal", "close"})
+
+
+class JournalSealedError(NotCoordinatorError):
+    """The journal was sealed by another process: nothing more is journalled in it.
+
+    Retriable: the caller's coordinator (or this broker, in a fresh journal) takes
+    the work again.
+    """
+
+
+class JournalRef(NamedTuple):
+    """Which journal: the broker that writes it and the journal's id."""
+
+    broker: int
+    journal: str
+
+    @property
+    def prefix(self) -> str:
+        return f"cluster/journal/{self.broker}/{self.journal}"
+
+    def to_json(self) -> list[Any]:
+        return [self.broker, self.journal]
+
+    @classmethod
+    def from_json(cls, raw: Any) -> JournalRef | None:
+        if not raw:
+            return None
+        broker, journal = raw
+        return cls(int(broker), str(journal))
+
+
+class Journal:
+    """Reads and writes one journal's versions (thread-safe for readers)."""
+
+    def __init__(self, store: ObjectStore, ref: JournalRef) -> None:
+        self.store = store
+        self.ref = ref
+
+    def key(self, version: int) -> str:
+        return version_key(self.ref.prefix, version)
+
+    def read(self, version: int) -> Commit | None:
+        """Version ``version``, or None if it was never written (or is pruned)."""
+        raw = self.store.get_or_none(self.key(version))
+        if raw is None:
+            return None
+        return decode_commit(raw, f"{self.store.url}/{self.key(version)}")
+
+    def listed_after(self, version: int) -> int | None:
+        """The first existing version after ``version`` (a listing; None: none).
+
+        Pruning deletes a prefix of versions and never the newest, so past the first
+        existing version the journal is contiguous to its end: only a reader whose
+        start was pruned pays this listing to find where the journal continues.
+        """
+        found = [
+            int(stem)
+            for stem in (
+                name.removesuffix(".json") for name in self.store.list_names(self.ref.prefix)
+            )
+            if stem.isdigit() and int(stem) > version
+        ]
+        return min(found) if found else None
+
+    def read_from(self, first: int) -> Iterator[tuple[int, Commit]]:
+        """Versions from ``first`` (or the first existing one after it) to the end; an
+        ending version (seal or close) is yielded and ends the walk."""
+        version: int | None = first
+        commit = self.read(first)
+        if commit is None:
+            version = self.listed_after(first)
+            commit = None if version is None else self.read(version)
+        while version is not None and commit is not None:
+            yield version, commit
+            if commit.get("kind") in ENDING_KINDS:
+                return
+            version += 1
+            commit = self.read(version)
+
+    def create(self, version: int, body: Commit) -> bool:
+        """Create ``version`` holding ``body``; False if the version exists already."""
+        return self.store.create(self.key(version), encode_commit({**body, "v": version}))
+
+    def seal(self, first: int, by: str) -> tuple[list[tuple[int, Commit]], int]:
+        """End the journal: its versions from ``first`` to its end, and the version of
+        the seal (created here, or found).
+
+        Create-only: if the writer's own append takes the version first, it is read
+        and the seal goes after it, so every version the writer created before the
+        seal is among those returned, and the writer's later appends fail.
+        """
+        read: list[tuple[int, Commit]] = []
+        version = first
+        if not self.store.exists(self.key(first)):
+            version = self.listed_after(first) or first
+        while True:
+            commit = self.read(version)
+            if commit is None:
+                body: Commit = {"kind": "seal", "by": by, "ts": now_ms(), "id": uuid.uuid4().hex}
+                if self.create(version, body):
+                    log.info(
+                        "sealed journal",
+                        extra={"journal": self.ref.prefix, "version": version, "by": by},
+                    )
+                    return read, version
+                continue  # the writer took it: read it
+            if commit.get("kind") in ENDING_KINDS:
+                return read, version
+            read.append((version, commit))
+            version += 1
+
+    def delete(self, versions: range) -> None:
+        for version in versions:
+            self.store.delete(self.key(version))
+
+
+@dataclass
+class _Pending:
+    """One flush's worth of steps being gathered, and who waits for it."""
+
+    groups: dict[str, list[Commit]] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+    version: int = -1
+    error: BaseException | None = None
+
+
+class JournalWriter:
+    """A broker's journal writer: steps from many threads, one journal commit per flush.
+
+    ``write_group(group, change)`` blocks until the flush holding it is committed (the
+    acknowledgement point) and returns that version.  A flush happens at once when the
+    journal was idle for ``flush_interval_ms``, else at most ``flush_interval_ms``
+    after the previous one, gathering every step submitted meanwhile.  A flush that
+    finds its version taken by a seal fails its steps with :class:`JournalSealedError`
+    and starts a fresh journal; ``on_sealed`` is told which journal ended.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        broker_id: int,
+        *,
+        flush_interval_ms: int,
+        on_sealed: Callable[[JournalRef], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.flush_interval_ms = flush_interval_ms
+        self.on_sealed = on_sealed
+        self._cond = threading.Condition()
+        self._pending = _Pending()
+        self._flushing = False
+        self._last_flush = 0.0
+        self._closed = False
+        self.journal = self._fresh()
+        self._next = 0
+        #: monotonic time the current journal started
+        self.started = time.monotonic()
+        #: journal commits written (for tests and metrics)
+        self.commits = 0
+
+    def _fresh(self) -> Journal:
+        return Journal(self.store, JournalRef(self.broker_id, uuid.uuid4().hex))
+
+    @property
+    def ref(self) -> JournalRef:
+        return self.journal.ref
+
+    @property
+    def next_version(self) -> int:
+        with self._cond:
+            return self._next
+
+    def write_group(self, group: str, change: Commit) -> tuple[JournalRef, int]:
+        """Journal one change of ``group``; (journal, version) once it is committed."""
+        with self._cond:
+            if self._closed:
+                raise JournalSealedError("the broker's journal is closed (stopping)")
+            pending = self._pending
+            ref = self.journal.ref
+            pending.groups.setdefault(group, []).append(change)
+        self._flush_when_due(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return ref, pending.version
+
+    def _flush_when_due(self, pending: _Pending) -> None:
+        """Become the flusher of ``pending`` if nobody is, once the interval has passed."""
+        with self._cond:
+            while True:
+                if pending.done.is_set() or self._pending is not pending:
+                    return  # flushed by another thread, or being flushed now
+                if not self._flushing:
+                    wait_s = self._last_flush + self.flush_interval_ms / 1000 - time.monotonic()
+                    if wait_s <= 0:
+                        break
+                    self._cond.wait(wait_s)
+                else:
+                    self._cond.wait()
+            self._flushing = True
+            self._pending = _Pending()
+            version = self._next
+            journal = self.journal
+        try:
+            body: Commit = {"kind": "flush", "ts": now_ms(), "groups": pending.groups}
+            body["id"] = uuid.uuid4().hex
+            if not journal.create(version, body):
+                found = journal.read(version)
+                if found is None or found.get("id") != body["id"]:
+                    raise JournalSealedError(
+                        f"journal {journal.ref.prefix} was sealed at version {version}"
+                    )
+            pending.version = version
+            with self._cond:
+                self._next = version + 1
+                self.commits += 1
+        except JournalSealedError as exc:
+            pending.error = exc
+            self._restart(journal)
+        except SparklogError as exc:
+            pending.error = exc
+        except Exception as exc:
+            log.exception("journal commit failed")
+            pending.error = SparklogError(f"journal commit failed: {exc}")
+        finally:
+            with self._cond:
+                self._flushing = False
+                self._last_flush = time.monotonic()
+                self._cond.notify_all()
+            pending.done.set()
+
+    def _restart(self, sealed: Journal) -> None:
+        log.warning(
+            "journal sealed by another process; starting a fresh one",
+            extra={"journal": sealed.ref.prefix},
+        )
+        with self._cond:
+            if self.journal is sealed:
+                self.journal = self._fresh()
+                self._next = 0
+                self.started = time.monotonic()
+        if self.on_sealed is not None:
+            self.on_sealed(sealed.ref)
+
+    def rotate(self) -> JournalRef:
+        """Start a fresh journal (the old one's steps stay readable until it is folded
+        and deleted); the old journal."""
+        with self._cond:
+            while self._flushing:
+                self._cond.wait()
+            old = self.journal
+            self.journal = self._fresh()
+            self._next = 0
+            self.started = time.monotonic()
+            return old.ref
+
+    def close(self) -> None:
+        """Refuse further writes (the owner folds, then ends the journal)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def group_steps(
+    versions: Iterator[tuple[int, Commit]] | list[tuple[int, Commit]], group: str
+) -> list[list[Any]]:
+    """``[[version, change], ...]``: ``group``'s changes among journal ``versions``."""
+    out: list[list[Any]] = []
+    for version, commit in versions:
+        groups: Mapping[str, list[Commit]] = commit.get("groups") or {}
+        for change in groups.get(group, ()):
+            out.append([version, change])
+    return out
