@@ -334,6 +334,8 @@ class GroupStore:
         """Start a fresh journal, fold every step of the old one, then delete it (so a
         journal's versions never outlive the steps they hold)."""
         assert self._writer is not None
+        if self._writer.next_version == 0:  # nothing written: nothing to replace (no LIST)
+            return
         old = self._writer.rotate()
         self.fold_due(0, everything=True)
         with self._lock:
@@ -350,7 +352,7 @@ class GroupStore:
         self._writer.close()
         ref = self._writer.ref
         self.fold_due(0, everything=True)
-        if not self.pending_groups():
+        if not self.pending_groups() and self._writer.next_version > 0:
             self._retired.add(ref)
             self.store.delete_prefix(ref.prefix)
 

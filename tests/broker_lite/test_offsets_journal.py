@@ -34,7 +34,7 @@ def _count_writes(store, prefixes: tuple[str, ...]) -> list[str]:
 def test_offset_commits_of_a_hundred_groups_cost_a_tenth_of_a_write_each(tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     open_root(url).create_topic("t", 2)
-    settings = {"offsets_flush_interval_ms": 100, "fold_interval_ms": 3_600_000}
+    settings = {"offsets_flush_interval_ms": 200, "fold_interval_ms": 3_600_000}
     with inproc_broker(url, **settings) as (server, _):
         broker = server.broker
         groups = [f"g{i}" for i in range(100)]
