@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import pathlib
 import socket
 import struct
@@ -190,11 +191,15 @@ def test_a_wrong_password_fails_fast_with_sasl_authentication_failed(
     assert wrong not in log and PASSWORD not in log
 
 
-def test_kafka_python_wrong_password_raises_authentication_failed(sasl_cluster: Cluster) -> None:
+def test_kafka_python_wrong_password_raises_authentication_failed(
+    sasl_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kafka-python 3 meets SASL_AUTHENTICATION_FAILED (58) and retries the login until
+    its bootstrap timeout, then raises; the password appears nowhere."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError as KpError
 
-    with pytest.raises(KpError) as raised:
+    with caplog.at_level(logging.INFO, logger="kafka"), pytest.raises(KpError) as raised:
         KafkaAdminClient(
             bootstrap_servers=sasl_cluster.kafka_bootstrap,
             security_protocol="SASL_PLAINTEXT",
@@ -202,8 +207,12 @@ def test_kafka_python_wrong_password_raises_authentication_failed(sasl_cluster: 
             sasl_plain_username="alice",
             sasl_plain_password="nope-nope",
             request_timeout_ms=10_000,
+            bootstrap_timeout_ms=3_000,  # its default waits 30 s for a login that cannot pass
         )
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("[Error 58] SaslAuthenticationFailedError" in m for m in messages), messages
     assert "nope-nope" not in str(raised.value)
+    assert not any("nope-nope" in m for m in messages)
 
 
 def test_a_plaintext_client_on_a_sasl_listener_is_disconnected_at_once(
