@@ -321,12 +321,13 @@ class Demo:
         )
         # Append mode emits a window once the watermark passes it, which takes one more
         # (no-data) micro-batch after the heartbeat: wait until every input row is in an
-        # emitted window, then stop.
+        # emitted window and the group has committed the last batch's offsets (Spark
+        # commits a batch's source offsets when it plans the next trigger), then stop.
         limit_s = float(os.environ.get("SPARKLOG_DEMO_STREAM_S", 240))
         deadline = time.monotonic() + limit_s
         shown = 0
         try:
-            while (emitted := self.output_views(spark)) < self.run.produced:
+            while (emitted := self.output_views(spark)) < self.run.produced or self.total_lag():
                 shown = self._show_batches(query.recentProgress, shown, emitted)
                 failure = query.exception()
                 if failure is not None:
@@ -336,7 +337,8 @@ class Demo:
                 if time.monotonic() > deadline:
                     raise DemoError(
                         f"the query emitted {self.output_views(spark):,} of "
-                        f"{self.run.produced:,} views within {limit_s:.0f} s"
+                        f"{self.run.produced:,} views and left lag {self.total_lag():,} "
+                        f"within {limit_s:.0f} s"
                     )
                 time.sleep(1)  # the console's refresh rate, not a synchronisation
         finally:
