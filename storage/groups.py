@@ -27,7 +27,14 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
-from sparklog.storage.journal import Journal, JournalRef, JournalSealedError, JournalWriter
+from sparklog.storage.journal import (
+    ENDING_KINDS,
+    Journal,
+    JournalRef,
+    JournalSealedError,
+    JournalWriter,
+    group_steps,
+)
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.topic_partition import TopicPartition
@@ -269,9 +276,6 @@ class GroupStore:
         self._coordinates = coordinates
         self._journal_started = time.monotonic()
 
-    def _journals(self) -> set[JournalRef]:
-        return {self._writer.ref} if self._writer is not None else set()
-
     def _pending_steps(self, group: str, state: GroupLogState) -> list[list[Any]]:
         """The group's steps after the log's folded position, from memory (our journal)
         or read from the journal the log's lease names (another broker's)."""
@@ -301,7 +305,7 @@ class GroupStore:
                     cached[version] = commit
                     for old in [v for v in cached if v < version - 4096]:
                         del cached[old]
-            if commit.get("kind") in ("seal", "close"):
+            if commit.get("kind") in ENDING_KINDS:
                 break
             steps.extend(
                 [version, change] for change in (commit.get("groups") or {}).get(group, ())
@@ -381,11 +385,7 @@ class GroupStore:
                     read, _ = Journal(self.store, old).seal(
                         state.folded + 1, by=f"broker {writer.broker_id}"
                     )
-                    mine = [
-                        [v, c]
-                        for v, body in read
-                        for c in (body.get("groups") or {}).get(group, ())
-                    ]
+                    mine = group_steps(read, group)
                 steps = [step for step in mine if step[0] > state.folded]
                 if steps:
                     commit["fold"] = {"journal": old.to_json(), "steps": steps}

@@ -144,10 +144,6 @@ class Journal:
             read.append((version, commit))
             version += 1
 
-    def delete(self, versions: range) -> None:
-        for version in versions:
-            self.store.delete(self.key(version))
-
 
 @dataclass
 class _Pending:
