@@ -33,7 +33,7 @@ from sparklog.storage.journal import (
     JournalRef,
     JournalSealedError,
     JournalWriter,
-    group_steps,
+    journal_steps,
 )
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
@@ -370,11 +370,7 @@ class GroupStore:
         def build(state: GroupLogState) -> Commit | None:
             if state.journal == writer.ref:
                 return None
-            commit: Commit = {
-                "kind": "lease",
-                "journal": writer.ref.to_json(),
-                "from": writer.next_version,
-            }
+            commit = writer.lease()
             old = state.journal
             if old is not None and old not in self._retired:
                 with self._lock:
@@ -385,7 +381,7 @@ class GroupStore:
                     read, _ = Journal(self.store, old).seal(
                         state.folded + 1, by=f"broker {writer.broker_id}"
                     )
-                    mine = group_steps(read, group)
+                    mine = journal_steps(read, "groups", group)
                 steps = [step for step in mine if step[0] > state.folded]
                 if steps:
                     commit["fold"] = {"journal": old.to_json(), "steps": steps}

@@ -5,7 +5,9 @@ broker and journal id, one commit per flush, whatever it holds.
 commits in the envelope every log commit shares (:func:`metalog.encode_commit`), read
 one version at a time: a journal has no snapshots and no listing; a reader knows where
 to start (a log's folded position) and probes the next version.  Kinds: ``flush``
-(``{"groups": {group: [change, ...]}}``: the steps a flush journalled, in order),
+(``{"groups": {group: [change, ...]}, "shards": {shard key: [change, ...]}}``: the
+steps a flush journalled, in order; a shard's change is exactly the body a format-2
+shard commit would have had),
 ``seal`` (written by another process taking over what the journal leased: nothing
 follows it, and the writer stops at once) and ``close`` (a graceful stop).
 
@@ -21,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from sparklog.clock import now_ms
 from sparklog.errors import NotCoordinatorError, SparklogError
@@ -150,6 +152,9 @@ class _Pending:
     """One flush's worth of steps being gathered, and who waits for it."""
 
     groups: dict[str, list[Commit]] = field(default_factory=dict)
+    shards: dict[str, list[Commit]] = field(default_factory=dict)
+    #: a writer waits for this flush at once (records: the produce path lingered already)
+    urgent: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     version: int = -1
     error: BaseException | None = None
@@ -189,6 +194,12 @@ class JournalWriter:
         self.started = time.monotonic()
         #: journal commits written (for tests and metrics)
         self.commits = 0
+        #: this writer's journals that were rotated away (their steps are folded first)
+        self.retired: set[JournalRef] = set()
+        #: shard steps journalled and not yet folded: shard key -> [(journal, version,
+        #: change), ...] (a rotated journal's stay until folded; a sealed one's are dropped:
+        #: the sealer folds them)
+        self._unfolded: dict[str, list[tuple[JournalRef, int, Commit]]] = {}
 
     def _fresh(self) -> Journal:
         return Journal(self.store, JournalRef(self.broker_id, uuid.uuid4().hex))
@@ -216,6 +227,50 @@ class JournalWriter:
             raise pending.error
         return ref, pending.version
 
+    def write_shards(self, changes: Mapping[str, Commit]) -> tuple[JournalRef, int]:
+        """Journal one change of each shard in ``changes`` in ONE journal commit, at once
+        (the caller lingered already); (journal, version) once it is committed.
+
+        The steps are remembered as unfolded (:meth:`unfolded`) until a fold takes them.
+        """
+        with self._cond:
+            if self._closed:
+                raise JournalSealedError("the broker's journal is closed (stopping)")
+            pending = self._pending
+            ref = self.journal.ref
+            for key, change in changes.items():
+                pending.shards.setdefault(key, []).append(change)
+            pending.urgent = True
+        self._flush_when_due(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return ref, pending.version
+
+    def unfolded(self, key: str, ref: JournalRef) -> list[list[Any]]:
+        """Shard ``key``'s steps in journal ``ref`` not yet folded: ``[[version, change]]``."""
+        with self._cond:
+            return [[v, c] for r, v, c in self._unfolded.get(key, ()) if r == ref]
+
+    def unfolded_keys(self, ref: JournalRef | None = None) -> list[str]:
+        """Shards with unfolded steps (in journal ``ref``, if given)."""
+        with self._cond:
+            return [
+                key
+                for key, steps in self._unfolded.items()
+                if any(ref is None or r == ref for r, _, _ in steps)
+            ]
+
+    def folded(self, key: str, ref: JournalRef, through: int) -> None:
+        """Forget shard ``key``'s steps of ``ref`` up to version ``through``: a fold
+        holds them (or the journal was sealed: its sealer folds them)."""
+        with self._cond:
+            left = [s for s in self._unfolded.get(key, ()) if s[0] != ref or s[1] > through]
+            if left:
+                self._unfolded[key] = left
+            else:
+                self._unfolded.pop(key, None)
+
     def _flush_when_due(self, pending: _Pending) -> None:
         """Become the flusher of ``pending`` if nobody is, once the interval has passed."""
         with self._cond:
@@ -223,6 +278,8 @@ class JournalWriter:
                 if pending.done.is_set() or self._pending is not pending:
                     return  # flushed by another thread, or being flushed now
                 if not self._flushing:
+                    if pending.urgent:
+                        break
                     wait_s = self._last_flush + self.flush_interval_ms / 1000 - time.monotonic()
                     if wait_s <= 0:
                         break
@@ -235,6 +292,8 @@ class JournalWriter:
             journal = self.journal
         try:
             body: Commit = {"kind": "flush", "ts": now_ms(), "groups": pending.groups}
+            if pending.shards:
+                body["shards"] = pending.shards
             body["id"] = uuid.uuid4().hex
             if not journal.create(version, body):
                 found = journal.read(version)
@@ -246,6 +305,10 @@ class JournalWriter:
             with self._cond:
                 self._next = version + 1
                 self.commits += 1
+                for key, changes in pending.shards.items():
+                    self._unfolded.setdefault(key, []).extend(
+                        (journal.ref, version, c) for c in changes
+                    )
         except JournalSealedError as exc:
             pending.error = exc
             self._restart(journal)
@@ -271,8 +334,17 @@ class JournalWriter:
                 self.journal = self._fresh()
                 self._next = 0
                 self.started = time.monotonic()
+                # the sealer folded (or will fold) what the sealed journal holds
+                for key in list(self._unfolded):
+                    self._unfolded[key] = [s for s in self._unfolded[key] if s[0] != sealed.ref]
+                    if not self._unfolded[key]:
+                        del self._unfolded[key]
         if self.on_sealed is not None:
             self.on_sealed(sealed.ref)
+
+    def lease(self) -> Commit:
+        """A lease commit's body naming this journal from its next version."""
+        return {"kind": "lease", "journal": self.ref.to_json(), "from": self.next_version}
 
     def rotate(self) -> JournalRef:
         """Start a fresh journal (the old one's steps stay readable until it is folded
@@ -284,6 +356,7 @@ class JournalWriter:
             self.journal = self._fresh()
             self._next = 0
             self.started = time.monotonic()
+            self.retired.add(old.ref)
             return old.ref
 
     def close(self) -> None:
@@ -293,13 +366,16 @@ class JournalWriter:
             self._cond.notify_all()
 
 
-def group_steps(
-    versions: Iterator[tuple[int, Commit]] | list[tuple[int, Commit]], group: str
+def journal_steps(
+    versions: Iterator[tuple[int, Commit]] | list[tuple[int, Commit]],
+    section: Literal["groups", "shards"],
+    key: str,
 ) -> list[list[Any]]:
-    """``[[version, change], ...]``: ``group``'s changes among journal ``versions``."""
+    """``[[version, change], ...]``: the changes of group or shard ``key`` among
+    journal ``versions``."""
     out: list[list[Any]] = []
     for version, commit in versions:
-        groups: Mapping[str, list[Commit]] = commit.get("groups") or {}
-        for change in groups.get(group, ()):
+        changes: Mapping[str, list[Commit]] = commit.get(section) or {}
+        for change in changes.get(key, ()):
             out.append([version, change])
     return out

@@ -25,6 +25,8 @@ stay importable from here.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,6 +43,14 @@ from sparklog.errors import (
     StagedObjectExpiredError,
 )
 from sparklog.storage import txn_markers
+from sparklog.storage.journal import (
+    ENDING_KINDS,
+    Journal,
+    JournalRef,
+    JournalSealedError,
+    JournalWriter,
+    journal_steps,
+)
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
     DEFAULT_SNAPSHOT_INTERVAL,
@@ -126,11 +136,13 @@ class ShardLog(MetaLog[ShardState]):
         producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
         marker_retention_ms: int = DEFAULT_MARKER_RETENTION_MS,
         clock_ms: Callable[[], int] = now_ms,
+        topic_id: str = "",
     ) -> None:
+        codec = ShardCodec()
         super().__init__(
             store,
             f"shards/{shard:05d}/log",
-            ShardCodec(),
+            codec,
             name=f"{topic}/shard-{shard}",
             snapshot_interval=snapshot_interval,
             commit_attempts=commit_attempts,
@@ -141,9 +153,179 @@ class ShardLog(MetaLog[ShardState]):
         self.producer_expiration_ms = producer_expiration_ms
         self.marker_retention_ms = marker_retention_ms
         self._expiry_checked = 0
+        self._shard_codec = codec
+        #: the shard's name in a broker journal's ``shards`` (format 3)
+        self.journal_key = f"{topic_id or topic}/{shard}"
+        #: the broker journal this handle writes the shard's changes to, once it holds the
+        #: shard's lease (format 3; None: every change is a commit of the log)
+        self._writer: JournalWriter | None = None
 
     def __repr__(self) -> str:
         return f"ShardLog({self.topic!r}, {self.shard})"
+
+    # -- format 3: the broker journal ---------------------------------------------------
+    #
+    # A leader's handle (:meth:`use_journal`) journals every change of the shard as a
+    # step of its broker's journal, after a ``lease`` commit naming that journal; its
+    # steps are folded into the log by :meth:`fold`.  Every other handle reads the log
+    # and then the leased journal's versions after the folded position (the "tail"); a
+    # direct commit that assigns offsets seals the leased journal first and ends the
+    # lease, so the leader's later steps fail and nothing acknowledged is lost.
+
+    def use_journal(self, writer: JournalWriter | None) -> None:
+        """Journal this handle's changes in ``writer``'s journal (None: commit them)."""
+        with self._lock:
+            self._writer = writer
+
+    @property
+    def _journal_store(self) -> ObjectStore:
+        """The root's store: journals live under the root, not the topic."""
+        return self.store.locate("/cluster")[0]
+
+    def _steps(self, versions: list[tuple[int, Commit]]) -> list[list[Any]]:
+        """This shard's ``[[version, change]]`` among journal ``versions``."""
+        return journal_steps(versions, "shards", self.journal_key)
+
+    def _holds_lease(self, state: ShardState) -> bool:
+        return self._writer is not None and state.journal == self._writer.ref
+
+    def _load(self) -> ShardState:
+        state = super()._load()
+        self._read_tail(state)
+        return state
+
+    def _refresh(self) -> ShardState:
+        state = super()._refresh()
+        self._read_tail(state)
+        return state
+
+    def _read_tail(self, state: ShardState) -> None:
+        """Apply the leased journal's steps after ``state.folded`` (a reader's view)."""
+        ref = state.journal
+        if ref is None or self._holds_lease(state):
+            return  # no lease, or ours: our steps are applied as they are journalled
+        versions = _journal_versions(self._journal_store, ref, state.folded + 1)
+        self._shard_codec.apply_steps(state, ref, self._steps(versions))
+
+    def _lease(self) -> None:
+        """Name our writer's journal in the log (bumping the leader epoch), folding first
+        what the previously leased journal holds for the shard: another broker's (or an
+        older one of ours that was not rotated) is sealed first."""
+        writer = self._writer
+        assert writer is not None
+
+        def build(state: ShardState) -> Commit | None:
+            if state.journal == writer.ref:
+                return None
+            commit = {**writer.lease(), "epoch": state.leader_epoch + 1}
+            old = state.journal
+            if old is not None:
+                if old in writer.retired:
+                    steps = writer.unfolded(self.journal_key, old)
+                else:
+                    read, _ = Journal(self._journal_store, old).seal(
+                        state.folded + 1, by=f"broker {writer.broker_id}"
+                    )
+                    self._shard_codec.apply_steps(state, old, self._steps(read))
+                    versions = _journal_versions(self._journal_store, old, state.log_folded + 1)
+                    steps = self._steps(versions)
+                # every step the log itself lacks (a view may hold some read from the tail)
+                steps = [step for step in steps if step[0] > state.log_folded]
+                if steps:
+                    commit["fold"] = {"journal": old.to_json(), "steps": steps}
+            return commit
+
+        before = self.state.journal
+        MetaLog.commit(self, build)
+        if before is not None and before in writer.retired:
+            writer.folded(self.journal_key, before, 1 << 62)
+
+    def fold(self) -> bool:
+        """Fold our journalled steps into the log (one commit); whether any were folded."""
+        writer = self._writer
+        if writer is None:
+            return False
+        with self._lock:
+            ref = self.state.journal
+            if ref is None:
+                return False
+            steps = writer.unfolded(self.journal_key, ref)
+            if not steps:
+                return False
+
+            def build(state: ShardState) -> Commit | None:
+                if state.journal != ref:
+                    return None  # sealed and folded by another writer meanwhile
+                return {"kind": "fold", "fold": {"journal": ref.to_json(), "steps": steps}}
+
+            landed = MetaLog.commit(self, build)
+            writer.folded(self.journal_key, ref, steps[-1][0])
+            return landed is not None
+
+    def stage(self, build: Callable[[ShardState], Commit | None]) -> Commit | None:
+        """The body ``build`` gives against this leader's view, not yet written (the
+        produce path journals a flush's bodies of all shards in one journal commit, then
+        calls :meth:`journalled`).  Leases the shard first if needed."""
+        with self._lock:
+            if not self._holds_lease(self.state):
+                self._lease()
+            body = build(self.state)
+            if body is not None:
+                body.setdefault("ts", self.clock_ms())
+            return body
+
+    def journalled(self, ref: JournalRef, version: int, body: Commit) -> Commit:
+        """Apply a staged body journalled at ``version`` of ``ref`` to our view."""
+        with self._lock:
+            state = self.state
+            if state.journal != ref:
+                # the journal was sealed (and restarted) between the lease and this step:
+                # it is in a journal the log does not name, so it is not committed
+                assert self._writer is not None
+                self._writer.folded(self.journal_key, ref, version)
+                raise JournalSealedError(
+                    f"shard {self.name}: the broker's journal changed; write again"
+                )
+            self._shard_codec.apply_steps(state, ref, [[version, body]])
+            return {**body, "v": state.version}
+
+    def commit(self, build: Callable[[ShardState], Commit | None]) -> Commit | None:
+        """Commit ``build``'s change: as a journal step while this handle holds the lease,
+        else to the log (sealing a leased journal first when the change assigns offsets)."""
+        if self._writer is not None:
+            body = self.stage(build)
+            if body is None:
+                return None
+            ref, version = self._writer.write_shards({self.journal_key: body})
+            return self.journalled(ref, version, body)
+        return MetaLog.commit(self, self._sealing(build))
+
+    def _sealing(
+        self, build: Callable[[ShardState], Commit | None]
+    ) -> Callable[[ShardState], Commit | None]:
+        """``build``, ending a lease first when its change assigns offsets: the leased
+        journal is sealed (nothing more is acknowledged from it), its steps for the shard
+        are applied to the view the change is built on, and the commit folds them."""
+
+        def wrapped(state: ShardState) -> Commit | None:
+            body = build(state)
+            ref = state.journal
+            if body is None or ref is None or not _assigns_offsets(body):
+                return body
+            read, _ = Journal(self._journal_store, ref).seal(
+                state.folded + 1, by=f"a direct writer of {self.name}"
+            )
+            self._shard_codec.apply_steps(state, ref, self._steps(read))
+            body = build(state)  # on the journal's last word
+            if body is None:
+                return None
+            versions = _journal_versions(self._journal_store, ref, state.log_folded + 1)
+            steps = self._steps(versions)
+            body["fold"] = {"journal": ref.to_json(), "steps": steps}
+            body["journal"] = None
+            return body
+
+        return wrapped
 
     @property
     def leader_epoch(self) -> int:
@@ -207,6 +389,59 @@ class ShardLog(MetaLog[ShardState]):
         records as the open transaction of its producer (a Kafka transactional
         producer); a write of a transaction already ended there is refused.
         """
+        build, finish = self._append_plan(
+            appends,
+            leader_epoch=leader_epoch,
+            producers=producers,
+            txn=txn,
+            staged_max_age_ms=staged_max_age_ms,
+            transactions=transactions,
+        )
+        try:
+            commit = self.commit(build)
+        except OutOfOrderSequenceNumberError:
+            if not producers:
+                raise
+            # A stale view must not fail a batch that the log's head would accept.
+            self.refresh()
+            commit = self.commit(build)
+        return finish(commit)
+
+    def stage_append(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        leader_epoch: int | None = None,
+        producers: Mapping[int, ProducerBatch] | None = None,
+        transactions: Mapping[int, int] | None = None,
+    ) -> tuple[Commit | None, Callable[[Commit | None], dict[int, AppendResult]]]:
+        """:meth:`append`'s body against this leader's view, not yet written, and what
+        turns the journalled body (:meth:`journalled`) into the append's results: the
+        produce path journals one flush's bodies of every shard in one journal commit."""
+        build, finish = self._append_plan(
+            appends,
+            leader_epoch=leader_epoch,
+            producers=producers,
+            txn=None,
+            staged_max_age_ms=STAGED_OBJECT_MAX_AGE_MS,
+            transactions=transactions,
+        )
+        return self.stage(build), finish
+
+    def _append_plan(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        leader_epoch: int | None,
+        producers: Mapping[int, ProducerBatch] | None,
+        txn: tuple[str, int] | None,
+        staged_max_age_ms: int,
+        transactions: Mapping[int, int] | None,
+    ) -> tuple[
+        Callable[[ShardState], Commit | None],
+        Callable[[Commit | None], dict[int, AppendResult]],
+    ]:
+        """The build of an append's commit and the results of the commit that landed."""
         now = self.clock_ms()
         for segments in appends.values():
             for seg in segments:
@@ -269,14 +504,18 @@ class ShardLog(MetaLog[ShardState]):
                 commit["expire"] = expire
             return commit
 
-        try:
-            commit = self.commit(build)
-        except OutOfOrderSequenceNumberError:
-            if not producers:
-                raise
-            # A stale view must not fail a batch that the log's head would accept.
-            self.refresh()
-            commit = self.commit(build)
+        def finish(commit: Commit | None) -> dict[int, AppendResult]:
+            return self._append_results(commit, appends, counts, outcome)
+
+        return build, finish
+
+    def _append_results(
+        self,
+        commit: Commit | None,
+        appends: Mapping[int, Sequence[Segment]],
+        counts: Mapping[int, int],
+        outcome: dict[int, AppendResult],
+    ) -> dict[int, AppendResult]:
         if commit is not None:
             for key, change in commit["parts"].items():
                 p = int(key)
@@ -332,7 +571,15 @@ class ShardLog(MetaLog[ShardState]):
         return {p: placed.get(p, -1) for p in ends}
 
     def bump_epoch(self, new_epoch: int | None = None) -> int:
-        """Write an epoch-bump commit (a leader taking over the shard); return the new epoch."""
+        """Write an epoch-bump commit (a leader taking over the shard); return the new epoch.
+
+        A handle with a journal writes its lease instead (which bumps the epoch), unless
+        it holds the lease already."""
+        if self._writer is not None and new_epoch is None:
+            with self._lock:
+                if not self._holds_lease(self.state):
+                    self._lease()
+                return self.state.leader_epoch
 
         def build(state: ShardState) -> Commit:
             epoch = state.leader_epoch + 1 if new_epoch is None else new_epoch
@@ -456,6 +703,50 @@ class ShardLog(MetaLog[ShardState]):
 
 
 # -- the partition view ---------------------------------------------------------------------
+
+
+def _assigns_offsets(body: Commit) -> bool:
+    """Whether a change places records or control records at the head (it must follow
+    every step a leased journal holds, so it ends the lease)."""
+    return any(
+        "append" in change or "marker" in change or "skip_to" in change
+        for change in (body.get("parts") or {}).values()
+    )
+
+
+#: journal versions read by this process (they never change): (store, journal) -> versions
+_journal_cache: OrderedDict[tuple[str, JournalRef], dict[int, Commit]] = OrderedDict()
+_journal_cache_lock = threading.Lock()
+_JOURNALS_CACHED = 16
+_VERSIONS_CACHED = 4096
+
+
+def _journal_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple[int, Commit]]:
+    """Journal ``ref``'s versions from ``first`` to its end (a missing version, or an
+    ending one, included), read once per process."""
+    journal = Journal(store, ref)
+    key = (store.url, ref)
+    with _journal_cache_lock:
+        cached = _journal_cache.setdefault(key, {})
+        _journal_cache.move_to_end(key)
+        while len(_journal_cache) > _JOURNALS_CACHED:
+            _journal_cache.popitem(last=False)
+    out: list[tuple[int, Commit]] = []
+    version = max(first, 0)
+    while True:
+        commit = cached.get(version)
+        if commit is None:
+            commit = journal.read(version)
+            if commit is None:
+                return out
+            with _journal_cache_lock:
+                cached[version] = commit
+                while len(cached) > _VERSIONS_CACHED:
+                    del cached[min(cached)]
+        out.append((version, commit))
+        if commit.get("kind") in ENDING_KINDS:
+            return out
+        version += 1
 
 
 def _duplicate_in(part: PartState | None, batch: ProducerBatch, where: str) -> int | None:

@@ -23,6 +23,7 @@ from sparklog.errors import (
     CorruptRecordError,
 )
 from sparklog.storage import txn_markers
+from sparklog.storage.journal import JournalRef
 from sparklog.storage.metalog import (
     Commit,
     IndexedSnapshot,
@@ -80,6 +81,12 @@ class ShardCommit(TypedDict, total=False):
     expire: dict[str, int]
     #: what a repair commit replaced and the offsets it gave up (``storage/log_recover.py``)
     repair: dict[str, Any]
+    #: format 3: the journal steps folded in front of the commit's own change
+    #: (``{"journal": [broker, id], "steps": [[version, change], ...]}``)
+    fold: dict[str, Any]
+    #: format 3: the journal the shard's newer changes are in (a ``lease``, beside
+    #: ``"from"``: its first version that may hold them); None clears the lease
+    journal: Any
 
 
 @dataclass
@@ -111,6 +118,13 @@ class ShardState(LogStateBase):
     mirror_gaps: dict[str, list[list[int]]] = field(default_factory=dict)
     #: the mirror link whose commits fill this shard ('' if none ever did)
     mirror_link: str = ""
+    #: format 3: the broker journal a lease names (None: no lease) and the last of its
+    #: versions this state reflects (a fold's, or a reader's own read of the journal)
+    journal: JournalRef | None = None
+    folded: int = -1
+    #: the last of the leased journal's versions folded into the log itself (a direct
+    #: writer's fold carries the steps after it)
+    log_folded: int = -1
 
     def part(self, partition: int) -> PartState:
         found = self.parts.get(partition)
@@ -183,6 +197,32 @@ class ShardCodec:
         return ShardState()
 
     def apply(self, state: ShardState, raw_commit: Commit) -> None:
+        fold = raw_commit.get("fold")
+        if fold:  # the journal's changes up to here come first
+            ref = JournalRef.from_json(fold["journal"])
+            self.apply_steps(state, ref, fold["steps"])
+            if ref is not None and ref == state.journal and fold["steps"]:
+                state.log_folded = max(state.log_folded, int(fold["steps"][-1][0]))
+        if "journal" in raw_commit:  # a lease (or a direct writer ending one)
+            state.journal = JournalRef.from_json(raw_commit["journal"])
+            state.folded = state.log_folded = int(raw_commit.get("from", 0)) - 1
+        self.apply_change(state, raw_commit)
+
+    def apply_steps(
+        self, state: ShardState, journal: JournalRef | None, steps: Sequence[Sequence[Any]]
+    ) -> None:
+        """Journal ``steps`` (``[version, change]``, in order) of the leased journal past
+        ``state.folded``: a fold repeated, or one of steps a reader already read from
+        the journal, changes nothing."""
+        if journal is None or journal != state.journal:
+            return
+        for version, change in steps:
+            if int(version) > state.folded:
+                self.apply_change(state, change)
+                state.folded = int(version)
+
+    def apply_change(self, state: ShardState, raw_commit: Commit) -> None:
+        """One change: a commit's own, or a journal step (the same body)."""
         commit = cast(ShardCommit, raw_commit)
         state.leader_epoch = max(state.leader_epoch, int(commit.get("epoch", 0)))
         ts = int(commit.get("ts", 0))
@@ -299,6 +339,10 @@ class ShardCodec:
             "mirror_gaps": state.mirror_gaps,
             "mirror_link": state.mirror_link,
         }
+        if state.journal is not None:
+            header["journal"] = state.journal.to_json()
+            header["folded"] = state.folded
+            header["log_folded"] = state.log_folded
         return seal_indexed_snapshot(blobs, header)
 
     def restore_indexed(self, snapshot: IndexedSnapshot) -> ShardState:
@@ -312,6 +356,9 @@ class ShardCodec:
                 markers=dict(meta["markers"]),
                 mirror_gaps=dict(meta.get("mirror_gaps") or {}),
                 mirror_link=str(meta.get("mirror_link", "")),
+                journal=JournalRef.from_json(meta.get("journal")),
+                folded=int(meta.get("folded", -1)),
+                log_folded=int(meta.get("log_folded", -1)),
             )
             for key, scalars in meta["parts"].items():
                 chunks = scalars["chunks"]

@@ -117,6 +117,7 @@ class Topic:
                 self.store,
                 shard,
                 topic=self.name,
+                topic_id=self.info.topic_id,
                 snapshot_interval=self.root.snapshot_interval,
             )
         )

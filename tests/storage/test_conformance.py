@@ -611,3 +611,84 @@ def test_a_rotated_journal_is_deleted_and_every_group_stays_readable(root):
     root.groups.close_journal()  # a graceful stop folds everything and deletes the journal
     assert root.store.list_names(writer.ref.prefix) == []
     assert _offsets(open_root(root.url, root.store.storage_options).groups, "g") == {("t", 0): 2}
+
+
+# -- format 3: a shard's records through the broker journal (issue 37 items 1-3) --
+
+
+def _shard_leader(root, topic, broker_id: int):
+    """A broker's handle on shard 0 of ``topic`` that journals its changes."""
+    from sparklog.storage.journal import JournalWriter
+
+    writer = JournalWriter(root.store, broker_id, flush_interval_ms=0)
+    shard = root.topic(topic).open_shard(0)
+    shard.use_journal(writer)
+    return writer, shard
+
+
+def _journal_append(root, shard, topic, partition, texts):
+    staged = root.topic(topic).write({partition: make_batch([t.encode() for t in texts])})
+    return shard.append({partition: [staged[partition]]})[partition]
+
+
+def _log_versions(root, topic):
+    return [n for n in root.topic(topic).store.list_names("shards/00000/log") if n[0].isdigit()]
+
+
+def _read_all(url, options, topic, partitions):
+    fresh = open_root(url, options).topic(topic)  # another process: log and journal tail
+    return {p: values(fresh.partition(p).read(0)) for p in range(partitions)}
+
+
+def test_journalled_records_are_read_through_the_tail_then_folded_into_the_shard_log(root):
+    root.create_topic("j", 2)
+    writer, shard = _shard_leader(root, "j", 1)
+    first = _journal_append(root, shard, "j", 0, ["a", "b"])  # leases the shard, then journals
+    versions_after_lease = _log_versions(root, "j")
+    second = _journal_append(root, shard, "j", 1, ["c"])
+    third = _journal_append(root, shard, "j", 0, ["d"])
+    assert (first.base_offset, second.base_offset, third.base_offset) == (0, 0, 2)
+    assert _log_versions(root, "j") == versions_after_lease  # no shard-log commit per append
+    assert writer.commits == 3
+    opts = root.store.storage_options
+    assert _read_all(root.url, opts, "j", 2) == {0: [b"a", b"b", b"d"], 1: [b"c"]}
+    assert shard.fold()
+    assert len(_log_versions(root, "j")) == len(versions_after_lease) + 1
+    assert not shard.fold()  # nothing left to fold
+    root.store.delete_prefix(writer.ref.prefix)  # folded: the log alone holds everything
+    assert _read_all(root.url, opts, "j", 2) == {0: [b"a", b"b", b"d"], 1: [b"c"]}
+
+
+def test_a_direct_writer_seals_a_leased_journal_and_no_offset_is_given_twice(root):
+    from sparklog.errors import NotCoordinatorError
+
+    root.create_topic("k", 1)
+    _, shard = _shard_leader(root, "k", 1)
+    _journal_append(root, shard, "k", 0, ["a", "b"])
+    direct = open_root(root.url, root.store.storage_options).topic("k")  # a brokerless writer
+    placed = direct.append(0, make_batch([b"x"]))
+    assert placed.base_offset == 2  # after what the journal acknowledged
+    with pytest.raises(NotCoordinatorError):  # the leader's next step: its journal is sealed
+        _journal_append(root, shard, "k", 0, ["lost"])
+    again = _journal_append(root, shard, "k", 0, ["c"])  # leased again in a fresh journal
+    assert again.base_offset == 3
+    opts = root.store.storage_options
+    assert _read_all(root.url, opts, "k", 1) == {0: [b"a", b"b", b"x", b"c"]}
+
+
+def test_a_successor_leader_seals_the_old_journal_and_keeps_every_acknowledged_record(root):
+    from sparklog.errors import NotCoordinatorError
+
+    root.create_topic("f", 1)
+    _, old = _shard_leader(root, "f", 1)
+    _journal_append(root, old, "f", 0, ["a"])
+    _journal_append(root, old, "f", 0, ["b"])
+    successor_root = open_root(root.url, root.store.storage_options)
+    _, new = _shard_leader(successor_root, "f", 2)
+    epoch = new.bump_epoch()  # the lease: seals journal 1, folds its steps
+    assert epoch > 0
+    assert _journal_append(successor_root, new, "f", 0, ["c"]).base_offset == 2
+    with pytest.raises(NotCoordinatorError):
+        _journal_append(root, old, "f", 0, ["lost"])
+    opts = root.store.storage_options
+    assert _read_all(root.url, opts, "f", 1) == {0: [b"a", b"b", b"c"]}
