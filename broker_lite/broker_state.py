@@ -28,6 +28,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage import LogRoot, Topic
+from sparklog.storage.journal import JournalWriter
 from sparklog.topic_partition import TopicPartition
 
 log = logging.getLogger("sparklog.broker_lite.broker")
@@ -62,6 +63,8 @@ class BrokerState:
         self.committed = threading.Condition()
         #: set when the broker stops: every loop and wait of every role ends
         self.stop_requested = threading.Event()
+        #: the broker's journal (format 3), once it starts, if it journals anything
+        self.journal: JournalWriter | None = None
 
     def count_commit(self) -> None:
         """One more commit made through this broker (a flush's, a transaction's markers):
@@ -116,6 +119,8 @@ class BrokerState:
                         log=topic.shard(shard_key[2]),
                         reader=topic.open_shard(shard_key[2]),
                     )
+                    if self.journal is not None and self.config.journal_records:
+                        shard.log.use_journal(self.journal)
                     self.shards[shard_key] = shard
                 st = PartitionState(
                     key,

@@ -291,6 +291,16 @@ class BrokerConfig:
             BOOLEAN,
         ),
     )
+    journal_records: bool = field(
+        default=False,
+        metadata=about(
+            "Journal the records this broker's produce path commits (format 3: one journal "
+            "commit per flush for every shard it touched, folded into each shard's log every "
+            "fold_interval_ms; readers read the log and the journal's tail) instead of one "
+            "shard-log commit per shard and flush",
+            BOOLEAN,
+        ),
+    )
     offsets_flush_interval_ms: int = field(
         default=50,
         metadata=about(

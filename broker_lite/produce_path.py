@@ -43,6 +43,7 @@ from sparklog.errors import (
     SparklogError,
 )
 from sparklog.storage import ProducerBatch, Topic
+from sparklog.storage.journal import JournalSealedError
 from sparklog.storage.shared_objects import write_shared_object
 from sparklog.storage.topics import Normalized
 from sparklog.storage.txn_markers import check_txn_append, ended_txn
@@ -286,7 +287,9 @@ class ProducePath:
                     continue
                 by_shard.setdefault(run.partition % shards, []).append(run)
             commits.extend((topic, shard_runs) for shard_runs in by_shard.values())
-        if len(commits) == 1:  # one shard: commit on this thread, no hand-off
+        if self.state.journal is not None and self.state.config.journal_records:
+            self._journal_shards(commits, staged)
+        elif len(commits) == 1:  # one shard: commit on this thread, no hand-off
             topic, shard_runs = commits[0]
             self._commit_shard(topic, shard_runs, staged[topic.name])
         else:
@@ -370,6 +373,16 @@ class ProducePath:
             log.exception("commit failed", extra=fields(topic=topic.name, shard=shard.key[2]))
             _fail(runs, SparklogError(f"commit failed: {exc}"))
             return
+        self._resolve(topic, runs, states, results)
+
+    def _resolve(
+        self,
+        topic: Topic,
+        runs: list[Run],
+        states: Mapping[int, Any],
+        results: Mapping[int, Any],
+    ) -> None:
+        """Answer the runs of one shard's commit (or journal step) that landed."""
         for run in runs:
             result = results[run.partition]
             if not result.duplicate:
@@ -398,6 +411,109 @@ class ProducePath:
                 hook(topic.name, fresh)
             except Exception:  # a waiter's failure must not fail the producers' commit
                 log.exception("commit hook failed", extra=fields(topic=topic.name))
+
+    def fold_shards(self, fold_interval_ms: int) -> int:
+        """Fold into their logs the journalled records of the shards whose oldest step
+        waited ``fold_interval_ms`` (all of them at 0); the number of folds written."""
+        writer = self.state.journal
+        if writer is None:
+            return 0
+        due = set(writer.fold_due_keys(fold_interval_ms))
+        with self.state.lock:
+            shards = [s for s in self.state.shards.values() if s.log.journal_key in due]
+        written = 0
+        for shard in shards:
+            try:
+                with shard.lock:
+                    written += shard.log.fold()
+            except SparklogError as exc:  # the next pass (or the next leader) folds it
+                where = fields(topic=shard.key[0], shard=shard.key[2], error=str(exc))
+                log.warning("fold failed", extra=where)
+        return written
+
+    def _journal_shards(
+        self, commits: list[tuple[Topic, list[Run]]], staged: Mapping[str, Mapping[int, Any]]
+    ) -> None:
+        """Format 3: every shard's runs of this flush as steps of ONE journal commit.
+
+        Each shard's step is built against this leader's view with the shard's lock held
+        (locks taken in key order) until the step is in the journal and applied; then the
+        runs are answered.  A shard whose view refuses a run (an idempotent producer's
+        sequence, an ended transaction) journals the others."""
+        writer = self.state.journal
+        assert writer is not None
+        prepared: list[tuple[Topic, ShardState, list[Run], dict[int, Any], Any, Any]] = []
+        locked: list[ShardState] = []
+        order = sorted(
+            commits,
+            key=lambda c: self.state.partition_state(c[0], c[1][0].partition).shard.key,
+        )
+        try:
+            for topic, runs in order:
+                states = {r.partition: self.state.partition_state(topic, r.partition) for r in runs}
+                shard = states[runs[0].partition].shard
+                shard.lock.acquire()
+                locked.append(shard)
+                try:
+                    runs, body, finish = self._stage_shard(topic, shard, runs, staged[topic.name])
+                except SparklogError as exc:
+                    _fail(runs, exc)
+                    continue
+                except Exception as exc:
+                    log.exception("journal step failed", extra=fields(topic=topic.name))
+                    _fail(runs, SparklogError(f"journal step failed: {exc}"))
+                    continue
+                if runs:
+                    prepared.append((topic, shard, runs, states, body, finish))
+            steps = {s.log.journal_key: body for _, s, _, _, body, _ in prepared if body}
+            try:
+                ref, version = writer.write_shards(steps) if steps else (None, -1)
+            except SparklogError as exc:
+                error: SparklogError = exc
+                if isinstance(exc, JournalSealedError):  # every shard leases again
+                    error = NotLeaderOrFollowerError(str(exc), leader_location="")
+                for _, shard, runs, _, _, _ in prepared:
+                    shard.epoch = None
+                    _fail(runs, error)
+                return
+            for topic, shard, runs, states, body, finish in prepared:
+                try:
+                    commit = None
+                    if body is not None and ref is not None:
+                        commit = shard.log.journalled(ref, version, body)
+                except JournalSealedError as exc:
+                    shard.epoch = None
+                    _fail(runs, NotLeaderOrFollowerError(str(exc), leader_location=""))
+                    continue
+                self.state.count_commit()
+                self._resolve(topic, runs, states, finish(commit))
+        finally:
+            for shard in locked:
+                shard.lock.release()
+        self.state.metrics.root_requests.labels("commit").inc()
+
+    def _stage_shard(
+        self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]
+    ) -> tuple[list[Run], Any, Any]:
+        """A shard's journal step for ``runs`` (leasing the shard first if needed): the runs
+        kept, the step's body (None: nothing new) and what turns it into results."""
+        for _ in range(2):
+            try:
+                body, finish = shard.log.stage_append(
+                    {run.partition: [staged[run.partition]] for run in runs},
+                    producers={run.partition: run.producer for run in runs if run.producer},
+                    transactions={run.partition: run.txn for run in runs if run.txn is not None},
+                )
+                shard.epoch = shard.log.leader_epoch
+                return runs, body, finish
+            except (ProducerFencedError, OutOfOrderSequenceNumberError, InvalidTxnStateError):
+                runs = self._drop_refused_runs(topic, runs)
+                if not runs:
+                    return runs, None, None
+        raise NotLeaderOrFollowerError(
+            f"{topic.name} shard {shard.key[2]}: a producer's state keeps changing; retry",
+            leader_location="",
+        )
 
     def _append_as_leader(
         self, topic: Topic, shard: ShardState, runs: list[Run], staged: Mapping[int, Any]

@@ -44,7 +44,7 @@ from sparklog.groups.coordinator import GroupCoordinator
 from sparklog.protocol.hooks import MirrorLinks, mirror_links_factory
 from sparklog.retry import retrying
 from sparklog.storage import LogRoot, open_root
-from sparklog.storage.journal import JournalWriter
+from sparklog.storage.journal import JournalRef, JournalWriter
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 #: how often a broker looks for timed-out and orphaned transactions
@@ -221,6 +221,16 @@ class Broker:
             kafka_address=kafka_address,
             clock_ms=self.clock_ms,
         )
+        if self.config.journal_offset_commits or self.config.journal_records:
+            self._journal = JournalWriter(
+                self.root.store,
+                self.config.broker_id,
+                flush_interval_ms=self.config.offsets_flush_interval_ms,
+                on_sealed=self.root.groups.retire_journal,
+            )
+            self.state.journal = self._journal
+            if self.config.journal_offset_commits:
+                self.root.groups.use_journal(self._journal, self.coordinates)
         # the first renewal also opens the store's connections: give it a few tries
         storage_call(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
         self.leadership.update_leadership()
@@ -234,14 +244,7 @@ class Broker:
         self._spawn("groups", self._every(tick_s, "group sweep", self.group_role.sweep))
         lag_s = LAG_TICKS * tick_s
         self._spawn("lag", self._every(lag_s, "lag pass", self.group_role.record_lag))
-        if self.config.journal_offset_commits:
-            self._journal = JournalWriter(
-                self.root.store,
-                self.config.broker_id,
-                flush_interval_ms=self.config.offsets_flush_interval_ms,
-                on_sealed=self.root.groups.retire_journal,
-            )
-            self.root.groups.use_journal(self._journal, self.coordinates)
+        if self._journal is not None:
             self._spawn("folds", self._every(tick_s, "fold pass", self._fold_journal))
         self._spawn("transactions", self._transactions_loop)
         if self.config.cleaner_interval_ms > 0:
@@ -312,8 +315,8 @@ class Broker:
         self.coordinator.close()  # the deadline thread of parked joins and syncs
         if self._journal is not None:
             try:
-                self.root.groups.close_journal()
-            except SparklogError as exc:  # its groups' next coordinator folds what is left
+                self._close_journal()
+            except SparklogError as exc:  # the next leader or coordinator folds what is left
                 log.warning("journal not folded at stop", extra=fields(error=str(exc)))
         if state.cluster is not None:
             state.cluster.resign()
@@ -386,13 +389,37 @@ class Broker:
         """Fold the groups' journalled commits that waited ``fold_interval_ms``; replace the
         journal every ten intervals, at least every :data:`JOURNAL_ROTATE_MIN_MS` (folding
         all of it first, then deleting it)."""
-        assert self._journal is not None
+        writer = self._journal
+        assert writer is not None
         interval_ms = self.config.fold_interval_ms
         rotate_ms = max(10 * interval_ms, JOURNAL_ROTATE_MIN_MS)
-        if (time.monotonic() - self._journal.started) * 1000 >= rotate_ms:
-            self.root.groups.rotate_journal()
-        else:
-            self.root.groups.fold_due(interval_ms)
+        if (time.monotonic() - writer.started) * 1000 < rotate_ms:
+            if self.config.journal_offset_commits:
+                self.root.groups.fold_due(interval_ms)
+            self.produce_path.fold_shards(interval_ms)
+        elif self.config.journal_offset_commits:
+            self.root.groups.rotate_journal(also_folded=self._shards_folded)
+        elif writer.next_version > 0:  # nothing written: nothing to replace (no LIST)
+            old = writer.rotate()
+            if self._shards_folded(old):
+                self.root.store.delete_prefix(old.prefix)
+
+    def _shards_folded(self, ref: JournalRef) -> bool:
+        """Fold every shard's journalled records; whether journal ``ref`` holds no more."""
+        assert self._journal is not None
+        self.produce_path.fold_shards(0)
+        return not self._journal.unfolded_keys(ref)
+
+    def _close_journal(self) -> None:
+        """A graceful stop: fold everything journalled, then delete the journal."""
+        writer = self._journal
+        assert writer is not None
+        if self.config.journal_offset_commits:
+            self.root.groups.close_journal(also_folded=self._shards_folded)
+            return
+        writer.close()
+        if self._shards_folded(writer.ref) and writer.next_version > 0:
+            self.root.store.delete_prefix(writer.ref.prefix)
 
     def _reload_topics(self) -> None:
         state = self.state

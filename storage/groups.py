@@ -334,9 +334,11 @@ class GroupStore:
     def _is_mine(self, ref: JournalRef) -> bool:
         return ref in self._retired or (self._writer is not None and ref == self._writer.ref)
 
-    def rotate_journal(self) -> None:
+    def rotate_journal(self, also_folded: Callable[[JournalRef], bool] | None = None) -> None:
         """Start a fresh journal, fold every step of the old one, then delete it (so a
-        journal's versions never outlive the steps they hold)."""
+        journal's versions never outlive the steps they hold).  ``also_folded(old)``
+        folds what else the journal holds (shards' records) and says whether all of it
+        is folded."""
         assert self._writer is not None
         if self._writer.next_version == 0:  # nothing written: nothing to replace (no LIST)
             return
@@ -344,19 +346,22 @@ class GroupStore:
         self.fold_due(0, everything=True)
         with self._lock:
             left = any(r == old for steps in self._pending.values() for r, _, _ in steps)
+        if also_folded is not None and not also_folded(old):
+            left = True
         if left:  # a fold failed: the next rotation tries again
             return
         self._retired.add(old)
         self.store.delete_prefix(old.prefix)
 
-    def close_journal(self) -> None:
+    def close_journal(self, also_folded: Callable[[JournalRef], bool] | None = None) -> None:
         """A graceful stop: fold everything journalled, then delete the journal."""
         if self._writer is None:
             return
         self._writer.close()
         ref = self._writer.ref
         self.fold_due(0, everything=True)
-        if not self.pending_groups() and self._writer.next_version > 0:
+        done = also_folded is None or also_folded(ref)
+        if done and not self.pending_groups() and self._writer.next_version > 0:
             self._retired.add(ref)
             self.store.delete_prefix(ref.prefix)
 

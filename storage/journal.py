@@ -200,6 +200,8 @@ class JournalWriter:
         #: change), ...] (a rotated journal's stay until folded; a sealed one's are dropped:
         #: the sealer folds them)
         self._unfolded: dict[str, list[tuple[JournalRef, int, Commit]]] = {}
+        #: monotonic time of each shard's oldest unfolded step
+        self._unfolded_since: dict[str, float] = {}
 
     def _fresh(self) -> Journal:
         return Journal(self.store, JournalRef(self.broker_id, uuid.uuid4().hex))
@@ -261,6 +263,16 @@ class JournalWriter:
                 if any(ref is None or r == ref for r, _, _ in steps)
             ]
 
+    def fold_due_keys(self, fold_interval_ms: int) -> list[str]:
+        """Shards whose oldest unfolded step was journalled ``fold_interval_ms`` ago."""
+        now = time.monotonic()
+        with self._cond:
+            return [
+                key
+                for key, since in self._unfolded_since.items()
+                if (now - since) * 1000 >= fold_interval_ms
+            ]
+
     def folded(self, key: str, ref: JournalRef, through: int) -> None:
         """Forget shard ``key``'s steps of ``ref`` up to version ``through``: a fold
         holds them (or the journal was sealed: its sealer folds them)."""
@@ -270,6 +282,7 @@ class JournalWriter:
                 self._unfolded[key] = left
             else:
                 self._unfolded.pop(key, None)
+                self._unfolded_since.pop(key, None)
 
     def _flush_when_due(self, pending: _Pending) -> None:
         """Become the flusher of ``pending`` if nobody is, once the interval has passed."""
@@ -309,6 +322,7 @@ class JournalWriter:
                     self._unfolded.setdefault(key, []).extend(
                         (journal.ref, version, c) for c in changes
                     )
+                    self._unfolded_since.setdefault(key, time.monotonic())
         except JournalSealedError as exc:
             pending.error = exc
             self._restart(journal)
@@ -339,6 +353,7 @@ class JournalWriter:
                     self._unfolded[key] = [s for s in self._unfolded[key] if s[0] != sealed.ref]
                     if not self._unfolded[key]:
                         del self._unfolded[key]
+                        self._unfolded_since.pop(key, None)
         if self.on_sealed is not None:
             self.on_sealed(sealed.ref)
 
