@@ -303,14 +303,25 @@ class ShardLog(MetaLog[ShardState]):
     def _sealing(
         self, build: Callable[[ShardState], Commit | None]
     ) -> Callable[[ShardState], Commit | None]:
-        """``build``, ending a lease first when its change assigns offsets: the leased
-        journal is sealed (nothing more is acknowledged from it), its steps for the shard
-        are applied to the view the change is built on, and the commit folds them."""
+        """``build`` as a direct commit of a leased shard: it carries a fold of the
+        journal's steps its view holds; a change that assigns offsets ends the lease
+        first: the leased journal is sealed (nothing more is acknowledged from it), its
+        steps for the shard are applied to the view the change is built on, and the
+        commit folds them."""
 
         def wrapped(state: ShardState) -> Commit | None:
             body = build(state)
             ref = state.journal
-            if body is None or ref is None or not _assigns_offsets(body):
+            if body is None or ref is None:
+                return body
+            if not _assigns_offsets(body):
+                # built on the journal's steps this view read: they land first, for every
+                # reader (the lease stays; a fold the leader repeats changes nothing)
+                if state.folded > state.log_folded:
+                    versions = _journal_versions(self._journal_store, ref, state.log_folded + 1)
+                    steps = [s for s in self._steps(versions) if s[0] <= state.folded]
+                    if steps:
+                        body["fold"] = {"journal": ref.to_json(), "steps": steps}
                 return body
             read, _ = Journal(self._journal_store, ref).seal(
                 state.folded + 1, by=f"a direct writer of {self.name}"

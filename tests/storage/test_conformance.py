@@ -692,3 +692,23 @@ def test_a_successor_leader_seals_the_old_journal_and_keeps_every_acknowledged_r
         _journal_append(root, old, "f", 0, ["lost"])
     opts = root.store.storage_options
     assert _read_all(root.url, opts, "f", 1) == {0: [b"a", b"b", b"c"]}
+
+
+def test_a_direct_maintenance_commit_lands_after_the_journal_steps_it_was_built_on(root):
+    root.create_topic("m", 1)
+    _, shard = _shard_leader(root, "m", 1)
+    for texts in (["a", "b"], ["c"], ["d"]):
+        _journal_append(root, shard, "m", 0, texts)
+    cleaner = open_root(root.url, root.store.storage_options).topic("m").partition(0)
+
+    def drop_first(state):  # retention: the first segment (offsets 0-1) goes
+        assert state.high_watermark == 4  # built on the journal's steps
+        return [0], [], 2
+
+    cleaner.replace_segments(drop_first, "retention")
+    _journal_append(root, shard, "m", 0, ["e"])
+    for step in ("tail", "folded"):
+        fresh = open_root(root.url, root.store.storage_options).topic("m").partition(0)
+        assert [s.base_offset for s in fresh.segments()] == [2, 3, 4], step  # 0 stays removed
+        assert (fresh.log_start_offset, values(fresh.read(2))) == (2, [b"c", b"d", b"e"])
+        assert shard.fold() == (step == "tail")
