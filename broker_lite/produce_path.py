@@ -467,7 +467,7 @@ class ProducePath:
                     prepared.append((topic, shard, runs, states, body, finish))
             steps = {s.log.journal_key: body for _, s, _, _, body, _ in prepared if body}
             try:
-                ref, version = writer.write_shards(steps) if steps else (None, -1)
+                landed = writer.write_shards(steps) if steps else None
             except SparklogError as exc:
                 error: SparklogError = exc
                 if isinstance(exc, JournalSealedError):  # every shard leases again
@@ -477,14 +477,24 @@ class ProducePath:
                     _fail(runs, error)
                 return
             for topic, shard, runs, states, body, finish in prepared:
-                try:
-                    commit = None
-                    if body is not None and ref is not None:
-                        commit = shard.log.journalled(ref, version, body)
-                except JournalSealedError as exc:
-                    shard.epoch = None
-                    _fail(runs, NotLeaderOrFollowerError(str(exc), leader_location=""))
-                    continue
+                commit = None
+                if body is not None and landed is not None:
+                    if shard.log.journal_key in landed.revoked:  # taken by another writer
+                        shard.epoch = None
+                        _fail(
+                            runs,
+                            NotLeaderOrFollowerError(
+                                f"{topic.name} shard {shard.key[2]}: revoked by another writer",
+                                leader_location="",
+                            ),
+                        )
+                        continue
+                    try:
+                        commit = shard.log.journalled(landed.ref, landed.version, body)
+                    except JournalSealedError as exc:
+                        shard.epoch = None
+                        _fail(runs, NotLeaderOrFollowerError(str(exc), leader_location=""))
+                        continue
                 self.state.count_commit()
                 self._resolve(topic, runs, states, finish(commit))
         finally:

@@ -118,33 +118,47 @@ class Journal:
         """Create ``version`` holding ``body``; False if the version exists already."""
         return self.store.create(self.key(version), encode_commit({**body, "v": version}))
 
-    def seal(self, first: int, by: str) -> tuple[list[tuple[int, Commit]], int]:
-        """End the journal: its versions from ``first`` to its end, and the version of
-        the seal (created here, or found).
+    def seal(
+        self, first: int, by: str, shards: list[str] | None = None
+    ) -> tuple[list[tuple[int, Commit]], int]:
+        """End the journal (or, with ``shards``, the journalling of those shards in it:
+        a ``revoke``): its versions from ``first`` to its end, and the version of the
+        seal or revoke (created here, or the end found).
 
         Create-only: if the writer's own append takes the version first, it is read
         and the seal goes after it, so every version the writer created before the
-        seal is among those returned, and the writer's later appends fail.
+        seal is among those returned, and the writer's later appends fail (a revoke:
+        its later appends leave the revoked shards out).
         """
         read: list[tuple[int, Commit]] = []
         version = first
         if not self.store.exists(self.key(first)):
             version = self.listed_after(first) or first
+        kind = "seal" if shards is None else "revoke"
         while True:
             commit = self.read(version)
             if commit is None:
-                body: Commit = {"kind": "seal", "by": by, "ts": now_ms(), "id": uuid.uuid4().hex}
+                body: Commit = {"kind": kind, "by": by, "ts": now_ms(), "id": uuid.uuid4().hex}
+                if shards is not None:
+                    body["revoked"] = shards
                 if self.create(version, body):
                     log.info(
-                        "sealed journal",
+                        "sealed journal" if shards is None else "revoked shards in journal",
                         extra={"journal": self.ref.prefix, "version": version, "by": by},
                     )
                     return read, version
                 continue  # the writer took it: read it
-            if commit.get("kind") in ENDING_KINDS:
+            if commit.get("kind") in ENDING_KINDS or _revokes(commit, shards):
                 return read, version
             read.append((version, commit))
             version += 1
+
+
+def _revokes(commit: Commit, shards: list[str] | None) -> bool:
+    """Whether ``commit`` is a revoke of every shard in ``shards``."""
+    if shards is None or commit.get("kind") != "revoke":
+        return False
+    return set(shards) <= set(commit.get("revoked") or ())
 
 
 @dataclass
@@ -158,6 +172,16 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     version: int = -1
     error: BaseException | None = None
+    #: shards whose steps were left out: revoked in this journal by another writer
+    revoked: set[str] = field(default_factory=set)
+
+
+class JournalCommit(NamedTuple):
+    """Where a journal commit landed, and the shards of it that were revoked (left out)."""
+
+    ref: JournalRef
+    version: int
+    revoked: frozenset[str]
 
 
 class JournalWriter:
@@ -202,6 +226,8 @@ class JournalWriter:
         self._unfolded: dict[str, list[tuple[JournalRef, int, Commit]]] = {}
         #: monotonic time of each shard's oldest unfolded step
         self._unfolded_since: dict[str, float] = {}
+        #: shards revoked in our journal by another writer, not leased again since
+        self._revoked: set[str] = set()
 
     def _fresh(self) -> Journal:
         return Journal(self.store, JournalRef(self.broker_id, uuid.uuid4().hex))
@@ -229,7 +255,7 @@ class JournalWriter:
             raise pending.error
         return ref, pending.version
 
-    def write_shards(self, changes: Mapping[str, Commit]) -> tuple[JournalRef, int]:
+    def write_shards(self, changes: Mapping[str, Commit]) -> JournalCommit:
         """Journal one change of each shard in ``changes`` in ONE journal commit, at once
         (the caller lingered already); (journal, version) once it is committed.
 
@@ -247,7 +273,7 @@ class JournalWriter:
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
-        return ref, pending.version
+        return JournalCommit(ref, pending.version, frozenset(pending.revoked))
 
     def unfolded(self, key: str, ref: JournalRef) -> list[list[Any]]:
         """Shard ``key``'s steps in journal ``ref`` not yet folded: ``[[version, change]]``."""
@@ -308,15 +334,23 @@ class JournalWriter:
             if pending.shards:
                 body["shards"] = pending.shards
             body["id"] = uuid.uuid4().hex
-            if not journal.create(version, body):
+            written = True
+            while not journal.create(version, body):
                 found = journal.read(version)
-                if found is None or found.get("id") != body["id"]:
+                if found is not None and found.get("id") == body["id"]:
+                    break  # ours: the create's answer was lost
+                if found is None or found.get("kind") != "revoke":
                     raise JournalSealedError(
                         f"journal {journal.ref.prefix} was sealed at version {version}"
                     )
+                self._note_revoke(journal.ref, found, pending, body)
+                version += 1  # the revoke's shards left out, the rest goes on
+                if not body.get("shards") and not body.get("groups"):
+                    written = False  # nothing left to write: the version stays free
+                    break
             pending.version = version
             with self._cond:
-                self._next = version + 1
+                self._next = version + 1 if written else version
                 self.commits += 1
                 for key, changes in pending.shards.items():
                     self._unfolded.setdefault(key, []).extend(
@@ -337,6 +371,39 @@ class JournalWriter:
                 self._last_flush = time.monotonic()
                 self._cond.notify_all()
             pending.done.set()
+
+    def _note_revoke(
+        self, ref: JournalRef, revoke: Commit, pending: _Pending, body: Commit
+    ) -> None:
+        """Another writer revoked shards in our journal: leave their steps out of this
+        commit, forget their unfolded steps (the revoker folded them) and lease them
+        again before journalling them (:meth:`is_revoked`)."""
+        revoked = set(revoke.get("revoked") or ())
+        shards: dict[str, list[Commit]] = body.get("shards") or {}
+        pending.revoked |= revoked & set(shards)
+        for key in revoked:
+            shards.pop(key, None)
+        if not shards:
+            body.pop("shards", None)
+        with self._cond:
+            self._revoked |= revoked
+            for key in revoked:
+                left = [s for s in self._unfolded.get(key, ()) if s[0] != ref]
+                if left:
+                    self._unfolded[key] = left
+                else:
+                    self._unfolded.pop(key, None)
+                    self._unfolded_since.pop(key, None)
+
+    def is_revoked(self, key: str) -> bool:
+        """Whether shard ``key`` was revoked in our journal since we last leased it."""
+        with self._cond:
+            return key in self._revoked
+
+    def leased(self, key: str) -> None:
+        """Shard ``key`` was leased again (its revoke is behind us)."""
+        with self._cond:
+            self._revoked.discard(key)
 
     def _restart(self, sealed: Journal) -> None:
         log.warning(
@@ -387,9 +454,12 @@ def journal_steps(
     key: str,
 ) -> list[list[Any]]:
     """``[[version, change], ...]``: the changes of group or shard ``key`` among
-    journal ``versions``."""
+    journal ``versions``, up to a revoke of the shard (the journal holds none of its
+    changes after one, until a lease names the journal again)."""
     out: list[list[Any]] = []
     for version, commit in versions:
+        if section == "shards" and _revokes(commit, [key]):
+            break
         changes: Mapping[str, list[Commit]] = commit.get(section) or {}
         for change in changes.get(key, ()):
             out.append([version, change])

@@ -173,7 +173,9 @@ class ShardLog(MetaLog[ShardState]):
     # lease, so the leader's later steps fail and nothing acknowledged is lost.
 
     def use_journal(self, writer: JournalWriter | None) -> None:
-        """Journal this handle's changes in ``writer``'s journal (None: commit them)."""
+        """Journal this handle's changes in ``writer``'s journal while it holds the
+        shard's lease (taken by :meth:`stage` and :meth:`bump_epoch`, the leader's
+        calls); None: commit them to the log."""
         with self._lock:
             self._writer = writer
 
@@ -187,7 +189,12 @@ class ShardLog(MetaLog[ShardState]):
         return journal_steps(versions, "shards", self.journal_key)
 
     def _holds_lease(self, state: ShardState) -> bool:
-        return self._writer is not None and state.journal == self._writer.ref
+        writer = self._writer
+        return (
+            writer is not None
+            and state.journal == writer.ref
+            and not writer.is_revoked(self.journal_key)
+        )
 
     def _load(self) -> ShardState:
         state = super()._load()
@@ -209,34 +216,40 @@ class ShardLog(MetaLog[ShardState]):
 
     def _lease(self) -> None:
         """Name our writer's journal in the log (bumping the leader epoch), folding first
-        what the previously leased journal holds for the shard: another broker's (or an
-        older one of ours that was not rotated) is sealed first."""
+        what the previously leased journal holds for the shard: another writer's is
+        revoked for the shard first (nothing more of the shard is acknowledged from it)."""
         writer = self._writer
         assert writer is not None
+        if writer.is_revoked(self.journal_key):
+            self.refresh()  # the revoker's commit, if it landed
 
         def build(state: ShardState) -> Commit | None:
-            if state.journal == writer.ref:
+            if self._holds_lease(state):
                 return None
             commit = {**writer.lease(), "epoch": state.leader_epoch + 1}
             old = state.journal
-            if old is not None:
-                if old in writer.retired:
-                    steps = writer.unfolded(self.journal_key, old)
-                else:
+            if old is None:
+                return commit
+            if old in writer.retired:  # rotated away: its steps are in our memory
+                steps = writer.unfolded(self.journal_key, old)
+            else:
+                if old != writer.ref:  # another writer's, alive or dead
                     read, _ = Journal(self._journal_store, old).seal(
-                        state.folded + 1, by=f"broker {writer.broker_id}"
+                        state.folded + 1, by=f"broker {writer.broker_id}", shards=[self.journal_key]
                     )
                     self._shard_codec.apply_steps(state, old, self._steps(read))
-                    versions = _journal_versions(self._journal_store, old, state.log_folded + 1)
-                    steps = self._steps(versions)
-                # every step the log itself lacks (a view may hold some read from the tail)
-                steps = [step for step in steps if step[0] > state.log_folded]
-                if steps:
-                    commit["fold"] = {"journal": old.to_json(), "steps": steps}
+                # (ours, revoked: its steps up to the revoke, in case the revoker died)
+                versions = _journal_versions(self._journal_store, old, state.log_folded + 1)
+                steps = self._steps(versions)
+            # every step the log itself lacks (a view may hold some read from the tail)
+            steps = [step for step in steps if step[0] > state.log_folded]
+            if steps:
+                commit["fold"] = {"journal": old.to_json(), "steps": steps}
             return commit
 
         before = self.state.journal
         MetaLog.commit(self, build)
+        writer.leased(self.journal_key)
         if before is not None and before in writer.retired:
             writer.folded(self.journal_key, before, 1 << 62)
 
@@ -292,12 +305,15 @@ class ShardLog(MetaLog[ShardState]):
     def commit(self, build: Callable[[ShardState], Commit | None]) -> Commit | None:
         """Commit ``build``'s change: as a journal step while this handle holds the lease,
         else to the log (sealing a leased journal first when the change assigns offsets)."""
-        if self._writer is not None:
+        writer = self._writer
+        if writer is not None and self._holds_lease(self.state):
             body = self.stage(build)
             if body is None:
                 return None
-            ref, version = self._writer.write_shards({self.journal_key: body})
-            return self.journalled(ref, version, body)
+            landed = writer.write_shards({self.journal_key: body})
+            if self.journal_key in landed.revoked:
+                raise JournalSealedError(f"shard {self.name}: revoked by another writer")
+            return self.journalled(landed.ref, landed.version, body)
         return MetaLog.commit(self, self._sealing(build))
 
     def _sealing(
@@ -324,7 +340,7 @@ class ShardLog(MetaLog[ShardState]):
                         body["fold"] = {"journal": ref.to_json(), "steps": steps}
                 return body
             read, _ = Journal(self._journal_store, ref).seal(
-                state.folded + 1, by=f"a direct writer of {self.name}"
+                state.folded + 1, by=f"a direct writer of {self.name}", shards=[self.journal_key]
             )
             self._shard_codec.apply_steps(state, ref, self._steps(read))
             body = build(state)  # on the journal's last word

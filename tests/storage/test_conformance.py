@@ -623,6 +623,7 @@ def _shard_leader(root, topic, broker_id: int):
     writer = JournalWriter(root.store, broker_id, flush_interval_ms=0)
     shard = root.topic(topic).open_shard(0)
     shard.use_journal(writer)
+    shard.bump_epoch()  # the lease, as a leader's first produce takes it
     return writer, shard
 
 
@@ -643,7 +644,7 @@ def _read_all(url, options, topic, partitions):
 def test_journalled_records_are_read_through_the_tail_then_folded_into_the_shard_log(root):
     root.create_topic("j", 2)
     writer, shard = _shard_leader(root, "j", 1)
-    first = _journal_append(root, shard, "j", 0, ["a", "b"])  # leases the shard, then journals
+    first = _journal_append(root, shard, "j", 0, ["a", "b"])
     versions_after_lease = _log_versions(root, "j")
     second = _journal_append(root, shard, "j", 1, ["c"])
     third = _journal_append(root, shard, "j", 0, ["d"])
@@ -659,24 +660,28 @@ def test_journalled_records_are_read_through_the_tail_then_folded_into_the_shard
     assert _read_all(root.url, opts, "j", 2) == {0: [b"a", b"b", b"d"], 1: [b"c"]}
 
 
-def test_a_direct_writer_seals_a_leased_journal_and_no_offset_is_given_twice(root):
+def test_a_direct_writer_revokes_a_leased_shard_and_no_offset_is_given_twice(root):
     from sparklog.errors import NotCoordinatorError
 
     root.create_topic("k", 1)
-    _, shard = _shard_leader(root, "k", 1)
+    writer, shard = _shard_leader(root, "k", 1)
     _journal_append(root, shard, "k", 0, ["a", "b"])
     direct = open_root(root.url, root.store.storage_options).topic("k")  # a brokerless writer
     placed = direct.append(0, make_batch([b"x"]))
     assert placed.base_offset == 2  # after what the journal acknowledged
-    with pytest.raises(NotCoordinatorError):  # the leader's next step: its journal is sealed
+    with pytest.raises(NotCoordinatorError, match="revoked"):  # its flush leaves it out
         _journal_append(root, shard, "k", 0, ["lost"])
-    again = _journal_append(root, shard, "k", 0, ["c"])  # leased again in a fresh journal
-    assert again.base_offset == 3
+    # the leader's handle lost the lease: its next change is a commit of the log
+    assert _journal_append(root, shard, "k", 0, ["y"]).base_offset == 3
+    assert writer.unfolded_keys() == []
+    shard.bump_epoch()  # the leader leases the shard again (its next produce does)
+    assert _journal_append(root, shard, "k", 0, ["c"]).base_offset == 4
+    assert writer.unfolded_keys() == [shard.journal_key]  # journalled again
     opts = root.store.storage_options
-    assert _read_all(root.url, opts, "k", 1) == {0: [b"a", b"b", b"x", b"c"]}
+    assert _read_all(root.url, opts, "k", 1) == {0: [b"a", b"b", b"x", b"y", b"c"]}
 
 
-def test_a_successor_leader_seals_the_old_journal_and_keeps_every_acknowledged_record(root):
+def test_a_successor_leader_revokes_the_shard_and_keeps_every_acknowledged_record(root):
     from sparklog.errors import NotCoordinatorError
 
     root.create_topic("f", 1)
@@ -685,10 +690,10 @@ def test_a_successor_leader_seals_the_old_journal_and_keeps_every_acknowledged_r
     _journal_append(root, old, "f", 0, ["b"])
     successor_root = open_root(root.url, root.store.storage_options)
     _, new = _shard_leader(successor_root, "f", 2)
-    epoch = new.bump_epoch()  # the lease: seals journal 1, folds its steps
+    epoch = new.bump_epoch()  # the lease: revokes the shard in journal 1, folds its steps
     assert epoch > 0
     assert _journal_append(successor_root, new, "f", 0, ["c"]).base_offset == 2
-    with pytest.raises(NotCoordinatorError):
+    with pytest.raises(NotCoordinatorError, match="revoked"):  # its flush leaves it out
         _journal_append(root, old, "f", 0, ["lost"])
     opts = root.store.storage_options
     assert _read_all(root.url, opts, "f", 1) == {0: [b"a", b"b", b"c"]}
@@ -712,3 +717,28 @@ def test_a_direct_maintenance_commit_lands_after_the_journal_steps_it_was_built_
         assert [s.base_offset for s in fresh.segments()] == [2, 3, 4], step  # 0 stays removed
         assert (fresh.log_start_offset, values(fresh.read(2))) == (2, [b"c", b"d", b"e"])
         assert shard.fold() == (step == "tail")
+
+
+def test_a_revoke_takes_one_shard_from_a_journal_and_the_others_go_on(root):
+    from sparklog.storage.journal import Journal
+
+    root.create_topic("r1", 1)
+    root.create_topic("r2", 1)
+    writer, one = _shard_leader(root, "r1", 1)
+    two = root.topic("r2").open_shard(0)
+    two.use_journal(writer)  # the same broker leads both
+    two.bump_epoch()
+    _journal_append(root, one, "r1", 0, ["a"])
+    _journal_append(root, two, "r2", 0, ["x"])
+    journal = writer.ref
+    # another writer revokes r1 while the leader's flush holding both shards is on its way
+    _, revoke_at = Journal(root.store, journal).seal(writer.next_version, "test", [one.journal_key])
+    b1, _ = one.stage_append({0: [root.topic("r1").write({0: make_batch([b"lost"])})[0]]})
+    b2, finish = two.stage_append({0: [root.topic("r2").write({0: make_batch([b"y"])})[0]]})
+    landed = writer.write_shards({one.journal_key: b1, two.journal_key: b2})
+    assert landed.revoked == {one.journal_key} and landed.version == revoke_at + 1
+    assert finish(two.journalled(landed.ref, landed.version, b2))[0].base_offset == 1
+    assert writer.ref == journal  # nothing was sealed whole
+    opts = root.store.storage_options
+    assert _read_all(root.url, opts, "r1", 1) == {0: [b"a"]}
+    assert _read_all(root.url, opts, "r2", 1) == {0: [b"x", b"y"]}
