@@ -16,6 +16,7 @@ from typing import Any
 
 from sparklog.errors import CorruptRecordError, SparklogError
 from sparklog.storage.catalog import LogRoot
+from sparklog.storage.documents import version_key
 from sparklog.storage.metalog import (
     INDEXED_SNAPSHOT_MAGIC,
     IndexedSnapshot,
@@ -147,7 +148,11 @@ def check_topic(topic: Topic) -> tuple[list[Finding], int, int]:
         checked += read
         if found:
             continue  # its state cannot be trusted to name its objects
-        state = shard.refresh()
+        try:
+            state = shard.refresh()  # the log, then a leased journal's tail
+        except CorruptRecordError as exc:  # a damaged journal version: named by check_journals
+            findings.append(Finding(name, shard.where(shard.prefix), problem_of(exc)))
+            continue
         for part in state.parts.values():
             for seg in part.segments.all():
                 referenced.setdefault(seg.object_key, name)
@@ -183,4 +188,42 @@ def check_root(root: LogRoot, topics: list[str] | None = None) -> CheckReport:
         report.findings.extend(found)
         report.files_checked += read
         report.logs_checked += 1
+        found, read, journals = check_journals(root)
+        report.findings.extend(found)
+        report.files_checked += read
+        report.logs_checked += journals
     return report
+
+
+def check_journals(root: LogRoot) -> tuple[list[Finding], int, int]:
+    """Every version of every broker journal (format 3) under ``cluster/journal``:
+    damaged ones and versions missing between a journal's first and last; (findings,
+    files read, journals checked).  A journal is deleted whole once folded, so a
+    journal's first version may be any; a hole after it is damage."""
+    versions: dict[str, list[int]] = {}
+    for info in root.store.list_objects("cluster/journal"):
+        folder, _, file = info.key.rpartition("/")
+        stem = file.removesuffix(".json")
+        if file.endswith(".json") and stem.isdigit():
+            versions.setdefault(folder, []).append(int(stem))
+    findings: list[Finding] = []
+    checked = 0
+    for folder, found in sorted(versions.items()):
+        name = f"journal {folder.removeprefix('cluster/journal/')}"
+        found.sort()
+        for version in found:
+            key = version_key(folder, version)
+            raw = root.store.get_or_none(key)
+            if raw is None:  # deleted (folded) between the listing and the read
+                continue
+            checked += 1
+            try:
+                decode_commit(bytes(raw), f"{root.store.url}/{key}")
+            except CorruptRecordError as exc:
+                findings.append(Finding(name, f"{root.store.url}/{key}", problem_of(exc)))
+        present = set(found)
+        for version in range(found[0], found[-1] + 1):
+            if version not in present:
+                where = f"{root.store.url}/{version_key(folder, version)}"
+                findings.append(Finding(name, where, "missing: later versions exist"))
+    return findings, checked, len(versions)

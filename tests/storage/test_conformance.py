@@ -742,3 +742,23 @@ def test_a_revoke_takes_one_shard_from_a_journal_and_the_others_go_on(root):
     opts = root.store.storage_options
     assert _read_all(root.url, opts, "r1", 1) == {0: [b"a"]}
     assert _read_all(root.url, opts, "r2", 1) == {0: [b"x", b"y"]}
+
+
+def test_log_check_names_a_damaged_or_missing_journal_version(root):
+    from sparklog.storage.log_check import check_root
+
+    root.create_topic("c", 1)
+    writer, shard = _shard_leader(root, "c", 1)
+    for texts in (["a"], ["b"], ["c"]):
+        _journal_append(root, shard, "c", 0, texts)
+    assert check_root(open_root(root.url, root.store.storage_options)).findings == []
+    first = f"{writer.ref.prefix}/{0:020d}.json"
+    middle = f"{writer.ref.prefix}/{1:020d}.json"
+    raw = bytearray(root.store.get(first))
+    raw[len(raw) // 2] ^= 0xFF
+    root.store.put(first, bytes(raw))
+    root.store.delete(middle)
+    findings = check_root(open_root(root.url, root.store.storage_options)).findings
+    problems = {(f.file.rsplit("/", 1)[-1], f.problem.split(":")[0]) for f in findings}
+    assert (middle.rsplit("/", 1)[-1], "missing") in problems
+    assert any(f.file.endswith(first) and f.log.startswith("journal ") for f in findings)
