@@ -20,9 +20,9 @@ from sparklog.broker_lite.cluster import BrokerInfo
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.partition_state import PartitionState, storage_call
 from sparklog.errors import InvalidRequestError
-from sparklog.storage.catalog import TopicInfo, value_type_from_text, value_type_to_text
 from sparklog.storage.config import TOPIC_CONFIG_KEYS
 from sparklog.storage.maintenance import delete_records
+from sparklog.storage.topic_info import TopicInfo, value_type_from_text, value_type_to_text
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 

@@ -6,7 +6,6 @@ import functools
 import logging
 import time
 from collections.abc import Collection
-from typing import Any
 
 import pyarrow as pa
 
@@ -160,7 +159,9 @@ class FetchPath:
             storage_call(st.refresh)
             return int(st.log.leader_epoch), int(st.log.high_watermark)
 
-    def list_offsets(self, topic_name: str, partition: int, spec: Any) -> int:
+    def list_offsets(self, topic_name: str, partition: int, spec: object) -> int:
+        """The offset ``spec`` names: "earliest", "latest", "max_timestamp" or a timestamp
+        in ms; anything else (the Flight wire brings any JSON value) INVALID_REQUEST."""
         topic = self.state.topic(topic_name)
         st = self.state.partition_state(topic, partition)
         with st.lock:

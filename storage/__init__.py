@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "ProducerBatch": "sparklog.storage.log",
     "Segment": "sparklog.storage.segments",
     "Topic": "sparklog.storage.topics",
-    "TopicInfo": "sparklog.storage.catalog",
+    "TopicInfo": "sparklog.storage.topic_info",
     "make_batch": "sparklog.storage.records",
     "open_root": "sparklog.storage.catalog",
     "record_schema": "sparklog.storage.records",
@@ -36,11 +36,12 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from sparklog.storage.catalog import LogRoot, TopicInfo, open_root, validate_topic_name
+    from sparklog.storage.catalog import LogRoot, open_root, validate_topic_name
     from sparklog.storage.log import AppendResult, PartitionLog, ProducerBatch
     from sparklog.storage.objectstore import ObjectStore
     from sparklog.storage.records import RECORD_SCHEMA, make_batch, record_schema
     from sparklog.storage.segments import Segment
+    from sparklog.storage.topic_info import TopicInfo
     from sparklog.storage.topics import Topic
 
 

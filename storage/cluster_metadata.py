@@ -76,7 +76,7 @@ class FormatRecord(TypedDict):
 
 class TopicRecord(TypedDict):
     type: Literal["topic"]
-    #: the topic's whole document (``catalog.TopicInfo.to_doc``)
+    #: the topic's whole document (``topic_info.TopicInfo.to_doc``)
     doc: dict[str, Any]
 
 
@@ -148,7 +148,7 @@ class MetadataImage(LogStateBase):
     version: int = 0
     commits_since_snapshot: int = 0
     format: int = 0
-    #: topic name -> its document (``catalog.TopicInfo.to_doc``), with ``version``: the
+    #: topic name -> its document (``topic_info.TopicInfo.to_doc``), with ``version``: the
     #: metadata version of its last change
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: broker id (as text: JSON keys) -> registration

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 
@@ -30,11 +30,10 @@ from sparklog.storage.log import (
     ProducerBatch,
     ShardLog,
 )
+from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.records import check_sizes, check_timestamps, normalize, record_schema
 from sparklog.storage.segments import Section, Segment, write_object
-
-if TYPE_CHECKING:
-    from sparklog.storage.catalog import LogRoot, TopicInfo
+from sparklog.storage.topic_info import TopicInfo
 
 #: input at least this large has its ``max.message.bytes`` check run beside its
 #: object's write; for smaller input the hand-off costs more than it saves
@@ -48,10 +47,25 @@ class Normalized(NamedTuple):
     size_bytes: int
 
 
+class TopicRoot(Protocol):
+    """What a topic handle needs of the root that opened it (a
+    :class:`~sparklog.storage.catalog.LogRoot`): its store, its snapshot interval, and the
+    topic's current metadata.  A Protocol, so that this module and the catalog, which
+    imports it to open topics, do not import each other."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+
+    @property
+    def snapshot_interval(self) -> int: ...
+
+    def describe_topic(self, name: str) -> TopicInfo: ...
+
+
 class Topic:
     """A handle on one incarnation of a topic: writes objects, opens shard and partition logs."""
 
-    def __init__(self, root: LogRoot, info: TopicInfo) -> None:
+    def __init__(self, root: TopicRoot, info: TopicInfo) -> None:
         self.root = root
         self.info = info
         self.store = root.store.child(f"topics/{info.name}/{info.topic_id}")

@@ -14,6 +14,9 @@ from tests.support.s3 import MotoS3
 
 leftovers.track()
 
+#: each test file's total time, printed after ``--durations``' slowest tests (CI's log)
+pytest_plugins = ["tests.support.file_durations"]
+
 
 #: ``SPARKLOG_SOAK=1`` (or a ``-m`` expression naming ``soak``) runs the soak tests: the
 #: long forms (more kills, records, outages) of guarantees the default run tests smaller

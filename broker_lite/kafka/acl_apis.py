@@ -7,7 +7,7 @@ Kafka does.  Who may call them is checked by
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_response_schema
 
@@ -38,7 +38,30 @@ def _name(kind: str, number: int) -> str:
     return found
 
 
-def filter_of(request: Any) -> dict[str, Any]:
+class AclFilter(Protocol):
+    """What a DescribeAcls request or a DeleteAcls filter names (kio's classes of every
+    version; ``pattern_type_filter`` is absent before v1, meaning LITERAL)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def filter_of(request: AclFilter) -> dict[str, Any]:
     """A DescribeAcls request or DeleteAcls filter as :func:`acl.matches_filter` takes it."""
     return {
         "resource_type": _name("resource_type", request.resource_type_filter),

@@ -17,20 +17,86 @@ import dataclasses
 import datetime
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar, cast
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker_lite.kafka import acl
+from sparklog.broker_lite.kafka.coordinators import ONE_KEY_VERSION
 from sparklog.broker_lite.kafka.messages import _field_info, make, nested
 from sparklog.broker_lite.kafka.parking import then
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from sparklog.broker_lite.kafka import api_types as api
     from sparklog.broker_lite.kafka.context import Handler, HandlerContext
+
+    #: the requests whose topics :func:`_topics_guard` sorts (:data:`TOPIC_APIS`)
+    TopicsRequest: TypeAlias = (
+        api.ProduceRequest
+        | api.FetchRequest
+        | api.ListOffsetsRequest
+        | api.OffsetCommitRequest
+        | api.CreateTopicsRequest
+        | api.DeleteTopicsRequest
+        | api.DeleteRecordsRequest
+        | api.OffsetForLeaderEpochRequest
+        | api.CreatePartitionsRequest
+    )
+    #: the config APIs (:func:`_configs`)
+    ConfigsRequest: TypeAlias = (
+        api.DescribeConfigsRequest | api.AlterConfigsRequest | api.IncrementalAlterConfigsRequest
+    )
+
+#: a kio message (or a legacy version's namespace of the same shape)
+Message = TypeVar("Message")
+#: A guard as :data:`GUARDS` holds it: ``guard(handler, ctx, request)``, each typed with its
+#: API's request (a kio union, or a Protocol of the fields it reads) and answering ``object``:
+#: the handler's response, its future (a parked request) or None (Produce with acks=0), or a
+#: refusal built from the response class of the request's version, looked up at run time.
+#: The table holds guards of different request types, so it erases them.
+Guard: TypeAlias = Callable[..., object]
+
+
+class GroupKeyed(Protocol):
+    """A request about one group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetFetch
+    before v8): checked on that group alone (:func:`_group_whole`)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+
+class Resource(Protocol):
+    """A config API's resource: its kind (2: a topic; else the broker) and its name."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+class RefusedTopic(Protocol):
+    """A transactional request's topic: its name and partitions (indexes or entities)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int | Indexed]: ...
+
+
+class Indexed(Protocol):
+    """A partition named by an entity (TxnOffsetCommit's), not by its bare index."""
+
+    @property
+    def partition_index(self) -> int: ...
+
 
 CLUSTER = acl.CLUSTER_NAME
 #: APIs every connection may send (authentication and version discovery)
@@ -42,7 +108,7 @@ TXN_DENIED = acl.DENIED["TRANSACTIONAL_ID"].errno
 ZERO_ID = uuid.UUID(int=0)
 
 
-def blank(cls: type, **values: Any) -> Any:
+def blank(cls: type, **values: object) -> object:
     """An instance of a kio entity from ``values``, its other required fields zero-like."""
     filled = dict(values)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type,unused-ignore]
@@ -74,18 +140,18 @@ def blank(cls: type, **values: Any) -> Any:
     return make(cls, **filled)
 
 
-def _replace(request: Any, **changes: Any) -> Any:
+def _replace(request: Message, **changes: object) -> Message:
     """``request`` with ``changes``: a kio entity, or a legacy version's namespace."""
     if isinstance(request, SimpleNamespace):
-        return SimpleNamespace(**{**vars(request), **changes})
-    return dataclasses.replace(request, **changes)
+        return cast("Message", SimpleNamespace(**{**vars(request), **changes}))
+    return cast("Message", dataclasses.replace(cast("DataclassInstance", request), **changes))
 
 
 def _response_cls(ctx: HandlerContext) -> type:
     return load_response_schema(ctx.api_key, ctx.api_version)
 
 
-def _refuse_all(ctx: HandlerContext, errno: int) -> Any:
+def _refuse_all(ctx: HandlerContext, errno: int) -> object:
     """The API's response with ``errno`` as its error (lists empty)."""
     from sparklog.errors import error_for_errno
 
@@ -97,7 +163,7 @@ def _refuse_all(ctx: HandlerContext, errno: int) -> Any:
     )
 
 
-def _first_field(obj: Any, *names: str) -> str:
+def _first_field(obj: object, *names: str) -> str:
     for name in names:
         if hasattr(obj, name):
             return name
@@ -133,7 +199,7 @@ TOPIC_APIS: dict[int, TopicApi] = {
 }  # fmt: skip
 
 
-def _topic_name(ctx: HandlerContext, item: Any) -> str:
+def _topic_name(ctx: HandlerContext, item: object) -> str:
     name = getattr(item, "name", None) or getattr(item, "topic", None)
     if name:
         return str(name)
@@ -147,7 +213,7 @@ def _topic_name(ctx: HandlerContext, item: Any) -> str:
     return ""
 
 
-def _partitions_of(item: Any) -> list[int]:
+def _partitions_of(item: object) -> list[int]:
     for field in ("partition_data", "partitions", "partition_indexes"):
         parts = getattr(item, field, None)
         if parts is None:
@@ -171,7 +237,7 @@ def _may_topic(ctx: HandlerContext, operation: str, name: str) -> bool:
     return acl.allowed(ctx, operation, "TOPIC", name)
 
 
-def _shown_name(ctx: HandlerContext, item: Any, name: str) -> str | None:
+def _shown_name(ctx: HandlerContext, item: object, name: str) -> str | None:
     """The name a refusal may carry: the one the request gave, or for a topic asked by id
     its name only if the principal may describe it (Kafka answers ``null`` otherwise)."""
     given = getattr(item, "name", None) or getattr(item, "topic", None)
@@ -180,7 +246,9 @@ def _shown_name(ctx: HandlerContext, item: Any, name: str) -> str | None:
     return name if name and _may_topic(ctx, "DESCRIBE", name) else None
 
 
-def _denied_topic(ctx: HandlerContext, api: TopicApi, item: Any, name: str, errno: int) -> Any:
+def _denied_topic(
+    ctx: HandlerContext, api: TopicApi, item: object, name: str, errno: int
+) -> object:
     cls = _response_cls(ctx)
     topic_cls = nested(cls, api.response_topic)
     shown = _shown_name(ctx, item, name)
@@ -189,7 +257,7 @@ def _denied_topic(ctx: HandlerContext, api: TopicApi, item: Any, name: str, errn
         if shown
         else f"not authorized to {api.operation.lower()} this topic"
     )
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "name": shown,
         "topic": shown,
         "topic_id": getattr(item, "topic_id", None) or ZERO_ID,
@@ -225,13 +293,14 @@ def _denied_topic(ctx: HandlerContext, api: TopicApi, item: Any, name: str, errn
 
 
 def _topics_guard(
-    handler: Handler, ctx: HandlerContext, request: Any, errno: int = TOPIC_DENIED
-) -> Any:
+    handler: Handler, ctx: HandlerContext, request: TopicsRequest, errno: int = TOPIC_DENIED
+) -> object:
     api = TOPIC_APIS[ctx.api_key]
     items = getattr(request, api.request_topics, None)
-    if ctx.api_key == 20 and not items and getattr(request, "topic_names", None):
+    topic_names = getattr(request, "topic_names", None)
+    if ctx.api_key == 20 and not items and topic_names:
         # DeleteTopics before v6: names only
-        names = list(request.topic_names)
+        names = list(topic_names)
         keep_names = tuple(n for n in names if _may_topic(ctx, "DELETE", n))
         denied_names = [n for n in names if n not in keep_names]
         response = handler(ctx, _replace(request, topic_names=keep_names))
@@ -240,8 +309,8 @@ def _topics_guard(
             for n in denied_names
         )
         return dataclasses.replace(response, responses=tuple(response.responses) + extra)
-    keep: list[tuple[Any, str]] = []
-    denied: list[tuple[Any, str]] = []
+    keep: list[tuple[object, str]] = []
+    denied: list[tuple[object, str]] = []
     for item in items or ():
         name = _topic_name(ctx, item)
         (keep if name and _may_topic(ctx, api.operation, name) else denied).append((item, name))
@@ -250,7 +319,7 @@ def _topics_guard(
     reduced = _replace(request, **{api.request_topics: tuple(i for i, _ in keep)})
     extra = tuple(_denied_topic(ctx, api, item, name, errno) for item, name in denied)
 
-    def with_denied(response: Any) -> Any:
+    def with_denied(response: DataclassInstance | None) -> DataclassInstance | None:
         if response is None:  # acks=0
             return None
         current = tuple(getattr(response, api.response_topics))
@@ -262,13 +331,15 @@ def _topics_guard(
     return with_denied(response)
 
 
-def _offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _offset_commit(
+    handler: Handler, ctx: HandlerContext, request: api.OffsetCommitRequest
+) -> object:
     if not acl.allowed(ctx, "READ", "GROUP", request.group_id):
         return _topics_denied_all(ctx, request, GROUP_DENIED)
     return _topics_guard(handler, ctx, request)
 
 
-def _topics_denied_all(ctx: HandlerContext, request: Any, errno: int) -> Any:
+def _topics_denied_all(ctx: HandlerContext, request: TopicsRequest, errno: int) -> object:
     api = TOPIC_APIS[ctx.api_key]
     items = getattr(request, api.request_topics, None)
     topics = tuple(
@@ -278,17 +349,17 @@ def _topics_denied_all(ctx: HandlerContext, request: Any, errno: int) -> Any:
 
 
 # -- Metadata ---------------------------------------------------------------------------
-def _metadata(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _metadata(handler: Handler, ctx: HandlerContext, request: api.MetadataRequest) -> object:
     topics = request.topics
     if topics is None or (ctx.api_version == 0 and not topics):
         # every topic: the handler lists and builds only the describable ones
         return handler(ctx, request)
-    keep: list[tuple[Any, str]] = []
-    denied: list[tuple[Any, str]] = []
+    keep: list[tuple[object, str]] = []
+    denied: list[tuple[object, str]] = []
     for item in topics:
         name = _topic_name(ctx, item)
         (keep if name and _may_topic(ctx, "DESCRIBE", name) else denied).append((item, name))
-    changes: dict[str, Any] = {"topics": tuple(i for i, _ in keep)}
+    changes: dict[str, object] = {"topics": tuple(i for i, _ in keep)}
     if getattr(request, "allow_auto_topic_creation", False) and not all(
         _may_topic(ctx, "CREATE", name) for _, name in keep
     ):
@@ -316,8 +387,10 @@ def _metadata(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
 
 
 # -- groups ---------------------------------------------------------------------------
-def _group_whole(operation: str) -> Callable[[Handler, Any, Any], Any]:
-    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _group_whole(
+    operation: str,
+) -> Callable[[Handler, HandlerContext, GroupKeyed], object]:
+    def guard(handler: Handler, ctx: HandlerContext, request: GroupKeyed) -> object:
         if acl.allowed(ctx, operation, "GROUP", str(request.group_id)):
             return handler(ctx, request)
         return _refuse_all(ctx, GROUP_DENIED)
@@ -325,11 +398,14 @@ def _group_whole(operation: str) -> Callable[[Handler, Any, Any], Any]:
     return guard
 
 
-def _offset_fetch(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
-    if hasattr(request, "group_id"):
-        return _group_whole("DESCRIBE")(handler, ctx, request)
-    keep = tuple(g for g in request.groups if acl.allowed(ctx, "DESCRIBE", "GROUP", g.group_id))
-    denied = [g for g in request.groups if g not in keep]
+def _offset_fetch(handler: Handler, ctx: HandlerContext, request: api.OffsetFetchRequest) -> object:
+    if ctx.api_version < 8:  # one group
+        return _group_whole("DESCRIBE")(
+            handler, ctx, cast("api.OffsetFetchRequestOneGroup", request)
+        )
+    groups = cast("api.OffsetFetchRequestGroups", request).groups
+    keep = tuple(g for g in groups if acl.allowed(ctx, "DESCRIBE", "GROUP", g.group_id))
+    denied = [g for g in groups if g not in keep]
     if not denied:
         return handler(ctx, request)
     response = handler(ctx, _replace(request, groups=keep))
@@ -338,14 +414,18 @@ def _offset_fetch(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     return dataclasses.replace(response, groups=tuple(response.groups) + extra)
 
 
-def _find_coordinator(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
-    kind = "TRANSACTIONAL_ID" if int(request.key_type) == 1 else "GROUP"
+def _find_coordinator(
+    handler: Handler, ctx: HandlerContext, request: api.FindCoordinatorRequest
+) -> object:
+    # FindCoordinator v0 has no key type: a group's coordinator
+    kind = "TRANSACTIONAL_ID" if int(getattr(request, "key_type", 0)) == 1 else "GROUP"
     errno = TXN_DENIED if kind == "TRANSACTIONAL_ID" else GROUP_DENIED
-    keys = list(getattr(request, "coordinator_keys", None) or [])
-    if not keys:
-        if acl.allowed(ctx, "DESCRIBE", kind, str(request.key)):
+    if ctx.api_version <= ONE_KEY_VERSION:
+        key = cast("api.FindCoordinatorRequestOneKey", request).key
+        if acl.allowed(ctx, "DESCRIBE", kind, str(key)):
             return handler(ctx, request)
         return blank(_response_cls(ctx), error_code=errno, throttle_time=0, node_id=-1, port=-1)
+    keys = cast("api.FindCoordinatorRequestBatched", request).coordinator_keys
     keep = tuple(k for k in keys if acl.allowed(ctx, "DESCRIBE", kind, str(k)))
     denied = [k for k in keys if k not in keep]
     if not denied:
@@ -359,8 +439,11 @@ def _find_coordinator(handler: Handler, ctx: HandlerContext, request: Any) -> An
 
 
 def _describe_groups(
-    handler: Handler, ctx: HandlerContext, request: Any, name: str = "groups"
-) -> Any:
+    handler: Handler,
+    ctx: HandlerContext,
+    request: api.DescribeGroupsRequest | api.ConsumerGroupDescribeRequest,
+    name: str = "groups",
+) -> object:
     asked = getattr(request, name)
     keep = tuple(g for g in asked if acl.allowed(ctx, "DESCRIBE", "GROUP", str(g)))
     denied = [g for g in asked if g not in keep]
@@ -375,7 +458,9 @@ def _describe_groups(
     return dataclasses.replace(response, groups=tuple(response.groups) + extra)
 
 
-def _consumer_group_heartbeat(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _consumer_group_heartbeat(
+    handler: Handler, ctx: HandlerContext, request: api.ConsumerGroupHeartbeatRequest
+) -> object:
     """Read on the group, and Describe on every topic it names: a heartbeat naming one the
     member may not describe is refused whole, as Kafka refuses it (KAFKA-18813), so that
     neither its assignment nor its answer tells the topic exists. (A regex subscription
@@ -396,11 +481,15 @@ def _consumer_group_heartbeat(handler: Handler, ctx: HandlerContext, request: An
     )
 
 
-def _consumer_group_describe(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _consumer_group_describe(
+    handler: Handler, ctx: HandlerContext, request: api.ConsumerGroupDescribeRequest
+) -> object:
     """Groups the principal may not describe: GROUP_AUTHORIZATION_FAILED; a group whose
     members subscribe to or are assigned a topic the principal may not describe:
     TOPIC_AUTHORIZATION_FAILED and no members, as Kafka answers (KAFKA-18813)."""
-    response = _describe_groups(handler, ctx, request, "group_ids")
+    response = cast(
+        "api.ConsumerGroupDescribeResponse", _describe_groups(handler, ctx, request, "group_ids")
+    )
     groups = []
     for group in response.groups:
         topics = {
@@ -415,7 +504,7 @@ def _consumer_group_describe(handler: Handler, ctx: HandlerContext, request: Any
         if group.error_code == 0 and not all(
             acl.allowed(ctx, "DESCRIBE", "TOPIC", t) for t in topics
         ):
-            group = dataclasses.replace(
+            group = _replace(
                 group,
                 error_code=ErrorCode(TOPIC_DENIED),
                 error_message="The described group uses topics that the client is not "
@@ -423,10 +512,10 @@ def _consumer_group_describe(handler: Handler, ctx: HandlerContext, request: Any
                 members=(),
             )
         groups.append(group)
-    return dataclasses.replace(response, groups=tuple(groups))
+    return _replace(response, groups=tuple(groups))
 
 
-def _list_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _list_groups(handler: Handler, ctx: HandlerContext, request: api.ListGroupsRequest) -> object:
     response = handler(ctx, request)
     if acl.allowed(ctx, "DESCRIBE", "CLUSTER", CLUSTER):
         return response
@@ -438,7 +527,9 @@ def _list_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     )
 
 
-def _delete_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _delete_groups(
+    handler: Handler, ctx: HandlerContext, request: api.DeleteGroupsRequest
+) -> object:
     names = list(request.groups_names)
     keep = tuple(g for g in names if acl.allowed(ctx, "DELETE", "GROUP", str(g)))
     denied = [g for g in names if g not in keep]
@@ -450,7 +541,9 @@ def _delete_groups(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
     return dataclasses.replace(response, results=tuple(response.results) + extra)
 
 
-def _offset_delete(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _offset_delete(
+    handler: Handler, ctx: HandlerContext, request: api.OffsetDeleteRequest
+) -> object:
     if not acl.allowed(ctx, "DELETE", "GROUP", str(request.group_id)):
         return _refuse_all(ctx, GROUP_DENIED)
     for topic in request.topics:
@@ -460,9 +553,11 @@ def _offset_delete(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
 
 
 # -- configs --------------------------------------------------------------------------
-def _configs(operation: str, results: str, result_cls_name: str) -> Callable[..., Any]:
-    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
-        def may(resource: Any) -> bool:
+def _configs(
+    operation: str, results: str, result_cls_name: str
+) -> Callable[[Handler, HandlerContext, ConfigsRequest], object]:
+    def guard(handler: Handler, ctx: HandlerContext, request: ConfigsRequest) -> object:
+        def may(resource: Resource) -> bool:
             if int(resource.resource_type) == 2:
                 return acl.allowed(ctx, operation, "TOPIC", str(resource.resource_name))
             return acl.allowed(ctx, operation, "CLUSTER", CLUSTER)
@@ -489,8 +584,10 @@ def _configs(operation: str, results: str, result_cls_name: str) -> Callable[...
 
 
 # -- cluster ---------------------------------------------------------------------------
-def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
-    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _cluster(operation: str) -> Callable[[Handler, HandlerContext, object], object]:
+    """A check on the cluster for an API answered whole (its request passed on as it is)."""
+
+    def guard(handler: Handler, ctx: HandlerContext, request: object) -> object:
         if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
             return handler(ctx, request)
         return _refuse_all(ctx, CLUSTER_DENIED)
@@ -498,12 +595,14 @@ def _cluster(operation: str) -> Callable[[Handler, Any, Any], Any]:
     return guard
 
 
-def _cluster_items(operation: str, items: str, result_name: str) -> Callable[..., Any]:
+def _cluster_items(
+    operation: str, items: str, result_name: str
+) -> Callable[[Handler, HandlerContext, object], object]:
     """A cluster check for an API whose answer has one result per request item: refused,
     each item gets CLUSTER_AUTHORIZATION_FAILED, as Kafka's ``getErrorResponse`` answers
     (CreateAcls, DeleteAcls, AlterClientQuotas); an empty list would read as success."""
 
-    def guard(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+    def guard(handler: Handler, ctx: HandlerContext, request: object) -> object:
         if acl.allowed(ctx, operation, "CLUSTER", CLUSTER):
             return handler(ctx, request)
         cls = _response_cls(ctx)
@@ -513,7 +612,7 @@ def _cluster_items(operation: str, items: str, result_name: str) -> Callable[...
         entity_cls = nested(cls, "EntityData") if items == "entries" else None
         results = []
         for item in getattr(request, items):
-            echo: dict[str, Any] = {}
+            echo: dict[str, object] = {}
             if entity_cls is not None:  # AlterClientQuotas names each entry's entity back
                 echo["entity"] = tuple(
                     entity_cls(entity_type=e.entity_type, entity_name=e.entity_name)
@@ -527,7 +626,9 @@ def _cluster_items(operation: str, items: str, result_name: str) -> Callable[...
     return guard
 
 
-def _init_producer_id(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _init_producer_id(
+    handler: Handler, ctx: HandlerContext, request: api.InitProducerIdRequest
+) -> object:
     txn = getattr(request, "transactional_id", None)
     if txn is not None:
         if acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
@@ -541,7 +642,7 @@ def _init_producer_id(handler: Handler, ctx: HandlerContext, request: Any) -> An
     return blank(_response_cls(ctx), error_code=CLUSTER_DENIED, producer_id=-1, producer_epoch=-1)
 
 
-def _produce(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _produce(handler: Handler, ctx: HandlerContext, request: api.ProduceRequest) -> object:
     txn = getattr(request, "transactional_id", None)
     if txn is not None and not acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn)):
         return _topics_denied_all(ctx, request, TXN_DENIED)
@@ -553,16 +654,16 @@ def _produce(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
 OPERATION_NOT_ATTEMPTED = 55
 
 
-def _txn_allowed(ctx: HandlerContext, txn: Any) -> bool:
+def _txn_allowed(ctx: HandlerContext, txn: str | None) -> bool:
     return acl.allowed(ctx, "WRITE", "TRANSACTIONAL_ID", str(txn))
 
 
 def _per_partition_refusal(
     ctx: HandlerContext,
-    topics: Any,
+    topics: Sequence[RefusedTopic],
     code_of: Callable[[str], int],
     names: tuple[str, str, str, str, str],
-) -> Any:
+) -> object:
     """The response refusing every partition of ``topics``: (results field, topic class,
     partitions field, partition class, error field) name the response's shape."""
     results, topic_name, parts_field, part_name, error_field = names
@@ -584,11 +685,13 @@ def _per_partition_refusal(
     return blank(cls, throttle_time=0, **{results: out})
 
 
-def _index(partition: Any) -> int:
-    return int(getattr(partition, "partition_index", partition))
+def _index(partition: int | Indexed) -> int:
+    return partition if isinstance(partition, int) else int(partition.partition_index)
 
 
-def _add_partitions_to_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _add_partitions_to_txn(
+    handler: Handler, ctx: HandlerContext, request: api.AddPartitionsToTxnRequest
+) -> object:
     if ctx.api_version >= 4:  # the brokers' batched form: not a client's
         return _cluster("CLUSTER_ACTION")(handler, ctx, request)
     txn_ok = _txn_allowed(ctx, request.v3_and_below_transactional_id)
@@ -612,7 +715,9 @@ def _add_partitions_to_txn(handler: Handler, ctx: HandlerContext, request: Any) 
     return _per_partition_refusal(ctx, topics, code_of, names)
 
 
-def _add_offsets_to_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _add_offsets_to_txn(
+    handler: Handler, ctx: HandlerContext, request: api.AddOffsetsToTxnRequest
+) -> object:
     if not _txn_allowed(ctx, request.transactional_id):
         return _refuse_all(ctx, TXN_DENIED)
     if not acl.allowed(ctx, "READ", "GROUP", str(request.group_id)):
@@ -620,13 +725,15 @@ def _add_offsets_to_txn(handler: Handler, ctx: HandlerContext, request: Any) -> 
     return handler(ctx, request)
 
 
-def _end_txn(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _end_txn(handler: Handler, ctx: HandlerContext, request: api.EndTxnRequest) -> object:
     if not _txn_allowed(ctx, request.transactional_id):
         return _refuse_all(ctx, TXN_DENIED)
     return handler(ctx, request)
 
 
-def _txn_offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _txn_offset_commit(
+    handler: Handler, ctx: HandlerContext, request: api.TxnOffsetCommitRequest
+) -> object:
     txn_ok = _txn_allowed(ctx, request.transactional_id)
     group_ok = acl.allowed(ctx, "READ", "GROUP", str(request.group_id))
     denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
@@ -650,7 +757,9 @@ def _txn_offset_commit(handler: Handler, ctx: HandlerContext, request: Any) -> A
     return _per_partition_refusal(ctx, request.topics, code_of, names)
 
 
-def _describe_producers(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _describe_producers(
+    handler: Handler, ctx: HandlerContext, request: api.DescribeProducersRequest
+) -> object:
     denied = {t.name for t in request.topics if not acl.allowed(ctx, "READ", "TOPIC", str(t.name))}
     if not denied:
         return handler(ctx, request)
@@ -673,7 +782,9 @@ def _describe_producers(handler: Handler, ctx: HandlerContext, request: Any) -> 
     return dataclasses.replace(response, topics=tuple(response.topics) + extra)
 
 
-def _describe_transactions(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _describe_transactions(
+    handler: Handler, ctx: HandlerContext, request: api.DescribeTransactionsRequest
+) -> object:
     ids = list(request.transactional_ids)
     keep = tuple(t for t in ids if acl.allowed(ctx, "DESCRIBE", "TRANSACTIONAL_ID", str(t)))
     denied = [t for t in ids if t not in keep]
@@ -700,7 +811,9 @@ def _describe_transactions(handler: Handler, ctx: HandlerContext, request: Any) 
     )
 
 
-def _list_transactions(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def _list_transactions(
+    handler: Handler, ctx: HandlerContext, request: api.ListTransactionsRequest
+) -> object:
     """Only the transactional ids the principal may describe are listed, as Kafka does."""
     response = handler(ctx, request)
     visible = tuple(
@@ -711,7 +824,7 @@ def _list_transactions(handler: Handler, ctx: HandlerContext, request: Any) -> A
     return dataclasses.replace(response, transaction_states=visible)
 
 
-GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
+GUARDS: dict[int, Guard] = {
     0: _produce,
     1: _topics_guard,
     2: _topics_guard,
@@ -755,7 +868,7 @@ GUARDS: dict[int, Callable[[Handler, Any, Any], Any]] = {
 }
 
 
-def run(handler: Handler, ctx: HandlerContext, request: Any) -> Any:
+def run(handler: Handler, ctx: HandlerContext, request: object) -> object:
     """The handler's answer, within what the request's principal may do."""
     if ctx.api_key in OPEN_APIS or not acl.checked(ctx):
         return handler(ctx, request)

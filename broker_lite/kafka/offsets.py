@@ -15,6 +15,7 @@ from kio.index import load_response_schema
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
 from sparklog.errors import InvalidRequestError, SparklogError
+from sparklog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from sparklog.broker_lite.kafka.api_types import (
@@ -115,7 +116,7 @@ def handle_offset_commit(ctx: HandlerContext, request: OffsetCommitRequest) -> O
     generation = int(getattr(request, "generation_id_or_member_epoch", -1))
     member = request.member_id or ""
     offsets = {
-        (t.name, int(p.partition_index)): int(p.committed_offset)
+        TopicPartition(str(t.name), int(p.partition_index)): int(p.committed_offset)
         for t in request.topics
         for p in t.partitions
     }
@@ -174,7 +175,8 @@ def _committed(
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
     return 0, {
-        name: [(p, committed.get((name, p), -1)) for p in parts] for name, parts in wanted.items()
+        name: [(p, committed.get(TopicPartition(name, p), -1)) for p in parts]
+        for name, parts in wanted.items()
     }
 
 

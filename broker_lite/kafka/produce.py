@@ -228,7 +228,7 @@ def _in_transaction(broker: BrokerView, topic: str, one: _Decoded) -> _Decoded |
     return dataclasses.replace(one, item=dataclasses.replace(one.item, txn=number))
 
 
-def _idempotent(request: Any) -> bool:
+def _idempotent(request: ProduceRequest) -> bool:
     """Whether any batch carries a producer id (bytes 43-50 of a v2 batch header)."""
     for topic_data in request.topic_data:
         for pdata in topic_data.partition_data:

@@ -203,13 +203,22 @@ _JOIN_FIELDS = ("generation", "member_id", "leader_id", "members", "protocol")
 
 class JoinFields(Protocol):
     """What join_group's reply carries of a join's result (``groups.coordinator.JoinResult``
-    has these; the wire format names them without importing the groups package)."""
+    has these, read-only; the wire format names them without importing the groups package)."""
 
-    generation: int
-    member_id: str
-    leader_id: str
-    members: dict[str, list[str]]
-    protocol: str
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def leader_id(self) -> str: ...
+
+    @property
+    def members(self) -> dict[str, list[str]]: ...
+
+    @property
+    def protocol(self) -> str: ...
 
 
 def encode_join_result(result: JoinFields) -> dict[str, Any]:

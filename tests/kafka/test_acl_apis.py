@@ -112,6 +112,7 @@ def cases() -> list[tuple[str, Any, int]]:
         ("OffsetFetch v7", request(9, 7, group_id="g", topics=None), GROUP),
         ("OffsetFetch v8", request(9, 8, groups=(
             part(9, 8, "OffsetFetchRequestGroup", group_id="g", topics=None),)), GROUP),
+        ("FindCoordinator v0", request(10, 0, key="g"), GROUP),  # no key type: a group
         ("FindCoordinator group", request(10, 4, key_type=0, coordinator_keys=("g",)), GROUP),
         ("FindCoordinator txn", request(10, 4, key_type=1, coordinator_keys=("x",)), TXN),
         ("JoinGroup", request(11, 7, group_id="g", session_timeout=10_000,

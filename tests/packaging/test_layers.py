@@ -5,8 +5,8 @@ module's import statements (an AST import graph: no import runs).
   contract): a new arrow fails :func:`test_every_arrow_is_one_the_layers_draw` until the
   design draws it;
 * no two modules import each other, directly or round a loop, even where the loop is held
-  apart by an import inside a function (only ``TYPE_CHECKING`` imports, which never run,
-  may close one);
+  apart by an import inside a function or closed only by a ``TYPE_CHECKING`` import (an
+  annotation naming the other module's class: a shared module or a Protocol breaks it);
 * nothing under ``sparklog/`` imports the top-level names ``storage`` or
   ``broker_lite`` (only ``sparklog.storage`` / ``sparklog.broker_lite``), so a
   user's own ``storage.py`` can never be picked up instead;
@@ -259,14 +259,13 @@ def _arrows_not_drawn(modules: dict[str, Path]) -> list[str]:
     )
 
 
-def _cycles(modules: dict[str, Path], *, typing: bool = False) -> list[list[str]]:
+def _cycles(modules: dict[str, Path]) -> list[list[str]]:
     """Groups of modules that import each other round a loop (Tarjan's strongly connected
-    components), counting imports that run, at module level or inside a function, and
-    with ``typing`` also those under ``TYPE_CHECKING``."""
+    components), counting every import: at module level, inside a function, and under
+    ``TYPE_CHECKING``."""
     graph: dict[str, set[str]] = {module: set() for module in modules}
-    for module, target, statement in _edges(modules):
-        if typing or statement.when != "typing":
-            graph[module].add(target)
+    for module, target, _statement in _edges(modules):
+        graph[module].add(target)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -366,19 +365,6 @@ def test_no_modules_import_each_other() -> None:
     assert _cycles(_modules()) == []
 
 
-#: Loops closed only by ``TYPE_CHECKING`` imports (annotations naming the other module's
-#: class), none of which runs. Each is for issue 40's typed seams to remove: a typed host
-#: the imported side is given instead of the importer's class. The list may only shrink.
-TYPING_ONLY_CYCLES = [
-    # a Topic handle annotates the LogRoot that opened it
-    ["sparklog.storage.catalog", "sparklog.storage.topics"],
-]
-
-
-def test_no_new_loop_closed_by_annotations() -> None:
-    assert _cycles(_modules(), typing=True) == TYPING_ONLY_CYCLES
-
-
 def test_only_storage_imports_fsspec_or_s3fs() -> None:
     offenders = [
         f"{module} imports {name}"
@@ -412,11 +398,10 @@ def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
     return _modules(root)
 
 
-def test_the_contract_fails_on_an_arrow_not_drawn_and_on_a_deferred_cycle(
-    tmp_path: Path,
-) -> None:
+def test_the_contract_fails_on_an_arrow_not_drawn_and_on_any_cycle(tmp_path: Path) -> None:
     """The checks above on a small tree: the broker importing an application, the client
-    importing the broker, and two modules held apart only by an import in a function."""
+    importing the broker, modules held apart only by an import in a function, and two
+    closed only by a ``TYPE_CHECKING`` import (an annotation)."""
     modules = _tree(
         tmp_path,
         {
@@ -427,7 +412,13 @@ def test_the_contract_fails_on_an_arrow_not_drawn_and_on_a_deferred_cycle(
             "sparklog/client/__init__.py": "",
             "sparklog/client/admin.py": "from sparklog.broker_lite import server\n",
             "storage/__init__.py": '_EXPORTS = {"LogRoot": "sparklog.storage.catalog"}\n',
-            "storage/catalog.py": "from sparklog import errors\n",
+            "storage/catalog.py": (
+                "from sparklog import errors\ndef topic():\n    from . import topics\n"
+            ),
+            "storage/topics.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from sparklog.storage.catalog import LogRoot\n"
+            ),
             "broker_lite/__init__.py": "",
             "broker_lite/server.py": "from sparklog.mirror import admin\n",
             "broker_lite/service.py": "def f():\n    from . import server\n",
@@ -454,7 +445,9 @@ def test_the_contract_fails_on_an_arrow_not_drawn_and_on_a_deferred_cycle(
             "sparklog.broker_lite.cleaner",
             "sparklog.broker_lite.server",
             "sparklog.broker_lite.service",
-        ]
+            "sparklog.client.admin",  # closed by cleaner's TYPE_CHECKING import
+        ],
+        ["sparklog.storage.catalog", "sparklog.storage.topics"],
     ]
 
 

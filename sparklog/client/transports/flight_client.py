@@ -38,7 +38,7 @@ from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 from sparklog.protocol.flight import decode
 from sparklog.retry import retrying
-from sparklog.storage.catalog import value_type_from_text, value_type_to_text
+from sparklog.storage.topic_info import value_type_from_text, value_type_to_text
 from sparklog.topic_partition import TopicPartition
 
 T = TypeVar("T")
