@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from sparklog.clock import now_ms
-from sparklog.errors import NotCoordinatorError, SparklogError
+from sparklog.errors import CommitStateUnknownError, NotCoordinatorError, SparklogError
+from sparklog.retry import is_retriable, retrying
 from sparklog.storage.documents import version_key
 from sparklog.storage.metalog import Commit, decode_commit, encode_commit
 from sparklog.storage.objectstore import ObjectStore
@@ -335,7 +336,7 @@ class JournalWriter:
                 body["shards"] = pending.shards
             body["id"] = uuid.uuid4().hex
             written = True
-            while not journal.create(version, body):
+            while not self._create(journal, version, body):
                 found = journal.read(version)
                 if found is not None and found.get("id") == body["id"]:
                     break  # ours: the create's answer was lost
@@ -371,6 +372,16 @@ class JournalWriter:
                 self._last_flush = time.monotonic()
                 self._cond.notify_all()
             pending.done.set()
+
+    def _create(self, journal: Journal, version: int, body: Commit) -> bool:
+        """Create ``version``; a lost answer or an outage is retried (a create is
+        create-only: a retry of one that landed finds the version, and the caller
+        reads it: ours by its id)."""
+        return retrying(
+            lambda: journal.create(version, body),
+            deadline_ms=self.store.commit_deadline_ms,
+            retry_if=lambda exc: isinstance(exc, CommitStateUnknownError) or is_retriable(exc),
+        )
 
     def _note_revoke(
         self, ref: JournalRef, revoke: Commit, pending: _Pending, body: Commit

@@ -63,6 +63,25 @@ def test_lost_commit_answer_is_retried_not_failed(proxied_s3: ProxiedS3) -> None
     assert _values(proxied_s3.root, "t", proxied_s3.moto.storage_options) == [b"a", b"b", b"c"]
 
 
+def test_lost_journal_commit_answer_is_retried_not_failed(proxied_s3: ProxiedS3) -> None:
+    """Format 3: the journal commit PUT is applied but its answer lost: the writer
+    creates the version again, finds its own commit there, and acknowledges."""
+    options = proxied_s3.storage_options(request_timeout_ms=3_000)
+    options["config_kwargs"] = {"retries": {"max_attempts": 1}}  # no hidden retry below us
+    with (
+        inproc_broker(proxied_s3.root, storage_options=options, journal_records=True) as (_, loc),
+        BrokerClient(loc, retry_timeout_ms=0) as client,  # the broker alone must settle it
+    ):
+        client.create_topic("t", 1)
+        producer = client.call(actions.INIT_PRODUCER_ID)
+        _send(client, producer, 0, [b"a"])  # leases the shard
+        proxied_s3.proxy.mute_next(b"PUT", b"/journal/")
+        got = _send(client, producer, 1, [b"b", b"c"])
+        assert proxied_s3.proxy.muted_requests == 1
+        assert got.base_offset == 1 and not got.duplicate
+    assert _values(proxied_s3.root, "t", proxied_s3.moto.storage_options) == [b"a", b"b", b"c"]
+
+
 def test_gave_up_while_outcome_open_says_unknown(proxied_s3: ProxiedS3) -> None:
     """Out of time after an attempt that may have committed: "outcome unknown", not failed."""
     options = proxied_s3.storage_options(request_timeout_ms=3_000)
