@@ -8,8 +8,8 @@
   Before, bob's requests took both threads and alice's waited behind the third.
 * ``request_percentage`` (KIP-124), set through AlterClientQuotas: the CPU time
   the handlers of a user's requests take, in percent of one thread over Kafka's
-  quota window.  bob, at 1 %, floods Metadata requests until an answer carries
-  its throttle time; his connection is then muted (his next request unread)
+  quota window.  bob, at 0.0001 %, sends Metadata requests until an answer carries
+  a throttle time of 10 s or more; his connection is then muted (his next request unread)
   while alice is answered unthrottled.  A Produce's wait for its commit is not
   charged (Kafka parks it in its purgatory): alice, at 20 %, produces with a
   300 ms ``linger_ms`` and is never throttled.  Before, the handler's wall time
@@ -148,7 +148,9 @@ def test_request_percentage_throttles_and_mutes_the_user_over_it(
 ) -> None:
     server, _broker = metered
     address = server.kafka.advertised
-    _set_request_percentage(address, "bob", 1.0)  # 10 ms of handler CPU time a second
+    # a microsecond of handler CPU time a second: any request of his is throttled for long
+    # (up to the longest throttle, 30 s), so his mute outlasts the test
+    _set_request_percentage(address, "bob", 0.0001)
     alice = _plain_login(address, "alice", "alice-pw")
     bob = _plain_login(address, "bob", "bob-pw")
     try:
@@ -156,12 +158,12 @@ def test_request_percentage_throttles_and_mutes_the_user_over_it(
         everything = MetadataRequest(
             topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )
-        for _ in range(20_000):
+        for _ in range(1_000):
             answer = bob.call(everything)
-            if _throttle_ms(answer) > 0:
+            if _throttle_ms(answer) >= 10_000:
                 break
         else:
-            raise AssertionError("20,000 Metadata requests of bob's were never throttled")
+            raise AssertionError("1,000 Metadata requests of bob's were never throttled 10 s")
         # muted for the throttle time: his next request stays unread ...
         bob.send_frame(bob.encode(everything))
         # ... while alice, without a quota, is answered unthrottled
