@@ -385,7 +385,11 @@ def main() -> None:
             super_users="User:admin",
             max_topics_per_principal=100,
             max_partitions_per_principal=1000,
-            queued_max_requests_per_principal=args.principal_requests,
+            **(
+                {"queued_max_requests_per_principal": args.principal_requests}
+                if args.principal_requests
+                else {}
+            ),
         )
         address = broker.kafka_address
         assert address is not None
