@@ -1,6 +1,7 @@
 """A bystander tenant's service while another attacks the broker (issue 38).
 
 Run:  .venv/bin/python bench/hostile_bench.py [--logins 30] [--requests 200]
+          [--attacks quota_flood,...] [--hold-s 40] [--principal-requests N]
 
 One broker process on a local root with SASL_PLAINTEXT on its Kafka listener
 (PLAIN; the tests' two tenants: alice and bob with prefixed ACLs, admin a super
@@ -21,10 +22,15 @@ hosts, as the per-IP cap expects.
 * ``ip_flood``: 1,000 connections from 127.0.0.1 that never log in;
 * ``principal_flood``: bob logs in on 600 connections and holds them;
 * ``partitions``: bob asks for 200 topics of 100 partitions in one CreateTopics;
-* ``quota_flood``: bob, with a 1 KiB/s ``producer_byte_rate``, logs in 600
-  connections (from 127.0.1.1-4; 512 held, his cap, as many as the broker's
-  request threads) and produces in a loop on each: every answer is throttled,
-  each connection muted for its throttle time;
+* ``quota_flood``: bob, with a 1 KiB/s ``producer_byte_rate`` and a 10 %
+  ``request_percentage``, logs in 600 connections (from 127.0.1.1-4; 512 held,
+  his cap, as many as the broker's request threads) and produces in a loop on
+  each, from a process of his own (as from another host: his 512 client threads
+  must not take the bystander client's interpreter), awaiting each answer up to
+  120 s: every answer is throttled, each connection muted for its throttle time
+  (30 s, the longest), and when the mutes end his connections send again
+  together.  alice measures this attack in rounds for ``--hold-s`` (40 s), so
+  her requests meet that wave;
 * ``creation_flood``: 127.0.0.2, with a ``connection_creation_rate`` quota of 10 a
   second (an ``ip`` client-quota entity), opens connections in a tight loop from 8
   threads, each sending an ApiVersions.
@@ -41,6 +47,7 @@ import datetime
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -75,10 +82,13 @@ from tests.support.brokers import Cluster
 ATTACKER = "127.0.0.2"
 
 
-def login(address: str, user: str, source_host: str = "") -> Connection | None:
-    """A connection logged in as ``user`` (PLAIN), or None if the broker refused or closed."""
+def login(
+    address: str, user: str, source_host: str = "", timeout_s: float = 15
+) -> Connection | None:
+    """A connection logged in as ``user`` (PLAIN), or None if the broker refused or closed;
+    an answer not there within ``timeout_s`` fails the connection's next call."""
     try:
-        conn = Connection(address, timeout_s=15, source_host=source_host)
+        conn = Connection(address, timeout_s=timeout_s, source_host=source_host)
         if conn.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code != 0:
             conn.close()
             return None
@@ -91,9 +101,9 @@ def login(address: str, user: str, source_host: str = "") -> Connection | None:
         return None
 
 
-def bystander(address: str, logins: int, requests: int) -> tuple[int, float, float]:
-    """alice's successful logins of ``logins``, and her Metadata p99 and slowest in ms
-    (one request queued behind a held pool is in the slowest, not in a p99 of 200)."""
+def bystander(address: str, logins: int, requests: int) -> tuple[int, list[float]]:
+    """alice's successful logins of ``logins``, and the times of her Metadata requests
+    in ms (empty if her connection failed)."""
     ok = 0
     for _ in range(logins):
         conn = login(address, "alice")
@@ -102,7 +112,7 @@ def bystander(address: str, logins: int, requests: int) -> tuple[int, float, flo
             conn.close()
     conn = login(address, "alice")
     if conn is None:
-        return ok, float("inf"), float("inf")
+        return ok, []
     request = MetadataRequest(
         topics=(MetadataRequestTopic(topic_id=None, name="alice.orders"),),
         allow_auto_topic_creation=False,
@@ -113,13 +123,31 @@ def bystander(address: str, logins: int, requests: int) -> tuple[int, float, flo
         for _ in range(requests):
             began = time.perf_counter()
             conn.call(request)
-            times.append(time.perf_counter() - began)
+            times.append(1000 * (time.perf_counter() - began))
     except (OSError, AttributeError, TypeError, AssertionError):
-        return ok, float("inf"), float("inf")
+        return ok, []
     finally:
         conn.close()
+    return ok, times
+
+
+def measured(address: str, logins: int, requests: int, hold_s: float) -> tuple[str, float, float]:
+    """alice's rounds of :func:`bystander` until ``hold_s`` have passed (one at least):
+    her logins (``ok/tried``), and her Metadata p99 and slowest in ms over every round
+    (one request queued behind a held pool is in the slowest, not in a p99)."""
+    ok = tried = 0
+    times: list[float] = []
+    began = time.monotonic()
+    while True:
+        round_ok, round_times = bystander(address, logins, requests)
+        ok, tried = ok + round_ok, tried + logins
+        if not round_times:
+            return f"{ok}/{tried}", float("inf"), float("inf")
+        times += round_times
+        if time.monotonic() - began >= hold_s:
+            break
     times.sort()
-    return ok, 1000 * times[int(0.99 * (len(times) - 1))], 1000 * times[-1]
+    return f"{ok}/{tried}", times[int(0.99 * (len(times) - 1))], times[-1]
 
 
 @contextlib.contextmanager
@@ -220,11 +248,14 @@ def looping(workers: list[Callable[[threading.Event], None]]) -> Iterator[thread
         stop.set()
 
 
-@contextlib.contextmanager
-def quota_flood(address: str) -> Iterator[None]:
-    set_quota(address, ("user", "bob"), "producer_byte_rate", 1024.0)
-    # more than the request threads (num_io_threads, 512): as many as bob's cap allows
-    logins = (login(address, "bob", f"127.0.1.{i % 4 + 1}") for i in range(600))
+def bob_floods(address: str) -> None:
+    """bob's side of ``quota_flood``, run in a process of its own (as on another host):
+    600 logins (512 held, his cap), a produce loop on each; prints ``ready`` once the
+    loops run and the throttled answers when its stdin closes."""
+    # each answer awaited longer than the longest throttle (30 s): bob's connections stay
+    # through their mutes and send again when they end, as a flooding client that ignores
+    # throttle_time_ms does
+    logins = (login(address, "bob", f"127.0.1.{i % 4 + 1}", 120) for i in range(600))
     held = [c for c in logins if c is not None]
     request = ProduceRequest(
         transactional_id=None,
@@ -254,12 +285,35 @@ def quota_flood(address: str) -> Iterator[None]:
         return loop
 
     with looping([produce(c) for c in held]):
-        print(f"  bob produces on {len(held)} connections", file=sys.stderr)
-        yield
-        print(f"  throttled answers so far: {throttled[0]}", file=sys.stderr)
+        print(f"ready {len(held)}", flush=True)
+        sys.stdin.read()  # until the bench closes it
+        print(f"throttled {throttled[0]}", flush=True)
     for c in held:
         c.close()
+
+
+@contextlib.contextmanager
+def quota_flood(address: str) -> Iterator[None]:
+    set_quota(address, ("user", "bob"), "producer_byte_rate", 1024.0)
+    set_quota(address, ("user", "bob"), "request_percentage", 10.0)
+    # bob in a process of his own: his 512 client threads must not take the bystander
+    # client's interpreter (its GIL) in this process, as they would not from another host
+    bob = subprocess.Popen(
+        [sys.executable, __file__, "--bob-floods", address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert bob.stdin is not None and bob.stdout is not None
+    print(f"  bob produces on {bob.stdout.readline().split()[-1]} connections", file=sys.stderr)
+    try:
+        yield
+    finally:
+        bob.stdin.close()
+        print(f"  bob's throttled answers: {bob.stdout.readline().split()[-1]}", file=sys.stderr)
+        bob.wait(60)
     set_quota(address, ("user", "bob"), "producer_byte_rate", None)
+    set_quota(address, ("user", "bob"), "request_percentage", None)
 
 
 @contextlib.contextmanager
@@ -301,7 +355,25 @@ def main() -> None:
     parser.add_argument("--logins", type=int, default=30)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--attacks", default=",".join(ATTACKS))
+    parser.add_argument(
+        "--hold-s",
+        type=float,
+        default=40.0,
+        help="alice measures the quota flood this long, in rounds (past the longest "
+        "throttle, 30 s, so her requests meet bob's connections coming out of their mutes)",
+    )
+    parser.add_argument(
+        "--principal-requests",
+        type=int,
+        default=0,
+        help="the broker's queued_max_requests_per_principal (0: its default, a quarter "
+        "of num_io_threads)",
+    )
+    parser.add_argument("--bob-floods", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bob_floods:
+        bob_floods(args.bob_floods)
+        return
     with tempfile.TemporaryDirectory() as workdir:
         path = Path(workdir)
         cluster = Cluster(path, tenants_root(path))
@@ -313,6 +385,11 @@ def main() -> None:
             super_users="User:admin",
             max_topics_per_principal=100,
             max_partitions_per_principal=1000,
+            **(
+                {"queued_max_requests_per_principal": args.principal_requests}
+                if args.principal_requests
+                else {}
+            ),
         )
         address = broker.kafka_address
         assert address is not None
@@ -338,12 +415,13 @@ def main() -> None:
         rows = []
         try:
             bystander(address, 5, 50)  # warm-up: the first requests of a fresh broker are slow
-            base_ok, base_p99, base_max = bystander(address, args.logins, args.requests)
+            base_ok, base_p99, base_max = measured(address, args.logins, args.requests, 0)
             rows.append(("none (baseline)", base_ok, base_p99, base_max))
             for name in args.attacks.split(","):
                 print(f"attack {name}", file=sys.stderr)
                 with ATTACKS[name](address):
-                    ok, p99, slowest = bystander(address, args.logins, args.requests)
+                    hold_s = args.hold_s if name == "quota_flood" else 0
+                    ok, p99, slowest = measured(address, args.logins, args.requests, hold_s)
                 rows.append((name, ok, p99, slowest))
         finally:
             cluster.stop_all()
@@ -354,9 +432,7 @@ def main() -> None:
     print("| attack | alice's logins | Metadata p99 ms | p99 vs baseline | slowest ms |")
     print("|---|---|---|---|---|")
     for name, ok, p99, slowest in rows:
-        print(
-            f"| {name} | {ok}/{args.logins} | {p99:.1f} | {p99 / base_p99:.2f}x | {slowest:.1f} |"
-        )
+        print(f"| {name} | {ok} | {p99:.1f} | {p99 / base_p99:.2f}x | {slowest:.1f} |")
     print(f"\nmedian of the p99s under attack: {statistics.median(r[2] for r in rows[1:]):.1f} ms")
 
 

@@ -225,6 +225,16 @@ class BrokerConfig:
             integer(1),
         ),
     )
+    queued_max_requests_per_principal: int = field(
+        default=0,
+        metadata=about(
+            "Kafka requests of one principal handled at once (queued for or on a request "
+            "thread); more wait unread in that principal's own connections, so one tenant "
+            "cannot fill the request pool ahead of the others (super users and "
+            "User:ANONYMOUS are not counted); 0: a quarter of num_io_threads",
+            integer(0),
+        ),
+    )
     max_connection_creation_rate: int = field(
         default=0,
         metadata=about(

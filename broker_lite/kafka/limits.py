@@ -22,6 +22,9 @@
   charged to a budget of its own, room for that size on each of the
   ``max_unauthenticated_connections``: connections that never log in cannot
   take memory from the tenants that did, nor from each other.
+* **Requests** (:class:`PrincipalRequests`): at most ``queued_max_requests_per_principal``
+  of one principal's requests are handled at once; the rest wait unread in that
+  principal's own connections, never in the shared request pool.
 * **Produce** (:func:`bounded_produce`): the Kafka path applies Flight's
   ``max_request_batches`` and ``max_inflight_request_bytes``.
 * **Logs** (:class:`RateLimitedLog`): refusals are logged a few times a second
@@ -224,6 +227,45 @@ def _count_down(counts: dict[str, int], key: str | None) -> None:
         counts[key] = left
     else:
         counts.pop(key, None)
+
+
+class PrincipalRequests:
+    """Requests of one principal being handled at once (``queued_max_requests_per_principal``):
+    queued for or running on a request thread.  A connection's reader takes a slot before
+    it hands a request to the shared pool and waits, reading nothing more, while its
+    principal holds them all, so one tenant's requests (many connections, each pipelining
+    ``MAX_IN_FLIGHT``) wait in that tenant's own sockets instead of ahead of everyone's in
+    the pool.  ``None`` as the principal (super users, User:ANONYMOUS) is not counted."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    def take(self, principal: str | None, stopping: threading.Event) -> bool:
+        """Take a slot of ``principal`` (waiting while it holds ``limit``); False if
+        ``stopping`` was set meanwhile."""
+        if principal is None:
+            return True
+        with self._cond:
+            while self._held.get(principal, 0) >= self.limit:
+                if stopping.is_set():
+                    return False
+                self._cond.wait(0.5)
+            self._held[principal] = self._held.get(principal, 0) + 1
+        return True
+
+    def give(self, principal: str | None) -> None:
+        if principal is None:
+            return
+        with self._cond:
+            _count_down(self._held, principal)
+            self._cond.notify_all()
+
+    def held(self, principal: str) -> int:
+        """Requests of ``principal`` being handled now."""
+        with self._cond:
+            return self._held.get(principal, 0)
 
 
 class CreationRate:

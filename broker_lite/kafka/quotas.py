@@ -2,18 +2,21 @@
 
 Quotas (:mod:`sparklog.security.quotas`) are per user and client id, as
 Kafka's: ``producer_byte_rate`` (bytes of Produce records), ``consumer_byte_rate``
-(bytes of Fetch records answered) and ``request_percentage`` (handler time, in
-percent of one thread).  Each (quota entity, quota) has a :class:`Meter` over
-Kafka's window (``WINDOW_S``), shared as Kafka shares it: a quota set on a user
-counts all that user's client ids together, one on a client id all its users
-(:func:`~sparklog.security.quotas.resolve_shared`); when a request takes the rate over the quota,
-the answer reports Kafka's throttle time, ``(rate - quota) / quota * window``,
-in ``throttle_time_ms`` and leaves at once, and the connection is muted for that
-time (:class:`Mute`: its reader reads no further request until then), as Kafka
-answers and mutes a throttled channel (KIP-219).  No request thread waits for a
-throttle, so throttled clients cannot take the request pool from the others.  A
-parked request (a long-poll Fetch) is metered when its answer is ready.  Clients
-without a quota cost one dictionary lookup.
+(bytes of Fetch records answered) and ``request_percentage`` (KIP-124: the CPU
+time the request handlers take on request threads, in percent of one thread; a
+Produce's wait for its commit is not charged, as Kafka's purgatory wait is not).
+Each (quota entity, quota) has a :class:`Meter` over Kafka's window
+(``WINDOW_S``), shared as Kafka shares it: a quota set on a user counts all that
+user's client ids together, one on a client id all its users
+(:func:`~sparklog.security.quotas.resolve_shared`); when a request takes the
+rate over the quota, the answer reports Kafka's throttle time,
+``(rate - quota) / quota * window``, in ``throttle_time_ms`` and leaves at once,
+and the connection is muted for that time (:class:`Mute`: its reader reads no
+further request until then), as Kafka answers and mutes a throttled channel
+(KIP-219).  No request thread waits for a throttle, so throttled clients cannot
+take the request pool from the others.  A parked request (a long-poll Fetch) is
+metered when its answer is ready.  Clients without a quota cost one dictionary
+lookup.
 """
 
 from __future__ import annotations
@@ -183,9 +186,12 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
         shared_user, shared_client = resolved[key][1]
         return manager.meter(shared_user, shared_client, key)
 
-    started = time.monotonic()
+    # request_percentage meters the CPU time the handler takes on this request thread,
+    # not its wall time: a Produce waits here for its commit (Kafka parks it in its
+    # purgatory, uncharged), and a thread waiting for the GIL is not working for it
+    started_cpu_s = time.thread_time()
     response = call()
-    elapsed_ms = (time.monotonic() - started) * 1000
+    handler_cpu_ms = (time.thread_time() - started_cpu_s) * 1000
     manager: QuotaManager = ctx.listener.quotas
 
     def throttled(answer: Any) -> Any:
@@ -200,11 +206,11 @@ def run(ctx: Any, request: Any, call: Any) -> Any:
             used = meter("consumer_byte_rate")
             throttle_ms = max(throttle_ms, used.record(size, limits["consumer_byte_rate"]))
         if "request_percentage" in limits:
-            # percent of one thread: 100 = 1000 ms of handler time per second (a parked
+            # percent of one thread: 100 = 1000 ms of handler CPU time per second (a parked
             # request's handler time, not its wait)
             used = meter("request_percentage")
             quota_ms_per_s = limits["request_percentage"] * 10
-            throttle_ms = max(throttle_ms, used.record(elapsed_ms, quota_ms_per_s))
+            throttle_ms = max(throttle_ms, used.record(handler_cpu_ms, quota_ms_per_s))
         if throttle_ms <= 0:
             return answer
         mute: Mute | None = getattr(ctx, "mute", None)

@@ -131,6 +131,11 @@ class KafkaListener:
             config.max_connections_per_principal,
         )
         self.creation_rate = limits.CreationRate(config.max_connection_creation_rate)
+        #: a principal's requests handled at once (queued_max_requests_per_principal; 0: a
+        #: quarter of the request threads): more wait unread in its own connections
+        self.principal_requests = limits.PrincipalRequests(
+            int(config.queued_max_requests_per_principal) or max(1, int(config.num_io_threads) // 4)
+        )
         #: KIP-612's per-IP connection_creation_rate (client quotas on ip entities); a
         #: connection past it is held unread for its throttle time, then closed
         self.ip_creation = quotas.IpConnectionQuota()
@@ -367,6 +372,12 @@ class KafkaListener:
                     continue
                 if not self._admit_principal(conn, peer, session):
                     break
+                # the principal's share of the request pool: while it has its cap of
+                # requests being handled, this one waits here and the socket stays unread
+                capped = None if session.principal in self._uncapped else session.principal
+                if not self.principal_requests.take(capped, self._stopping):
+                    self.queued_bytes.give(held)
+                    break
                 turn = None
                 if frame[:2] == b"\x00\x00":  # Produce: appended in the order sent
                     turn = last_produce = ProduceTurn(last_produce)
@@ -374,7 +385,7 @@ class KafkaListener:
                 # by the request thread, or later by a parked request's continuation
                 future: Future[bytes | None] = Future()
                 self.requests.submit(
-                    self._handle_in_order, frame, turn, held, session, future, mute
+                    self._handle_in_order, frame, turn, held, session, future, mute, capped
                 )
                 last = future
                 while not closed.is_set():
@@ -430,10 +441,12 @@ class KafkaListener:
         session: Any,
         answer: Future[bytes | None],
         mute: quotas.Mute | None = None,
+        capped: str | None = None,
     ) -> None:
         """Handle one request on a request thread and fill its ``answer`` slot; a parked
         request (a JoinGroup waiting for its rebalance) fills it later, from the
-        continuation that completes it, and this thread returns to the pool at once."""
+        continuation that completes it, and this thread returns to the pool at once
+        (giving back ``capped``'s slot: a parked request holds no thread)."""
         try:
             result = self.dispatch_frame(frame, turn, session, mute)
         except BaseException as exc:
@@ -441,6 +454,7 @@ class KafkaListener:
             return
         finally:
             self.queued_bytes.give(held)
+            self.principal_requests.give(capped)
             if turn is not None:
                 turn.finish()
         if isinstance(result, Future):
