@@ -302,7 +302,7 @@ class BrokerConfig:
         ),
     )
     journal_records: bool = field(
-        default=False,
+        default=True,
         metadata=about(
             "Journal the records this broker's produce path commits (format 3: one journal "
             "commit per flush for every shard it touched, folded into each shard's log every "

@@ -46,11 +46,12 @@ def test_stale_writer_refreshes_before_out_of_order(tmp_path) -> None:
 
 
 def test_lost_commit_answer_is_retried_not_failed(proxied_s3: ProxiedS3) -> None:
-    """The commit PUT is applied but its answer lost: the same batch is retried and found."""
+    """The commit PUT is applied but its answer lost: the same batch is retried and found
+    (format 2's shard-log commit; the journal's: the next test)."""
     options = proxied_s3.storage_options(request_timeout_ms=3_000)
     options["config_kwargs"] = {"retries": {"max_attempts": 1}}  # no hidden retry below us
     with (
-        inproc_broker(proxied_s3.root, storage_options=options) as (_, loc),
+        inproc_broker(proxied_s3.root, storage_options=options, journal_records=False) as (_, loc),
         BrokerClient(loc, retry_timeout_ms=30_000) as client,
     ):
         client.create_topic("t", 1)
