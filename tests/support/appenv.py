@@ -1,7 +1,7 @@
-"""Virtual environments for the applications the Kafka tests run (Quix Streams), apart from
-the project's own: their pins conflict with constraints.txt (quixstreams caps confluent-kafka
-below 2.13, the project pins 2.16.1), and an application run as a subprocess needs only its
-own packages.
+"""Virtual environments for the applications the Kafka tests run (Quix Streams, Faust),
+apart from the project's own: their pins conflict with constraints.txt (quixstreams caps
+confluent-kafka below 2.13, the project pins 2.16.1; faust-streaming caps click below 8.4,
+the project pins 8.5.1), and an application run as a subprocess needs only its own packages.
 
 ``app_python(requirements)`` makes ``build/apps/<stem>`` from a committed requirements file
 of exact pins (``pip install -r``, from PyPI) on first use, again whenever that file
