@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.appenv import app_python
+from tests.support.appenv import AppProcesses, app_python
 from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
@@ -104,26 +104,15 @@ def summary(state: dict[str, Any]) -> str:
 @pytest.fixture
 def app_runs(faust_python: pathlib.Path, brokers: Cluster, tmp_path) -> Iterator[Any]:
     """Starts faust_table.py with a data folder of its own; every run stopped at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    runs = AppProcesses(faust_python, APPS / "faust_table.py", tmp_path)
 
     def start(source: str, app_id: str, guarantee: str, fix: str, name: str) -> AppRun:
         dump = tmp_path / f"{name}.json"
         args = [brokers.kafka_bootstrap, source, app_id, str(tmp_path / name), guarantee]
-        with open(tmp_path / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(
-                [str(faust_python), str(APPS / "faust_table.py"), *args, str(dump), fix],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-            )
-        started.append(process)
-        return AppRun(process, dump)
+        return AppRun(runs.start(name, [*args, str(dump), fix]), dump)
 
     yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    runs.stop_all()
 
 
 @pytest.mark.slow
