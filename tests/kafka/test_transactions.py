@@ -383,6 +383,18 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(brokers: Cluster) 
     assert [t for t in from_root if t["transactional_id"] == "t-hang"] == [
         t for t in listed if t["transactional_id"] == "t-hang"
     ]
+    # ListOffsets latest, read_committed: the last stable offset, as Kafka's (a
+    # read_committed consumer's end_offsets; the high watermark before)
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    hang_0 = KafkaTopicPartition("hang", 0)
+    for level, end in (("read_committed", 0), ("read_uncommitted", 1)):
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=level)
+        try:
+            assert reader.end_offsets([hang_0]) == {hang_0: end}, level
+        finally:
+            reader.close()
     # consume -e read_committed stops at the last stable offset the open transaction holds
     # (it waited for the end, which no read_committed reader passes, for ever before)
     held = ["consume", "hang", "--from-beginning", "-e", "--isolation-level", "read_committed"]
