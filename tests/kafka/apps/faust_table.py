@@ -15,7 +15,7 @@ The static member id lets a restarted instance take the killed member's partitio
 waiting out its session.
 
 Usage: python faust_table.py BOOTSTRAP SOURCE APP_ID DATA_DIR GUARANTEE DUMP FIX
-(FIX: commit-what-was-written, or as-released)
+(FIX: exactly-once-fixed, or as-released)
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ PARTITIONS = 2
 EVENT_OR_COMMIT = asyncio.Lock()
 
 
-def commit_exactly_what_was_written() -> None:
-    """The fix this app applies to Faust 0.15.3's exactly_once commit, so that each
-    transaction commits the offsets of exactly the events whose table writes it holds
-    (docs/broker.md, "Faust's exactly_once").
+def fix_exactly_once() -> None:
+    """The fixes this app applies to Faust 0.15.3's exactly_once: each transaction commits
+    the offsets of exactly the events whose table writes it holds, and the recovery learns
+    each changelog's end (docs/broker.md, "Faust's exactly_once").
 
     As released, Faust's commit runs beside its agents: it takes the acked offsets, then
     (awaiting TxnOffsetCommit and EndTxn) the agents go on handling events, and their table
@@ -50,6 +50,7 @@ def commit_exactly_what_was_written() -> None:
     write of an event whose offset it does not commit (after a kill the event is handled
     again: counted twice). Here an offset commit waits for the event being handled, drains
     Faust's buffer, and commits; the agent acks each event before it lets a commit run.
+    And its recovery asks the brokers for a changelog's end no Fetch has told it yet.
     """
     from faust.transport.consumer import Consumer
 
@@ -62,11 +63,29 @@ def commit_exactly_what_was_written() -> None:
 
     Consumer.force_commit = commit_alone  # type: ignore[method-assign]
 
+    # Faust's exactly_once recovery takes each changelog's end from aiokafka's
+    # last_stable_offset, which is None until a Fetch of that partition has been answered:
+    # right after an assignment Faust reads that as -1 (an empty changelog) and skips the
+    # recovery, so the table starts empty. Ask the brokers (ListOffsets, read_committed)
+    # for the partitions no Fetch has answered yet.
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    highwaters = AIOKafkaConsumerThread._highwaters
+
+    async def highwaters_asked(self, partitions):  # type: ignore[no-untyped-def]
+        found = dict(await highwaters(self, partitions))
+        unknown = [tp for tp, offset in found.items() if offset is None]
+        if unknown:
+            found.update(await self._ensure_consumer().end_offsets(unknown))
+        return found
+
+    AIOKafkaConsumerThread._highwaters = highwaters_asked  # type: ignore[method-assign]
+
 
 def main() -> None:
     bootstrap, source, app_id, data_dir, guarantee, dump, fix = sys.argv[1:8]
-    if fix == "commit-what-was-written":
-        commit_exactly_what_was_written()
+    if fix == "exactly-once-fixed":
+        fix_exactly_once()
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
