@@ -28,7 +28,12 @@ from rich.rule import Rule
 from rich.table import Table
 
 from sparklog.clock import now_ms
-from sparklog.spark.local_session import is_worker_timeout, timed_out, worker_timeout_line
+from sparklog.spark.local_session import (
+    first_lines,
+    is_worker_timeout,
+    timed_out,
+    worker_timeout_line,
+)
 
 T = TypeVar("T")
 
@@ -333,7 +338,7 @@ class Demo:
                 if failure is not None:
                     if is_worker_timeout(str(failure)):
                         raise WorkerTimeout(str(failure))
-                    raise DemoError(f"streaming query failed: {_first_lines(failure)}")
+                    raise DemoError(f"streaming query failed: {first_lines(failure)}")
                 if time.monotonic() > deadline:
                     raise DemoError(
                         f"the query emitted {self.output_views(spark):,} of "
@@ -501,17 +506,6 @@ def retry_on_worker_timeout(run: Callable[[], T], on_retry: Callable[[], None]) 
     raise AssertionError("unreachable")
 
 
-def _first_lines(exc: BaseException) -> str:
-    """The head of an error's message (a JVM error's first lines, not its stack)."""
-    lines: list[str] = []
-    for line in str(exc).strip().splitlines():
-        if line.lstrip().startswith("at ") or len(lines) == 3:
-            break
-        lines.append(line.strip())
-    text = " ".join(lines)
-    return f"{type(exc).__name__}: {text[:500]}"
-
-
 def run_demo(root: str | None, records: int, keep: bool, console: Console | None = None) -> None:
     """Run every step; raise DemoError naming the step that failed."""
     console = console or Console()
@@ -543,7 +537,7 @@ def run_demo(root: str | None, records: int, keep: bool, console: Console | None
                 f"step {demo.step_no} failed: {worker_timeout_line(spark_log)}"
             ) from exc
         raise DemoError(
-            f"step {demo.step_no} failed: {_first_lines(exc)} (Spark's log: {spark_log})"
+            f"step {demo.step_no} failed: {first_lines(exc)} (Spark's log: {spark_log})"
         ) from exc
     finally:
         if spark is not None:

@@ -41,12 +41,19 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _offset_for(broker: BrokerView, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) Kafka answers for one ListOffsets partition."""
+def _offset_for(
+    broker: BrokerView, topic: str, partition: int, timestamp: int, read_committed: bool
+) -> tuple[int, int]:
+    """(offset, timestamp) Kafka answers for one ListOffsets partition; the latest offset
+    of a read_committed request is the last stable offset, as Kafka's (what a
+    read_committed consumer's ``end_offsets`` gives: the end it can read to)."""
     if consumer_offsets.is_topic(topic):
         return consumer_offsets.list_offset(broker, partition, timestamp)
     if timestamp == LATEST:
-        return broker.list_offsets(topic, partition, "latest"), -1
+        end = broker.list_offsets(topic, partition, "latest")
+        if read_committed:  # an empty read_committed fetch at the end answers the LSO
+            end = broker.fetch(topic, partition, end, 1, 0, isolation_level="read_committed")[1]
+        return end, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return broker.list_offsets(topic, partition, "earliest"), -1
     if timestamp == LATEST_TIERED:
@@ -86,12 +93,20 @@ def handle_list_offsets(ctx: HandlerContext, request: ListOffsetsRequest) -> Lis
     cls = load_response_schema(2, ctx.api_version)
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    read_committed = getattr(request, "isolation_level", 0) == 1  # v2+
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             error, _, found = outcome(
-                partial(_offset_for, ctx.broker, t.name, p.partition_index, p.timestamp)
+                partial(
+                    _offset_for,
+                    ctx.broker,
+                    t.name,
+                    p.partition_index,
+                    p.timestamp,
+                    read_committed,
+                )
             )
             offset, stamp = (-1, -1) if error else found
             parts.append(

@@ -25,7 +25,12 @@ import typer
 
 from sparklog.cli.output import print_json, print_table, say
 from sparklog.cli.state import state
-from sparklog.errors import ConnectorConfigError, ConnectorError, InvalidConfigurationError
+from sparklog.errors import (
+    ConnectorConfigError,
+    ConnectorError,
+    InvalidConfigurationError,
+    SparklogError,
+)
 
 connect_app = typer.Typer(
     no_args_is_help=True,
@@ -168,7 +173,13 @@ def _run_delta_sink(
     from sparklog.connect import state as connector_state
     from sparklog.connect.sink_progress import SinkProgress
     from sparklog.spark.delta_sink import DeltaForeachBatch, delta_sink_session, start_delta_sink
-    from sparklog.spark.local_session import log_size, timed_out, worker_timeout_line
+    from sparklog.spark.local_session import (
+        failure_line,
+        log_failure,
+        log_size,
+        timed_out,
+        worker_timeout_line,
+    )
 
     root = _root(ctx)
     topic, table = settings["topic"], settings["table"]
@@ -227,10 +238,17 @@ def _run_delta_sink(
     def work(stop: threading.Event) -> str:
         try:
             return _land(stop)
+        except SparklogError:
+            raise  # the sink's own errors are one line already
         except Exception as exc:
             if timed_out(exc, spark_log, log_start):
                 raise ConnectorError(f"{name}: {worker_timeout_line(spark_log)}") from exc
-            raise
+            # Spark's failure (a Py4J error, a failed streaming query) carries the Java
+            # stack and the query plan: one line here, all of it in Spark's log
+            log_failure(spark_log, exc)
+            raise ConnectorError(
+                f"{name}: Spark failed: {failure_line(exc)} (all of it in Spark's log: {spark_log})"
+            ) from exc
 
     def _land(stop: threading.Event) -> str:
         spark = delta_sink_session(f"sparklog-{name}", spark_log)

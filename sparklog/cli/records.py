@@ -326,7 +326,8 @@ def consume(
         False,
         "--exit-at-end",
         "-e",
-        help="Stop when every partition is read to the end it had at start (kcat -e)",
+        help="Stop when every partition is read to the end it had at start (kcat -e); "
+        "read_committed: or to its last stable offset (an open transaction holds it)",
     ),
     fmt: str = typer.Option("value", "--format", metavar="FORMAT", help="value, key-value or json"),
     format_string: str | None = typer.Option(
@@ -443,7 +444,7 @@ def consume(
             _position(consumer, tps, offset, start_ms, from_beginning)
         idle_since = time.monotonic()
         while max_messages is None or seen < max_messages:
-            if exit_at_end and _at_end(consumer, ends):
+            if exit_at_end and _at_end(consumer, ends, level == "read_committed"):
                 break
             left = None if max_messages is None else max_messages - seen
             records = consumer.poll_records(timeout_ms=200, max_records=min(left or 500, 500))
@@ -495,15 +496,26 @@ def reader_gone(stream: Any) -> bool:
         return False
 
 
-def _at_end(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
-    """True once every assigned partition's position reached its end offset at start."""
+def _at_end(consumer: Consumer, ends: dict[TopicPartition, int], read_committed: bool) -> bool:
+    """True once every assigned partition's position reached its end offset at start, or,
+    read_committed, the last stable offset its last fetch reported (kcat -e's end then): a
+    transaction left open holds that below the end, and no read_committed reader passes it.
+    """
     assigned = consumer.assignment()
     if not assigned:
         return False
     new = [tp for tp in assigned if tp not in ends]
     if new:
         ends.update(consumer.end_offsets(new))
-    return all(consumer.position(tp) >= ends[tp] for tp in assigned)
+
+    def done(tp: TopicPartition) -> bool:
+        position = consumer.position(tp)
+        if position >= ends[tp]:
+            return True
+        stable = consumer.highwater(tp) if read_committed else None
+        return stable is not None and position >= stable
+
+    return all(done(tp) for tp in assigned)
 
 
 def _position(

@@ -11,7 +11,10 @@ Three things a person running those commands should not have to know about Spark
   (whose JVM, already started, keeps its settings).
 * Spark's Python-worker start-up timeout (a worker must connect back within 10 s,
   hard-coded in Spark; docs/spark.md) becomes one line saying what happened and
-  what to do, with :func:`worker_timeout_line`.
+  what to do, with :func:`worker_timeout_line`; any other failure of Spark's
+  becomes the head of its message (:func:`first_lines`), its whole text and
+  traceback appended to the log (:func:`log_failure`), not a Java stack on the
+  terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,3 +149,45 @@ def _text(exc: BaseException) -> str:
         parts.append(str(current))
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
+
+
+def first_lines(exc: BaseException) -> str:
+    """The head of an error's message: its type and first three non-blank lines, up to a
+    JVM stack frame (a Spark error's message holds the Java stack and the query plan)."""
+    lines: list[str] = []
+    for line in str(exc).strip().splitlines():
+        if line.lstrip().startswith("at ") or len(lines) == 3:
+            break
+        if line.strip():
+            lines.append(line.strip())
+    text = " ".join(lines)
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a failure of Spark's: the Python error a foreachBatch function or a
+    Python worker raised, where Spark's message wraps one (a failed streaming query says
+    ``[STREAM_FAILED] ... Traceback ...``: the line that matters is that traceback's
+    last), else :func:`first_lines`."""
+    marker = "Traceback (most recent call last):"
+    text = str(exc)
+    if marker not in text:
+        return first_lines(exc)
+    lines = text[text.rindex(marker) + len(marker) :].splitlines()
+    for index, line in enumerate(lines):
+        if not line.strip() or line[0].isspace() or ": " not in line + " ":
+            continue  # a frame, its source line, or a blank
+        kind, _, message = line.partition(":")
+        message = message.strip()
+        if not message:  # Spark's errors put their text on the next line
+            message = next((rest.strip() for rest in lines[index + 1 :] if rest.strip()), "")
+        return f"{kind.rsplit('.', 1)[-1]}: {message[:500]}"
+    return first_lines(exc)
+
+
+def log_failure(log_path: str, exc: BaseException) -> None:
+    """Appends ``exc``'s whole traceback (its Java stack and query plan included) to the
+    log at ``log_path``, so the one line a command prints loses nothing."""
+    with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as log:
+        log.write("sparklog: the command failed with:\n")
+        log.write("".join(traceback.format_exception(exc)))

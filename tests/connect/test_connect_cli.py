@@ -158,3 +158,30 @@ def test_delta_sink_names_sparks_python_worker_timeout_in_one_line(
         f"error: delta-events: {worker_timeout_line(str(spark_log))}",
     ], done.stderr[-3000:]
     assert "log4j" in spark_log.read_text()  # Spark's own lines went to its log
+
+
+@pytest.mark.slow
+def test_delta_sink_names_a_spark_failure_in_one_line(tmp_path: Path) -> None:
+    """A query that Spark fails (here a --value-schema Spark's DDL parser refuses in the
+    first batch) ends the command with Spark's log's name and one error line naming the
+    Python error Spark wrapped: no Python traceback, no Java stack, no query plan on the
+    terminal; all of it goes to Spark's log."""
+    root = tmp_path / "root"
+    open_root(str(root), create=True).create_topic("events", 1)
+    spark_log = tmp_path / "spark.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "-a", str(root), "connect", "delta-sink",
+         "--topic", "events", "--table", str(tmp_path / "t"), "--once",
+         "--value-format", "json", "--value-schema", "id INT,,",
+         "--spark-log", str(spark_log)],
+        capture_output=True, text=True, cwd=REPO, env=classic_env(), check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        f"delta-events: Spark's log: {spark_log}",
+        "error: delta-events: Spark failed: ParseException: [PARSE_SYNTAX_ERROR] Syntax error "
+        "at or near ','. SQLSTATE: 42601 (line 1, pos 7) (all of it in Spark's log: "
+        f"{spark_log})",
+    ], done.stderr[-3000:]
+    logged = spark_log.read_text()
+    assert "StreamingQueryException" in logged and "== SQL ==" in logged  # nothing lost

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.appenv import app_python
+from tests.support.appenv import AppProcesses, app_python
 from tests.support.brokers import Cluster
 from tests.support.waiting import wait_for
 
@@ -128,24 +128,14 @@ def input_left(bootstrap: str) -> int:
 @pytest.fixture
 def app_runs(quix_python: pathlib.Path, brokers: Cluster, tmp_path) -> Iterator[Any]:
     """Starts quix_count.py with a state folder of its own; every run stopped at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    runs = AppProcesses(quix_python, APPS / "quix_count.py", tmp_path)
 
     def start(state: str) -> subprocess.Popen[bytes]:
         args = [brokers.kafka_bootstrap, SOURCE, SINK, GROUP, str(tmp_path / state)]
-        with open(tmp_path / f"{state}.log", "wb") as log:
-            run = subprocess.Popen(
-                [str(quix_python), str(APPS / "quix_count.py"), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        started.append(run)
-        return run
+        return runs.start(state, args)
 
     yield start
-    for run in started:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+    runs.stop_all()
 
 
 @pytest.mark.slow

@@ -340,12 +340,12 @@ def test_sparklog_consumer_isolation_levels_over_flight_and_embedded(brokers: Cl
     producer.abort_transaction(30)
 
 
-def _cli(*args: str) -> str:
+def _cli(*args: str, timeout_s: float = 120) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "sparklog.cli", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         env={k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")},
     )
     assert proc.returncode == 0, proc.stderr
@@ -356,7 +356,14 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(brokers: Cluster) 
 
     bootstrap = brokers.kafka_bootstrap
     create(bootstrap, "hang", 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-hang"})
+    producer = Producer(
+        # a timeout no step of the test reaches: the transaction hangs until aborted below
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "t-hang",
+            "transaction.timeout.ms": 600000,
+        }
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce("hang", value=b"hanging")
@@ -376,6 +383,22 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(brokers: Cluster) 
     assert [t for t in from_root if t["transactional_id"] == "t-hang"] == [
         t for t in listed if t["transactional_id"] == "t-hang"
     ]
+    # ListOffsets latest, read_committed: the last stable offset, as Kafka's (a
+    # read_committed consumer's end_offsets; the high watermark before)
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    hang_0 = KafkaTopicPartition("hang", 0)
+    for level, end in (("read_committed", 0), ("read_uncommitted", 1)):
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=level)
+        try:
+            assert reader.end_offsets([hang_0]) == {hang_0: end}, level
+        finally:
+            reader.close()
+    # consume -e read_committed stops at the last stable offset the open transaction holds
+    # (it waited for the end, which no read_committed reader passes, for ever before)
+    held = ["consume", "hang", "--from-beginning", "-e", "--isolation-level", "read_committed"]
+    assert _cli("--address", brokers.address, *held, timeout_s=30).split() == []
     aborted = json.loads(_cli(*address, "transactions", "abort", "t-hang"))
     assert aborted["state"] == "CompleteAbort"
     values, positions = read_all(bootstrap, "hang", 1, "read_committed")

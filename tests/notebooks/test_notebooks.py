@@ -90,6 +90,8 @@ def test_notebook_shows_what_it_teaches(path, tmp_path, monkeypatch):
         assert "high watermark" in tables and "<table" in tables  # partitions as a table
         assert "PartitionInfo(" not in texts and "Description(" not in texts
         assert "linger_ms=50 wrote" in texts
+        # the producer's first and last minutes are partial: left out of the plot, said so
+        assert "left out, as partial: " in texts and "records)" in texts
         assert "nb-readers" in texts and "total lag" in texts
     elif path.stem.startswith("02"):
         assert len(images) == 1  # the lag falling while the query runs

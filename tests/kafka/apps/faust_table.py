@@ -1,0 +1,140 @@
+"""A Faust application with two tables backed by changelog topics, run by
+tests/kafka/test_compat_faust.py in its own venv (tests/kafka/apps/faust-requirements.txt).
+
+It reads records keyed by a short key with the record's number as its value, and keeps two
+tables in memory (``store="memory://"``), so a restarted instance has nothing but what it
+rebuilds from their changelog topics:
+
+- ``seen``: record number -> key, one entry per record; idempotent, so at_least_once's
+  replay of what came after the last offset commit changes nothing;
+- ``counts``: key -> records of that key; exact only under exactly_once.
+
+Every half second it writes both tables, its source partitions' positions and whether its
+table recovery has finished to DUMP as JSON (a whole file, replaced), which the test reads.
+The static member id lets a restarted instance take the killed member's partitions without
+waiting out its session.
+
+Usage: python faust_table.py BOOTSTRAP SOURCE APP_ID DATA_DIR GUARANTEE DUMP FIX
+(FIX: exactly-once-fixed, or as-released)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import faust
+
+#: how often the tables are written to DUMP
+DUMP_INTERVAL_S = 0.5
+PARTITIONS = 2
+
+
+#: held by the agent while it handles one event and by every offset commit (the fix)
+EVENT_OR_COMMIT = asyncio.Lock()
+
+
+def fix_exactly_once() -> None:
+    """The fixes this app applies to Faust 0.15.3's exactly_once: each transaction commits
+    the offsets of exactly the events whose table writes it holds, and the recovery learns
+    each changelog's end (docs/broker.md, "Faust's exactly_once").
+
+    As released, Faust's commit runs beside its agents: it takes the acked offsets, then
+    (awaiting TxnOffsetCommit and EndTxn) the agents go on handling events, and their table
+    writes, queued in Faust's own ProducerBuffer (``send_soon``), reach the transactional
+    producer whenever that buffer drains. So a transaction can commit an event's offset
+    while its changelog write is still queued (the write lands in the next transaction;
+    killed before that one commits, the update is lost: the table is short), or carry the
+    write of an event whose offset it does not commit (after a kill the event is handled
+    again: counted twice). Here an offset commit waits for the event being handled, drains
+    Faust's buffer, and commits; the agent acks each event before it lets a commit run.
+    And its recovery asks the brokers for a changelog's end no Fetch has told it yet.
+    """
+    from faust.transport.consumer import Consumer
+
+    force_commit = Consumer.force_commit
+
+    async def commit_alone(self, topics=None, start_new_transaction=True):  # type: ignore[no-untyped-def]
+        async with EVENT_OR_COMMIT:
+            await self.app.producer.flush()
+            return await force_commit(self, topics, start_new_transaction=start_new_transaction)
+
+    Consumer.force_commit = commit_alone  # type: ignore[method-assign]
+
+    # Faust's exactly_once recovery takes each changelog's end from aiokafka's
+    # last_stable_offset, which is None until a Fetch of that partition has been answered:
+    # right after an assignment Faust reads that as -1 (an empty changelog) and skips the
+    # recovery, so the table starts empty. Ask the brokers (ListOffsets, read_committed)
+    # for the partitions no Fetch has answered yet.
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    highwaters = AIOKafkaConsumerThread._highwaters
+
+    async def highwaters_asked(self, partitions):  # type: ignore[no-untyped-def]
+        found = dict(await highwaters(self, partitions))
+        unknown = [tp for tp, offset in found.items() if offset is None]
+        if unknown:
+            found.update(await self._ensure_consumer().end_offsets(unknown))
+        return found
+
+    AIOKafkaConsumerThread._highwaters = highwaters_asked  # type: ignore[method-assign]
+
+
+def main() -> None:
+    bootstrap, source, app_id, data_dir, guarantee, dump, fix = sys.argv[1:8]
+    if fix == "exactly-once-fixed":
+        fix_exactly_once()
+    app = faust.App(
+        app_id,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        datadir=data_dir,
+        web_enabled=False,
+        processing_guarantee=guarantee,
+        topic_partitions=PARTITIONS,
+        topic_replication_factor=1,
+        broker_commit_interval=0.5,
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=0.5,
+        consumer_group_instance_id=f"{app_id}-member",
+        consumer_auto_offset_reset="earliest",
+    )
+    source_topic = app.topic(
+        source, key_serializer="raw", value_serializer="raw", partitions=PARTITIONS
+    )
+    seen = app.Table("seen", default=str, partitions=PARTITIONS)
+    counts = app.Table("counts", default=int, partitions=PARTITIONS)
+
+    @app.agent(source_topic)
+    async def keep(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            async with EVENT_OR_COMMIT:
+                key = event.key.decode()
+                seen[event.value.decode()] = key
+                counts[key] += 1
+                await stream.ack(event)
+
+    @app.timer(DUMP_INTERVAL_S)
+    async def write_dump() -> None:
+        positions = {}
+        for tp in app.consumer.assignment():
+            if tp.topic == source:
+                positions[tp.partition] = app.consumer._committed_offset.get(tp)
+        state = {
+            "recovered": app.tables.recovery.completed.is_set(),
+            "seen": dict(seen.items()),
+            "counts": dict(counts.items()),
+            "committed": positions,
+        }
+        with open(dump + ".tmp", "w") as out:
+            json.dump(state, out)
+        os.replace(dump + ".tmp", dump)
+
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "INFO", "--without-web"]
+    app.main()
+
+
+if __name__ == "__main__":
+    main()
