@@ -26,6 +26,12 @@ from sparklog.storage.topic_info import TopicInfo, value_type_from_text, value_t
 
 log = logging.getLogger("sparklog.broker_lite.broker")
 
+#: shards per registered broker of a topic created without ``commit.shards`` by a broker
+#: journalling its records (format 3: a shard costs a fold per ``fold_interval_ms``, not a
+#: commit per flush; issue 36 item 3: a dead broker's shards spread over the survivors,
+#: a joining broker takes a share of every topic)
+SHARDS_PER_BROKER = 4
+
 
 class AdminCalls:
     """Metadata from memory; topic creation, changes and deletion; DeleteRecords."""
@@ -185,6 +191,7 @@ class AdminCalls:
                 created_by=created_by,
                 # the caps are checked in the commit, so racing creates cannot pass them
                 admit=topic_caps.on_create(self.state.config, created_by, partitions),
+                shards_per_broker=SHARDS_PER_BROKER if self.state.config.journal_records else 1,
             )
         )
         self.state.forget_topic(name)

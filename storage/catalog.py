@@ -191,6 +191,7 @@ class LogRoot:
         live_brokers: int | None = None,
         created_by: str | None = None,
         admit: Callable[[MetadataImage], None] | None = None,
+        shards_per_broker: int = 1,
     ) -> TopicInfo:
         """Create a topic; TopicAlreadyExistsError if a live topic has the name.
 
@@ -200,7 +201,11 @@ class LogRoot:
         on the root, at least 1), as Kafka accepts it, and stored to be reported back.
         ``created_by``: the principal a broker created it for (its per-principal caps).
         ``admit(image)`` may refuse the topic on the image it is added to, inside the
-        commit: two creates racing each see the other's topic (a cap they share holds)."""
+        commit: two creates racing each see the other's topic (a cap they share holds).
+        Without ``commit.shards`` the topic gets ``shards_per_broker`` shards per
+        registered broker, at most one per partition (a broker journalling its records
+        asks for 4: a shard then costs no commit per flush, and finer shards spread a
+        dead broker's work over the survivors and give a joining broker a share)."""
         parsed = self.check_new_topic(name, partitions, config)
         if value_type is not None and not _is_struct(value_type):
             raise InvalidConfigurationError(
@@ -234,10 +239,9 @@ class LogRoot:
             if created_by is not None:
                 doc["created_by"] = created_by
             if "commit.shards" not in parsed:
-                # one shard per registered broker (at most one per partition), so the
-                # partitions' leaders spread over the cluster as Kafka's do, while a
-                # broker's flush still commits once per shard it leads
-                shards = max(1, min(partitions, live))
+                # shards_per_broker per registered broker (at most one per partition), so
+                # the partitions' leaders spread over the cluster as Kafka's do
+                shards = max(1, min(partitions, shards_per_broker * live))
                 if shards > 1:  # (1 is the default: the config stays as the user gave it)
                     config = {**doc["config"], "commit.shards": shards}
                     return [topic_record({**doc, "config": config})]

@@ -165,8 +165,9 @@ TOPIC_CONFIG_KEYS: dict[str, Setting] = {
             "commit.shards",
             1,
             "How many shard logs the partitions share (partition p in shard p mod shards); each "
-            "shard has one leader broker. Default: one per registered broker when the topic is "
-            "created (at most one per partition; 1 on a root no broker serves); fixed at creation",
+            "shard has one leader broker. Default: four per registered broker when a broker "
+            "journalling its records creates the topic, one per registered broker otherwise "
+            "(at most one per partition; 1 on a root no broker serves); fixed at creation",
             _int(1),
             "INT",
         ),

@@ -192,9 +192,10 @@ def topics_create(
     """Create a topic. The first topic of a root also creates the root.
 
     Leaders: partition p is in shard p mod commit.shards, and each shard has one
-    leader broker. By default a topic gets one shard per broker registered when
-    it is created (at most one per partition), so its leaders spread over the
-    brokers; set --config commit.shards=N to choose (fixed at creation).
+    leader broker. By default a topic a broker creates gets four shards per broker
+    registered then (one per broker with journal_records off; at most one per
+    partition), so its leaders spread over the brokers and a dead broker's spread
+    over the survivors; set --config commit.shards=N to choose (fixed at creation).
     """
     name = one_topic(topic, topic_option)
     st = state(ctx)

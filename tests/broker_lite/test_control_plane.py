@@ -105,25 +105,37 @@ def test_metadata_is_answered_while_the_store_is_unreachable(tmp_path, faulty_s3
 
 @pytest.mark.slow
 def test_a_new_topic_spreads_its_leaders_over_every_live_broker(tmp_path) -> None:
-    """Three brokers, a topic of 12 partitions with the defaults: one shard per broker, each
-    broker leads four partitions (commit.shards defaulted to 1 before: one broker led all)."""
+    """Three brokers, a topic of 12 partitions with the defaults: four shards per broker
+    (format 3), each broker leads four partitions (commit.shards defaulted to 1 before:
+    one broker led all). Issue 36 item 3: when one dies its shards spread over both
+    survivors (6 and 6, not 8 and 4 as whole shards of one per broker did), and a broker
+    that joins takes a share of the topic."""
     cluster = Cluster(tmp_path, f"file://{tmp_path}/root")
-    try:
-        for broker_id in (1, 2, 3):
-            # a lease timeout a loaded machine cannot miss: no broker fenced by mistake
-            cluster.start(broker_id, lease_timeout_ms=10_000)
-        cluster.wait_live(3)
-        with BrokerClient(cluster.bootstrap) as admin:
-            admin.create_topic("spread", 12)
-        for broker in cluster.brokers.values():  # every broker's view converges to the same map
-            with BrokerClient(broker.location, discover=False) as client:
+
+    def wait_spread(ids: tuple[int, ...], counts: list[int]) -> None:
+        for broker_id in ids:  # every broker's view converges to the same map
+            location = cluster.brokers[broker_id].location
+            with BrokerClient(location, discover=False) as client:
 
                 def spread(client: BrokerClient = client) -> bool:
                     meta = client.metadata(["spread"])["spread"]
                     leaders = [p.leader_id for p in meta.partitions]
-                    assert meta.config["commit.shards"] == 3
-                    return sorted(leaders.count(b) for b in (1, 2, 3)) == [4, 4, 4]
+                    assert meta.config["commit.shards"] == 12
+                    return sorted(leaders.count(b) for b in ids) == counts
 
-                wait_for(spread, 30, f"broker {broker.broker_id} to see the leaders spread")
+                wait_for(spread, 60, f"broker {broker_id} to see the leaders spread over {ids}")
+
+    try:
+        for broker_id in (1, 2, 3):
+            # a lease timeout a loaded machine cannot miss: no broker fenced by mistake
+            cluster.start(broker_id, lease_timeout_ms=6_000)
+        cluster.wait_live(3)
+        with BrokerClient(cluster.bootstrap) as admin:
+            admin.create_topic("spread", 12)
+        wait_spread((1, 2, 3), [4, 4, 4])
+        cluster.kill(3)
+        wait_spread((1, 2), [6, 6])
+        cluster.start(4, lease_timeout_ms=6_000)
+        wait_spread((1, 2, 4), [4, 4, 4])
     finally:
         cluster.stop()
