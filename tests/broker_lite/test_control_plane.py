@@ -63,9 +63,9 @@ def test_an_idle_cluster_costs_o_brokers_and_lists_nothing(tmp_path, counted_s3)
                 admin.create_topic(f"t{i}", 4)
         # settle: every broker opens the logs of the shards it leads once, after start
         settled = proxy.snapshot()["PUT"]
-        wait_for(lambda: proxy.snapshot()["PUT"] >= settled + 100, 120, "the brokers to settle")
+        wait_for(lambda: proxy.snapshot()["PUT"] >= settled + 60, 120, "the brokers to settle")
         before = proxy.snapshot()
-        wait_for(lambda: proxy.snapshot()["PUT"] >= before["PUT"] + 5 * 20, 120, "100 renewals")
+        wait_for(lambda: proxy.snapshot()["PUT"] >= before["PUT"] + 5 * 12, 120, "60 renewals")
         after = proxy.snapshot()
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         assert delta.get("LIST", 0) == 0, delta

@@ -62,7 +62,7 @@ def test_silent_connections_cannot_lock_a_bystander_out(kafka_cluster: Cluster) 
     address = broker.kafka_address
     assert address is not None
     started = time.monotonic()
-    silent = [_connect(address) for _ in range(10_000)]
+    silent = [_connect(address) for _ in range(3_000)]  # 47x the cap, 3x max_connections
     try:
         bystander = Connection(address)
         assert bystander.call(API_VERSIONS).error_code == ErrorCode.none
