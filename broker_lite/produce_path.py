@@ -465,38 +465,56 @@ class ProducePath:
                     continue
                 if runs:
                     prepared.append((topic, shard, runs, states, body, finish))
-            steps = {s.log.journal_key: body for _, s, _, _, body, _ in prepared if body}
-            try:
-                landed = writer.write_shards(steps) if steps else None
-            except SparklogError as exc:
-                error: SparklogError = exc
-                if isinstance(exc, JournalSealedError):  # every shard leases again
-                    error = NotLeaderOrFollowerError(str(exc), leader_location="")
-                for _, shard, runs, _, _, _ in prepared:
-                    shard.epoch = None
-                    _fail(runs, error)
-                return
-            for topic, shard, runs, states, body, finish in prepared:
-                commit = None
-                if body is not None and landed is not None:
-                    if shard.log.journal_key in landed.revoked:  # taken by another writer
+            for attempt in range(2):
+                steps = {s.log.journal_key: body for _, s, _, _, body, _ in prepared if body}
+                try:
+                    landed = writer.write_shards(steps) if steps else None
+                except SparklogError as exc:
+                    error: SparklogError = exc
+                    if isinstance(exc, JournalSealedError):  # every shard leases again
+                        error = NotLeaderOrFollowerError(str(exc), leader_location="")
+                    for _, shard, runs, _, _, _ in prepared:
                         shard.epoch = None
-                        _fail(
-                            runs,
-                            NotLeaderOrFollowerError(
-                                f"{topic.name} shard {shard.key[2]}: revoked by another writer",
-                                leader_location="",
-                            ),
-                        )
+                        _fail(runs, error)
+                    return
+                revoked = []
+                for entry in prepared:
+                    topic, shard, runs, states, body, finish = entry
+                    commit = None
+                    if body is not None and landed is not None:
+                        if shard.log.journal_key in landed.revoked:  # by another writer
+                            revoked.append(entry)
+                            continue
+                        try:
+                            commit = shard.log.journalled(landed.ref, landed.version, body)
+                        except JournalSealedError as exc:
+                            shard.epoch = None
+                            _fail(runs, NotLeaderOrFollowerError(str(exc), leader_location=""))
+                            continue
+                    self.state.count_commit()
+                    self._resolve(topic, runs, states, finish(commit))
+                # A brokerless commit (a marker another broker's transaction coordinator
+                # wrote, the Spark sink) revoked these shards while the flush was on its way:
+                # lease them again and journal their runs once more, built on the log as that
+                # commit left it, instead of failing the producers' requests.
+                prepared = []
+                for topic, shard, runs, states, _, _ in revoked:
+                    if attempt > 0:
+                        shard.epoch = None
+                        why = f"{topic.name} shard {shard.key[2]}: revoked by another writer"
+                        _fail(runs, NotLeaderOrFollowerError(why, leader_location=""))
                         continue
                     try:
-                        commit = shard.log.journalled(landed.ref, landed.version, body)
-                    except JournalSealedError as exc:
-                        shard.epoch = None
-                        _fail(runs, NotLeaderOrFollowerError(str(exc), leader_location=""))
+                        runs, body, finish = self._stage_shard(
+                            topic, shard, runs, staged[topic.name]
+                        )
+                    except SparklogError as exc:
+                        _fail(runs, exc)
                         continue
-                self.state.count_commit()
-                self._resolve(topic, runs, states, finish(commit))
+                    if runs:
+                        prepared.append((topic, shard, runs, states, body, finish))
+                if not prepared:
+                    break
         finally:
             for shard in locked:
                 shard.lock.release()

@@ -117,3 +117,23 @@ def test_a_killed_leaders_journalled_records_survive_and_its_successor_goes_on(t
         assert sorted(seen) == everything
     finally:
         cluster.stop_all()
+
+
+def test_a_flush_meeting_a_revoke_leases_the_shard_again_and_answers(tmp_path) -> None:
+    """A brokerless commit (another broker's transaction marker, the Spark sink) revokes a
+    shard in the leader's journal while a flush is on its way: the flush journals the
+    shard again under a new lease instead of failing the producer's request."""
+    from sparklog.storage.journal import Journal
+
+    url = f"file://{tmp_path}/root"
+    open_root(url).create_topic("v", 1)
+    with inproc_broker(url, journal_records=True) as (server, _):
+        broker = server.broker
+        broker.produce("v", [(0, make_batch([b"first"]))])  # leases the shard
+        writer = broker.state.journal
+        key = f"{open_root(url).describe_topic('v').topic_id}/0"
+        Journal(writer.store, writer.ref).seal(writer.next_version, "a direct writer", [key])
+        [outcome] = broker.produce("v", [(0, make_batch([b"after"]))])
+        assert outcome.base_offset == 1
+        values = open_root(url).topic("v").partition(0).read(0).column("value").to_pylist()
+        assert values == [b"first", b"after"]
