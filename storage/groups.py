@@ -28,12 +28,12 @@ from typing import Any, NotRequired, TypedDict, cast
 from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
 from sparklog.storage.journal import (
-    ENDING_KINDS,
     Journal,
     JournalRef,
     JournalSealedError,
     JournalWriter,
     journal_steps,
+    read_versions,
 )
 from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
 from sparklog.storage.objectstore import ObjectStore
@@ -263,8 +263,6 @@ class GroupStore:
         #: this process's own journals that are retired: everything in them is folded
         self._retired: set[JournalRef] = set()
         self._journal_started = time.monotonic()
-        #: journal versions read by this process (they never change): journal -> version
-        self._journal_versions: dict[JournalRef, dict[int, Commit]] = {}
         #: fold commits written (for tests and metrics)
         self.folds = 0
 
@@ -290,28 +288,7 @@ class GroupStore:
 
     def _read_tail(self, ref: JournalRef, first: int, group: str) -> list[list[Any]]:
         """``group``'s steps in journal ``ref`` from version ``first`` to its end."""
-        journal = Journal(self.store, ref)
-        with self._lock:
-            cached = self._journal_versions.setdefault(ref, {})
-        steps: list[list[Any]] = []
-        version = first
-        while True:
-            commit = cached.get(version)
-            if commit is None:
-                commit = journal.read(version)
-                if commit is None:
-                    break
-                with self._lock:
-                    cached[version] = commit
-                    for old in [v for v in cached if v < version - 4096]:
-                        del cached[old]
-            if commit.get("kind") in ENDING_KINDS:
-                break
-            steps.extend(
-                [version, change] for change in (commit.get("groups") or {}).get(group, ())
-            )
-            version += 1
-        return steps
+        return journal_steps(read_versions(self.store, ref, first), "groups", group)
 
     def _view(self, group: str) -> GroupLogState:
         """The group's state now: its log (one probe) and the journal after it.

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -304,12 +305,16 @@ class JournalWriter:
         """Forget shard ``key``'s steps of ``ref`` up to version ``through``: a fold
         holds them (or the journal was sealed: its sealer folds them)."""
         with self._cond:
-            left = [s for s in self._unfolded.get(key, ()) if s[0] != ref or s[1] > through]
-            if left:
-                self._unfolded[key] = left
-            else:
-                self._unfolded.pop(key, None)
-                self._unfolded_since.pop(key, None)
+            self._forget_unfolded(key, ref, through)
+
+    def _forget_unfolded(self, key: str, ref: JournalRef, through: int = 1 << 62) -> None:
+        """Drop shard ``key``'s steps of ``ref`` up to ``through`` (the lock held)."""
+        left = [s for s in self._unfolded.get(key, ()) if s[0] != ref or s[1] > through]
+        if left:
+            self._unfolded[key] = left
+        else:
+            self._unfolded.pop(key, None)
+            self._unfolded_since.pop(key, None)
 
     def _flush_when_due(self, pending: _Pending) -> None:
         """Become the flusher of ``pending`` if nobody is, once the interval has passed."""
@@ -399,12 +404,7 @@ class JournalWriter:
         with self._cond:
             self._revoked |= revoked
             for key in revoked:
-                left = [s for s in self._unfolded.get(key, ()) if s[0] != ref]
-                if left:
-                    self._unfolded[key] = left
-                else:
-                    self._unfolded.pop(key, None)
-                    self._unfolded_since.pop(key, None)
+                self._forget_unfolded(key, ref)
 
     def is_revoked(self, key: str) -> bool:
         """Whether shard ``key`` was revoked in our journal since we last leased it."""
@@ -428,10 +428,7 @@ class JournalWriter:
                 self.started = time.monotonic()
                 # the sealer folded (or will fold) what the sealed journal holds
                 for key in list(self._unfolded):
-                    self._unfolded[key] = [s for s in self._unfolded[key] if s[0] != sealed.ref]
-                    if not self._unfolded[key]:
-                        del self._unfolded[key]
-                        self._unfolded_since.pop(key, None)
+                    self._forget_unfolded(key, sealed.ref)
         if self.on_sealed is not None:
             self.on_sealed(sealed.ref)
 
@@ -457,6 +454,42 @@ class JournalWriter:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+#: journal versions read by this process (they never change): (store, journal) -> versions
+_versions_cache: OrderedDict[tuple[str, JournalRef], dict[int, Commit]] = OrderedDict()
+_versions_cache_lock = threading.Lock()
+_JOURNALS_CACHED = 16
+_VERSIONS_CACHED = 4096
+
+
+def read_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple[int, Commit]]:
+    """Journal ``ref``'s versions from ``first`` to its end (the first missing version, or
+    an ending one, included), each read once per process: readers of groups and shards
+    of one journal share the reads."""
+    journal = Journal(store, ref)
+    key = (store.url, ref)
+    with _versions_cache_lock:
+        cached = _versions_cache.setdefault(key, {})
+        _versions_cache.move_to_end(key)
+        while len(_versions_cache) > _JOURNALS_CACHED:
+            _versions_cache.popitem(last=False)
+    out: list[tuple[int, Commit]] = []
+    version = max(first, 0)
+    while True:
+        commit = cached.get(version)
+        if commit is None:
+            commit = journal.read(version)
+            if commit is None:
+                return out
+            with _versions_cache_lock:
+                cached[version] = commit
+                while len(cached) > _VERSIONS_CACHED:
+                    del cached[next(iter(cached))]  # the earliest read (versions mostly rise)
+        out.append((version, commit))
+        if commit.get("kind") in ENDING_KINDS:
+            return out
+        version += 1
 
 
 def journal_steps(

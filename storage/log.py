@@ -25,8 +25,6 @@ stay importable from here.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,12 +42,12 @@ from sparklog.errors import (
 )
 from sparklog.storage import txn_markers
 from sparklog.storage.journal import (
-    ENDING_KINDS,
     Journal,
     JournalRef,
     JournalSealedError,
     JournalWriter,
     journal_steps,
+    read_versions,
 )
 from sparklog.storage.metalog import (
     DEFAULT_COMMIT_ATTEMPTS,
@@ -169,8 +167,9 @@ class ShardLog(MetaLog[ShardState]):
     # step of its broker's journal, after a ``lease`` commit naming that journal; its
     # steps are folded into the log by :meth:`fold`.  Every other handle reads the log
     # and then the leased journal's versions after the folded position (the "tail"); a
-    # direct commit that assigns offsets seals the leased journal first and ends the
-    # lease, so the leader's later steps fail and nothing acknowledged is lost.
+    # direct commit that assigns offsets revokes the shard in the leased journal first and
+    # ends the lease, so the leader's later steps of it are left out and nothing
+    # acknowledged is lost.
 
     def use_journal(self, writer: JournalWriter | None) -> None:
         """Journal this handle's changes in ``writer``'s journal while it holds the
@@ -211,8 +210,12 @@ class ShardLog(MetaLog[ShardState]):
         ref = state.journal
         if ref is None or self._holds_lease(state):
             return  # no lease, or ours: our steps are applied as they are journalled
-        versions = _journal_versions(self._journal_store, ref, state.folded + 1)
+        versions = read_versions(self._journal_store, ref, state.folded + 1)
         self._shard_codec.apply_steps(state, ref, self._steps(versions))
+
+    def _ensure_lease(self) -> None:
+        if not self._holds_lease(self.state):
+            self._lease()
 
     def _lease(self) -> None:
         """Name our writer's journal in the log (bumping the leader epoch), folding first
@@ -239,7 +242,7 @@ class ShardLog(MetaLog[ShardState]):
                     )
                     self._shard_codec.apply_steps(state, old, self._steps(read))
                 # (ours, revoked: its steps up to the revoke, in case the revoker died)
-                versions = _journal_versions(self._journal_store, old, state.log_folded + 1)
+                versions = read_versions(self._journal_store, old, state.log_folded + 1)
                 steps = self._steps(versions)
             # every step the log itself lacks (a view may hold some read from the tail)
             steps = [step for step in steps if step[0] > state.log_folded]
@@ -251,7 +254,7 @@ class ShardLog(MetaLog[ShardState]):
         MetaLog.commit(self, build)
         writer.leased(self.journal_key)
         if before is not None and before in writer.retired:
-            writer.folded(self.journal_key, before, 1 << 62)
+            writer.folded(self.journal_key, before, 1 << 62)  # all of it: the lease folded it
 
     def fold(self) -> bool:
         """Fold our journalled steps into the log (one commit); whether any were folded."""
@@ -280,8 +283,7 @@ class ShardLog(MetaLog[ShardState]):
         produce path journals a flush's bodies of all shards in one journal commit, then
         calls :meth:`journalled`).  Leases the shard first if needed."""
         with self._lock:
-            if not self._holds_lease(self.state):
-                self._lease()
+            self._ensure_lease()
             body = build(self.state)
             if body is not None:
                 body.setdefault("ts", self.clock_ms())
@@ -304,7 +306,8 @@ class ShardLog(MetaLog[ShardState]):
 
     def commit(self, build: Callable[[ShardState], Commit | None]) -> Commit | None:
         """Commit ``build``'s change: as a journal step while this handle holds the lease,
-        else to the log (sealing a leased journal first when the change assigns offsets)."""
+        else to the log (revoking the shard in a leased journal first when the change
+        assigns offsets)."""
         writer = self._writer
         if writer is not None and self._holds_lease(self.state):
             body = self.stage(build)
@@ -314,16 +317,16 @@ class ShardLog(MetaLog[ShardState]):
             if self.journal_key in landed.revoked:
                 raise JournalSealedError(f"shard {self.name}: revoked by another writer")
             return self.journalled(landed.ref, landed.version, body)
-        return MetaLog.commit(self, self._sealing(build))
+        return MetaLog.commit(self, self._direct(build))
 
-    def _sealing(
+    def _direct(
         self, build: Callable[[ShardState], Commit | None]
     ) -> Callable[[ShardState], Commit | None]:
         """``build`` as a direct commit of a leased shard: it carries a fold of the
         journal's steps its view holds; a change that assigns offsets ends the lease
-        first: the leased journal is sealed (nothing more is acknowledged from it), its
-        steps for the shard are applied to the view the change is built on, and the
-        commit folds them."""
+        first: the shard is revoked in the leased journal (nothing more of it is
+        acknowledged from there), its steps up to the revoke are applied to the view the
+        change is built on, and the commit folds them."""
 
         def wrapped(state: ShardState) -> Commit | None:
             body = build(state)
@@ -334,7 +337,7 @@ class ShardLog(MetaLog[ShardState]):
                 # built on the journal's steps this view read: they land first, for every
                 # reader (the lease stays; a fold the leader repeats changes nothing)
                 if state.folded > state.log_folded:
-                    versions = _journal_versions(self._journal_store, ref, state.log_folded + 1)
+                    versions = read_versions(self._journal_store, ref, state.log_folded + 1)
                     steps = [s for s in self._steps(versions) if s[0] <= state.folded]
                     if steps:
                         body["fold"] = {"journal": ref.to_json(), "steps": steps}
@@ -346,7 +349,7 @@ class ShardLog(MetaLog[ShardState]):
             body = build(state)  # on the journal's last word
             if body is None:
                 return None
-            versions = _journal_versions(self._journal_store, ref, state.log_folded + 1)
+            versions = read_versions(self._journal_store, ref, state.log_folded + 1)
             steps = self._steps(versions)
             body["fold"] = {"journal": ref.to_json(), "steps": steps}
             body["journal"] = None
@@ -604,8 +607,7 @@ class ShardLog(MetaLog[ShardState]):
         it holds the lease already."""
         if self._writer is not None and new_epoch is None:
             with self._lock:
-                if not self._holds_lease(self.state):
-                    self._lease()
+                self._ensure_lease()
                 return self.state.leader_epoch
 
         def build(state: ShardState) -> Commit:
@@ -739,41 +741,6 @@ def _assigns_offsets(body: Commit) -> bool:
         "append" in change or "marker" in change or "skip_to" in change
         for change in (body.get("parts") or {}).values()
     )
-
-
-#: journal versions read by this process (they never change): (store, journal) -> versions
-_journal_cache: OrderedDict[tuple[str, JournalRef], dict[int, Commit]] = OrderedDict()
-_journal_cache_lock = threading.Lock()
-_JOURNALS_CACHED = 16
-_VERSIONS_CACHED = 4096
-
-
-def _journal_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple[int, Commit]]:
-    """Journal ``ref``'s versions from ``first`` to its end (a missing version, or an
-    ending one, included), read once per process."""
-    journal = Journal(store, ref)
-    key = (store.url, ref)
-    with _journal_cache_lock:
-        cached = _journal_cache.setdefault(key, {})
-        _journal_cache.move_to_end(key)
-        while len(_journal_cache) > _JOURNALS_CACHED:
-            _journal_cache.popitem(last=False)
-    out: list[tuple[int, Commit]] = []
-    version = max(first, 0)
-    while True:
-        commit = cached.get(version)
-        if commit is None:
-            commit = journal.read(version)
-            if commit is None:
-                return out
-            with _journal_cache_lock:
-                cached[version] = commit
-                while len(cached) > _VERSIONS_CACHED:
-                    del cached[min(cached)]
-        out.append((version, commit))
-        if commit.get("kind") in ENDING_KINDS:
-            return out
-        version += 1
 
 
 def _duplicate_in(part: PartState | None, batch: ProducerBatch, where: str) -> int | None:
