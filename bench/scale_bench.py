@@ -2,6 +2,8 @@
 
 Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,offsets,members]
                                              [--idle-topics 100] [--window-s 10]
+                                             [--idle-brokers 1,3,5] [--idle-data-topics 0]
+                                             [--idle-parallel]
 
 Sections (each prints a table; ratios are against the section's first row,
 measured in the same run):
@@ -42,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from sparklog.client.transports.flight_client import BrokerClient  # noqa: E402
 from sparklog.groups.coordinator import GroupCoordinator  # noqa: E402
-from sparklog.storage import open_root  # noqa: E402
+from sparklog.storage import make_batch, open_root  # noqa: E402
 from tests.broker_lite.members import Member  # noqa: E402
 from tests.support.brokers import Cluster  # noqa: E402
 from tests.support.counting_s3 import CountingProxy  # noqa: E402
@@ -104,17 +106,39 @@ def metadata_section() -> None:
 
 
 # -- idle brokers ----------------------------------------------------------------------------
-def idle_section(moto: MotoS3, topics: int, window_s: float) -> None:
-    print(f"\n## Idle brokers on S3 (moto behind the counting proxy), {topics} topics x 4")
-    print("| brokers | GET/s | PUT/s | LIST/s | DELETE/s | all/s | $/month |")
-    print("|---|---|---|---|---|---|---|")
-    for brokers in (1, 3, 5):
+def idle_section(
+    moto: MotoS3,
+    topics: int,
+    window_s: float,
+    brokers_list: tuple[int, ...] = (1, 3, 5),
+    data_topics: int = 0,
+    parallel: bool = False,
+) -> None:
+    """Idle brokers' requests; ``data_topics`` of the topics hold records (so the cleaner
+    has work: retention, GC, pruning); ``parallel`` measures every broker count at once
+    (request counts do not depend on load; a cleaner pass may take longer)."""
+    print(
+        f"\n## Idle brokers on S3 (moto behind the counting proxy), {topics} topics x 4, "
+        f"{data_topics} holding records, {window_s:.0f} s window"
+    )
+    print(
+        "| brokers | GET/s | PUT/s | LIST/s | DELETE/s | all/s | busiest minute all/s | $/month |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    rows: dict[int, str] = {}
+
+    def measure(brokers: int) -> None:
         proxy = CountingProxy(moto.endpoint_url)
         root_url = moto.fresh_root()
         options = proxy.storage_options()
         root = open_root(root_url, options, create=True)
         for i in range(topics):
             root.create_topic(f"t{i}", 4, {"commit.shards": 1})
+        for i in range(data_topics):
+            topic = root.topic(f"t{i}")
+            for p in range(4):
+                topic.append(p, make_batch([b"x" * 100] * 10))
+        minutes: list[tuple[float, Counter[str]]] = []
         with tempfile.TemporaryDirectory() as work:
             cluster = Cluster(Path(work), root_url, options)
             try:
@@ -129,18 +153,40 @@ def idle_section(moto: MotoS3, topics: int, window_s: float) -> None:
                 cluster.wait_live(brokers)
                 time.sleep(3)  # let start-up reads finish
                 before = proxy.snapshot()
-                time.sleep(window_s)
-                after = proxy.snapshot()
+                last, deadline = before, time.monotonic() + window_s
+                while (left := deadline - time.monotonic()) > 0:
+                    time.sleep(min(60.0, left))
+                    now = proxy.snapshot()
+                    minute = now.copy()
+                    minute.subtract(last)
+                    minutes.append((min(60.0, left), minute))
+                    last = now
+                after = last
             finally:
                 cluster.stop()
                 proxy.close()
         after.subtract(before)
         rate = Counter({k: v / window_s for k, v in after.items()})
         total = sum(rate.values())
-        print(
+        busiest = max((sum(m.values()) / span for span, m in minutes), default=total)
+        rows[brokers] = (
             f"| {brokers} | {rate['GET']:.2f} | {rate['PUT']:.2f} | {rate['LIST']:.2f} "
-            f"| {rate['DELETE']:.2f} | {total:.2f} | {monthly_bill(rate):.2f} |"
+            f"| {rate['DELETE']:.2f} | {total:.2f} | {busiest:.2f} | {monthly_bill(rate):.2f} |"
         )
+        print(rows[brokers], flush=True)
+
+    if parallel:
+        threads = [threading.Thread(target=measure, args=(b,)) for b in brokers_list]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("(in order)")
+        for b in brokers_list:
+            print(rows.get(b, f"| {b} | failed |"))
+    else:
+        for b in brokers_list:
+            measure(b)
 
 
 # -- groups ----------------------------------------------------------------------------------
@@ -276,6 +322,9 @@ def main() -> None:
     parser.add_argument("--sections", default="metadata,idle,groups,offsets,members")
     parser.add_argument("--idle-topics", type=int, default=100)
     parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--idle-brokers", default="1,3,5")
+    parser.add_argument("--idle-data-topics", type=int, default=0)
+    parser.add_argument("--idle-parallel", action="store_true")
     parser.add_argument("--session-ms", type=int, default=10_000)
     parser.add_argument("--offset-rounds", type=int, default=3)
     parser.add_argument("--offsets-flush-interval-ms", type=int, default=50)
@@ -287,7 +336,14 @@ def main() -> None:
     moto = MotoS3.start() if sections & {"idle", "groups", "offsets"} else None
     try:
         if moto is not None and "idle" in sections:
-            idle_section(moto, args.idle_topics, args.window_s)
+            idle_section(
+                moto,
+                args.idle_topics,
+                args.window_s,
+                tuple(int(b) for b in args.idle_brokers.split(",")),
+                args.idle_data_topics,
+                args.idle_parallel,
+            )
         if moto is not None and "groups" in sections:
             groups_section(moto)
         if moto is not None and "offsets" in sections:

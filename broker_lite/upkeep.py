@@ -11,9 +11,11 @@ the live broker of lowest id; the group logs of the groups this broker coordinat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker_lite.broker_state import BrokerState
+from sparklog.broker_lite.partition_state import PartitionState
 from sparklog.clock import now_ms
 from sparklog.errors import SparklogError
 from sparklog.storage import Topic
@@ -25,6 +27,20 @@ from sparklog.topic_partition import TopicPartition
 UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
 #: how often (at most) the objects shared by topics are listed for collection
 SHARED_GC_INTERVAL_MS = 60 * 60 * 1000
+#: how long the cleaner trusts its memory of a partition with no work due before it probes
+#: the partition's shard log once (a commit by another process, a brokerless writer's,
+#: is seen by then)
+UPKEEP_RECHECK_MS = 60 * 60 * 1000
+
+
+@dataclass
+class _Idle:
+    """A led partition after a maintenance pass: what its log looked like, when its next
+    work falls due by the topic's own rules, and when its log was last read."""
+
+    fingerprint: tuple[Any, ...]
+    due_ms: int
+    checked_ms: int
 
 
 class Upkeep:
@@ -38,6 +54,11 @@ class Upkeep:
         #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
         self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
         self._maintenance_topics: dict[str, Topic] = {}
+        #: (topic, partition) -> the partition as its last maintenance left it (see
+        #: maintain_partition)
+        self._idle: dict[tuple[str, int], _Idle] = {}
+        #: shard -> when the cleaner last probed its log for an idle partition's recheck
+        self._probed: dict[tuple[str, str, int], int] = {}
         #: the metadata log version and whether files waited, at the last pruning
         self._metadata_pruned: tuple[int, bool] | None = None
         self._shared_collected_ms = 0
@@ -45,7 +66,10 @@ class Upkeep:
         self._shared_trailers: dict[str, list[SharedSection]] = {}
 
     def led_partitions(self) -> set[TopicPartition]:
-        return set(self.state.led)
+        led = set(self.state.led)
+        for key in [k for k in self._idle if k not in led]:
+            del self._idle[key]  # led elsewhere now, or deleted: read afresh if it comes back
+        return led
 
     @property
     def stopping(self) -> bool:
@@ -58,15 +82,37 @@ class Upkeep:
         return self.state.stop_requested.wait(timeout_s)
 
     def maintain_partition(self, topic: str, partition: int) -> Any:
-        """Maintenance of a led partition under this broker's epoch, then refresh and trim."""
-        from sparklog.storage.maintenance import run_maintenance
+        """Maintenance of a led partition under this broker's epoch, then refresh and trim.
 
-        st = self.state.partition_state(self.state.topic(topic), partition)
+        Skipped, with no request, while the partition's log is as the last pass left it
+        (in this broker's memory: its own writes show there) and the topic's rules give it
+        no work before a later time (the oldest segment's expiry, a compaction lag); a
+        log untouched in memory for :data:`UPKEEP_RECHECK_MS` is probed once first.  A
+        pass over every led partition cost an idle cluster of 1,000 topics a few GETs per
+        partition every ``cleaner_interval_ms`` (issue 37)."""
+        from sparklog.storage.maintenance import maintenance_due_ms, run_maintenance
+
+        data = self.state.topic(topic)
+        st = self.state.partition_state(data, partition)
+        now = now_ms()
+        idle = self._idle.get((topic, partition))
+        if idle is not None and now < idle.due_ms and _fingerprint(st) == idle.fingerprint:
+            if now - idle.checked_ms < UPKEEP_RECHECK_MS:
+                return None
+            if now - self._probed.get(st.shard.key, -UPKEEP_RECHECK_MS) >= UPKEEP_RECHECK_MS // 2:
+                with st.lock:
+                    st.refresh()  # once for all the shard's partitions
+                self._probed[st.shard.key] = now
+            if _fingerprint(st) == idle.fingerprint:
+                idle.checked_ms = now
+                return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
         with st.lock:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
+            due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
+            self._idle[(topic, partition)] = _Idle(_fingerprint(st), due, now)
         return report
 
     def _maintenance_topic(self, name: str) -> Topic:
@@ -96,7 +142,7 @@ class Upkeep:
         topic = self.state.topic(name)
         versions = (
             topic.info.topic_id,
-            tuple(topic.shard(s).refresh().version for s in range(topic.shards)),
+            tuple(_shard_version(topic, s) for s in range(topic.shards)),
         )
         seen = self._upkeep.get((name, job))
         unchanged = (
@@ -188,3 +234,21 @@ class Upkeep:
         report = prune_group_log(self.state.root, group, now=now_ms)
         self._upkeep[(group, "group-prune")] = ((version, bool(report.waiting)), 0, False)
         return len(report.deleted)
+
+
+def _fingerprint(st: PartitionState) -> tuple[Any, ...]:
+    """What changes whenever a partition's log does, as this broker holds it: no I/O."""
+    loaded = st.shard.log.loaded_state
+    if loaded is None:
+        return ()
+    return (loaded.version, loaded.folded, loaded.journal, st.log.state.high_watermark)
+
+
+def _shard_version(topic: Topic, shard: int) -> tuple[int, int]:
+    """A shard log's version and folded journal position as this broker last read them
+    (the cleaner's pass read every shard it had work in; one probe if never read)."""
+    log = topic.shard(shard)
+    loaded = log.loaded_state
+    if loaded is None:
+        loaded = log.refresh()
+    return loaded.version, loaded.folded

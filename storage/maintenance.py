@@ -621,6 +621,32 @@ def run_maintenance(
     return report
 
 
+#: a time no partition's maintenance falls due by itself (only a write brings it closer)
+NEVER_DUE_MS = 1 << 62
+
+
+def maintenance_due_ms(state: LogState, config: dict[str, Any], now: int) -> int:
+    """When :func:`run_maintenance` next has work on a partition found in ``state``, if
+    nothing is written to it: ``now`` if it has work now (or the topic's rules need a look
+    every pass: dirty records of a compacted topic), the oldest segment's expiry by
+    ``retention.ms``, or :data:`NEVER_DUE_MS`.  Lets a cleaner skip an idle partition
+    without reading its log (issue 37)."""
+    segments = state.segments.all()
+    policy = config["cleanup.policy"].split(",")
+    compacted = "compact" in policy
+    if plan_merges(segments, config["segment.bytes"], config["segment.ms"], dirty_apart=compacted):
+        return now
+    if compacted and any(not s.has_offsets for s in segments):
+        return now
+    due = NEVER_DUE_MS
+    if "delete" in policy and segments:
+        if plan_retention(state, config, now).removed_base_offsets:
+            return now
+        if config["retention.ms"] >= 0:
+            due = segments[0].max_timestamp_ms + config["retention.ms"] + 1
+    return due
+
+
 # -- garbage collection ---------------------------------------------------------------------
 
 MARKS_KEY = "gc/marks.json"

@@ -83,6 +83,83 @@ def test_a_cleaner_pass_over_idle_topics_lists_and_writes_nothing(tmp_path, monk
         assert 1 <= counts.get("list_objects", 0) + counts.get("list_names", 0) <= 4, counts
 
 
+READS = ("get", "get_or_none", "get_many", "get_buffer", "get_range", "get_tail", "exists")
+LISTS_AND_WRITES = ("list_objects", "list_names", "put", "create", "create_streamed", "delete")
+
+
+def count_store_calls(monkeypatch, names) -> dict[str, int]:
+    """Count calls of ``names`` on every ObjectStore (the requests a pass makes)."""
+    from sparklog.storage.objectstore import ObjectStore
+
+    counts: dict[str, int] = {}
+    for name in names:
+        original = getattr(ObjectStore, name)
+
+        def counted(store, *args, _name=name, _call=original, **kwargs):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _call(store, *args, **kwargs)
+
+        monkeypatch.setattr(ObjectStore, name, counted)
+    return counts
+
+
+def test_a_cleaner_pass_over_idle_partitions_makes_no_request(tmp_path, monkeypatch):
+    """Issue 37 item 5: an idle cluster of 1,000 topics paid a few GETs per led partition
+    every cleaner pass (probes of its shard log, twice more for GC and pruning). A led
+    partition whose log this broker holds unchanged in memory, with no work due by its
+    topic's rules before a later time (its oldest segment's expiry), is skipped with no
+    request at all; the broker's own write to it, or its oldest segment expiring, brings
+    it back into the next pass (requests counted, not timed)."""
+    from sparklog.broker_lite import upkeep
+    from sparklog.storage import maintenance
+    from sparklog.storage.log import ShardLog
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for i in range(10):
+        root.create_topic(f"still{i}", 2, {"retention.ms": 7_200_000})
+        root.topic(f"still{i}").produce({0: make_batch([b"x"]), 1: make_batch([b"y"])})
+    counts = count_store_calls(monkeypatch, READS + LISTS_AND_WRITES)
+    clock = [upkeep.now_ms()]
+    monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(maintenance, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(upkeep, "SHARED_GC_INTERVAL_MS", 1 << 50)  # another job, counted apart
+    with inproc_broker(url, metadata_refresh_ms=600_000, gc_grace_ms=1 << 40) as (server, _):
+        broker = server.broker
+        cleaner = Cleaner(broker.upkeep, 60_000)
+        cleaner.run_once()
+        counts.clear()
+        summary = cleaner.run_once()
+        assert summary["partitions"] == 20 and summary["errors"] == 0
+        assert counts == {}, counts  # 20 partitions, 10 topics: not one request
+        clock[0] += upkeep.UPKEEP_RECHECK_MS  # memory is trusted for so long: one probe each
+        counts.clear()
+        probes = []
+        probe = ShardLog.refresh
+        monkeypatch.setattr(
+            ShardLog, "refresh", lambda log, *a: probes.append(log) or probe(log, *a)
+        )
+        cleaner.run_once()
+        monkeypatch.setattr(ShardLog, "refresh", probe)
+        assert len(probes) == len(set(map(id, probes))) == 10  # one per shard, not per partition
+        assert not any(counts.get(n) for n in LISTS_AND_WRITES), counts
+        counts.clear()
+        cleaner.run_once()
+        assert counts == {}, counts
+        clock[0] += 7_200_000  # every topic's records are past retention.ms now
+        cleaner.run_once()
+        assert all(
+            broker.topic(f"still{i}").partition(p).refresh().log_start_offset >= 1
+            for i in range(10)
+            for p in range(2)
+        )
+        cleaner.run_once()
+        counts.clear()
+        broker.produce("still3", [(1, make_batch([b"z"]))])
+        cleaner.run_once()
+        assert sum(counts.get(n, 0) for n in READS) >= 1, counts  # the moved one is read
+
+
 def test_metadata_reads_a_topics_config_once_not_once_per_partition(tmp_path, monkeypatch):
     """An all-topics Metadata derived each partition's shard from the topic's whole
     effective config (a dict of every Kafka key), so its CPU grew faster than its
