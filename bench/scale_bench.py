@@ -113,13 +113,15 @@ def idle_section(
     brokers_list: tuple[int, ...] = (1, 3, 5),
     data_topics: int = 0,
     parallel: bool = False,
+    cleaner_interval_ms: int = 300_000,
 ) -> None:
     """Idle brokers' requests; ``data_topics`` of the topics hold records (so the cleaner
     has work: retention, GC, pruning); ``parallel`` measures every broker count at once
     (request counts do not depend on load; a cleaner pass may take longer)."""
     print(
         f"\n## Idle brokers on S3 (moto behind the counting proxy), {topics} topics x 4, "
-        f"{data_topics} holding records, {window_s:.0f} s window"
+        f"{data_topics} holding records, {window_s:.0f} s window, cleaner every "
+        f"{cleaner_interval_ms / 1000:.0f} s"
     )
     print(
         "| brokers | GET/s | PUT/s | LIST/s | DELETE/s | all/s | busiest minute all/s | $/month |"
@@ -149,6 +151,7 @@ def idle_section(
                         lease_timeout_ms=6000,
                         metadata_refresh_ms=1000,
                         fetch_refresh_ms=200,
+                        cleaner_interval_ms=cleaner_interval_ms,
                     )
                 cluster.wait_live(brokers)
                 time.sleep(3)  # let start-up reads finish
@@ -174,6 +177,9 @@ def idle_section(
             f"| {rate['DELETE']:.2f} | {total:.2f} | {busiest:.2f} | {monthly_bill(rate):.2f} |"
         )
         print(rows[brokers], flush=True)
+        timeline = ", ".join(f"{sum(m.values()) / span:.1f}" for span, m in minutes)
+        lists = ", ".join(f"{m['LIST'] / span:.2f}" for span, m in minutes)
+        print(f"({brokers} brokers, requests/s minute by minute: {timeline}; LIST/s: {lists})")
 
     if parallel:
         threads = [threading.Thread(target=measure, args=(b,)) for b in brokers_list]
@@ -325,6 +331,7 @@ def main() -> None:
     parser.add_argument("--idle-brokers", default="1,3,5")
     parser.add_argument("--idle-data-topics", type=int, default=0)
     parser.add_argument("--idle-parallel", action="store_true")
+    parser.add_argument("--cleaner-interval-ms", type=int, default=300_000)
     parser.add_argument("--session-ms", type=int, default=10_000)
     parser.add_argument("--offset-rounds", type=int, default=3)
     parser.add_argument("--offsets-flush-interval-ms", type=int, default=50)
@@ -343,6 +350,7 @@ def main() -> None:
                 tuple(int(b) for b in args.idle_brokers.split(",")),
                 args.idle_data_topics,
                 args.idle_parallel,
+                args.cleaner_interval_ms,
             )
         if moto is not None and "groups" in sections:
             groups_section(moto)

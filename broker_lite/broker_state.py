@@ -21,6 +21,7 @@ from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.logs import fields
 from sparklog.broker_lite.metrics import Metrics
 from sparklog.broker_lite.partition_state import PartitionState, ShardState, storage_call
+from sparklog.broker_lite.peers import Peers
 from sparklog.broker_lite.tailcache import PartitionKey, TailCache
 from sparklog.errors import (
     InvalidRequestError,
@@ -46,6 +47,8 @@ class BrokerState:
         self.root = root
         self.metrics = metrics
         self.cache = TailCache(config.tail_cache_bytes)
+        #: Flight clients to the cluster's other brokers (markers to a partition's leader)
+        self.peers = Peers(config)
         self.cluster: Cluster | None = None
         self.lock = threading.Lock()
         self.topic_handles: dict[str, Topic] = {}

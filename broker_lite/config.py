@@ -134,6 +134,19 @@ class BrokerConfig:
         default="",
         metadata=about("Principals every ACL check allows, as Kafka: User:a;User:b", TEXT),
     )
+    inter_broker_user: str = field(
+        default="",
+        metadata=about(
+            "The user this broker calls other brokers' Flight listeners as (transaction "
+            "markers to a partition's leader), when they ask for users; needs CLUSTER_ACTION "
+            "on the cluster (or super_users)",
+            TEXT,
+        ),
+    )
+    inter_broker_password: str = field(
+        default="",
+        metadata=about("inter_broker_user's password (keep the file private)", TEXT),
+    )
     allow_everyone_if_no_acl_found: bool = field(
         default=False,
         metadata=about(
@@ -631,6 +644,11 @@ def _check_security(values: Mapping[str, Any]) -> None:
         raise InvalidConfigurationError(
             f"config key 'ssl_client_auth' = {values['ssl_client_auth']!r} needs ssl_cafile "
             "(the CA that signs client certificates)"
+        )
+    if bool(values["inter_broker_user"]) != bool(values["inter_broker_password"]):
+        raise InvalidConfigurationError(
+            "config keys 'inter_broker_user' and 'inter_broker_password' are not accepted "
+            "one without the other; accepted: both set, or both empty"
         )
     for entry in values["super_users"].split(";"):
         if entry.strip() and not entry.strip().startswith("User:"):

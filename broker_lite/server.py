@@ -43,6 +43,7 @@ from sparklog.broker_lite.damage import report_damage
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
+from sparklog.broker_lite.transactions.markers import write_led_markers
 from sparklog.clock import Clock, now_ms
 from sparklog.errors import (
     BrokerNotAvailableError,
@@ -244,6 +245,9 @@ class FlightBroker(flight.FlightServerBase):
             "describe_group": lambda group: groups.describe_group(group),
             "delete_group": lambda group: groups.delete_group(group),
             "list_transactions": lambda: broker.transactions.list(),
+            "write_txn_markers": lambda topic, markers: write_led_markers(
+                broker.state, topic, markers
+            ),
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id
             ),

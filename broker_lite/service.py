@@ -322,6 +322,7 @@ class Broker:
             state.cluster.resign()
         self.produce_path.shutdown_commits()
         self.transactions.close()
+        state.peers.close()
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
     def _every(self, interval_s: float, what: str, work: Callable[[], None]) -> Callable[[], None]:

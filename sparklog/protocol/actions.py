@@ -286,6 +286,19 @@ LIST_TRANSACTIONS = Action("list_transactions", (), _transactions, LISTING, idem
 ABORT_TRANSACTION = Action(
     "abort_transaction", (Field("transactional_id", str),), _none, cluster("ALTER")
 )
+#: Kafka's WriteTxnMarkers, from a transaction's coordinator to the leader of partitions of
+#: one shard of ``topic`` (Kafka's inter-broker request): ``markers`` are [partition,
+#: producer id, producer epoch, transaction number, committed]; the leader writes them
+#: through its journal (docs/architecture.md, "Markers to the leader"); result:
+#: {partition: control record offset, -1 where none was written now}.  Idempotent: the
+#: same markers again write nothing.
+WRITE_TXN_MARKERS = Action(
+    "write_txn_markers",
+    (Field("topic", str), Field("markers", list)),
+    _dict,
+    cluster("CLUSTER_ACTION"),
+    idempotent=True,
+)
 
 # -- SCRAM users, as Kafka's AlterUserScramCredentials / DescribeUserScramCredentials -
 #: the client sends the salt and the salted password (base64), never the password; the
@@ -379,6 +392,7 @@ ACTIONS: dict[str, Action[Any]] = {
         DELETE_OFFSETS,
         LIST_TRANSACTIONS,
         ABORT_TRANSACTION,
+        WRITE_TXN_MARKERS,
         SET_SCRAM_CREDENTIAL,
         DELETE_SCRAM_CREDENTIAL,
         LIST_USERS,

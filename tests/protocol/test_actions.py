@@ -91,6 +91,7 @@ WIRE: dict[str, list[tuple[str, str, Any]]] = {
     "delete_offsets": [("group", "str", "REQUIRED"), ("partitions", "list", "REQUIRED")],
     "list_transactions": [],
     "abort_transaction": [("transactional_id", "str", "REQUIRED")],
+    "write_txn_markers": [("topic", "str", "REQUIRED"), ("markers", "list", "REQUIRED")],
     "set_scram_credential": [
         ("user", "str", "REQUIRED"),
         ("mechanism", "str", "REQUIRED"),
