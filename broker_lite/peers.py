@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
@@ -25,6 +26,9 @@ from sparklog.protocol.actions import Action
 
 R = TypeVar("R")
 
+#: how long a peer that refused this broker's user (or its anonymity) is not called again
+REFUSED_PAUSE_S = 60.0
+
 
 class Peers:
     """Flight clients to the other brokers, by location (``host:port``)."""
@@ -33,6 +37,8 @@ class Peers:
         self.config = config
         self._lock = threading.Lock()
         self._clients: dict[str, flight.FlightClient] = {}
+        #: location -> monotonic time until which a peer that refused us is not called
+        self._refused: dict[str, float] = {}
         self._headers: list[tuple[bytes, bytes]] = []
         if config.inter_broker_user:
             token = base64.b64encode(
@@ -40,14 +46,33 @@ class Peers:
             )
             self._headers = [(b"authorization", b"Basic " + token)]
 
+    @property
+    def can_log_in(self) -> bool:
+        """Whether calls can be made as someone: a Flight listener that asks for users
+        (this broker's stance is the cluster's) is not called without inter_broker_user
+        (each call would be a failed login, delayed and logged by the peer)."""
+        return bool(self.config.inter_broker_user) or not self.config.flight_protocol.startswith(
+            "SASL"
+        )
+
     def call(self, location: str, action: Action[R], /, **body: Any) -> R:
         """Run ``action`` on the broker at ``location``; its decoded result.  Raises
-        whatever the call raised (the caller decides what to do without the peer)."""
+        whatever the call raised (the caller decides what to do without the peer); a peer
+        that refused this broker's user is not asked again for :data:`REFUSED_PAUSE_S`."""
+        with self._lock:
+            paused = self._refused.get(location, 0.0) > time.monotonic()
+        if paused:
+            raise flight.FlightUnauthorizedError(f"{location} refused this broker's calls")
         options = flight.FlightCallOptions(
             timeout=self.config.lease_timeout_ms / 1000, headers=self._headers
         )
         request = flight.Action(action.name, action.build(**body))
-        results = list(self._client(location).do_action(request, options))
+        try:
+            results = list(self._client(location).do_action(request, options))
+        except (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError):
+            with self._lock:
+                self._refused[location] = time.monotonic() + REFUSED_PAUSE_S
+            raise
         return action.result(wire.decode_result(results[0].body.to_pybytes()) if results else None)
 
     def _client(self, location: str) -> flight.FlightClient:

@@ -55,7 +55,7 @@ def _to_leader(
     None when this broker is to write them (it leads, no leader is known, or the leader
     did not take them)."""
     cluster = broker.cluster
-    if cluster is None:
+    if cluster is None or not broker.peers.can_log_in:
         return None
     leader = cluster.shard_leader(topic, shard)
     if leader is None or leader.broker_id == broker.config.broker_id:

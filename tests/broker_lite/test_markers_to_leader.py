@@ -59,3 +59,20 @@ def test_a_broker_takes_markers_only_for_partitions_it_leads(
         monkeypatch.setattr(cluster, "is_leader", lambda topic, partition: False)
         with pytest.raises(NotLeaderOrFollowerError, match="does not lead"):
             write_led_markers(broker.state, "t", one)
+
+
+def test_a_broker_calls_peers_that_ask_for_users_only_as_inter_broker_user(tmp_path) -> None:
+    """A cluster whose Flight listeners ask for users: without inter_broker_user each call
+    would be a failed login (delayed and logged by the peer), so none is made and markers
+    are written around the leader; with it, calls go as that user."""
+    from sparklog.broker_lite.config import load_config
+    from sparklog.broker_lite.peers import Peers
+
+    base = {"root": f"file://{tmp_path}/root", "listen": "127.0.0.1:0"}
+    assert Peers(load_config(None, base)).can_log_in
+    sasl = {**base, "flight_security_protocol": "SASL_PLAINTEXT"}
+    assert not Peers(load_config(None, sasl)).can_log_in
+    user = {**sasl, "inter_broker_user": "broker", "inter_broker_password": "secret"}
+    assert Peers(load_config(None, user)).can_log_in
+    with pytest.raises(Exception, match="inter_broker_password"):
+        load_config(None, {**sasl, "inter_broker_user": "broker"})
