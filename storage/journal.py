@@ -355,6 +355,8 @@ class JournalWriter:
                     written = False  # nothing left to write: the version stays free
                     break
             pending.version = version
+            if written:
+                note_written(self.store, journal.ref, version, body)
             with self._cond:
                 self._next = version + 1 if written else version
                 self.commits += 1
@@ -463,22 +465,51 @@ _JOURNALS_CACHED = 16
 _VERSIONS_CACHED = 4096
 
 
+#: journals this process writes: (store, journal) -> the last version it wrote (kept with
+#: the journal's cached versions).  A reader in the process (a broker's own fetch reader)
+#: finds the end of such a journal here instead of probing the next version: a revoke or
+#: seal another process puts after it changes the shard or group log too, which the
+#: reader probes first.
+_written_heads: dict[tuple[str, JournalRef], int] = {}
+
+
+def _cached_versions(key: tuple[str, JournalRef]) -> dict[int, Commit]:
+    """The cached versions of one journal (caller holds the cache lock), made recent."""
+    cached = _versions_cache.setdefault(key, {})
+    _versions_cache.move_to_end(key)
+    while len(_versions_cache) > _JOURNALS_CACHED:
+        evicted, _ = _versions_cache.popitem(last=False)
+        _written_heads.pop(evicted, None)
+    return cached
+
+
+def note_written(store: ObjectStore, ref: JournalRef, version: int, body: Commit) -> None:
+    """This process wrote ``version`` of journal ``ref`` (``body`` as stored): readers in
+    the process take it from memory and probe no further."""
+    key = (store.url, ref)
+    with _versions_cache_lock:
+        _cached_versions(key)[version] = {**body, "v": version}
+        _written_heads[key] = max(version, _written_heads.get(key, -1))
+
+
 def read_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple[int, Commit]]:
     """Journal ``ref``'s versions from ``first`` to its end (the first missing version, or
     an ending one, included), each read once per process: readers of groups and shards
-    of one journal share the reads."""
+    of one journal share the reads, and a journal this process writes is read from memory
+    (:func:`note_written`)."""
     journal = Journal(store, ref)
     key = (store.url, ref)
     with _versions_cache_lock:
-        cached = _versions_cache.setdefault(key, {})
-        _versions_cache.move_to_end(key)
-        while len(_versions_cache) > _JOURNALS_CACHED:
-            _versions_cache.popitem(last=False)
+        cached = _cached_versions(key)
     out: list[tuple[int, Commit]] = []
     version = max(first, 0)
     while True:
         commit = cached.get(version)
         if commit is None:
+            with _versions_cache_lock:
+                head = _written_heads.get(key)
+            if head is not None and version > head:
+                return out  # past what this process wrote: nothing there to read yet
             commit = journal.read(version)
             if commit is None:
                 return out

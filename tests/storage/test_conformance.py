@@ -660,6 +660,27 @@ def test_journalled_records_are_read_through_the_tail_then_folded_into_the_shard
     assert _read_all(root.url, opts, "j", 2) == {0: [b"a", b"b", b"d"], 1: [b"c"]}
 
 
+def test_a_reader_in_the_writers_process_reads_its_journal_from_memory(root, monkeypatch):
+    """A broker's own fetch reader (another handle, without the lease) read the broker's
+    journal from the store: each new version, then a probe of the next one, per refresh.
+    Versions this process wrote are read from memory, and its journal's end is known."""
+    from sparklog.storage.journal import Journal
+
+    root.create_topic("m", 1)
+    _, shard = _shard_leader(root, "m", 1)
+    reader = open_root(root.url, root.store.storage_options).topic("m").partition(0)
+    _journal_append(root, shard, "m", 0, ["a"])
+    reader.refresh()
+    reads: list[int] = []
+    original = Journal.read
+    monkeypatch.setattr(Journal, "read", lambda j, v: reads.append(v) or original(j, v))
+    for text in ("b", "c"):
+        _journal_append(root, shard, "m", 0, [text])
+        reader.refresh()
+    assert values(reader.read(0)) == [b"a", b"b", b"c"]
+    assert reads == []
+
+
 def test_a_direct_writer_revokes_a_leased_shard_and_no_offset_is_given_twice(root):
     from sparklog.errors import NotCoordinatorError
 
