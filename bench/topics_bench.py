@@ -3,6 +3,7 @@
 Run:  .venv/bin/python bench/topics_bench.py [--topics 1,10,100] [--records-per-s 2000]
                                              [--seconds 5] [--linger-ms 5]
                                              [--modes format2,journal]
+                                             [--store-latency-ms 20-30]
 
 An in-process broker on moto's S3 behind the tests' request-counting proxy
 (``tests/support/counting_s3.py``) receives the same record rate (produce calls
@@ -115,10 +116,19 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--fold-interval-ms", type=int, default=60_000)
     parser.add_argument("--modes", default="format2,journal")
+    parser.add_argument(
+        "--store-latency-ms",
+        default="",
+        help="LOW-HIGH: hold every store request that long first, as S3 does (e.g. 20-30)",
+    )
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     moto = MotoS3.start()
-    proxy = CountingProxy(moto.endpoint_url)
+    latency = None
+    if args.store_latency_ms:
+        low, _, high = args.store_latency_ms.partition("-")
+        latency = (float(low), float(high or low))
+    proxy = CountingProxy(moto.endpoint_url, latency)
     options = proxy.storage_options()
     rows: dict[str, list[tuple[int, dict]]] = {}
     try:
@@ -134,7 +144,9 @@ def main() -> None:
         base = measured[0][1]["puts_per_1000"]
         print(
             f"\n## One broker, {args.records_per_s:,} records/s over N topics, {mode} "
-            f"(linger_ms={args.linger_ms}; moto S3 behind a counting proxy)"
+            f"(linger_ms={args.linger_ms}; moto S3 behind a counting proxy"
+            + (f", {args.store_latency_ms} ms per request" if latency else "")
+            + ")"
         )
         print(
             "| active topics | PUT per 1,000 records | vs 1 topic | objects/s | commits/s "

@@ -11,7 +11,9 @@ listing query).  Listens on 127.0.0.1, port 0; :meth:`close` stops it.
 from __future__ import annotations
 
 import http.client
+import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,10 +24,13 @@ from tests.support.s3 import CREDENTIALS
 
 
 class CountingProxy:
-    """Forwards every request to ``upstream`` (an S3 endpoint URL) and counts it."""
+    """Forwards every request to ``upstream`` (an S3 endpoint URL) and counts it;
+    ``latency_ms`` (low, high) holds each request that long first (uniformly drawn), as
+    S3's own round trips take (benchmarks only: tests count, they never time)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, latency_ms: tuple[float, float] | None = None) -> None:
         self.upstream = urlsplit(upstream)
+        self.latency_ms = latency_ms
         self.counts: Counter[str] = Counter()
         self.lock = threading.Lock()
         proxy = self
@@ -40,6 +45,8 @@ class CountingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 proxy.count(self.command, self.path)
+                if proxy.latency_ms is not None:
+                    time.sleep(random.uniform(*proxy.latency_ms) / 1000)
                 conn = http.client.HTTPConnection(
                     proxy.upstream.hostname, proxy.upstream.port, timeout=60
                 )
