@@ -105,6 +105,7 @@ def run(url: str, options: dict, proxy: CountingProxy, topics: int, args, mode: 
         "threads": peak_threads - SENDERS - 1,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+        "records_s": records / elapsed,
     }
 
 
@@ -150,14 +151,14 @@ def main() -> None:
         )
         print(
             "| active topics | PUT per 1,000 records | vs 1 topic | objects/s | commits/s "
-            "| folds/s (charged) | broker threads | ack p50 ms | ack p99 ms |"
+            "| folds/s (charged) | broker threads | ack p50 ms | ack p99 ms | records/s reached |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for n, r in measured:
             print(
                 f"| {n} | {r['puts_per_1000']:.1f} | {r['puts_per_1000'] / base:.2f}x | "
                 f"{r['objects_s']:.1f} | {r['commits_s']:.1f} | {r['fold_puts_s']:.2f} | "
-                f"{r['threads']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |"
+                f"{r['threads']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['records_s']:,.0f} |"
             )
 
 
