@@ -401,3 +401,32 @@ def test_a_topics_share_of_a_shared_object_is_mirrored_without_the_other_topics(
     assert copied and not dest.store.list_objects("objects")  # under the topic, not shared
     for obj in copied:
         assert b"do-not-copy" not in dest.topic("orders").store.get(obj.key)
+
+
+def test_records_a_broker_journalled_and_has_not_folded_are_mirrored_with_their_offsets(
+    tmp_path,
+):
+    """Format 3: a broker acknowledges records once its journal holds them and folds them
+    into the shard logs only every fold_interval_ms. A mirror (no broker) reads the source's
+    shard logs and their journal tails, so records not yet folded are mirrored at their
+    offsets, and so are the later ones once folded (issue 37 item 7)."""
+    from tests.chaos.inproc import inproc_broker
+
+    url = f"file://{tmp_path}/source"
+    source = open_root(url, {}, create=True)
+    dest = open_root(f"file://{tmp_path}/dest", {}, create=True)
+    with inproc_broker(url, fold_interval_ms=3_600_000) as (server, _):
+        broker = server.broker
+        broker.create_topic("orders", 2)
+        for r in range(3):
+            broker.produce("orders", [(p, records(p, r * 5, 5)) for p in range(2)])
+        assert broker.state.journal is not None and broker.state.journal.unfolded_keys()
+        _link(dest, source, topics="orders")
+        mirror = Mirror(dest, get_link(dest, "dr"))
+        assert mirror.step().records == 30  # read through the journal's tail
+        assert assert_same(source, dest, "orders") == 30
+        broker.produce("orders", [(0, records(0, 15, 5))])
+        broker.produce_path.fold_shards(0)  # folded into the shard logs now
+        assert not broker.state.journal.unfolded_keys()
+        assert mirror.step().records == 5
+        assert assert_same(source, dest, "orders") == 35
