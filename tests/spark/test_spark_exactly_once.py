@@ -2,7 +2,10 @@
 
 The kills are tests/spark/exactly_once_support.py's; task failures make Spark
 retry tasks.  After the restarts the output topic must hold every input record
-exactly once.  (The same kills on the foreachBatch recipe for update mode are in
+exactly once.  The input is produced through an in-process broker that journals its
+records (format 3) and does not fold them while the drivers run, so the source reads
+them through the journal's tail.  (The same kills on the foreachBatch recipe for update
+mode, with the input written without a broker, are in
 test_spark_exactly_once_update.py: a file of its own, so the two slowest Spark
 tests run on different test workers.)
 """
@@ -15,19 +18,26 @@ from pathlib import Path
 import pytest
 
 from sparklog.storage import make_batch, open_root
-from tests.spark.exactly_once_support import KILL_POINTS, produce_spread, run_driver
+from tests.chaos.inproc import inproc_broker
+from tests.spark.exactly_once_support import KILL_POINTS, run_driver
 
 pytestmark = pytest.mark.slow
 
 
-def produce(root, start: int, count: int) -> None:
-    produce_spread(
-        root,
+def produce(broker, start: int, count: int) -> None:
+    """Records ``start`` .. ``start + count - 1`` over the input's partitions, through the
+    broker: acknowledged once its journal holds them (format 3), folded into the shard
+    logs only at the broker's stop, so the driver (no broker) reads them through the
+    journal's tail."""
+    ids = range(start, start + count)
+    partitions = broker.state.topic("in").partitions
+    broker.produce(
         "in",
-        range(start, start + count),
-        lambda ids: make_batch(
-            [f"v{i}".encode() for i in ids], keys=[f"k{i}".encode() for i in ids]
-        ),
+        [
+            (p, make_batch([f"v{i}".encode() for i in mine], keys=[f"k{i}".encode() for i in mine]))
+            for p in range(partitions)
+            if (mine := [i for i in ids if i % partitions == p])
+        ],
     )
 
 
@@ -52,18 +62,24 @@ def test_killed_and_restarted_query_writes_every_record_once(
     root = open_root(url)
     root.create_topic("in", 3)
     root.create_topic("out", 4)
-    produce(root, 0, 200)
     checkpoint = tmp_path / "ck"
-    for n, fault in enumerate(KILL_POINTS):
-        run_driver(url, checkpoint, fault)  # asserts that it was killed there
-        produce(root, 200 + 40 * n, 40)
-    if not clean_run_after_task_failures:
-        produce(root, 320, 30)
-    # Task failures (first attempts of every sink and source task) are retried by Spark.
-    assert run_driver(url, checkpoint, "sink.write,source.read") == 0
-    if clean_run_after_task_failures:
-        produce(root, 320, 30)
-        assert run_driver(url, checkpoint, None) == 0
+    # the input comes through a broker journalling its records (issue 37 item 3: the
+    # source reads the shard logs and the journal's tail); the brokerless path is
+    # test_spark_exactly_once_update.py's
+    with inproc_broker(url, fold_interval_ms=3_600_000) as (server, _):
+        broker = server.broker
+        produce(broker, 0, 200)
+        for n, fault in enumerate(KILL_POINTS):
+            run_driver(url, checkpoint, fault)  # asserts that it was killed there
+            produce(broker, 200 + 40 * n, 40)
+        if not clean_run_after_task_failures:
+            produce(broker, 320, 30)
+        assert broker.state.journal is not None and broker.state.journal.unfolded_keys()
+        # Task failures (first attempts of every sink and source task) are retried by Spark.
+        assert run_driver(url, checkpoint, "sink.write,source.read") == 0
+        if clean_run_after_task_failures:
+            produce(broker, 320, 30)
+            assert run_driver(url, checkpoint, None) == 0
     got = output_values(root)
     expected = Counter(f"v{i}".encode() for i in range(350))
     assert got == expected, (
