@@ -20,6 +20,7 @@ from sparklog.clock import now_ms
 from sparklog.errors import SparklogError
 from sparklog.storage import Topic
 from sparklog.storage.shared_objects import SharedSection
+from sparklog.storage.topic_info import TopicInfo
 from sparklog.topic_partition import TopicPartition
 
 #: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
@@ -41,6 +42,7 @@ class _Idle:
     fingerprint: tuple[Any, ...]
     due_ms: int
     checked_ms: int
+    maintained_ms: int
 
 
 class Upkeep:
@@ -96,14 +98,19 @@ class Upkeep:
         st = self.state.partition_state(data, partition)
         now = now_ms()
         idle = self._idle.get((topic, partition))
-        if idle is not None and now < idle.due_ms and _fingerprint(st) == idle.fingerprint:
+        if (
+            idle is not None
+            and now < idle.due_ms
+            and now - idle.maintained_ms < UPKEEP_FULL_PASS_MS  # cluster-wide defaults too
+            and _fingerprint(st, data.info) == idle.fingerprint
+        ):
             if now - idle.checked_ms < UPKEEP_RECHECK_MS:
                 return None
             if now - self._probed.get(st.shard.key, -UPKEEP_RECHECK_MS) >= UPKEEP_RECHECK_MS // 2:
                 with st.lock:
                     st.refresh()  # once for all the shard's partitions
                 self._probed[st.shard.key] = now
-            if _fingerprint(st) == idle.fingerprint:
+            if _fingerprint(st, data.info) == idle.fingerprint:
                 idle.checked_ms = now
                 return None
         handle = self._maintenance_topic(topic)
@@ -112,7 +119,7 @@ class Upkeep:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
             due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
-            self._idle[(topic, partition)] = _Idle(_fingerprint(st), due, now)
+            self._idle[(topic, partition)] = _Idle(_fingerprint(st, data.info), due, now, now)
         return report
 
     def _maintenance_topic(self, name: str) -> Topic:
@@ -236,12 +243,20 @@ class Upkeep:
         return len(report.deleted)
 
 
-def _fingerprint(st: PartitionState) -> tuple[Any, ...]:
-    """What changes whenever a partition's log does, as this broker holds it: no I/O."""
+def _fingerprint(st: PartitionState, info: TopicInfo) -> tuple[Any, ...]:
+    """What changes whenever a partition's log or its topic's config does, as this broker
+    holds them: no I/O."""
     loaded = st.shard.log.loaded_state
     if loaded is None:
         return ()
-    return (loaded.version, loaded.folded, loaded.journal, st.log.state.high_watermark)
+    return (
+        info.topic_id,
+        info.version,  # an altered retention or cleanup policy changes what is due
+        loaded.version,
+        loaded.folded,
+        loaded.journal,
+        st.log.state.high_watermark,
+    )
 
 
 def _shard_version(topic: Topic, shard: int) -> tuple[int, int]:

@@ -160,6 +160,36 @@ def test_a_cleaner_pass_over_idle_partitions_makes_no_request(tmp_path, monkeypa
         assert sum(counts.get(n, 0) for n in READS) >= 1, counts  # the moved one is read
 
 
+def test_a_topic_whose_retention_is_altered_is_maintained_at_the_next_pass(tmp_path, monkeypatch):
+    """A partition skipped because nothing was due by its topic's rules comes back into the
+    next pass when the rules change (an altered retention.ms), not when the old rules
+    would have made it due."""
+    from sparklog.broker_lite import upkeep
+    from sparklog.storage import maintenance
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for name in ("kept", "shortened"):
+        root.create_topic(name, 1, {"retention.ms": 7 * 24 * 3_600_000})
+        root.topic(name).produce({0: make_batch([b"x"])})
+    clock = [upkeep.now_ms()]
+    monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(maintenance, "now_ms", lambda: clock[0])
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        broker = server.broker
+        cleaner = Cleaner(broker.upkeep, 60_000)
+        cleaner.run_once()
+        cleaner.run_once()  # both skipped: due in a week
+        broker.alter_topic_config("shortened", {"retention.ms": "60000"}, [])
+        clock[0] += 120_000
+        cleaner.run_once()
+        starts = {
+            n: broker.topic(n).partition(0).refresh().log_start_offset
+            for n in ("kept", "shortened")
+        }
+        assert starts == {"kept": 0, "shortened": 1}
+
+
 def test_metadata_reads_a_topics_config_once_not_once_per_partition(tmp_path, monkeypatch):
     """An all-topics Metadata derived each partition's shard from the topic's whole
     effective config (a dict of every Kafka key), so its CPU grew faster than its
