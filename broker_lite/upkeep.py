@@ -19,6 +19,7 @@ from sparklog.broker_lite.partition_state import PartitionState
 from sparklog.clock import now_ms
 from sparklog.errors import SparklogError
 from sparklog.storage import Topic
+from sparklog.storage.log import ShardLog
 from sparklog.storage.shared_objects import SharedSection
 from sparklog.storage.topic_info import TopicInfo
 from sparklog.topic_partition import TopicPartition
@@ -112,6 +113,15 @@ class Upkeep:
                 self._probed[st.shard.key] = now
             if _fingerprint(st, data.info) == idle.fingerprint:
                 idle.checked_ms = now
+                return None
+        if idle is None:
+            # first sight (a broker starting, a partition newly led): its log as the broker
+            # holds it decides; the cleaner's own handle is opened only for work due
+            with st.lock:
+                st.refresh()
+                due = maintenance_due_ms(st.log.state, data.info.effective_config, now)
+            if due > now:
+                self._idle[(topic, partition)] = _Idle(_fingerprint(st, data.info), due, now, now)
                 return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
@@ -226,6 +236,11 @@ class Upkeep:
         unchanged, versions = self._topic_unchanged(topic, "prune")
         if unchanged:
             return 0
+        data = self.state.topic(topic)
+        if all(_before_first_snapshot(data.shard(s)) for s in range(data.shards)):
+            # nothing is older than a newest snapshot yet: no LIST (most topics at a start)
+            self._remember_upkeep(topic, "prune", versions, False)
+            return 0
         report = prune_topic_logs(self.state.topic(topic), now=now_ms)
         self._remember_upkeep(topic, "prune", versions, bool(report.waiting))
         return len(report.deleted)
@@ -267,3 +282,10 @@ def _shard_version(topic: Topic, shard: int) -> tuple[int, int]:
     if loaded is None:
         loaded = log.refresh()
     return loaded.version, loaded.folded
+
+
+def _before_first_snapshot(log: ShardLog) -> bool:
+    """Whether a shard log (as last read) has had fewer commits than make a snapshot, so
+    pruning, which deletes what precedes the newest snapshot, has nothing to delete."""
+    loaded = log.loaded_state
+    return loaded is not None and loaded.version < log.snapshot_interval

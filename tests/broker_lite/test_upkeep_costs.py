@@ -160,6 +160,36 @@ def test_a_cleaner_pass_over_idle_partitions_makes_no_request(tmp_path, monkeypa
         assert sum(counts.get(n, 0) for n in READS) >= 1, counts  # the moved one is read
 
 
+def test_a_brokers_first_pass_reads_each_idle_log_once(tmp_path, monkeypatch):
+    """At a broker's start the cleaner's first pass opened its own handle of every led
+    topic and read every shard log again beside the broker's own, and listed every
+    topic's log folder to prune it: about 2,200 requests a minute for 100 idle topics on
+    S3. Now a partition with nothing due is judged on the broker's own read of its log,
+    and a log too young to have a snapshot is not listed for pruning."""
+    from sparklog.broker_lite.upkeep import Upkeep
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for i in range(10):
+        root.create_topic(f"fresh{i}", 2, {"retention.ms": 7_200_000})
+        root.topic(f"fresh{i}").produce({0: make_batch([b"x"]), 1: make_batch([b"y"])})
+    counts = count_store_calls(monkeypatch, LISTS_AND_WRITES)
+    opened: list[str] = []
+    original = Upkeep._maintenance_topic
+    monkeypatch.setattr(
+        Upkeep, "_maintenance_topic", lambda self, name: opened.append(name) or original(self, name)
+    )
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        counts.clear()
+        summary = Cleaner(server.broker.upkeep, 60_000).run_once()
+    assert summary["partitions"] == 20 and summary["errors"] == 0
+    assert opened == []  # nothing due: no second handle, no second read
+    # GC lists each topic's objects once (what a previous leader left), the cluster's own
+    # upkeep the metadata log and the shared objects once each; pruning lists no topic
+    # (opening a young log without a snapshot hint lists its folder once: list_names)
+    assert counts.get("list_objects", 0) <= 10 + 2, counts
+
+
 def test_a_topic_whose_retention_is_altered_is_maintained_at_the_next_pass(tmp_path, monkeypatch):
     """A partition skipped because nothing was due by its topic's rules comes back into the
     next pass when the rules change (an altered retention.ms), not when the old rules
