@@ -97,13 +97,16 @@ class Upkeep:
 
         data = self.state.topic(topic)
         st = self.state.partition_state(data, partition)
+        # the topic's rules as the metadata image holds them now (no request on a broker):
+        # the data handle keeps the config it was opened with until it is re-opened
+        rules = self.state.root.describe_topic(topic)
         now = now_ms()
         idle = self._idle.get((topic, partition))
         if (
             idle is not None
             and now < idle.due_ms
             and now - idle.maintained_ms < UPKEEP_FULL_PASS_MS  # cluster-wide defaults too
-            and _fingerprint(st, data.info) == idle.fingerprint
+            and _fingerprint(st, rules) == idle.fingerprint
         ):
             if now - idle.checked_ms < UPKEEP_RECHECK_MS:
                 return None
@@ -111,7 +114,7 @@ class Upkeep:
                 with st.lock:
                     st.refresh()  # once for all the shard's partitions
                 self._probed[st.shard.key] = now
-            if _fingerprint(st, data.info) == idle.fingerprint:
+            if _fingerprint(st, rules) == idle.fingerprint:
                 idle.checked_ms = now
                 return None
         if idle is None:
@@ -119,9 +122,9 @@ class Upkeep:
             # holds it decides; the cleaner's own handle is opened only for work due
             with st.lock:
                 st.refresh()
-                due = maintenance_due_ms(st.log.state, data.info.effective_config, now)
+                due = maintenance_due_ms(st.log.state, rules.effective_config, now)
             if due > now:
-                self._idle[(topic, partition)] = _Idle(_fingerprint(st, data.info), due, now, now)
+                self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
                 return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
@@ -129,7 +132,7 @@ class Upkeep:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
             due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
-            self._idle[(topic, partition)] = _Idle(_fingerprint(st, data.info), due, now, now)
+            self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
         return report
 
     def _maintenance_topic(self, name: str) -> Topic:
@@ -266,7 +269,8 @@ def _fingerprint(st: PartitionState, info: TopicInfo) -> tuple[Any, ...]:
         return ()
     return (
         info.topic_id,
-        info.version,  # an altered retention or cleanup policy changes what is due
+        info.version,
+        sorted(info.config.items()),  # an altered retention or cleanup policy: work may be due
         loaded.version,
         loaded.folded,
         loaded.journal,
