@@ -40,6 +40,7 @@ import pyarrow.flight as flight
 from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
+from sparklog.broker_lite.handed_commits import commit_handed_over
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
@@ -247,6 +248,9 @@ class FlightBroker(flight.FlightServerBase):
             "list_transactions": lambda: broker.transactions.list(),
             "write_txn_markers": lambda topic, markers: write_led_markers(
                 broker.state, topic, markers
+            ),
+            "commit_staged": lambda topic, topic_id, shard, appends, producers, txn: (
+                commit_handed_over(broker.state, topic, topic_id, shard, appends, producers, txn)
             ),
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id

@@ -444,15 +444,17 @@ class ShardLog(MetaLog[ShardState]):
         leader_epoch: int | None = None,
         producers: Mapping[int, ProducerBatch] | None = None,
         transactions: Mapping[int, int] | None = None,
+        txn: tuple[str, int] | None = None,
     ) -> tuple[Commit | None, Callable[[Commit | None], dict[int, AppendResult]]]:
         """:meth:`append`'s body against this leader's view, not yet written, and what
         turns the journalled body (:meth:`journalled`) into the append's results: the
-        produce path journals one flush's bodies of every shard in one journal commit."""
+        produce path journals one flush's bodies of every shard in one journal commit
+        (``txn``: a brokerless writer's marker, handed over with its commit)."""
         build, finish = self._append_plan(
             appends,
             leader_epoch=leader_epoch,
             producers=producers,
-            txn=None,
+            txn=txn,
             staged_max_age_ms=STAGED_OBJECT_MAX_AGE_MS,
             transactions=transactions,
         )

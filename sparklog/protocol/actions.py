@@ -300,6 +300,28 @@ WRITE_TXN_MARKERS = Action(
     idempotent=True,
 )
 
+#: a brokerless writer's commit of the objects it wrote (the Spark sink, an embedded
+#: producer), handed to the broker whose journal a lease of the shard names, so that the
+#: writer does not revoke the leader's lease (docs/architecture.md, "Brokerless writers
+#: hand their commits to the leader"); ``appends``: {partition: [staged segment, ...]} of
+#: one shard, ``producers``: {partition: [producer id, epoch, first sequence, records]},
+#: ``txn``: [app id, version]; {partition: [base offset, records, version, duplicate]}.
+#: Trusted as a writer of the root is (its segments name objects of the root)
+COMMIT_STAGED = Action(
+    "commit_staged",
+    (
+        Field("topic", str),
+        Field("topic_id", str),
+        Field("shard", int),
+        Field("appends", dict),
+        Field("producers", dict, {}),
+        Field("txn", list, None),
+    ),
+    _dict,
+    cluster("CLUSTER_ACTION"),
+    retriable=False,
+)
+
 # -- SCRAM users, as Kafka's AlterUserScramCredentials / DescribeUserScramCredentials -
 #: the client sends the salt and the salted password (base64), never the password; the
 #: broker derives the stored keys
@@ -393,6 +415,7 @@ ACTIONS: dict[str, Action[Any]] = {
         LIST_TRANSACTIONS,
         ABORT_TRANSACTION,
         WRITE_TXN_MARKERS,
+        COMMIT_STAGED,
         SET_SCRAM_CREDENTIAL,
         DELETE_SCRAM_CREDENTIAL,
         LIST_USERS,

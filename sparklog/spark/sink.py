@@ -5,7 +5,9 @@ the driver, before any task runs.  Executors partition rows (explicit
 ``partition``, else Kafka's murmur2 of ``key``, else round-robin), write Arrow
 objects with ``Topic.write`` and return the *staged* segments in their commit
 messages; nothing is visible yet.  The driver's ``commit`` appends each
-partition's segments in one log commit marked ``(app id, batch id)``; a batch
+partition's segments in one log commit marked ``(app id, batch id)`` (handed, marker
+included, to the broker whose journal leases the shard, if one does:
+:mod:`sparklog.client.handover`); a batch
 that Spark replays after a failure finds its marker and is skipped, so each
 record lands exactly once.  Batch writes with Delta's ``txnAppId`` and
 ``txnVersion`` options get the same marker ``(txnAppId, txnVersion)``: a
@@ -37,6 +39,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.client import handover
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.errors import (
     InvalidRecordError,
@@ -301,7 +304,8 @@ def commit_segments(
                 "its records were not committed"
             )
         # one atomic commit per shard: the batch lands in all its partitions or none
-        results = topic.commit(parts, txn=txn)
+        # handed to the leader where a broker's journal leases the shard
+        results = handover.commit(root, topic, parts, txn=txn)
         skipped = sorted(p for p, r in results.items() if r.duplicate)
         if skipped:
             log.info("%s partitions %s already have %s: skipped (replay)", name, skipped, txn)

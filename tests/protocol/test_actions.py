@@ -92,6 +92,14 @@ WIRE: dict[str, list[tuple[str, str, Any]]] = {
     "list_transactions": [],
     "abort_transaction": [("transactional_id", "str", "REQUIRED")],
     "write_txn_markers": [("topic", "str", "REQUIRED"), ("markers", "list", "REQUIRED")],
+    "commit_staged": [
+        ("topic", "str", "REQUIRED"),
+        ("topic_id", "str", "REQUIRED"),
+        ("shard", "int", "REQUIRED"),
+        ("appends", "dict", "REQUIRED"),
+        ("producers", "dict", {}),
+        ("txn", "list", None),
+    ],
     "set_scram_credential": [
         ("user", "str", "REQUIRED"),
         ("mechanism", "str", "REQUIRED"),

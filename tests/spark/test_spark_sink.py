@@ -18,7 +18,9 @@ from sparklog.client.partitioner import partition_for_key
 from sparklog.spark.compat import HAS_ADMISSION_CONTROL
 from sparklog.spark.options import parse_sink_options
 from sparklog.spark.sink import _TaskWriter, commit_segments
-from sparklog.storage import open_root
+from sparklog.storage import make_batch, open_root
+from tests.broker_lite.test_handed_commits import revokes
+from tests.chaos.inproc import inproc_broker
 from tests.spark.spark_data import fill
 from tests.spark.spark_support import (  # noqa: F401
     source_options,
@@ -175,23 +177,29 @@ def test_save_without_a_mode_is_refused_by_spark_naming_append(spark, tmp_path) 
 
 
 def test_batch_writes_with_txn_app_id_and_version_are_exactly_once(spark, tmp_path) -> None:
-    """Delta's idempotent-write options: a version already committed (or older) is skipped."""
+    """Delta's idempotent-write options: a version already committed (or older) is skipped.
+    The topic's shards are leased by a broker's journal, so the driver hands each commit,
+    marker included, to that leader (issue 37 item 3): no shard is revoked from it."""
     url = f"file://{tmp_path}/root"
     root = open_root(url)
-    root.create_topic("out", 2)
+    with inproc_broker(url) as (server, _):
+        server.broker.create_topic("out", 2)
+        for p in range(2):
+            server.broker.produce("out", [(p, make_batch([b"leased"]))])
 
-    def write_version(first: int, version: int) -> None:
-        df = spark.range(first, first + 4).select(
-            F.concat(F.lit("v"), F.col("id").cast("string")).alias("value")
-        )
-        write(df, url, topic="out", txnAppId="nightly", txnVersion=str(version))
+        def write_version(first: int, version: int) -> None:
+            df = spark.range(first, first + 4).select(
+                F.concat(F.lit("v"), F.col("id").cast("string")).alias("value")
+            )
+            write(df, url, topic="out", txnAppId="nightly", txnVersion=str(version))
 
-    write_version(0, 0)
-    write_version(0, 0)  # the same write replayed: skipped
-    write_version(4, 1)
-    write_version(8, 0)  # an older version: skipped too
-    got = Counter(r["value"] for r in records(root, "out"))
-    assert got == Counter(f"v{i}".encode() for i in range(8))
+        write_version(0, 0)
+        write_version(0, 0)  # the same write replayed: skipped
+        write_version(4, 1)
+        write_version(8, 0)  # an older version: skipped too
+        got = Counter(r["value"] for r in records(root, "out"))
+        assert got == Counter([b"leased"] * 2 + [f"v{i}".encode() for i in range(8)])
+        assert revokes(tmp_path / "root") == 0
     with pytest.raises(PySparkException, match="'txnAppId' needs option 'txnVersion'"):
         write(spark.createDataFrame([("x",)], "value string"), url, topic="out", txnAppId="a")
 

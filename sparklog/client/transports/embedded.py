@@ -4,7 +4,8 @@ A flush writes ONE object per topic holding every partition's records
 (``Topic.write``), then ONE commit per shard touched (``Topic.commit``), as a
 broker's flush does: atomic across the shard's partitions, each partition's
 segment carrying the idempotent producer's ``ProducerBatch`` so a retried flush
-never duplicates records.  Shard logs are not thread-safe, so each backend keeps
+never duplicates records.  A shard a broker's journal leases gets its commit from that
+broker (:mod:`sparklog.client.handover`).  Shard logs are not thread-safe, so each backend keeps
 its own handles and serialises access per shard.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sparklog.client import handover
 from sparklog.client.transports.base import (
     FetchResult,
     GroupCalls,
@@ -201,7 +203,9 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         def commit(shard: int) -> dict[int, ProduceResult]:
             appends = by_shard[shard]
             with self._shard_lock(topic, shard):
-                landed = handle.commit(
+                landed = handover.commit(
+                    self.root,
+                    handle,
                     appends,
                     producers={p: b for p, b in (producers or {}).items() if p in appends},
                 )

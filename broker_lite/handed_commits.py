@@ -1,0 +1,139 @@
+"""Commits that brokerless writers hand to the shard's leader (Flight ``commit_staged``).
+
+The Spark sink and embedded producers upload their own objects; a commit of those
+objects written into a shard log that a broker's journal leases would revoke the shard
+from that journal (the leader's in-flight steps of it fail, and it leases the shard
+again, bumping the epoch, at its next write).  So a writer that finds a lease hands its
+commit to the lease's broker, which journals it as a step of its journal under the
+shard's lock, like its own flushes (docs/architecture.md, "Brokerless writers hand their
+commits to the leader").  The writer's ``(app id, version)`` marker and idempotent
+producer batches are checked against the leader's view, so a commit handed over twice,
+or handed over and then written directly after a lost answer, lands once.
+
+The segments name objects the writer wrote; each is checked to exist, so a commit
+cannot make the leader publish a reference to nothing.  The action is a writer of the
+root's (``CLUSTER_ACTION``): whoever may call it may write the root.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from sparklog.broker_lite.broker_state import BrokerState
+from sparklog.broker_lite.partition_state import ShardState, storage_call
+from sparklog.errors import (
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    UnknownTopicIdError,
+)
+from sparklog.storage import Segment, Topic
+from sparklog.storage.log import AppendResult, ProducerBatch
+
+
+def commit_handed_over(
+    state: BrokerState,
+    topic_name: str,
+    topic_id: str,
+    shard_index: int,
+    appends: Mapping[str, Any],
+    producers: Mapping[str, Any],
+    txn: list[Any] | None,
+) -> dict[str, list[Any]]:
+    """Flight ``commit_staged`` on the shard's leader: ``appends`` committed here, as a
+    step of this broker's journal; {partition: [base offset, records, version, duplicate]}."""
+    topic = state.topic(topic_name)
+    if topic.info.topic_id != topic_id:
+        raise UnknownTopicIdError(
+            f"topic {topic_name!r} has id {topic.info.topic_id}, not {topic_id}: it was "
+            "deleted and created again"
+        )
+    staged, batches, marker = _parse(appends, producers, txn)
+    if not staged or {topic.info.shard_of(p) for p in staged} != {shard_index}:
+        raise InvalidRequestError(
+            f"appends are accepted for partitions of shard {shard_index} of {topic_name} only"
+        )
+    for p in staged:
+        state.check_leader(topic_name, p)
+    _check_objects_exist(topic, staged)
+    states = {p: state.partition_state(topic, p) for p in staged}
+    shard = states[next(iter(staged))].shard
+    with shard.lock:
+        results = storage_call(functools.partial(_commit, state, shard, staged, batches, marker))
+    fresh = [p for p, r in results.items() if not r.duplicate]
+    for p in fresh:
+        with states[p].changed:
+            states[p].changed.notify_all()
+    state.count_commit()
+    for hook in state.commit_hooks if fresh else ():
+        hook(topic_name, fresh)
+    return {
+        str(p): [r.base_offset, r.record_count, r.version, r.duplicate] for p, r in results.items()
+    }
+
+
+def _parse(
+    appends: Mapping[str, Any], producers: Mapping[str, Any], txn: list[Any] | None
+) -> tuple[dict[int, list[Segment]], dict[int, ProducerBatch], tuple[str, int] | None]:
+    try:
+        staged = {
+            int(p): [Segment.from_json(raw) for raw in segments] for p, segments in appends.items()
+        }
+        batches = {
+            int(p): ProducerBatch(int(pid), int(epoch), int(first), int(count))
+            for p, (pid, epoch, first, count) in producers.items()
+        }
+        marker = (str(txn[0]), int(txn[1])) if txn is not None else None
+    except (TypeError, ValueError, IndexError):
+        raise InvalidRequestError(
+            "commit_staged is not accepted; accepted: appends {partition: [segment, ...]}, "
+            "producers {partition: [producer id, epoch, first sequence, records]}, "
+            "txn [app id, version]"
+        ) from None
+    for p, segments in staged.items():
+        if any(seg.base_offset != -1 or ".." in seg.object_key.split("/") for seg in segments):
+            raise InvalidRequestError(
+                f"partition {p}: only staged segments (base_offset -1) of the root's objects "
+                "are accepted"
+            )
+    return staged, batches, marker
+
+
+def _check_objects_exist(topic: Topic, staged: Mapping[int, list[Segment]]) -> None:
+    keys = {seg.object_key for segments in staged.values() for seg in segments}
+    for key in sorted(keys):
+        store, path = topic.store.locate(key)
+        if not storage_call(functools.partial(store.exists, path)):
+            raise InvalidRequestError(f"object {key} of {topic.name} does not exist")
+
+
+def _commit(
+    state: BrokerState,
+    shard: ShardState,
+    staged: Mapping[int, list[Segment]],
+    batches: Mapping[int, ProducerBatch],
+    marker: tuple[str, int] | None,
+) -> dict[int, AppendResult]:
+    """The commit as one step of this broker's journal (leasing the shard first if
+    needed); a shard log commit where the broker journals no records (format 2)."""
+    log = shard.log
+    writer = state.journal
+    if writer is None or not state.config.journal_records:
+        results: dict[int, AppendResult] = log.append(
+            staged, leader_epoch=shard.epoch, producers=batches, txn=marker
+        )
+        return results
+    for _ in range(2):
+        body, finish = log.stage_append(staged, producers=batches, txn=marker)
+        shard.epoch = log.leader_epoch
+        if body is None:
+            return finish(None)
+        landed = writer.write_shards({log.journal_key: body})
+        if log.journal_key in landed.revoked:
+            continue  # a direct writer revoked it meanwhile: lease again, on its commit
+        return finish(log.journalled(landed.ref, landed.version, body))
+    shard.epoch = None
+    raise NotLeaderOrFollowerError(
+        f"{log.name}: revoked by another writer twice; commit directly", leader_location=""
+    )

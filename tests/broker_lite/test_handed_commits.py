@@ -1,0 +1,85 @@
+"""Brokerless writers hand their commits to the broker whose journal leases the shard
+(issue 37 item 3), and commit directly when that broker cannot take them.
+
+A direct commit of a leased shard revokes it from the leader's journal: the leader's
+in-flight steps of the shard fail and its next write leases the shard again, bumping the
+leader epoch. Handed over, the commit is a step of the leader's journal and the lease
+stays. Counted here in the journals' revoke versions and the shard's leader epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+
+import pytest
+
+from sparklog import Producer
+from sparklog.client import handover
+from sparklog.storage import make_batch, open_root
+from tests.chaos.inproc import inproc_broker
+
+
+def revokes(root: pathlib.Path) -> int:
+    """How many revoke versions the brokers' journals under ``root`` hold."""
+    return sum(
+        json.loads(path.read_bytes()).get("c", {}).get("kind") == "revoke"
+        for path in (root / "cluster/journal").glob("*/*/*.json")
+    )
+
+
+def values(url: str, topic: str, partition: int) -> list[bytes]:
+    """The partition's values as a reader without a broker sees them (log, then the
+    leased journal's tail)."""
+    log = open_root(url).topic(topic).partition(partition)
+    return [bytes(v) for v in log.read(0).column("value").to_pylist()]
+
+
+def test_an_embedded_producer_and_a_marked_commit_go_through_the_leaders_journal(
+    tmp_path: pathlib.Path,
+) -> None:
+    folder = tmp_path / "root"
+    url = f"file://{folder}"
+    with inproc_broker(url) as (server, _):
+        broker = server.broker
+        broker.create_topic("t", 2)
+        broker.produce("t", [(0, make_batch([b"a"]))])  # the leader leases 0's shard
+        state = broker.state
+        shard = state.partition_state(state.topic("t"), 0).shard
+        epoch = shard.log.leader_epoch
+        with Producer(url, linger_ms=1) as producer:
+            producer.send("t", b"b", partition=0).get(timeout=30)
+        broker.produce("t", [(0, make_batch([b"c"]))])
+        # the Spark sink's path: staged objects committed under an (app id, version)
+        # marker; the same marker handed over again (a replayed batch) lands nothing
+        topic = open_root(url).topic("t")
+        staged = topic.write({0: make_batch([b"d"])})
+        first = handover.commit(topic.root, topic, staged, txn=("app", 7))
+        again = handover.commit(topic.root, topic, staged, txn=("app", 7))
+        assert not first[0].duplicate and again[0].duplicate
+        assert revokes(folder) == 0
+        assert shard.log.leader_epoch == epoch  # never leased again
+        assert values(url, "t", 0) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_leader_that_cannot_be_reached_is_written_around(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease's broker is registered but its listener is gone: the writer commits
+    directly (revoking the shard, as before hand-overs), and every record is kept."""
+    folder = tmp_path / "root"
+    url = f"file://{folder}"
+    with inproc_broker(url) as (server, _):
+        broker = server.broker
+        broker.create_topic("t", 1)
+        broker.produce("t", [(0, make_batch([b"a"]))])
+        server.shutdown()  # the Flight listener stops; the broker stays registered
+        with (
+            caplog.at_level(logging.INFO, "sparklog.client.handover"),
+            Producer(url, linger_ms=1) as producer,
+        ):
+            producer.send("t", b"b", partition=0).get(timeout=30)
+        assert any("not handed to broker" in r.getMessage() for r in caplog.records)
+        assert revokes(folder) == 1
+        assert values(url, "t", 0) == [b"a", b"b"]
