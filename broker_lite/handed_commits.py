@@ -11,12 +11,15 @@ producer batches are checked against the leader's view, so a commit handed over 
 or handed over and then written directly after a lost answer, lands once.
 
 The segments name objects the writer wrote; each is checked to exist, so a commit
-cannot make the leader publish a reference to nothing.  The action is a writer of the
+cannot make the leader publish a reference to nothing.  A call may carry partitions of
+several shards the broker leads (a Spark batch's commit of a topic): they share one
+journal commit, each shard's step atomic, as a flush's.  The action is a writer of the
 root's (``CLUSTER_ACTION``): whoever may call it may write the root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -36,13 +39,13 @@ def commit_handed_over(
     state: BrokerState,
     topic_name: str,
     topic_id: str,
-    shard_index: int,
     appends: Mapping[str, Any],
     producers: Mapping[str, Any],
     txn: list[Any] | None,
 ) -> dict[str, list[Any]]:
-    """Flight ``commit_staged`` on the shard's leader: ``appends`` committed here, as a
-    step of this broker's journal; {partition: [base offset, records, version, duplicate]}."""
+    """Flight ``commit_staged`` on the leader of ``appends``' partitions (of one or more
+    shards of the topic): each shard's commit a step of ONE journal commit of this
+    broker; {partition: [base offset, records, version, duplicate]}."""
     topic = state.topic(topic_name)
     if topic.info.topic_id != topic_id:
         raise UnknownTopicIdError(
@@ -50,17 +53,21 @@ def commit_handed_over(
             "deleted and created again"
         )
     staged, batches, marker = _parse(appends, producers, txn)
-    if not staged or {topic.info.shard_of(p) for p in staged} != {shard_index}:
-        raise InvalidRequestError(
-            f"appends are accepted for partitions of shard {shard_index} of {topic_name} only"
-        )
+    if not staged:
+        raise InvalidRequestError("commit_staged names no partition; accepted: one or more")
     for p in staged:
         state.check_leader(topic_name, p)
     _check_objects_exist(topic, staged)
     states = {p: state.partition_state(topic, p) for p in staged}
-    shard = states[next(iter(staged))].shard
-    with shard.lock:
-        results = storage_call(functools.partial(_commit, state, shard, staged, batches, marker))
+    by_shard: dict[tuple[str, str, int], tuple[ShardState, dict[int, list[Segment]]]] = {}
+    for p, segments in staged.items():
+        shard = states[p].shard
+        by_shard.setdefault(shard.key, (shard, {}))[1][p] = segments
+    groups = [by_shard[key] for key in sorted(by_shard)]
+    with contextlib.ExitStack() as locked:
+        for shard, _ in groups:  # in key order, as a flush takes them
+            locked.enter_context(shard.lock)
+        results = storage_call(functools.partial(_commit, state, groups, batches, marker))
     fresh = [p for p, r in results.items() if not r.duplicate]
     for p in fresh:
         with states[p].changed:
@@ -110,30 +117,47 @@ def _check_objects_exist(topic: Topic, staged: Mapping[int, list[Segment]]) -> N
 
 def _commit(
     state: BrokerState,
-    shard: ShardState,
-    staged: Mapping[int, list[Segment]],
+    groups: list[tuple[ShardState, dict[int, list[Segment]]]],
     batches: Mapping[int, ProducerBatch],
     marker: tuple[str, int] | None,
 ) -> dict[int, AppendResult]:
-    """The commit as one step of this broker's journal (leasing the shard first if
-    needed); a shard log commit where the broker journals no records (format 2)."""
-    log = shard.log
+    """Every shard's commit as a step of one journal commit (each shard leased first if
+    needed); shard log commits where the broker journals no records (format 2).  A shard
+    a direct writer revoked meanwhile is leased again and journalled once more."""
     writer = state.journal
+    results: dict[int, AppendResult] = {}
     if writer is None or not state.config.journal_records:
-        results: dict[int, AppendResult] = log.append(
-            staged, leader_epoch=shard.epoch, producers=batches, txn=marker
-        )
+        for shard, appends in groups:
+            mine = {p: b for p, b in batches.items() if p in appends}
+            results.update(
+                shard.log.append(appends, leader_epoch=shard.epoch, producers=mine, txn=marker)
+            )
         return results
+    pending = groups
     for _ in range(2):
-        body, finish = log.stage_append(staged, producers=batches, txn=marker)
-        shard.epoch = log.leader_epoch
-        if body is None:
-            return finish(None)
-        landed = writer.write_shards({log.journal_key: body})
-        if log.journal_key in landed.revoked:
-            continue  # a direct writer revoked it meanwhile: lease again, on its commit
-        return finish(log.journalled(landed.ref, landed.version, body))
-    shard.epoch = None
+        staged = []
+        for shard, appends in pending:
+            mine = {p: b for p, b in batches.items() if p in appends}
+            body, finish = shard.log.stage_append(appends, producers=mine, txn=marker)
+            shard.epoch = shard.log.leader_epoch
+            if body is None:
+                results.update(finish(None))
+            else:
+                staged.append((shard, appends, body, finish))
+        if not staged:
+            return results
+        landed = writer.write_shards({shard.log.journal_key: body for shard, _, body, _ in staged})
+        pending = []
+        for shard, appends, body, finish in staged:
+            if shard.log.journal_key in landed.revoked:
+                pending.append((shard, appends))  # lease again, on the revoker's commit
+                continue
+            results.update(finish(shard.log.journalled(landed.ref, landed.version, body)))
+        if not pending:
+            return results
+    for shard, _ in pending:
+        shard.epoch = None
     raise NotLeaderOrFollowerError(
-        f"{log.name}: revoked by another writer twice; commit directly", leader_location=""
+        f"{pending[0][0].log.name}: revoked by another writer twice; commit directly",
+        leader_location="",
     )

@@ -249,8 +249,8 @@ class FlightBroker(flight.FlightServerBase):
             "write_txn_markers": lambda topic, markers: write_led_markers(
                 broker.state, topic, markers
             ),
-            "commit_staged": lambda topic, topic_id, shard, appends, producers, txn: (
-                commit_handed_over(broker.state, topic, topic_id, shard, appends, producers, txn)
+            "commit_staged": lambda topic, topic_id, appends, producers, txn: commit_handed_over(
+                broker.state, topic, topic_id, appends, producers, txn
             ),
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id

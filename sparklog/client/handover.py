@@ -32,6 +32,7 @@ from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 from sparklog.storage import Segment, Topic
 from sparklog.storage.catalog import LogRoot
+from sparklog.storage.journal import JournalRef
 from sparklog.storage.log import AppendResult, ProducerBatch
 
 log = logging.getLogger(__name__)
@@ -54,73 +55,101 @@ def commit(
     producers: Mapping[int, ProducerBatch] | None = None,
     txn: tuple[str, int] | None = None,
 ) -> dict[int, AppendResult]:
-    """:meth:`Topic.commit` of ``staged`` (one atomic commit per shard), each shard's
-    handed to the broker whose journal leases it when there is one."""
+    """:meth:`Topic.commit` of ``staged`` (one atomic commit per shard), the shards a
+    broker's journal leases handed to that broker (:func:`hand_over`), the others
+    committed directly."""
+    out, left = hand_over(root, topic, staged, producers=producers, txn=txn)
+    if left:
+        batches = {p: b for p, b in (producers or {}).items() if p in left}
+        out.update(topic.commit(left, producers=batches, txn=txn))
+    return out
+
+
+def hand_over(
+    root: LogRoot,
+    topic: Topic,
+    staged: Mapping[int, Segment | Sequence[Segment]],
+    *,
+    producers: Mapping[int, ProducerBatch] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> tuple[dict[int, AppendResult], dict[int, Sequence[Segment]]]:
+    """Hand the shards of ``staged`` that a broker's journal leases to that broker (one
+    call, one journal commit, for all of a broker's shards); (the handed partitions'
+    results, the partitions the caller is to commit directly).  A shard its leaser did
+    not take is tried once more after re-reading its log (the lease may have moved).
+    The caller holds the shards' handles (their views are read and refreshed)."""
     by_shard: dict[int, dict[int, Sequence[Segment]]] = {}
     for p, segments in staged.items():
         listed = [segments] if isinstance(segments, Segment) else segments
         by_shard.setdefault(topic.info.shard_of(p), {})[p] = listed
     out: dict[int, AppendResult] = {}
-    for shard, appends in sorted(by_shard.items()):
-        batches = {p: b for p, b in (producers or {}).items() if p in appends}
-        handed = _hand_over(root, topic, shard, appends, batches, txn)
-        if handed is None:
-            handed = topic.commit(appends, producers=batches, txn=txn)
-        out.update(handed)
-    return out
+    tried: dict[int, str] = {}  # shard -> the location that did not take it
+    left = sorted(by_shard)
+    for attempt in range(2):
+        by_location: dict[str, list[int]] = {}
+        for shard in left:
+            view = topic.shard(shard)
+            ref = view.state.journal if attempt == 0 else view.refresh().journal
+            location = _location(root, ref)
+            if location is not None and location != tried.get(shard):
+                by_location.setdefault(location, []).append(shard)
+        left = []
+        for location, shards in sorted(by_location.items()):
+            appends = {p: segs for s in shards for p, segs in by_shard[s].items()}
+            handed = _hand_over(location, topic, appends, producers or {}, txn)
+            if handed is None:
+                tried.update(dict.fromkeys(shards, location))
+                left.extend(shards)
+            else:
+                out.update(handed)
+                for s in shards:
+                    del by_shard[s]
+        if not left:
+            break
+    return out, {p: segs for appends in by_shard.values() for p, segs in appends.items()}
+
+
+def _location(root: LogRoot, ref: JournalRef | None) -> str | None:
+    """The Flight location of the broker writing journal ``ref``; None: no lease, or its
+    broker is unregistered, fenced, or not to be asked now."""
+    if ref is None:
+        return None
+    entry = root.metadata.image().broker(ref.broker)
+    if entry is None or entry.get("fenced"):
+        return None
+    location = str(entry["location"])
+    return None if _is_paused(location) else location
 
 
 def _hand_over(
-    root: LogRoot,
+    location: str,
     topic: Topic,
-    shard: int,
     appends: Mapping[int, Sequence[Segment]],
     producers: Mapping[int, ProducerBatch],
     txn: tuple[str, int] | None,
 ) -> dict[int, AppendResult] | None:
-    """The shard's commit as the leasing broker made it; None: commit it directly.  A
-    refusal is tried once more after re-reading the log, in case the lease moved."""
-    log_view = topic.shard(shard)
-    tried: set[str] = set()
-    for attempt in range(2):
-        ref = log_view.state.journal if attempt == 0 else log_view.refresh().journal
-        if ref is None:
-            return None
-        entry = root.metadata.image().broker(ref.broker)
-        if entry is None or entry.get("fenced"):
-            return None
-        location = str(entry["location"])
-        if location in tried or _is_paused(location):
-            return None
-        tried.add(location)
-        try:
-            answer = _call(
-                location,
-                topic=topic.name,
-                topic_id=topic.info.topic_id,
-                shard=shard,
-                appends={str(p): [s.to_json() for s in segs] for p, segs in appends.items()},
-                producers={
-                    str(p): [b.producer_id, b.producer_epoch, b.first_sequence, b.record_count]
-                    for p, b in producers.items()
-                },
-                txn=list(txn) if txn is not None else None,
-            )
-        except Exception as exc:  # unreachable, refused, no longer leading: try, then write
-            log.info(
-                "commit of %s shard %d not handed to broker %d at %s: %s",
-                topic.name,
-                shard,
-                ref.broker,
-                location,
-                exc,
-            )
-            continue
-        return {
-            int(p): AppendResult(int(base), int(count), int(version), bool(duplicate))
-            for p, (base, count, version, duplicate) in answer.items()
-        }
-    return None
+    """The commit of ``appends`` as the broker at ``location`` made it; None: it did not
+    (unreachable, refused, no longer leading, or the answer was lost)."""
+    try:
+        answer = _call(
+            location,
+            topic=topic.name,
+            topic_id=topic.info.topic_id,
+            appends={str(p): [s.to_json() for s in segs] for p, segs in appends.items()},
+            producers={
+                str(p): [b.producer_id, b.producer_epoch, b.first_sequence, b.record_count]
+                for p, b in producers.items()
+                if p in appends
+            },
+            txn=list(txn) if txn is not None else None,
+        )
+    except Exception as exc:
+        log.info("commit of %s not handed to the broker at %s: %s", topic.name, location, exc)
+        return None
+    return {
+        int(p): AppendResult(int(base), int(count), int(version), bool(duplicate))
+        for p, (base, count, version, duplicate) in answer.items()
+    }
 
 
 def _call(location: str, **body: Any) -> dict[str, Any]:

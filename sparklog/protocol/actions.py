@@ -301,18 +301,18 @@ WRITE_TXN_MARKERS = Action(
 )
 
 #: a brokerless writer's commit of the objects it wrote (the Spark sink, an embedded
-#: producer), handed to the broker whose journal a lease of the shard names, so that the
-#: writer does not revoke the leader's lease (docs/architecture.md, "Brokerless writers
-#: hand their commits to the leader"); ``appends``: {partition: [staged segment, ...]} of
-#: one shard, ``producers``: {partition: [producer id, epoch, first sequence, records]},
-#: ``txn``: [app id, version]; {partition: [base offset, records, version, duplicate]}.
-#: Trusted as a writer of the root is (its segments name objects of the root)
+#: producer), handed to the broker whose journal leases the shards, so that the writer
+#: does not revoke the leader's leases (docs/architecture.md, "Brokerless writers hand
+#: their commits to the leader"); ``appends``: {partition: [staged segment, ...]} of
+#: shards the broker leads (one journal commit for all), ``producers``: {partition:
+#: [producer id, epoch, first sequence, records]}, ``txn``: [app id, version]; the
+#: result {partition: [base offset, records, version, duplicate]}.  Trusted as a writer
+#: of the root is (its segments name objects of the root)
 COMMIT_STAGED = Action(
     "commit_staged",
     (
         Field("topic", str),
         Field("topic_id", str),
-        Field("shard", int),
         Field("appends", dict),
         Field("producers", dict, {}),
         Field("txn", list, None),

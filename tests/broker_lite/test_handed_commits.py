@@ -29,6 +29,10 @@ def revokes(root: pathlib.Path) -> int:
     )
 
 
+def journal_versions(root: pathlib.Path) -> int:
+    return len(list((root / "cluster/journal").glob("*/*/*.json")))
+
+
 def values(url: str, topic: str, partition: int) -> list[bytes]:
     """The partition's values as a reader without a broker sees them (log, then the
     leased journal's tail)."""
@@ -48,8 +52,15 @@ def test_an_embedded_producer_and_a_marked_commit_go_through_the_leaders_journal
         state = broker.state
         shard = state.partition_state(state.topic("t"), 0).shard
         epoch = shard.log.leader_epoch
-        with Producer(url, linger_ms=1) as producer:
-            producer.send("t", b"b", partition=0).get(timeout=30)
+        broker.produce("t", [(1, make_batch([b"a1"]))])  # and 1's, another shard
+        assert state.topic("t").info.shard_of(1) != state.topic("t").info.shard_of(0)
+        versions = journal_versions(folder)
+        with Producer(url, linger_ms=60_000) as producer:
+            sent = [producer.send("t", b"b", partition=0), producer.send("t", b"b1", partition=1)]
+            producer.flush()
+            for future in sent:
+                future.get(timeout=30)
+        assert journal_versions(folder) == versions + 1  # both shards in one journal commit
         broker.produce("t", [(0, make_batch([b"c"]))])
         # the Spark sink's path: staged objects committed under an (app id, version)
         # marker; the same marker handed over again (a replayed batch) lands nothing
@@ -61,6 +72,7 @@ def test_an_embedded_producer_and_a_marked_commit_go_through_the_leaders_journal
         assert revokes(folder) == 0
         assert shard.log.leader_epoch == epoch  # never leased again
         assert values(url, "t", 0) == [b"a", b"b", b"c", b"d"]
+        assert values(url, "t", 1) == [b"a1", b"b1"]
 
 
 def test_a_leader_that_cannot_be_reached_is_written_around(
@@ -80,6 +92,6 @@ def test_a_leader_that_cannot_be_reached_is_written_around(
             Producer(url, linger_ms=1) as producer,
         ):
             producer.send("t", b"b", partition=0).get(timeout=30)
-        assert any("not handed to broker" in r.getMessage() for r in caplog.records)
+        assert any("not handed to the broker" in r.getMessage() for r in caplog.records)
         assert revokes(folder) == 1
         assert values(url, "t", 0) == [b"a", b"b"]

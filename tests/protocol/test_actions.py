@@ -95,7 +95,6 @@ WIRE: dict[str, list[tuple[str, str, Any]]] = {
     "commit_staged": [
         ("topic", "str", "REQUIRED"),
         ("topic_id", "str", "REQUIRED"),
-        ("shard", "int", "REQUIRED"),
         ("appends", "dict", "REQUIRED"),
         ("producers", "dict", {}),
         ("txn", "list", None),

@@ -11,6 +11,7 @@ its own handles and serialises access per shard.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import threading
@@ -196,16 +197,21 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
                 )
                 for p, seg in staged.items()
             }
-        by_shard: dict[int, dict[int, Segment]] = {}
-        for p, seg in staged.items():
-            by_shard.setdefault(handle.info.shard_of(p), {})[p] = seg
+        # the shards a broker's journal leases: handed to it (one call per broker)
+        with contextlib.ExitStack() as locked:
+            for shard in sorted({handle.info.shard_of(p) for p in staged}):
+                locked.enter_context(self._shard_lock(topic, shard))
+            handed, left = handover.hand_over(self.root, handle, staged, producers=producers)
+        for p, r in handed.items():
+            results[p] = ProduceResult(r.base_offset, r.record_count, r.duplicate)
+        by_shard: dict[int, dict[int, Sequence[Segment]]] = {}
+        for p, segments in left.items():
+            by_shard.setdefault(handle.info.shard_of(p), {})[p] = segments
 
         def commit(shard: int) -> dict[int, ProduceResult]:
             appends = by_shard[shard]
             with self._shard_lock(topic, shard):
-                landed = handover.commit(
-                    self.root,
-                    handle,
+                landed = handle.commit(
                     appends,
                     producers={p: b for p, b in (producers or {}).items() if p in appends},
                 )
@@ -232,8 +238,6 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         compression: str,
     ) -> dict[int, Segment]:
         """The flush's one object (locally, each shard's next commit file is made meanwhile)."""
-        import contextlib
-
         with contextlib.ExitStack() as preparing:
             for s in sorted({handle.info.shard_of(p) for p in parts if 0 <= p < handle.partitions}):
                 preparing.enter_context(handle.shard(s).preparing_commit())
