@@ -9,6 +9,7 @@ stays. Counted here in the journals' revoke versions and the shard's leader epoc
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import pathlib
@@ -16,7 +17,9 @@ import pathlib
 import pytest
 
 from sparklog import Producer
+from sparklog.broker_lite.handed_commits import commit_handed_over
 from sparklog.client import handover
+from sparklog.errors import InvalidRequestError, NotLeaderOrFollowerError, UnknownTopicIdError
 from sparklog.storage import make_batch, open_root
 from tests.chaos.inproc import inproc_broker
 
@@ -95,3 +98,31 @@ def test_a_leader_that_cannot_be_reached_is_written_around(
         assert any("not handed to the broker" in r.getMessage() for r in caplog.records)
         assert revokes(folder) == 1
         assert values(url, "t", 0) == [b"a", b"b"]
+
+
+def test_a_leader_refuses_commits_it_cannot_vouch_for(tmp_path: pathlib.Path) -> None:
+    """A segment naming an object that does not exist, a topic since created again, a
+    committed (not staged) segment, a partition it does not lead: refused, naming why,
+    and nothing is committed."""
+    url = f"file://{tmp_path}/root"
+    with inproc_broker(url) as (server, _):
+        broker = server.broker
+        broker.create_topic("t", 1)
+        topic = open_root(url).topic("t")
+        segment = topic.write({0: make_batch([b"x"])})[0].to_json()
+        topic_id = topic.info.topic_id
+        commit = functools.partial(commit_handed_over, broker.state, "t", producers={}, txn=None)
+        with pytest.raises(InvalidRequestError, match="does not exist"):
+            commit(topic_id, {"0": [{**segment, "object_key": "data/nothing.arrow"}]})
+        with pytest.raises(UnknownTopicIdError, match="created again"):
+            commit("another-id", {"0": [segment]})
+        with pytest.raises(InvalidRequestError, match="only staged segments"):
+            commit(topic_id, {"0": [{**segment, "base_offset": 0}]})
+        with pytest.raises(InvalidRequestError, match="accepted"):
+            commit(topic_id, {"0": [{"object_key": 7}]})
+        cluster = broker.state.cluster
+        assert cluster is not None
+        cluster.is_leader = lambda topic, partition: False  # type: ignore[method-assign]
+        with pytest.raises(NotLeaderOrFollowerError):
+            commit(topic_id, {"0": [segment]})
+        assert values(url, "t", 0) == []
