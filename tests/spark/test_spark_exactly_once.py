@@ -4,7 +4,8 @@ The kills are tests/spark/exactly_once_support.py's; task failures make Spark
 retry tasks.  After the restarts the output topic must hold every input record
 exactly once.  The input is produced through an in-process broker that journals its
 records (format 3) and does not fold them while the drivers run, so the source reads
-them through the journal's tail.  (The same kills on the foreachBatch recipe for update
+them through the journal's tail; the broker leases the output too, so the sink hands
+each batch's commit to it.  (The same kills on the foreachBatch recipe for update
 mode, with the input written without a broker, are in
 test_spark_exactly_once_update.py: a file of its own, so the two slowest Spark
 tests run on different test workers.)
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.storage import make_batch, open_root
+from tests.broker_lite.test_handed_commits import revokes
 from tests.chaos.inproc import inproc_broker
 from tests.spark.exactly_once_support import KILL_POINTS, run_driver
 
@@ -68,6 +70,9 @@ def test_killed_and_restarted_query_writes_every_record_once(
     # test_spark_exactly_once_update.py's
     with inproc_broker(url, fold_interval_ms=3_600_000) as (server, _):
         broker = server.broker
+        # the broker leases the output's shard too, so each batch's commit is handed to it
+        # with its (app id, batch id) marker (issue 37 item 3), replays and kills included
+        broker.produce("out", [(p, make_batch([b"leased"])) for p in range(4)])
         produce(broker, 0, 200)
         for n, fault in enumerate(KILL_POINTS):
             run_driver(url, checkpoint, fault)  # asserts that it was killed there
@@ -80,8 +85,9 @@ def test_killed_and_restarted_query_writes_every_record_once(
         if clean_run_after_task_failures:
             produce(broker, 320, 30)
             assert run_driver(url, checkpoint, None) == 0
+        assert revokes(tmp_path / "root") == 0  # no commit went around the leader
     got = output_values(root)
-    expected = Counter(f"v{i}".encode() for i in range(350))
+    expected = Counter([b"leased"] * 4 + [f"v{i}".encode() for i in range(350)])
     assert got == expected, (
         f"missing {sorted(expected - got)[:5]}, duplicated {sorted(got - expected)[:5]}"
     )

@@ -93,17 +93,18 @@ class FaultyStreamWriter(SparklogStreamWriter):
 
     @staticmethod
     def _die_after_first_partition_commit(batch_id: int) -> None:
-        """Kill this process right after the first topic's commit of this batch."""
-        from sparklog.storage.topics import Topic
+        """Kill this process right after the first topic's commit of this batch (its
+        shards committed directly or handed to their leader)."""
+        from sparklog.client import handover
 
-        commit = Topic.commit
+        commit = handover.commit
 
-        def commit_then_die(self: Topic, *args: Any, **kwargs: Any) -> Any:
-            result = commit(self, *args, **kwargs)
+        def commit_then_die(*args: Any, **kwargs: Any) -> Any:
+            result = commit(*args, **kwargs)
             maybe_fault("sink.mid_commit", batch_id)
             return result
 
-        Topic.commit = commit_then_die  # type: ignore[method-assign]
+        handover.commit = commit_then_die
 
 
 class FaultyBatchWriter(SparklogBatchWriter):
