@@ -249,3 +249,29 @@ def test_metadata_reads_a_topics_config_once_not_once_per_partition(tmp_path, mo
         answer = server.broker.metadata()
     assert sum(len(t["partitions"]) for t in answer["topics"].values()) == 5 * 64
     assert len(calls) <= 5 * 2, len(calls)
+
+
+def test_idle_passes_list_nothing_while_old_metadata_commits_wait_out_their_retention(
+    tmp_path, monkeypatch
+):
+    """Issue 37: after a cluster created many topics, an idle cleaner still made about one
+    LIST per pass: the metadata log's commits below its newest snapshot wait out the
+    one-hour log retention, and each pass listed the log again to find them still
+    waiting. A pass now remembers when the oldest waiting file comes of age and lists
+    again only then (or once the log moves), when it deletes them."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url, snapshot_interval=4)
+    for i in range(12):  # snapshots of the metadata log, with commits below them
+        root.create_topic(f"made{i}", 1)
+    counts = count_store_calls(monkeypatch, ("list_objects", "list_names"))
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        cleaner = Cleaner(server.broker.upkeep, 60_000)
+        clock = [cleaner.clock_ms()]
+        cleaner.clock_ms = lambda: clock[0]
+        assert cleaner.run_once().get("pruned_files", 0) == 0  # all younger than an hour
+        for _ in range(3):
+            counts.clear()
+            cleaner.run_once()
+            assert counts == {}, counts
+        clock[0] += 2 * 60 * 60 * 1000  # of age now: the next pass lists and deletes them
+        assert cleaner.run_once()["pruned_files"] >= 8
