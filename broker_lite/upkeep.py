@@ -44,6 +44,8 @@ class _Idle:
     due_ms: int
     checked_ms: int
     maintained_ms: int
+    #: the partition's shard (its key in Upkeep._probed)
+    shard: tuple[str, str, int]
 
 
 class Upkeep:
@@ -62,7 +64,11 @@ class Upkeep:
         #: maintain_partition)
         self._idle: dict[tuple[str, int], _Idle] = {}
         #: shard -> when the cleaner last probed its log for an idle partition's recheck
+        #: (only shards with a remembered idle partition: see led_partitions)
         self._probed: dict[tuple[str, str, int], int] = {}
+        #: topic -> its rules as the metadata image held them at this pass's first look
+        #: (read once per topic per pass, not once per partition)
+        self._pass_rules: dict[str, TopicInfo] = {}
         #: the metadata log version at the last pruning, and when the first file it left
         #: waiting out the log retention comes of age (None: none waited)
         self._metadata_pruned: tuple[int, int | None] | None = None
@@ -71,9 +77,15 @@ class Upkeep:
         self._shared_trailers: dict[str, list[SharedSection]] = {}
 
     def led_partitions(self) -> set[TopicPartition]:
+        """The partitions this pass maintains (a pass begins: what is remembered of
+        partitions no longer led, or of deleted topics, is forgotten)."""
         led = set(self.state.led)
         for key in [k for k in self._idle if k not in led]:
             del self._idle[key]  # led elsewhere now, or deleted: read afresh if it comes back
+        shards = {idle.shard for idle in self._idle.values()}
+        for shard in [k for k in self._probed if k not in shards]:
+            del self._probed[shard]
+        self._pass_rules = {}
         return led
 
     @property
@@ -101,7 +113,9 @@ class Upkeep:
         st = self.state.partition_state(data, partition)
         # the topic's rules as the metadata image holds them now (no request on a broker):
         # the data handle keeps the config it was opened with until it is re-opened
-        rules = self.state.root.describe_topic(topic)
+        rules = self._pass_rules.get(topic)
+        if rules is None:
+            rules = self._pass_rules[topic] = self.state.root.describe_topic(topic)
         now = now_ms()
         idle = self._idle.get((topic, partition))
         if (
@@ -126,7 +140,9 @@ class Upkeep:
                 st.refresh()
                 due = maintenance_due_ms(st.log.state, rules.effective_config, now)
             if due > now:
-                self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
+                self._idle[(topic, partition)] = _Idle(
+                    _fingerprint(st, rules), due, now, now, st.shard.key
+                )
                 return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
@@ -134,7 +150,9 @@ class Upkeep:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
             due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
-            self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
+            self._idle[(topic, partition)] = _Idle(
+                _fingerprint(st, rules), due, now, now, st.shard.key
+            )
         return report
 
     def _maintenance_topic(self, name: str) -> Topic:
