@@ -149,7 +149,9 @@ class Upkeep:
         with st.lock:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
-            due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
+            # the rules the fingerprint names (an alter landing after they were read, even
+            # one the handle's reload saw, changes the next pass's fingerprint: maintained)
+            due = maintenance_due_ms(st.log.state, rules.effective_config, now)
             self._idle[(topic, partition)] = _Idle(
                 _fingerprint(st, rules), due, now, now, st.shard.key
             )

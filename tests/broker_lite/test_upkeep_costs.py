@@ -213,6 +213,8 @@ def test_a_topic_whose_retention_is_altered_is_maintained_at_the_next_pass(tmp_p
         cleaner.run_once()
         cleaner.run_once()  # both skipped: due in a week
         broker.alter_topic_config("shortened", {"retention.ms": "60000"}, [])
+        # read-your-writes: the broker's image holds its own alter once it is answered
+        assert broker.root.describe_topic("shortened").config["retention.ms"] == 60_000
         # the broker re-opens the altered topic; a reader (a fetch) reads its log before the
         # cleaner's next pass does (CI once saw this order: retention never ran)
         st = broker.state.partition_state(broker.state.topic("shortened"), 0)
