@@ -236,8 +236,10 @@ def test_a_damaged_journal_version_is_repaired_and_a_new_leader_goes_on(
     forget_journal(open_root(url).store, JournalRef(ref.broker, ref.journal))  # as elsewhere
     with pytest.raises(CorruptRecordError, match=versions[1].name):
         open_root(url).topic("t").partition(0).read(0)
-    findings = {(f.log, f.file.rsplit("/", 1)[-1]) for f in check_root(open_root(url)).findings}
-    assert (f"journal {name}", versions[1].name) in findings  # and the shard reading it
+    found = check_root(open_root(url)).findings
+    assert (f"journal {name}", versions[1].name) in {(f.log, f.file[-25:]) for f in found}
+    # and the shard that reads it, with the command that repairs it
+    assert any(f"log recover --journal {name}`" in f.problem for f in found), found
     before = _tree(tmp_path / "root")
 
     plan = _plan(url, "--journal", name)  # a dry run: reads only
