@@ -44,6 +44,8 @@ class _Idle:
     due_ms: int
     checked_ms: int
     maintained_ms: int
+    #: the partition's shard (its key in Upkeep._probed)
+    shard: tuple[str, str, int]
 
 
 class Upkeep:
@@ -53,25 +55,37 @@ class Upkeep:
     def __init__(self, state: BrokerState, owned_groups: Callable[[], list[str]]) -> None:
         self.state = state
         self._owned_groups = owned_groups
-        #: (topic, job) -> (topic id and shard versions, last full pass ms, work waiting):
-        #: what the cleaner's last GC or pruning of a topic saw (see _topic_unchanged)
-        self._upkeep: dict[tuple[str, str], tuple[Any, int, bool]] = {}
+        #: (topic, job) -> (topic id and shard versions, last full pass ms, when work
+        #: waiting falls due (ms; None: none waits)): what the cleaner's last GC or pruning
+        #: of a topic (or group) saw (see _topic_unchanged)
+        self._upkeep: dict[tuple[str, str], tuple[Any, int, int | None]] = {}
         self._maintenance_topics: dict[str, Topic] = {}
         #: (topic, partition) -> the partition as its last maintenance left it (see
         #: maintain_partition)
         self._idle: dict[tuple[str, int], _Idle] = {}
         #: shard -> when the cleaner last probed its log for an idle partition's recheck
+        #: (only shards with a remembered idle partition: see led_partitions)
         self._probed: dict[tuple[str, str, int], int] = {}
-        #: the metadata log version and whether files waited, at the last pruning
-        self._metadata_pruned: tuple[int, bool] | None = None
+        #: topic -> its rules as the metadata image held them at this pass's first look
+        #: (read once per topic per pass, not once per partition)
+        self._pass_rules: dict[str, TopicInfo] = {}
+        #: the metadata log version at the last pruning, and when the first file it left
+        #: waiting out the log retention comes of age (None: none waited)
+        self._metadata_pruned: tuple[int, int | None] | None = None
         self._shared_collected_ms = 0
         #: the sections each shared object names (objects never change): read once
         self._shared_trailers: dict[str, list[SharedSection]] = {}
 
     def led_partitions(self) -> set[TopicPartition]:
+        """The partitions this pass maintains (a pass begins: what is remembered of
+        partitions no longer led, or of deleted topics, is forgotten)."""
         led = set(self.state.led)
         for key in [k for k in self._idle if k not in led]:
             del self._idle[key]  # led elsewhere now, or deleted: read afresh if it comes back
+        shards = {idle.shard for idle in self._idle.values()}
+        for shard in [k for k in self._probed if k not in shards]:
+            del self._probed[shard]
+        self._pass_rules = {}
         return led
 
     @property
@@ -99,7 +113,9 @@ class Upkeep:
         st = self.state.partition_state(data, partition)
         # the topic's rules as the metadata image holds them now (no request on a broker):
         # the data handle keeps the config it was opened with until it is re-opened
-        rules = self.state.root.describe_topic(topic)
+        rules = self._pass_rules.get(topic)
+        if rules is None:
+            rules = self._pass_rules[topic] = self.state.root.describe_topic(topic)
         now = now_ms()
         idle = self._idle.get((topic, partition))
         if (
@@ -124,15 +140,21 @@ class Upkeep:
                 st.refresh()
                 due = maintenance_due_ms(st.log.state, rules.effective_config, now)
             if due > now:
-                self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
+                self._idle[(topic, partition)] = _Idle(
+                    _fingerprint(st, rules), due, now, now, st.shard.key
+                )
                 return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
         with st.lock:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
-            due = maintenance_due_ms(st.log.state, handle.info.effective_config, now)
-            self._idle[(topic, partition)] = _Idle(_fingerprint(st, rules), due, now, now)
+            # the rules the fingerprint names (an alter landing after they were read, even
+            # one the handle's reload saw, changes the next pass's fingerprint: maintained)
+            due = maintenance_due_ms(st.log.state, rules.effective_config, now)
+            self._idle[(topic, partition)] = _Idle(
+                _fingerprint(st, rules), due, now, now, st.shard.key
+            )
         return report
 
     def _maintenance_topic(self, name: str) -> Topic:
@@ -151,10 +173,11 @@ class Upkeep:
         self._maintenance_topics[name] = handle
         return handle
 
-    def _topic_unchanged(self, name: str, job: str) -> tuple[bool, Any]:
+    def _topic_unchanged(self, name: str, job: str, now: int) -> tuple[bool, Any]:
         """Whether ``job`` (``gc``, ``prune``) may skip the topic this pass: its shard logs
-        are at the versions of the job's last pass (one probe each), that pass left nothing
-        waiting, and a full pass ran within :data:`UPKEEP_FULL_PASS_MS`; and the versions
+        are at the versions of the job's last pass (one probe each), what that pass left
+        waiting is not due before ``now``, and a full pass ran within
+        :data:`UPKEEP_FULL_PASS_MS`; and the versions
         to remember after the pass.  Listing an idle topic's objects and logs every pass
         (a LIST each) was most of an idle cluster's bill (issue 37: 2.93 LIST/s at 1,000
         topics); objects appear only through commits, except a brokerless writer's
@@ -168,22 +191,26 @@ class Upkeep:
         unchanged = (
             seen is not None
             and seen[0] == versions
-            and not seen[2]
+            and _not_due(seen[2], now)
             and now_ms() - seen[1] < UPKEEP_FULL_PASS_MS
         )
         return unchanged, versions
 
-    def _remember_upkeep(self, name: str, job: str, versions: Any, waiting: bool) -> None:
-        self._upkeep[(name, job)] = (versions, now_ms(), waiting)
+    def _remember_upkeep(
+        self, name: str, job: str, versions: Any, waiting_until_ms: int | None
+    ) -> None:
+        self._upkeep[(name, job)] = (versions, now_ms(), waiting_until_ms)
 
     def collect_garbage(self, topic: str) -> None:
         from sparklog.storage.maintenance import collect_garbage
 
-        unchanged, versions = self._topic_unchanged(topic, "gc")
+        now = now_ms()
+        unchanged, versions = self._topic_unchanged(topic, "gc", now)
         if unchanged:
             return
         report = collect_garbage(self.state.topic(topic), self.state.config.gc_grace_ms)
-        self._remember_upkeep(topic, "gc", versions, bool(report.pending_marks))
+        # marks waiting out the grace: looked at again at the next pass
+        self._remember_upkeep(topic, "gc", versions, now if report.pending_marks else None)
 
     def _collects_for_the_cluster(self) -> bool:
         """Whether this broker does the cluster's shared upkeep (shared objects, the metadata
@@ -198,10 +225,14 @@ class Upkeep:
         if not self._collects_for_the_cluster():
             return None
         version = self.state.root.metadata.image().version
-        if self._metadata_pruned == (version, False):
-            return 0  # nothing appended and nothing waiting since the last pruning: no LIST
+        seen = self._metadata_pruned
+        if seen is not None and seen[0] == version and _not_due(seen[1], now_ms):
+            # nothing appended, and nothing waiting has come of age since the last pruning:
+            # a LIST would find nothing to delete (issue 37: ~1 LIST a pass after a cluster
+            # created many topics, for the hour its old commits wait)
+            return 0
         report = prune_metadata_log(self.state.root, now=now_ms)
-        self._metadata_pruned = (version, bool(report.waiting))
+        self._metadata_pruned = (version, report.waiting_until_ms)
         return len(report.deleted)
 
     def collect_shared_objects(self) -> int | None:
@@ -236,16 +267,16 @@ class Upkeep:
     def prune_topic_logs(self, topic: str, now_ms: int) -> int:
         from sparklog.storage.maintenance import prune_topic_logs
 
-        unchanged, versions = self._topic_unchanged(topic, "prune")
+        unchanged, versions = self._topic_unchanged(topic, "prune", now_ms)
         if unchanged:
             return 0
         data = self.state.topic(topic)
         if all(_before_first_snapshot(data.shard(s)) for s in range(data.shards)):
             # nothing is older than a newest snapshot yet: no LIST (most topics at a start)
-            self._remember_upkeep(topic, "prune", versions, False)
+            self._remember_upkeep(topic, "prune", versions, None)
             return 0
         report = prune_topic_logs(self.state.topic(topic), now=now_ms)
-        self._remember_upkeep(topic, "prune", versions, bool(report.waiting))
+        self._remember_upkeep(topic, "prune", versions, report.waiting_until_ms)
         return len(report.deleted)
 
     def prune_group_log(self, group: str, now_ms: int) -> int:
@@ -254,11 +285,17 @@ class Upkeep:
         group_log, lock = self.state.root.groups.log(group)
         with lock:
             version = group_log.refresh().version
-        if self._upkeep.get((group, "group-prune"), (None,))[0] == (version, False):
-            return 0  # nothing committed and nothing waiting since its last pruning
+        seen = self._upkeep.get((group, "group-prune"))
+        if seen is not None and seen[0] == version and _not_due(seen[2], now_ms):
+            return 0  # nothing committed, and nothing waiting come of age, since its last pruning
         report = prune_group_log(self.state.root, group, now=now_ms)
-        self._upkeep[(group, "group-prune")] = ((version, bool(report.waiting)), 0, False)
+        self._upkeep[(group, "group-prune")] = (version, 0, report.waiting_until_ms)
         return len(report.deleted)
+
+
+def _not_due(waiting_until_ms: int | None, now_ms: int) -> bool:
+    """Whether what a job's last pass left waiting (None: nothing) is not yet due."""
+    return waiting_until_ms is None or now_ms < waiting_until_ms
 
 
 def _fingerprint(st: PartitionState, info: TopicInfo) -> tuple[Any, ...]:

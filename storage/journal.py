@@ -492,6 +492,15 @@ def note_written(store: ObjectStore, ref: JournalRef, version: int, body: Commit
         _written_heads[key] = max(version, _written_heads.get(key, -1))
 
 
+def forget_journal(store: ObjectStore, ref: JournalRef) -> None:
+    """Drop this process's cached versions of journal ``ref`` (``log recover`` replaced
+    some): readers in the process read it from the store again."""
+    key = (store.url, ref)
+    with _versions_cache_lock:
+        _versions_cache.pop(key, None)
+        _written_heads.pop(key, None)
+
+
 def read_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple[int, Commit]]:
     """Journal ``ref``'s versions from ``first`` to its end (the first missing version, or
     an ending one, included), each read once per process: readers of groups and shards

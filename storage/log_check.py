@@ -151,7 +151,14 @@ def check_topic(topic: Topic) -> tuple[list[Finding], int, int]:
         try:
             state = shard.refresh()  # the log, then a leased journal's tail
         except CorruptRecordError as exc:  # a damaged journal version: named by check_journals
-            findings.append(Finding(name, shard.where(shard.prefix), problem_of(exc)))
+            leased = MetaLog._load(shard).journal  # the log alone names the journal
+            problem = problem_of(exc)
+            if leased is not None:
+                problem = (
+                    f"its leased journal is damaged ({problem}); repair it with "
+                    f"`sparklog log recover --journal {leased.broker}/{leased.journal}`"
+                )
+            findings.append(Finding(name, shard.where(shard.prefix), problem))
             continue
         for part in state.parts.values():
             for seg in part.segments.all():

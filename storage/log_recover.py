@@ -22,6 +22,15 @@ log) are pruned with the commits below them.
 Group logs and the cluster metadata log get the same repair with an empty
 change: what the lost commit held (offset commits; topics, ACLs, brokers) is
 gone and the log reads on from the state before it.
+
+A broker journal (format 3) gets a *repair version* in place of each damaged or
+missing version (:func:`plan_journal_recovery`): for every shard whose log leases
+the journal and has not folded past the lost version, a step that moves each of
+its partitions' next offset past what the lost version can have given out, by the
+shard-log rules above (the first offset a later sound version appended, else the
+window's unreferenced rows).  The shard logs are not written: readers read the
+journal's tail through the repair version as through any other, and a successor's
+lease folds it with the rest.  The offset commits a lost version held are gone.
 """
 
 from __future__ import annotations
@@ -33,11 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.clock import now_ms
-from sparklog.errors import CorruptRecordError, SparklogError
+from sparklog.errors import CorruptRecordError, InvalidConfigurationError, SparklogError
+from sparklog.storage.catalog import LogRoot
+from sparklog.storage.documents import version_key
+from sparklog.storage.journal import ENDING_KINDS, JournalRef, forget_journal, journal_steps
 from sparklog.storage.log_check import problem_in, problem_of, versions_in
 from sparklog.storage.metalog import HINT_NAME, Commit, MetaLog, decode_commit, encode_commit
+from sparklog.storage.objectstore import ObjectStore
 from sparklog.storage.segments import partition_directory
-from sparklog.storage.shard_codec import ShardState
+from sparklog.storage.shard_codec import ShardCodec, ShardState
 from sparklog.storage.shared_objects import SHARED_OBJECTS_PREFIX, read_trailer
 from sparklog.storage.topics import Topic
 
@@ -71,8 +84,9 @@ class RecoveryPlan:
     snapshots_deleted: list[tuple[int, str]] = field(default_factory=list)
     #: commits below the base to delete (damaged ones, and the older ones they cut off)
     commits_pruned: list[int] = field(default_factory=list)
-    #: partition -> [first, end) offset ranges no longer readable (shard logs)
-    given_up: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: partition (a journal's: "topic/partition") -> [first, end) offset ranges no
+    #: longer readable (shard logs and journals)
+    given_up: dict[Any, list[tuple[int, int]]] = field(default_factory=dict)
     #: the snapshot the hint must name after recovery (-1: remove the hint)
     hint_snapshot: int | None = None
 
@@ -172,17 +186,7 @@ def execute_recovery(log: MetaLog[Any], plan: RecoveryPlan) -> None:
     take its version meanwhile.  A missing one is created (create-only); if a writer
     created it first, nothing more is changed and the error says to plan again.
     """
-    for repair in plan.repairs:
-        key = log.key(repair.version)
-        data = encode_commit(repair.body)
-        if repair.problem == "missing":
-            if not log.store.create(key, data):
-                raise RecoveryImpossibleError(
-                    f"log {log.name}: version {repair.version} was created while recovering; "
-                    "stop the brokers writing this log and plan the recovery again"
-                )
-        else:
-            log.store.put(key, data)
+    _write_repairs(log.store, log.key, plan.repairs, f"log {log.name}")
     if plan.hint_snapshot is not None:
         hint = f"{log.prefix}/{HINT_NAME}"
         if plan.hint_snapshot >= 0:
@@ -194,6 +198,25 @@ def execute_recovery(log: MetaLog[Any], plan: RecoveryPlan) -> None:
     for version in plan.commits_pruned:
         log.store.delete(log.key(version))
     log.invalidate()
+
+
+def _write_repairs(
+    store: ObjectStore, key_of: Callable[[int], str], repairs: list[Repair], what: str
+) -> None:
+    """Each repair's body at its version: a damaged file overwritten in one put (never
+    deleted first: no writer can take its version meanwhile), a missing one created
+    create-only (a writer that took it first: stop, and say to plan again)."""
+    for repair in repairs:
+        key = key_of(repair.version)
+        data = encode_commit(repair.body)
+        if repair.problem == "missing":
+            if not store.create(key, data):
+                raise RecoveryImpossibleError(
+                    f"{what}: version {repair.version} was created while recovering; "
+                    "stop the brokers writing it and plan the recovery again"
+                )
+        else:
+            store.put(key, data)
 
 
 def metadata_repair_change(state: Any, version: int, later: list[Commit]) -> dict[str, Any]:
@@ -300,3 +323,131 @@ def _shared_directories(
         except (CorruptRecordError, OSError, ValueError):
             continue  # not a readable object: nothing of it can have been committed
     return out
+
+
+# -- broker journals: a repair version in place of a lost one -------------------------------
+
+
+def journal_names(root: LogRoot) -> list[str]:
+    """The root's broker journals, named ``<broker>/<journal id>`` as ``log check`` does."""
+    found = set()
+    for info in root.store.list_objects("cluster/journal"):
+        folder = info.key.rpartition("/")[0].removeprefix("cluster/journal/")
+        if folder.count("/") == 1:
+            found.add(folder)
+    return sorted(found)
+
+
+def plan_journal_recovery(root: LogRoot, journal: str) -> RecoveryPlan:
+    """The repair of broker journal ``journal`` (``<broker>/<journal id>``): a repair
+    version in place of each damaged or missing one (reads only: one listing of the
+    journal, one read per version, each topic's shard logs without their tails)."""
+    broker, _, journal_id = journal.partition("/")
+    if not broker.isdigit() or not journal_id or "/" in journal_id:
+        raise InvalidConfigurationError(
+            f"--journal {journal!r}: expected BROKER/JOURNAL_ID as `log check` names it"
+        )
+    ref = JournalRef(int(broker), journal_id)
+    names = root.store.list_names(ref.prefix)
+    versions = sorted(versions_in(names, ".json"))
+    if not versions:
+        known = ", ".join(journal_names(root)) or "none"
+        raise InvalidConfigurationError(
+            f"--journal {journal!r}: no such journal (journals: {known})"
+        )
+    sound: dict[int, Commit] = {}
+    lost: dict[int, str] = {}
+    for version in range(versions[0], versions[-1] + 1):
+        key = version_key(ref.prefix, version)
+        raw = root.store.get_or_none(key) if version in versions else None
+        if raw is None:
+            lost[version] = "missing"
+            continue
+        try:
+            commit = decode_commit(raw, f"{root.store.url}/{key}")
+            if commit["v"] != version:
+                raise CorruptRecordError(f"holds version {commit['v']}")
+            sound[version] = commit
+        except CorruptRecordError as exc:
+            lost[version] = f"damaged: {problem_of(exc)}"
+    plan = RecoveryPlan(f"journal {journal}", "its sound versions")
+    if not lost:
+        return plan
+    shards: dict[int, dict[str, list[Commit]]] = {v: {} for v in lost}
+    given_up: dict[int, dict[str, dict[str, list[list[int]]]]] = {v: {} for v in lost}
+    for name in root.list_topics():
+        topic = root.topic(name)
+        for s in range(topic.shards):
+            _repair_shard(topic, s, ref, sound, lost, shards, given_up, plan)
+    for version, problem in sorted(lost.items()):
+        body: Commit = {
+            "v": version,
+            "id": uuid.uuid4().hex,
+            "ts": now_ms(),
+            "kind": "repair",
+            "groups": {},
+            "shards": shards[version],
+            "repair": {"was": problem, "given_up": given_up[version]},
+        }
+        plan.repairs.append(Repair(version, problem, body))
+    return plan
+
+
+def _repair_shard(
+    topic: Topic,
+    shard: int,
+    ref: JournalRef,
+    sound: dict[int, Commit],
+    lost: dict[int, str],
+    shards: dict[int, dict[str, list[Commit]]],
+    given_up: dict[int, dict[str, dict[str, list[list[int]]]]],
+    plan: RecoveryPlan,
+) -> None:
+    """Shard ``shard``'s step in each repair version, if its log leases ``ref`` and has
+    not folded past a lost version: its view is the log (not its tail) plus the sound
+    versions' steps, in order, as a successor's lease folds them."""
+    log = topic.open_shard(shard)
+    state: ShardState = MetaLog._load(log)  # the log alone: its tail is what is damaged
+    if state.journal != ref:
+        return
+    codec = ShardCodec()
+    key = log.journal_key
+    change = shard_repair_change(topic, shard)
+    first = state.folded + 1
+    last = max([*sound, *lost])
+    for version in range(first, last + 1):
+        commit = sound.get(version)
+        if commit is not None:
+            steps = journal_steps([(version, commit)], "shards", key)
+            codec.apply_steps(state, ref, steps)
+            if commit.get("kind") in ENDING_KINDS or (
+                commit.get("kind") == "revoke" and key in (commit.get("revoked") or ())
+            ):
+                return  # nothing of the shard follows in this journal
+            continue
+        if version not in lost:
+            continue  # pruned below the journal's first version
+        later_versions = [(v, sound[v]) for v in sorted(sound) if v > version]
+        later = [step for _, step in journal_steps(later_versions, "shards", key)]
+        body = change(state, version, later)
+        moved: dict[int, list[list[int]]] = body.pop("given_up", {})
+        if not body.get("parts"):
+            continue
+        body["ts"] = now_ms()
+        shards[version][key] = [body]
+        given_up[version][f"{topic.name}/{shard}"] = {str(p): r for p, r in moved.items()}
+        for p, ranges in moved.items():
+            plan.given_up.setdefault(f"{topic.name}/{p}", []).extend((a, b) for a, b in ranges)
+        codec.apply_steps(state, ref, [[version, body]])
+
+
+def execute_journal_recovery(root: LogRoot, journal: str, plan: RecoveryPlan) -> None:
+    """Write the plan's repair versions: a damaged one overwritten in one put, a missing
+    one created (create-only: if a writer took it first, nothing more is changed and the
+    error says to plan again).  This process's cached versions of the journal are dropped."""
+    broker, _, journal_id = journal.partition("/")
+    ref = JournalRef(int(broker), journal_id)
+    _write_repairs(
+        root.store, lambda v: version_key(ref.prefix, v), plan.repairs, f"journal {journal}"
+    )
+    forget_journal(root.store, ref)

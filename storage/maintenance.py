@@ -746,6 +746,15 @@ class PruneReport:
     #: files below the newest snapshot kept only because they are younger than the
     #: retention (a later pass has work to do even if the log does not change)
     waiting: int = 0
+    #: when the first of them comes of age (ms; None: nothing waits): a pass before then
+    #: over an unchanged log would find nothing to delete
+    waiting_until_ms: int | None = None
+
+    def note_waiting(self, waiting: list[tuple[str, int]]) -> PruneReport:
+        """Record ``waiting`` (key, comes of age ms) as :func:`metalog.prune_log` gave it."""
+        self.waiting = len(waiting)
+        self.waiting_until_ms = min((due for _, due in waiting), default=None)
+        return self
 
 
 def _check_log_retention(retention_ms: int) -> None:
@@ -771,7 +780,7 @@ def prune_topic_logs(
     """
     _check_log_retention(retention_ms)
     report = PruneReport(dry_run=dry_run)
-    waiting: list[str] = []
+    waiting: list[tuple[str, int]] = []
     for s in range(topic.shards):
         prefix = topic.shard(s).prefix
         report.deleted.extend(
@@ -784,8 +793,7 @@ def prune_topic_logs(
                 waiting=waiting,
             )
         )
-    report.waiting = len(waiting)
-    return report
+    return report.note_waiting(waiting)
 
 
 def prune_group_log(
@@ -799,11 +807,11 @@ def prune_group_log(
     """:func:`prune_topic_logs` for a consumer group's log."""
     _check_log_retention(retention_ms)
     log, _ = root.groups.log(group)
-    waiting: list[str] = []
+    waiting: list[tuple[str, int]] = []
     deleted = prune_log(
         root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run, waiting=waiting
     )
-    return PruneReport(deleted, dry_run, waiting=len(waiting))
+    return PruneReport(deleted, dry_run).note_waiting(waiting)
 
 
 def prune_metadata_log(
@@ -819,8 +827,8 @@ def prune_metadata_log(
     moved past it, which the retention window guarantees as it does for shard logs."""
     _check_log_retention(retention_ms)
     log = root.metadata.log
-    waiting: list[str] = []
+    waiting: list[tuple[str, int]] = []
     deleted = prune_log(
         root.store, log.prefix, retention_ms=retention_ms, now=now, dry_run=dry_run, waiting=waiting
     )
-    return PruneReport(deleted, dry_run, waiting=len(waiting))
+    return PruneReport(deleted, dry_run).note_waiting(waiting)

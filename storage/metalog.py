@@ -602,13 +602,14 @@ def prune_log(
     retention_ms: int,
     now: int | None = None,
     dry_run: bool = False,
-    waiting: list[str] | None = None,
+    waiting: list[tuple[str, int]] | None = None,
 ) -> list[str]:
     """Delete commits and snapshots older than the newest snapshot by ``retention_ms``.
 
     Keeps the newest snapshot and every commit after it, so the log's file
     count stays bounded.  Returns the keys deleted (or that would be); the keys
-    below the snapshot kept only for their age go into ``waiting``.
+    below the snapshot kept only for their age go into ``waiting``, each with the
+    time (ms) it comes of age, so a caller need not list the log again before then.
     """
     now = now_ms() if now is None else now
     objects = store.list_objects(prefix)
@@ -630,7 +631,7 @@ def prune_log(
         if below and now - obj.modified_ms >= retention_ms:
             doomed.append(obj.key)
         elif below and waiting is not None:
-            waiting.append(obj.key)
+            waiting.append((obj.key, obj.modified_ms + retention_ms))
     if not dry_run:
         for key in doomed:
             store.delete(key)

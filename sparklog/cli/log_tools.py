@@ -68,6 +68,12 @@ _GROUP = typer.Option(
     None, "--group", metavar="GROUP", help="Repair this group's offset log instead"
 )
 _METADATA = typer.Option(False, "--metadata", help="Repair the cluster metadata log instead")
+_JOURNAL = typer.Option(
+    None,
+    "--journal",
+    metavar="BROKER/ID",
+    help="Repair this broker journal instead (as `log check` names it)",
+)
 _EXECUTE = typer.Option(False, "--execute", help="Act (default: a dry run that only reads)")
 
 
@@ -78,6 +84,7 @@ def recover(
     shard: int | None = _SHARD,
     group: str | None = _GROUP,
     metadata: bool = _METADATA,
+    journal: str | None = _JOURNAL,
     execute: bool = _EXECUTE,
 ) -> None:
     """Repair a log's damaged files (a dry run by default).
@@ -85,25 +92,37 @@ def recover(
     Rebuilds the log from its newest sound snapshot and sound commits and puts a
     repair commit in place of each damaged or missing version. The offsets a lost
     commit may have given out are given up (listed), never given out again.
-    Damaged snapshots are deleted when a sound base remains.
+    Damaged snapshots are deleted when a sound base remains. A broker journal
+    gets a repair version in place of each damaged or missing version, moving the
+    next offset of every partition it leases past what the lost version can have
+    given out.
     """
     from sparklog.cli.tools import _root
     from sparklog.errors import InvalidConfigurationError
     from sparklog.storage.log_recover import (
+        execute_journal_recovery,
         execute_recovery,
         metadata_repair_change,
+        plan_journal_recovery,
         plan_recovery,
         shard_repair_change,
     )
 
     st = state(ctx)
-    if sum((topic is not None, group is not None, metadata)) != 1:
+    if sum((topic is not None, group is not None, metadata, journal is not None)) != 1:
         raise InvalidConfigurationError(
-            "log recover needs one log; accepted: TOPIC [--shard S], --group GROUP or --metadata"
+            "log recover needs one log; accepted: TOPIC [--shard S], --group GROUP, "
+            "--metadata or --journal BROKER/ID"
         )
     if shard is not None and topic is None:
         raise InvalidConfigurationError("--shard needs TOPIC; accepted: TOPIC --shard S")
     root = _root(st, "log recover")
+    if journal is not None:
+        plan = plan_journal_recovery(root, journal)
+        if execute and plan.needed:
+            execute_journal_recovery(root, journal, plan)
+        _report(st, [plan], execute)
+        return
     jobs: list[tuple[Any, Any]] = []
     if topic is not None:
         found = root.topic(topic)
@@ -151,8 +170,9 @@ def _report(st: Any, plans: list[Any], execute: bool) -> None:
         )
         return
     for plan in needed:
+        what = "version" if plan.log.startswith("journal ") else "commit"
         rows = [
-            [plan.log, r.version, r.problem, "replace with a repair commit"] for r in plan.repairs
+            [plan.log, r.version, r.problem, f"replace with a repair {what}"] for r in plan.repairs
         ]
         rows += [[plan.log, v, f"snapshot {why}", "delete"] for v, why in plan.snapshots_deleted]
         rows += [[plan.log, v, "below the base", "delete"] for v in plan.commits_pruned]

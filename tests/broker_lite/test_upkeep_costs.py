@@ -4,6 +4,8 @@ Calls and requests are counted, never timed."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from sparklog.broker_lite.cleaner import Cleaner
 from sparklog.storage import make_batch, open_root
 from tests.chaos.inproc import inproc_broker
@@ -211,6 +213,8 @@ def test_a_topic_whose_retention_is_altered_is_maintained_at_the_next_pass(tmp_p
         cleaner.run_once()
         cleaner.run_once()  # both skipped: due in a week
         broker.alter_topic_config("shortened", {"retention.ms": "60000"}, [])
+        # read-your-writes: the broker's image holds its own alter once it is answered
+        assert broker.root.describe_topic("shortened").config["retention.ms"] == 60_000
         # the broker re-opens the altered topic; a reader (a fetch) reads its log before the
         # cleaner's next pass does (CI once saw this order: retention never ran)
         st = broker.state.partition_state(broker.state.topic("shortened"), 0)
@@ -249,3 +253,78 @@ def test_metadata_reads_a_topics_config_once_not_once_per_partition(tmp_path, mo
         answer = server.broker.metadata()
     assert sum(len(t["partitions"]) for t in answer["topics"].values()) == 5 * 64
     assert len(calls) <= 5 * 2, len(calls)
+
+
+def test_idle_passes_list_nothing_while_old_metadata_commits_wait_out_their_retention(
+    tmp_path, monkeypatch
+):
+    """Issue 37: after a cluster created many topics, an idle cleaner still made about one
+    LIST per pass: the metadata log's commits below its newest snapshot wait out the
+    one-hour log retention, and each pass listed the log again to find them still
+    waiting. A pass now remembers when the oldest waiting file comes of age and lists
+    again only then (or once the log moves), when it deletes them."""
+    url = f"file://{tmp_path}/root"
+    root = open_root(url, snapshot_interval=4)
+    for i in range(12):  # snapshots of the metadata log, with commits below them
+        root.create_topic(f"made{i}", 1)
+    counts = count_store_calls(monkeypatch, ("list_objects", "list_names"))
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        cleaner = Cleaner(server.broker.upkeep, 60_000)
+        clock = [cleaner.clock_ms()]
+        cleaner.clock_ms = lambda: clock[0]
+        assert cleaner.run_once().get("pruned_files", 0) == 0  # all younger than an hour
+        for _ in range(3):
+            counts.clear()
+            cleaner.run_once()
+            assert counts == {}, counts
+        clock[0] += 2 * 60 * 60 * 1000  # of age now: the next pass lists and deletes them
+        assert cleaner.run_once()["pruned_files"] >= 8
+
+
+@contextmanager
+def _two_topics_rechecked(tmp_path, monkeypatch, asked: list[str]):
+    """A broker leading topics ``kept`` and ``gone`` (4 partitions, 2 shards each), its
+    cleaner past a first pass and an hourly recheck (which probed each shard); ``asked``
+    collects the topics whose rules the broker's root is asked for in that second pass."""
+    from sparklog.broker_lite import upkeep
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    for name in ("kept", "gone"):
+        root.create_topic(name, 4, {"commit.shards": 2})
+    clock = [upkeep.now_ms()]
+    monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
+    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+        broker = server.broker
+        describe = broker.root.describe_topic  # the real root, counted
+        monkeypatch.setattr(
+            broker.root, "describe_topic", lambda name: asked.append(name) or describe(name)
+        )
+        cleaner = Cleaner(broker.upkeep, 60_000)
+        cleaner.run_once()  # (its GC of each topic, listed once, reads the rules again)
+        clock[0] += upkeep.UPKEEP_RECHECK_MS  # the hourly recheck probes each shard once
+        asked.clear()
+        cleaner.run_once()
+        yield broker, cleaner
+
+
+def test_a_pass_reads_each_topics_rules_once_not_once_per_partition(tmp_path, monkeypatch):
+    """The cleaner asked the metadata image for a topic's rules once per partition per
+    pass; once per topic is enough."""
+    from collections import Counter
+
+    asked: list[str] = []
+    with _two_topics_rechecked(tmp_path, monkeypatch, asked):
+        assert Counter(asked) == {"kept": 1, "gone": 1}  # 4 each before
+
+
+def test_a_pass_forgets_the_shards_of_a_deleted_topic(tmp_path, monkeypatch):
+    """The cleaner kept its probe times of shards it no longer led (deleted topics,
+    leadership moved) for ever."""
+    with _two_topics_rechecked(tmp_path, monkeypatch, []) as (broker, cleaner):
+        assert {key[0] for key in broker.upkeep._probed} == {"kept", "gone"}
+        broker.delete_topic("gone")
+        broker._update_leadership()
+        cleaner.run_once()
+        assert {key[0] for key in broker.upkeep._probed} == {"kept"}
+        assert len(broker.upkeep._probed) == 2  # kept's two shards

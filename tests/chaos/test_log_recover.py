@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from sparklog.client.transports.flight_client import BrokerClient
 from sparklog.storage import make_batch, open_root
 from sparklog.storage.log_check import check_root
@@ -196,11 +198,65 @@ def test_bad_targets_are_refused_clearly(tmp_path) -> None:
     url = f"file://{tmp_path}/root"
     open_root(url).create_topic("t", 1)
     for args, words in (
-        ((), "accepted: TOPIC [--shard S], --group GROUP or --metadata"),
+        ((), "accepted: TOPIC [--shard S], --group GROUP, --metadata or --journal BROKER/ID"),
         (("t", "--metadata"), "needs one log"),
         (("t", "--shard", "4"), "--shard 4: topic 't' has shards 0-0"),
         (("--group", "nobody"), "no such group"),
+        (("--journal", "nobody"), "--journal 'nobody': expected BROKER/JOURNAL_ID"),
+        (("--journal", "1/nothing"), "--journal '1/nothing': no such journal"),
     ):
         done = _recover(url, *args)
         assert done.returncode != 0 and words in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_damaged_journal_version_is_repaired_and_a_new_leader_goes_on(
+    tmp_path, monkeypatch
+) -> None:
+    """A journalling broker stops without folding (as a crash leaves it) and a version of
+    its journal is damaged: every reader of the shard fails and no broker can lease it.
+    `log recover --journal` puts a repair version in its place: the versions after it
+    keep their records, the damaged one's offsets are given up, and a new broker leads."""
+    from sparklog.errors import CorruptRecordError
+    from sparklog.storage.journal import JournalRef, forget_journal
+
+    url = f"file://{tmp_path}/root"
+    open_root(url).create_topic("t", 2)
+    with inproc_broker(url, fold_interval_ms=3_600_000) as (server, _):
+        broker = server.broker
+        for i in range(3):  # one journal version each (the lease is a shard-log commit)
+            broker.produce("t", [(0, make_batch([b"a%d" % i])), (1, make_batch([b"b%d" % i]))])
+        assert broker.state.journal is not None
+        ref = broker.state.journal.ref
+        monkeypatch.setattr(broker, "_close_journal", lambda: None)  # a crash: nothing folded
+    name = f"{ref.broker}/{ref.journal}"
+    versions = sorted((tmp_path / "root" / ref.prefix).glob("*.json"))
+    assert [int(v.stem) for v in versions] == [0, 1, 2]
+    versions[1].write_bytes(versions[1].read_bytes()[:-9])  # torn
+    forget_journal(open_root(url).store, JournalRef(ref.broker, ref.journal))  # as elsewhere
+    with pytest.raises(CorruptRecordError, match=versions[1].name):
+        open_root(url).topic("t").partition(0).read(0)
+    found = check_root(open_root(url)).findings
+    assert (f"journal {name}", versions[1].name) in {(f.log, f.file[-25:]) for f in found}
+    # and the shard that reads it, with the command that repairs it
+    assert any(f"log recover --journal {name}`" in f.problem for f in found), found
+    before = _tree(tmp_path / "root")
+
+    plan = _plan(url, "--journal", name)  # a dry run: reads only
+    assert _tree(tmp_path / "root") == before
+    [log] = plan["logs"]
+    assert [r["version"] for r in log["repairs"]] == [1]
+    assert log["given_up"] == {"t/0": [[1, 2]], "t/1": [[1, 2]]}  # what version 2 starts at
+
+    done = _recover(url, "--journal", name, "--execute")
+    assert done.returncode == 0, done.stderr
+    assert "partition t/0: offsets [1, 2) given up" in done.stdout
+    forget_journal(open_root(url).store, JournalRef(ref.broker, ref.journal))
+    assert check_root(open_root(url)).findings == []
+    partition = open_root(url).topic("t").partition(0)
+    assert partition.read(0).column("offset").to_pylist() == [0, 2]
+    assert _values(url, "t", 0) == [b"a0", b"a2"] and _values(url, "t", 1) == [b"b0", b"b2"]
+    with inproc_broker(url) as (server, _):  # leases the shard: folds the repaired journal
+        [outcome] = server.broker.produce("t", [(0, make_batch([b"after"]))])
+        assert outcome.base_offset == 3  # no offset given out twice
+    assert _values(url, "t", 0) == [b"a0", b"a2", b"after"]

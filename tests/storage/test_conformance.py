@@ -783,3 +783,35 @@ def test_log_check_names_a_damaged_or_missing_journal_version(root):
     problems = {(f.file.rsplit("/", 1)[-1], f.problem.split(":")[0]) for f in findings}
     assert (middle.rsplit("/", 1)[-1], "missing") in problems
     assert any(f.file.endswith(first) and f.log.startswith("journal ") for f in findings)
+
+
+def test_log_recover_replaces_a_damaged_last_journal_version_and_gives_up_its_offsets(root):
+    """The journal's last version is lost: its records' offsets (the rows of the window's
+    objects no sound version references) are given up, never given out again."""
+    from sparklog.errors import CorruptRecordError
+    from sparklog.storage.journal import forget_journal
+    from sparklog.storage.log_recover import execute_journal_recovery, plan_journal_recovery
+
+    root.create_topic("d", 2)
+    writer, shard = _shard_leader(root, "d", 1)
+    for texts in (["a"], ["b", "c"], ["lost-1", "lost-2"]):
+        _journal_append(root, shard, "d", 0, texts)
+    last = f"{writer.ref.prefix}/{2:020d}.json"
+    raw = bytearray(root.store.get(last))
+    raw[len(raw) // 2] ^= 0xFF
+    root.store.put(last, bytes(raw))
+    forget_journal(root.store, writer.ref)  # readers elsewhere: not this process's memory
+    opts = root.store.storage_options
+    with pytest.raises(CorruptRecordError):
+        _read_all(root.url, opts, "d", 1)
+    name = f"{writer.ref.broker}/{writer.ref.journal}"
+    listed = sorted(o.key for o in root.store.list_objects(""))
+    plan = plan_journal_recovery(open_root(root.url, opts), name)
+    assert sorted(o.key for o in root.store.list_objects("")) == listed  # a plan only reads
+    assert [r.version for r in plan.repairs] == [2] and plan.given_up == {"d/0": [(3, 5)]}
+    execute_journal_recovery(open_root(root.url, opts), name, plan)
+    assert _read_all(root.url, opts, "d", 2) == {0: [b"a", b"b", b"c"], 1: []}
+    successor = open_root(root.url, opts)
+    _, new = _shard_leader(successor, "d", 2)  # its lease folds the repaired journal
+    assert _journal_append(successor, new, "d", 0, ["after"]).base_offset == 5
+    assert _read_all(root.url, opts, "d", 2) == {0: [b"a", b"b", b"c", b"after"], 1: []}
