@@ -140,6 +140,7 @@ class Cluster:
         force_leader: bool = False,
         probe_peers: bool = False,
         kafka_address: str | None = None,
+        flight_security: str = "PLAINTEXT",
         clock_ms: Clock = now_ms,
     ) -> None:
         """``probe_peers``: check whether a suspect lease's address still accepts connections
@@ -150,6 +151,7 @@ class Cluster:
         self.root = root
         self.probe_peers = probe_peers
         self.kafka_address = kafka_address
+        self.flight_security = flight_security
         self.broker_id = broker_id
         self.location = location
         self.lease_interval_ms = lease_interval_ms
@@ -186,6 +188,7 @@ class Cluster:
             "location": self.location,
             "kafka_address": self.kafka_address,
             "incarnation": self.incarnation,
+            "flight_security": self.flight_security,
         }
 
         def build(image: MetadataImage) -> list[Record] | None:

@@ -219,6 +219,7 @@ class Broker:
             force_leader=self.config.force_leader,
             probe_peers=True,
             kafka_address=kafka_address,
+            flight_security=self.config.flight_protocol,
             clock_ms=self.clock_ms,
         )
         if self.config.journal_offset_commits or self.config.journal_records:

@@ -20,7 +20,9 @@ A commit holds one or more records, applied together.  The record types
 ``format``                ``format``: the metadata format; written once, first
 ``topic``                 ``doc``: a topic's whole document (created or changed)
 ``topic_deleted``         ``name``, ``id``
-``broker_registered``     ``id``, ``location`` (Flight), ``kafka_address``, ``incarnation``
+``broker_registered``     ``id``, ``location`` (Flight), ``kafka_address``, ``incarnation``,
+                          ``flight_security`` (the Flight listener's protocol; absent
+                          in records written before it: PLAINTEXT)
 ``broker_unregistered``   ``id``, ``incarnation`` (a graceful stop)
 ``broker_fenced``         ``id``, ``incarnation``, ``by``: a monitor saw its lease expire
 ``producer_ids``          ``first``, ``count``: a block of producer ids taken
@@ -48,7 +50,7 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from sparklog.errors import CorruptRecordError, InvalidConfigurationError, SparklogError
 from sparklog.storage.documents import VersionedDocument
@@ -93,6 +95,9 @@ class BrokerRegisteredRecord(TypedDict):
     location: str
     kafka_address: str | None
     incarnation: str
+    #: the Flight listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL):
+    #: brokerless writers hand commits only to a PLAINTEXT one (they hold no credentials)
+    flight_security: NotRequired[str]
 
 
 class BrokerUnregisteredRecord(TypedDict):
@@ -182,6 +187,7 @@ def apply_record(image: MetadataImage, record: Record, version: int) -> None:
             "location": record["location"],
             "kafka_address": record["kafka_address"],
             "incarnation": record["incarnation"],
+            "flight_security": record.get("flight_security", "PLAINTEXT"),
             "version": version,
         }
         image.brokers = {**image.brokers, str(record["id"]): entry}

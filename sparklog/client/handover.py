@@ -13,9 +13,9 @@ commits directly as it always did: the log's optimistic concurrency keeps that r
 A handed commit whose answer is lost is followed by the direct commit: a Spark batch's
 ``(app id, version)`` marker and an idempotent producer's sequences make that land once;
 a writer with neither may land the records twice, as a Kafka producer without
-idempotence may on a retry.  The call goes without credentials, in plain gRPC: a broker
-whose Flight listener asks for users or TLS refuses it, and that broker is not asked
-again for :data:`REFUSED_PAUSE_S`.
+idempotence may on a retry.  The call goes without credentials, in plain gRPC, so only
+to a broker whose registration says its Flight listener is PLAINTEXT; a broker that
+refuses it anyway or cannot be reached is not asked again for :data:`REFUSED_PAUSE_S`.
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ def _location(root: LogRoot, ref: JournalRef | None) -> str | None:
     entry = root.metadata.image().broker(ref.broker)
     if entry is None or entry.get("fenced"):
         return None
+    if entry.get("flight_security", "PLAINTEXT") != "PLAINTEXT":
+        return None  # it asks for users or TLS: a writer without credentials commits itself
     location = str(entry["location"])
     return None if _is_paused(location) else location
 

@@ -126,3 +126,27 @@ def test_a_leader_refuses_commits_it_cannot_vouch_for(tmp_path: pathlib.Path) ->
         with pytest.raises(NotLeaderOrFollowerError):
             commit(topic_id, {"0": [segment]})
         assert values(url, "t", 0) == []
+
+
+def test_a_writer_commits_itself_beside_a_leader_whose_flight_listener_asks_for_users(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker's registration says its Flight listener is SASL: a writer holding no
+    credentials does not call it (each call would be a failed login the broker delays and
+    logs), and commits directly."""
+    folder = tmp_path / "root"
+    url = f"file://{folder}"
+    with inproc_broker(url, flight_security_protocol="SASL_PLAINTEXT") as (server, _):
+        broker = server.broker
+        broker.create_topic("t", 1)
+        broker.produce("t", [(0, make_batch([b"a"]))])
+        image = open_root(url).metadata.image()
+        assert image.broker(broker.config.broker_id)["flight_security"] == "SASL_PLAINTEXT"
+        with (
+            caplog.at_level(logging.INFO, "sparklog.client.handover"),
+            Producer(url, linger_ms=1) as producer,
+        ):
+            producer.send("t", b"b", partition=0).get(timeout=30)
+        assert not any("not handed" in r.getMessage() for r in caplog.records)  # not tried
+        assert revokes(folder) == 1
+        assert values(url, "t", 0) == [b"a", b"b"]
