@@ -21,6 +21,7 @@ refuses it anyway or cannot be reached is not asked again for :data:`REFUSED_PAU
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ HAND_OVER_TIMEOUT_S = 10.0
 
 _lock = threading.Lock()
 _clients: dict[str, flight.FlightClient] = {}
+_pid = os.getpid()
 _paused: dict[str, float] = {}
 
 
@@ -169,7 +171,11 @@ def _call(location: str, **body: Any) -> dict[str, Any]:
 
 
 def _client(location: str) -> flight.FlightClient:
+    global _pid
     with _lock:
+        if _pid != os.getpid():  # a forked child (a Spark Python worker): the parent's
+            _clients.clear()  # gRPC channels are not usable here
+            _pid = os.getpid()
         client = _clients.get(location)
         if client is None:
             client = _clients[location] = flight.FlightClient(f"grpc://{location}")
