@@ -9,9 +9,10 @@ then processes what the killed instance left. Its tables are then compared with 
 every record in ``seen`` under at_least_once, Faust as released (idempotent, so Faust's
 replay of what came after its last offset commit changes nothing); under exactly_once, with
 the fixes to Faust's commit and recovery that faust_table.py applies, every record in
-``seen`` and no count short. As released, Faust's exactly_once loses or doubles table
-updates across a kill, on Kafka as here (docs/broker.md, "Faust's exactly_once", has the
-evidence).
+``seen`` and every count exact (the restart made to take the order in which Faust as
+released hands its agent a record twice). As released, Faust's exactly_once loses or
+doubles table updates across a kill, on Kafka as here (docs/broker.md, "Faust's
+exactly_once", has the evidence).
 
 Faust runs in a venv of its own (tests/support/appenv.py, pins in
 tests/kafka/apps/faust-requirements.txt): every faust-streaming release caps click below
@@ -41,6 +42,13 @@ PARTITIONS = 2
 FIRST_BATCH_RECORDS = 1000
 SECOND_BATCH_RECORDS = 2000
 TOTAL_RECORDS = FIRST_BATCH_RECORDS + SECOND_BATCH_RECORDS
+#: the longest the restarted exactly_once app holds back the seek to the committed offsets
+#: that ends its recovery, waiting for its agent to handle an event: Faust as released
+#: resumes its source partitions before that seek, so records fetched before it can reach
+#: the agent and a partition's last one is then handled twice (docs/broker.md, "Faust's
+#: exactly_once"). Held back, that order is taken on every restart the fix does not cover,
+#: not in about one of ten; with the fix no event comes first and the seek waits not at all
+SEEK_WAIT_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +115,12 @@ def app_runs(faust_python: pathlib.Path, brokers: Cluster, tmp_path) -> Iterator
     """Starts faust_table.py with a data folder of its own; every run stopped at teardown."""
     runs = AppProcesses(faust_python, APPS / "faust_table.py", tmp_path)
 
-    def start(source: str, app_id: str, guarantee: str, fix: str, name: str) -> AppRun:
+    def start(
+        source: str, app_id: str, guarantee: str, fix: str, name: str, seek_wait_s: float = 0
+    ) -> AppRun:
         dump = tmp_path / f"{name}.json"
         args = [brokers.kafka_bootstrap, source, app_id, str(tmp_path / name), guarantee]
-        return AppRun(runs.start(name, [*args, str(dump), fix]), dump)
+        return AppRun(runs.start(name, [*args, str(dump), fix, str(seek_wait_s)]), dump)
 
     yield start
     runs.stop_all()
@@ -145,16 +155,20 @@ def test_faust_tables_recover_after_a_sigkill(
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
 
-    second = app_runs(source, app_id, guarantee, fix, "second")  # tables from changelogs
+    # tables from changelogs; under exactly_once, the seek that ends its recovery waits for
+    # an event handled before it, if one can come (SEEK_WAIT_S)
+    seek_wait_s = SEEK_WAIT_S if guarantee == "exactly_once" else 0
+    second = app_runs(source, app_id, guarantee, fix, "second", seek_wait_s)
     state = second.wait_until(
-        lambda state: state["recovered"] and len(state["seen"]) >= TOTAL_RECORDS,
-        "every record kept after the restart",
+        lambda state: (
+            state["recovered"]
+            and len(state["seen"]) >= TOTAL_RECORDS
+            # offsets 0..n-1 in each partition: the input's end is committed
+            and sum(offset or 0 for offset in state["committed"].values()) >= TOTAL_RECORDS
+        ),
+        "every record kept and the input's end committed after the restart",
     )
     assert state["seen"] == {str(record): key_of(record) for record in range(TOTAL_RECORDS)}
     if guarantee == "exactly_once":
         per_key = TOTAL_RECORDS // KEYS
-        assert sorted(state["counts"]) == sorted({key_of(k) for k in range(KEYS)})
-        assert min(state["counts"].values()) >= per_key  # no update lost across the kill
-        # at most the last record of a partition counted twice (docs/broker.md: seen in
-        # one run of about eighteen; Faust re-handles a record at the offset it last read)
-        assert sum(state["counts"].values()) - TOTAL_RECORDS <= PARTITIONS
+        assert state["counts"] == {key_of(k): per_key for k in range(KEYS)}  # none lost or twice
