@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sparklog.client import handover
 from sparklog.client.transports.base import (
     FetchResult,
     GroupCalls,
@@ -180,6 +179,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
         together or not at all.  An idempotent producer's batch of each partition
         carries its own sequence, so a retried flush is recognised per partition.
         """
+        from sparklog.client import handover  # pyarrow.flight: not for metadata commands
         from sparklog.storage.log import ProducerBatch
 
         compression = compression or "none"
