@@ -743,20 +743,27 @@ def serve(
     config = load_config(config_path, overrides)
     setup_logging(config.log_level, config.log_format, config.broker_id)
     _raise_open_files_limit()
-    server, broker, _ = start_broker(
-        config, root if isinstance(root, LogRoot) else None, clock_ms=clock_ms, mirror=mirror
-    )
-    threading.Thread(
-        target=_freeze_startup_heap, args=(server.kafka,), name="gc-freeze", daemon=True
-    ).start()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
         log.info("signal received; shutting down", extra=fields(signal=signum))
         stop.set()
 
+    # before the broker says it started: a SIGUSR1 sent as soon as the "broker started"
+    # line appears must find its handler, not SIGUSR1's default action (ending the process)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = dump_stacks_on_sigusr1()
+    try:
+        server, broker, _ = start_broker(
+            config, root if isinstance(root, LogRoot) else None, clock_ms=clock_ms, mirror=mirror
+        )
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    threading.Thread(
+        target=_freeze_startup_heap, args=(server.kafka,), name="gc-freeze", daemon=True
+    ).start()
     try:
         while not stop.wait(0.5):
             pass
