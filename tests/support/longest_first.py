@@ -12,8 +12,9 @@ module-scoped fixtures); only the order of the files changes.
 
 A file the table does not name is estimated from its test count
 (``UNKNOWN_SECONDS_PER_TEST`` each: the mean of the files below the table's last row).
-Refresh the table from a CI log's per-file table (``--file-durations=0`` prints every file);
-``--file-seconds=PATH`` reads another one, ``--file-seconds=`` none (xdist's own order).
+Refresh the table from a CI run's ``build/file-durations.txt`` (every file's row, which
+``.ci/run`` has the durations plugin write) or its log's table; ``--file-seconds=PATH`` reads
+another one, ``--file-seconds=`` none (xdist's own order).
 """
 
 from __future__ import annotations
