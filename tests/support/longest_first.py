@@ -11,7 +11,7 @@ time of the small files left at the end.  The tests of a file keep their order (
 module-scoped fixtures); only the order of the files changes.
 
 A file the table does not name is estimated from its test count
-(``UNKNOWN_SECONDS_PER_TEST`` each: the mean of the files below the table's last row).
+(``UNKNOWN_SECONDS_PER_TEST`` each: the mean of the files outside CI's top 30).
 Refresh the table from a CI run's ``build/file-durations.txt`` (every file's row, which
 ``.ci/run`` has the durations plugin write) or its log's table; ``--file-seconds=PATH`` reads
 another one, ``--file-seconds=`` none (xdist's own order).
@@ -29,8 +29,8 @@ import pytest
 #: the committed table: seconds per test file, as CI's log last measured them
 DEFAULT_TABLE = Path(__file__).with_name("file_seconds.txt")
 
-#: the estimate for each test of a file the table does not name (CI's run of 2026-11-28:
-#: 906 s over the 1,254 tests of the files below the table's last row)
+#: the estimate for each test of a file the table does not name (a new file): the mean of
+#: the files outside the top 30 of CI's run of 2026-11-28, 906 s over 1,254 tests
 UNKNOWN_SECONDS_PER_TEST = 0.75
 
 #: a row of the per-file table: "   104.95s    11 tests  tests/cli/test_cli.py"
