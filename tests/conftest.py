@@ -14,8 +14,9 @@ from tests.support.s3 import MotoS3
 
 leftovers.track()
 
-#: each test file's total time, printed after ``--durations``' slowest tests (CI's log)
-pytest_plugins = ["tests.support.file_durations"]
+#: each test file's total time, printed after ``--durations``' slowest tests (CI's log), and
+#: the longest files started first under ``--dist loadfile`` (by the times that table gave)
+pytest_plugins = ["tests.support.file_durations", "tests.support.longest_first"]
 
 
 #: ``SPARKLOG_SOAK=1`` (or a ``-m`` expression naming ``soak``) runs the soak tests: the

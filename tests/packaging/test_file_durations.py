@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.file_durations import FileDurations
+from tests.support.file_durations import OUT_ENV, FileDurations
+from tests.support.longest_first import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, *args: str) -> list[str]:
+def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
     """The table's lines from a pytest run of a small tree in ``tmp_path``."""
     (tmp_path / "test_three.py").write_text(
         "import pytest\n"
@@ -31,7 +32,7 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.support.file_durations",
          "-p", "no:cacheprovider", "--rootdir", str(tmp_path), *args, str(tmp_path)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -53,6 +54,17 @@ def test_every_file_of_an_xdist_run_is_summed_on_the_controller(tmp_path: Path) 
     total = table[3].split()
     assert total[1:4] == ["in", "2", "files"]
     assert float(total[0].rstrip("s")) >= sum(seconds) - 0.02  # rounding of each row
+
+
+def test_every_files_row_is_written_where_ci_asks(tmp_path: Path) -> None:
+    """(``.ci/run`` sets the variable: tests/support/file_seconds.txt is refreshed from it.)"""
+    out = tmp_path / "file-durations.txt"
+    table = _run(tmp_path, "-n", "2", "--dist", "loadfile", "--file-durations=1",
+                 env={OUT_ENV: str(out)})  # fmt: skip
+    assert [line.split()[-1] for line in table[1:-1]] == [table[1].split()[-1]]  # one shown
+    written = read_table(out.read_text())
+    assert sorted(written) == ["test_one.py", "test_three.py"]  # every file written
+    assert out.read_text().splitlines()[-1] == table[-1]  # the same sum
 
 
 def _report(nodeid: str, when: str, duration_s: float) -> pytest.TestReport:

@@ -6,18 +6,25 @@ worker and module-scoped fixtures (a broker, a cluster) are paid once per file. 
 also carries each file's total: setup + call + teardown of every test in it, summed from
 the test reports.  Under pytest-xdist the controller receives every worker's reports
 through ``pytest_runtest_logreport``, so the table covers the whole run; a worker prints
-none.  ``--file-durations=N`` shows the N biggest (default 30; 0: every file).
+none.  ``--file-durations=N`` shows the N biggest (default 30; 0: every file); with
+``SPARKLOG_FILE_DURATIONS_OUT=PATH`` every file's row is also written to PATH.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 #: how many files the table shows by default
 DEFAULT_SHOWN = 30
+
+#: a path to write every file's row to (``.ci/run`` sets it: build/file-durations.txt, from
+#: which tests/support/file_seconds.txt is refreshed)
+OUT_ENV = "SPARKLOG_FILE_DURATIONS_OUT"
 
 
 @dataclass
@@ -41,10 +48,10 @@ class FileDurations:
         total.seconds += report.duration
         total.tests.add(report.nodeid)
 
-    def lines(self) -> list[str]:
-        """The table: the biggest files first, then the run's sum over every file."""
+    def lines(self, every: bool = False) -> list[str]:
+        """The table: the biggest files first (all with ``every``), then the run's sum."""
         ranked = sorted(self.totals.items(), key=lambda item: (-item[1].seconds, item[0]))
-        shown = ranked if self.shown == 0 else ranked[: self.shown]
+        shown = ranked if self.shown == 0 or every else ranked[: self.shown]
         out = [
             f"{total.seconds:9.2f}s  {len(total.tests):4d} {_tests(len(total.tests))}  {path}"
             for path, total in shown
@@ -58,6 +65,9 @@ class FileDurations:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.totals:
             return
+        out = os.environ.get(OUT_ENV)
+        if out:  # every file, in the form tests/support/file_seconds.txt reads
+            Path(out).write_text("\n".join(self.lines(every=True)) + "\n")
         biggest = "every file" if self.shown == 0 else f"the {self.shown} biggest"
         terminalreporter.write_sep("=", f"per-file durations (setup + call + teardown), {biggest}")
         for line in self.lines():
