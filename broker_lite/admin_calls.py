@@ -213,11 +213,15 @@ class AdminCalls:
         remove: Sequence[str] = (),
         *,
         validate_only: bool = False,
+        replace: bool = False,
     ) -> dict[str, Any]:
-        """Change a topic's config; ``validate_only`` runs every check and changes nothing."""
+        """Change a topic's config; ``validate_only`` runs every check and changes nothing;
+        ``replace``: the whole set (Kafka's AlterConfigs; the others return to defaults)."""
         _log_unknown_keys(name, {**updates, **dict.fromkeys(remove)})
         info = storage_call(
-            lambda: self.state.root.alter_topic_config(name, updates, remove, dry_run=validate_only)
+            lambda: self.state.root.alter_topic_config(
+                name, updates, remove, dry_run=validate_only, replace=replace
+            )
         )
         if not validate_only:
             self.state.forget_topic(name)

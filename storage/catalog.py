@@ -304,8 +304,12 @@ class LogRoot:
         remove: Sequence[str] = (),
         *,
         dry_run: bool = False,
+        replace: bool = False,
     ) -> TopicInfo:
-        """Set (and remove, returning to defaults) topic config keys (``dry_run``: only check)."""
+        """Set (and remove, returning to defaults) topic config keys (``dry_run``: only check).
+        ``replace``: Kafka's AlterConfigs, the whole set: every key not in ``updates`` (and
+        not fixed at creation) returns to its default, as the log holds the topic at the
+        change (never an older view of it)."""
         parsed = validate_config(updates)
         unknown = [k for k in remove if k not in TOPIC_CONFIG_KEYS]
         if unknown:
@@ -324,7 +328,10 @@ class LogRoot:
                     f"topic config {fixed[0]!r} is fixed when the topic is created; accepted: "
                     f"changes to other keys"
                 )
-            config = {k: v for k, v in doc["config"].items() if k not in remove}
+            gone = set(remove)
+            if replace:
+                gone |= {k for k in doc["config"] if k not in parsed and k not in FIXED_AT_CREATION}
+            config = {k: v for k, v in doc["config"].items() if k not in gone}
             config.update(parsed)
             check_combination(config)
             doc["config"] = config

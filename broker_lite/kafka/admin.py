@@ -27,7 +27,6 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.catalog import (
-    FIXED_AT_CREATION,
     replication_factor_of,
     validate_topic_name,
 )
@@ -355,7 +354,6 @@ def _alter(
             consumer_offsets.refuse_write(name, "altering its configs")
             updates: dict[str, Any] = {}
             remove: list[str] = []
-            current = ctx.broker.topic(name).info.config
             for c in resource.configs:
                 op = int(getattr(c, "config_operation", SET))
                 if op == SET and c.value is not None:
@@ -367,11 +365,15 @@ def _alter(
                         f"config operation {op} on {c.name!r} is not accepted; accepted: 0 "
                         "(set), 1 (delete)"
                     )
-            if not incremental:  # AlterConfigs replaces the whole set of alterable keys
-                remove = sorted(set(current) - set(updates) - set(FIXED_AT_CREATION))
-            # validate_only: what the real request checks, nothing written
+            # validate_only: what the real request checks, nothing written; AlterConfigs
+            # replaces the whole set of alterable keys, as the metadata log holds them at the
+            # change (this broker's topic handle may hold an older config)
             ctx.broker.alter_topic_config(
-                name, updates, remove, validate_only=bool(request.validate_only)
+                name,
+                updates,
+                remove,
+                validate_only=bool(request.validate_only),
+                replace=not incremental,
             )
         except SparklogError as exc:
             error, message = errno_of(exc), str(exc)

@@ -132,6 +132,7 @@ class BrokerView(Protocol):
         remove: Sequence[str] = (),
         *,
         validate_only: bool = False,
+        replace: bool = False,
     ) -> dict[str, Any]: ...
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int: ...

@@ -204,3 +204,16 @@ def test_the_metadata_log_is_pruned_behind_its_newest_snapshot(root_spec):
     assert counter.counts["LIST"] == 0
     fresh.create_topic("after", 1)  # the log goes on from its head
     assert "after" in root.list_topics()
+
+
+def test_a_whole_config_set_replaces_what_the_log_holds_not_what_a_handle_saw(root):
+    """Kafka's AlterConfigs (``replace``): every key not given returns to its default, as
+    the log holds the topic at the change; a handle opened before another writer's change
+    (a broker's cached topic) decided that before, so a key set meanwhile survived."""
+    root.create_topic("c", 1, {"retention.ms": 1000})
+    stale = open_root(root.url, root.store.storage_options)
+    stale.describe_topic("c")  # this handle's image: retention.ms only
+    root.alter_topic_config("c", {"cleanup.policy": "compact"})  # another writer
+    info = stale.alter_topic_config("c", {"retention.ms": 2000}, replace=True)
+    assert info.config == {"retention.ms": 2000}
+    assert root.describe_topic("c").config == info.config

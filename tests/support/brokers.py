@@ -260,6 +260,27 @@ class Cluster:
         assert chosen.kafka_address is not None
         return chosen.kafka_address
 
+    def wait_config(self, topic: str, wanted: dict[str, Any], timeout_s: float = 30) -> None:
+        """Wait until every running broker holds ``topic``'s config ``wanted`` in memory
+        (learnt at its next look at the metadata log, ``metadata_refresh_ms``): before a
+        client that reads the configs from any broker and writes them all back, as
+        kafka-python's AlterConfigs does."""
+        from sparklog.client.transports.flight_client import BrokerClient
+        from tests.support.waiting import wait_for
+
+        for broker in self.brokers.values():
+            if not broker.alive:
+                continue
+            with BrokerClient(broker.location, discover=False) as client:
+                wait_for(
+                    lambda c=client: all(  # type: ignore[misc]
+                        str(c.metadata([topic])[topic].config.get(k)) == str(v)
+                        for k, v in wanted.items()
+                    ),
+                    timeout_s=timeout_s,
+                    what=f"broker {broker.broker_id} to hold {topic}'s {wanted}",
+                )
+
     def wait_listed(self, topic: str, timeout_s: float = 30) -> None:
         """Wait until every running broker lists ``topic`` in an all-topics Metadata.
 
