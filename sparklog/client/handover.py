@@ -161,10 +161,11 @@ def _call(location: str, **body: Any) -> dict[str, Any]:
     request = flight.Action(actions.COMMIT_STAGED.name, actions.COMMIT_STAGED.build(**body))
     try:
         results = list(_client(location).do_action(request, options))
-    except (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError):
-        _pause(location)
-        raise
-    except flight.FlightUnavailableError:  # nothing listens there, or it speaks TLS
+    except (
+        flight.FlightUnauthenticatedError,
+        flight.FlightUnauthorizedError,
+        flight.FlightUnavailableError,  # nothing listens there, or it speaks TLS
+    ):
         _pause(location)
         raise
     return actions.COMMIT_STAGED.result(wire.decode_result(results[0].body.to_pybytes()))
