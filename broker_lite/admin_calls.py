@@ -224,7 +224,7 @@ class AdminCalls:
             )
         )
         if not validate_only:
-            self.state.forget_topic(name)
+            self.state.reload_topic(name)
         return dict(info.config)
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> int:
@@ -236,7 +236,7 @@ class AdminCalls:
             )
         )
         if not validate_only:
-            self.state.forget_topic(name)
+            self.state.reload_topic(name)
         return int(info.partitions)
 
     def delete_records(self, topic_name: str, partition: int, before_offset: int) -> int:

@@ -163,6 +163,19 @@ class BrokerState:
             leader_location=leader.location if leader else "",
         )
 
+    def reload_topic(self, name: str) -> None:
+        """Re-read a cached topic's metadata after this broker changed it (config,
+        partitions), keeping its shard states: a second handle on a leased shard beside
+        one an in-flight flush still holds could give an offset twice."""
+        with self.lock:
+            topic = self.topic_handles.get(name)
+        if topic is None:
+            return
+        try:
+            topic.reload()
+        except errors.UnknownTopicOrPartitionError:
+            self.forget_topic(name)
+
     def forget_topic(self, name: str) -> None:
         """Drop a deleted (or unreadable) topic's handle, partition and shard states."""
         with self.lock:

@@ -206,10 +206,17 @@ class ShardLog(MetaLog[ShardState]):
         return state
 
     def _read_tail(self, state: ShardState) -> None:
-        """Apply the leased journal's steps after ``state.folded`` (a reader's view)."""
+        """Apply the leased journal's steps after ``state.folded``: from the store for a
+        reader; from the writer's memory when the lease is ours (the handle that
+        journalled them has them already, a handle opened since, after a config change
+        re-opened the topic, has not)."""
         ref = state.journal
-        if ref is None or self._holds_lease(state):
-            return  # no lease, or ours: our steps are applied as they are journalled
+        if ref is None:
+            return
+        if self._holds_lease(state):
+            assert self._writer is not None
+            self._shard_codec.apply_steps(state, ref, self._writer.unfolded(self.journal_key, ref))
+            return
         versions = read_versions(self._journal_store, ref, state.folded + 1)
         self._shard_codec.apply_steps(state, ref, self._steps(versions))
 

@@ -660,6 +660,26 @@ def test_journalled_records_are_read_through_the_tail_then_folded_into_the_shard
     assert _read_all(root.url, opts, "j", 2) == {0: [b"a", b"b", b"d"], 1: [b"c"]}
 
 
+def test_a_leaders_reopened_handle_holds_its_unfolded_journal_steps(root):
+    """A broker re-opens a topic after a config change (a fresh handle on each shard,
+    sharing the broker's journal writer): the records journalled and not yet folded are
+    in its view, and its next append follows them.  The fresh handle skipped the tail as
+    the lease holder's, so the broker's cleaner and fetches saw an empty partition until
+    the next fold (CI: the retention test waited out its 30 s)."""
+    root.create_topic("r", 1)
+    writer, shard = _shard_leader(root, "r", 1)
+    _journal_append(root, shard, "r", 0, ["a", "b"])
+    reopened = root.topic("r").open_shard(0)
+    reopened.use_journal(writer)
+    state = reopened.refresh()
+    assert state.journal == writer.ref and state.folded >= 0
+    placed = _journal_append(root, reopened, "r", 0, ["c"])
+    assert placed.base_offset == 2
+    assert values(root.topic("r").partition(0).read(0)) == [b"a", b"b", b"c"]
+    assert reopened.fold()
+    assert _read_all(root.url, root.store.storage_options, "r", 1) == {0: [b"a", b"b", b"c"]}
+
+
 def test_a_reader_in_the_writers_process_reads_its_journal_from_memory(root, monkeypatch):
     """A broker's own fetch reader (another handle, without the lease) read the broker's
     journal from the store: each new version, then a probe of the next one, per refresh.
