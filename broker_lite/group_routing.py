@@ -65,6 +65,13 @@ class CoordinatedGroups:
         """The group's committed offsets: any broker reads them from the group's log."""
         return self._coordinator.fetch_offsets(group)
 
+    def fetch_offsets_and_unstable(
+        self, group: str
+    ) -> tuple[dict[TopicPartition, int], frozenset[TopicPartition]]:
+        """The group's committed offsets and the partitions an open transaction holds
+        offsets of, read on any broker."""
+        return self._coordinator.fetch_offsets_and_unstable(group)
+
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition, read on any broker."""
         return self._coordinator.fetch_committed(group)

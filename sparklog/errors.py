@@ -429,6 +429,12 @@ class InvalidTxnStateError(SparklogError, errno=48, code="INVALID_TXN_STATE", ca
     """The call does not fit the transaction's state (e.g. records to a partition not added)."""
 
 
+class UnstableOffsetCommitError(
+    SparklogError, errno=88, code="UNSTABLE_OFFSET_COMMIT", retriable=True, canonical=True
+):
+    """An open transaction holds offsets of the partition: ask again once it ends."""
+
+
 class InvalidProducerIdMappingError(
     SparklogError, errno=49, code="INVALID_PRODUCER_ID_MAPPING", canonical=True
 ):

@@ -127,6 +127,15 @@ class OffsetEntry(TypedDict):
     topic_id: NotRequired[str]
 
 
+class PendingTxnOffsets(TypedDict):
+    """A transactional producer's offsets of one group, waiting for its transaction's end."""
+
+    epoch: int
+    #: the transaction's number (the coordinator's ``n``): the end of that one resolves them
+    txn: int
+    offsets: dict[str, OffsetEntry]
+
+
 @dataclass
 class GroupLogState(LogStateBase):
     """A group log at one version: the newest generation and the committed offsets.
@@ -142,16 +151,20 @@ class GroupLogState(LogStateBase):
     commits_since_snapshot: int = 0
     journal: JournalRef | None = None
     folded: int = -1
+    #: producer id -> the offsets its open transaction committed (TxnOffsetCommit), not
+    #: yet the group's: its transaction's end moves them to ``offsets`` or drops them
+    pending: dict[str, PendingTxnOffsets] = field(default_factory=dict)
 
     def overlaid(self, steps: Sequence[Sequence[Any]]) -> GroupLogState:
         """A copy of this state with the journal ``steps`` after ``folded`` applied."""
-        view = dataclasses.replace(self, offsets=dict(self.offsets))
+        view = dataclasses.replace(self, offsets=dict(self.offsets), pending=dict(self.pending))
         apply_steps(view, self.journal, steps)
         return view
 
 
 def apply_change(state: GroupLogState, change: Mapping[str, Any]) -> None:
-    """One change (a commit's or a journal step's): generation, offsets, deletions."""
+    """One change (a commit's or a journal step's): generation, offsets, deletions, a
+    transaction's offsets held back and their resolution at its end."""
     generation = change.get("generation")
     if isinstance(generation, int):
         state.generation = max(state.generation, generation)
@@ -159,6 +172,25 @@ def apply_change(state: GroupLogState, change: Mapping[str, Any]) -> None:
         state.offsets[key] = cast(OffsetEntry, dict(entry))
     for key in change.get("deleted") or ():
         state.offsets.pop(key, None)
+    held = change.get("txn_offsets")
+    if held:
+        pid = str(held["pid"])
+        before = state.pending.get(pid)
+        kept = before["offsets"] if before and before["txn"] == held["txn"] else {}
+        state.pending[pid] = {
+            "epoch": int(held["epoch"]),
+            "txn": int(held["txn"]),
+            "offsets": {**kept, **held["offsets"]},
+        }
+    ended = change.get("txn_end")
+    if ended:
+        pid = str(ended["pid"])
+        open_offsets = state.pending.get(pid)
+        if open_offsets is not None and open_offsets["txn"] <= int(ended["txn"]):
+            del state.pending[pid]
+            if ended["commit"] and open_offsets["txn"] == int(ended["txn"]):
+                for key, entry in open_offsets["offsets"].items():
+                    state.offsets[key] = cast(OffsetEntry, dict(entry))
 
 
 def apply_steps(
@@ -174,6 +206,12 @@ def apply_steps(
             apply_change(state, change)
             through = max(through, int(version))
     state.folded = through
+
+
+def _partition_of(key: str) -> TopicPartition:
+    """The partition an offsets key (``topic:partition``) names."""
+    topic, _, partition = key.rpartition(":")
+    return TopicPartition(topic, int(partition))
 
 
 class GroupCodec:
@@ -200,6 +238,8 @@ class GroupCodec:
         if state.journal is not None:
             doc["journal"] = state.journal.to_json()
             doc["folded"] = state.folded
+        if state.pending:
+            doc["pending"] = state.pending
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def restore(self, payload: memoryview, where: str) -> GroupLogState:
@@ -211,6 +251,7 @@ class GroupCodec:
                 offsets=dict(doc["offsets"]),
                 journal=JournalRef.from_json(doc.get("journal")),
                 folded=int(doc.get("folded", -1)),
+                pending=dict(doc.get("pending", {})),
             )
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptRecordError(f"snapshot {where} cannot be decoded: {exc}") from None
@@ -553,6 +594,67 @@ class GroupStore:
         if checked:
             change["generation"] = generation
             change["member"] = member_id
+        self._change(group, change, needed)
+
+    def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        txn: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        *,
+        topic_ids: Mapping[str, str] | None = None,
+    ) -> None:
+        """Hold ``offsets`` ((offset, metadata) per partition) of producer ``producer_id``'s
+        transaction number ``txn`` in the group's log (Kafka's TxnOffsetCommit): they
+        become the group's at the transaction's commit (:meth:`end_transaction`), and
+        until its end OffsetFetch with ``require_stable`` calls the partitions unstable.
+        A journal step of the group's coordinator, like an offset commit: no write of
+        its own there."""
+        stamp = now_ms()
+        entries = {
+            f"{topic}:{partition}": {
+                "offset": int(offset),
+                "metadata": metadata or "",
+                "commit_ms": stamp,
+                "topic_id": (topic_ids or {}).get(topic, ""),
+            }
+            for (topic, partition), (offset, metadata) in offsets.items()
+        }
+        change: Commit = {
+            "kind": "txn_offsets",
+            "txn_offsets": {
+                "pid": producer_id,
+                "epoch": producer_epoch,
+                "txn": txn,
+                "offsets": entries,
+            },
+        }
+        self._change(group, change, lambda state: True)
+
+    def end_transaction(self, group: str, producer_id: int, txn: int, *, commit: bool) -> bool:
+        """The end of producer ``producer_id``'s transaction number ``txn`` in the group:
+        its held offsets become the group's (``commit``) or are dropped; an older
+        transaction's left behind are dropped too.  Writes nothing, and returns False,
+        if the producer holds none."""
+        change: Commit = {
+            "kind": "txn_end",
+            "txn_end": {"pid": producer_id, "txn": txn, "commit": commit},
+        }
+        held = [False]
+
+        def needed(state: GroupLogState) -> bool:
+            pending = state.pending.get(str(producer_id))
+            held[0] = pending is not None and pending["txn"] <= txn
+            return held[0]
+
+        self._change(group, change, needed)
+        return held[0]
+
+    def _change(self, group: str, change: Commit, needed: Callable[[GroupLogState], bool]) -> None:
+        """``change``, if ``needed`` by the group's state: journalled where this process
+        coordinates the group, else committed to its log."""
         if self._writer is not None and self._coordinates(group):
             self._journalled_commit(group, change, needed)
             return
@@ -610,17 +712,26 @@ class GroupStore:
         return self._view(group).generation
 
     def fetch(self, group: str) -> dict[TopicPartition, CommittedOffset]:
-        offsets = dict(self._view(group).offsets)
+        return self.fetch_with_pending(group)[0]
+
+    def fetch_with_pending(
+        self, group: str
+    ) -> tuple[dict[TopicPartition, CommittedOffset], frozenset[TopicPartition]]:
+        """The group's committed offsets, and the partitions an open transaction holds
+        offsets of (Kafka's "unstable" offsets), from one read of the group."""
+        state = self._view(group)
         out: dict[TopicPartition, CommittedOffset] = {}
-        for key, entry in offsets.items():
-            topic, _, partition = key.rpartition(":")
-            out[TopicPartition(topic, int(partition))] = CommittedOffset(
+        for key, entry in state.offsets.items():
+            out[_partition_of(key)] = CommittedOffset(
                 entry["offset"],
                 entry.get("metadata", ""),
                 entry.get("commit_ms", 0),
                 entry.get("topic_id", ""),
             )
-        return out
+        held = frozenset(
+            _partition_of(key) for pending in state.pending.values() for key in pending["offsets"]
+        )
+        return out, held
 
     def list_groups(self) -> list[str]:
         """Every group id with objects under ``groups/`` (decoded from the key names)."""

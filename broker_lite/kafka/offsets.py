@@ -14,7 +14,7 @@ from kio.index import load_response_schema
 
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested, outcome
-from sparklog.errors import InvalidRequestError, SparklogError
+from sparklog.errors import InvalidRequestError, SparklogError, UnstableOffsetCommitError
 from sparklog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -175,12 +175,18 @@ def commit_response(cls: type, topic_cls: type, part_cls: type, topics: Any, err
 
 
 def _committed(
-    ctx: HandlerContext, group: str, topics: Any
-) -> tuple[int, dict[str, list[tuple[int, int]]]]:
-    """(error code, topic -> [(partition, committed offset or -1)]) of one group's
-    OffsetFetch; ``topics`` None = every partition the group has committed."""
+    ctx: HandlerContext, group: str, topics: Any, require_stable: bool = False
+) -> tuple[int, dict[str, list[tuple[int, int, int]]]]:
+    """(error code, topic -> [(partition, committed offset or -1, error code)]) of one
+    group's OffsetFetch; ``topics`` None = every partition the group has committed.
+    ``require_stable`` (v7+, KIP-447): a partition an open transaction holds offsets of
+    answers UNSTABLE_OFFSET_COMMIT (retriable) until the transaction ends, so a consumer
+    taking over a transactional app's partitions does not start from the offset before it."""
     try:
-        committed = ctx.broker.groups.fetch_offsets(group)
+        if require_stable:
+            committed, unstable = ctx.broker.groups.fetch_offsets_and_unstable(group)
+        else:
+            committed, unstable = ctx.broker.groups.fetch_offsets(group), frozenset()
     except SparklogError as exc:
         return errno_of(exc), {}
     if topics is None:
@@ -190,7 +196,12 @@ def _committed(
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
     return 0, {
-        name: [(p, committed.get(TopicPartition(name, p), -1)) for p in parts]
+        name: [
+            (p, -1, UnstableOffsetCommitError.errno)
+            if TopicPartition(name, p) in unstable
+            else (p, committed.get(TopicPartition(name, p), -1), 0)
+            for p in parts
+        ]
         for name, parts in wanted.items()
     }
 
@@ -202,7 +213,9 @@ def handle_offset_fetch(ctx: HandlerContext, request: OffsetFetchRequest) -> Off
     cls = load_response_schema(9, ctx.api_version)
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     part_cls = nested(cls, "OffsetFetchResponsePartition")
-    error, found = _committed(ctx, one.group_id, one.topics)
+    error, found = _committed(
+        ctx, one.group_id, one.topics, bool(getattr(one, "require_stable", False))
+    )
     if error:
         return make(cls, throttle_time=0, topics=(), error_code=error)
     return make(
@@ -226,9 +239,9 @@ def _committed_topics(topic_cls: type, part_cls: type, found: Any) -> tuple[Any,
                     committed_offset=offset,
                     committed_leader_epoch=-1,
                     metadata="",
-                    error_code=0,
+                    error_code=error,
                 )
-                for p, offset in parts
+                for p, offset, error in parts
             ),
         )
         for name, parts in found.items()
@@ -247,7 +260,7 @@ def _offset_fetch_groups(
     for g in request.groups:
         error, found = _checked_member(ctx, g)
         if not error:
-            error, found = _committed(ctx, g.group_id, g.topics)
+            error, found = _committed(ctx, g.group_id, g.topics, bool(request.require_stable))
         groups.append(
             make(
                 group_cls,
@@ -261,7 +274,7 @@ def _offset_fetch_groups(
 
 def _checked_member(
     ctx: HandlerContext, group: Any
-) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+) -> tuple[int, dict[str, list[tuple[int, int, int]]]]:
     """OffsetFetch v9 (KIP-848): a member id and epoch, if given, are checked as Kafka
     checks them (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH) for a consumer group."""
     member = getattr(group, "member_id", None)

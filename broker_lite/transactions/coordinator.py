@@ -414,23 +414,68 @@ class TransactionCoordinator:
         producer_epoch: int,
         offsets: Mapping[tuple[str, int], tuple[int, str]],
     ) -> None:
-        """Keep offsets in the transaction: they reach the group's log only at commit."""
+        """Hold ``offsets`` in the group's log for the producer's open transaction: they
+        become the group's at its commit.  A journal step of the group's coordinator
+        (Kafka keeps them in ``__consumer_offsets`` the same way), not a record of the
+        metadata log: the transaction's state already names the group (AddOffsetsToTxn)."""
         self._await_added(tid)
+        current = self._open_with_group(tid, group, producer_id, producer_epoch)
+        root = self.broker.root
+        held = {
+            TopicPartition(str(t), int(p)): (int(o), m or "") for (t, p), (o, m) in offsets.items()
+        }
+        topic_ids = self._topic_ids({tp.topic for tp in held})
+        while True:
+            txn = int(current["n"])
+            root.groups.commit_transactional(
+                group, producer_id, producer_epoch, txn, held, topic_ids=topic_ids
+            )
+            # the image may have been behind (the producer's previous transaction still
+            # open in it), or an abort (the timeout) may have ended this one between the
+            # check and the step, its end finding nothing held: the metadata log's head
+            # decides, and a newer transaction's step replaces the one written
+            found = self.image(fresh=True).transactional_ids.get(tid)
+            after = dict(found) if found is not None else None
+            if after is not None and int(after["n"]) == txn and after["state"] == ONGOING:
+                return
+            newer = (
+                after is not None
+                and int(after["n"]) > txn
+                and after["state"] == ONGOING
+                and group in after["groups"]
+                and (int(after["pid"]), int(after["epoch"])) == (producer_id, producer_epoch)
+            )
+            if newer and after is not None:
+                current = after
+                continue
+            root.groups.end_transaction(group, producer_id, txn, commit=False)
+            raise InvalidTxnStateError(
+                f"transactional id {tid!r}: transaction {txn} ended while its offsets for "
+                f"group {group!r} were written; they were dropped"
+            )
 
-        def change(current: dict[str, Any] | None) -> dict[str, Any]:
-            current = self._check_producer(tid, current, producer_id, producer_epoch)
-            if current["state"] != ONGOING:
+    def _open_with_group(
+        self, tid: str, group: str, producer_id: int, producer_epoch: int
+    ) -> dict[str, Any]:
+        """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as the
+        image has it, or the metadata log's head if the image is behind; else raise."""
+        for fresh in (False, True):
+            found = self.image(fresh=fresh).transactional_ids.get(tid)
+            current = dict(found) if found is not None else None
+            try:
+                current = self._check_producer(tid, current, producer_id, producer_epoch)
+            except SparklogError:
+                if fresh:
+                    raise
+                continue
+            if current["state"] == ONGOING and group in current["groups"]:
+                return current
+            if fresh:
                 raise InvalidTxnStateError(
-                    f"transactional id {tid!r} has no ongoing transaction (state "
-                    f"{current['state']}); call AddOffsetsToTxn first"
+                    f"transactional id {tid!r} has no ongoing transaction with group {group!r} "
+                    f"(state {current['state']}); call AddOffsetsToTxn first"
                 )
-            pending = {(t, int(p)): [o, m] for t, p, o, m in current["groups"].get(group, [])}
-            for (t, p), (o, m) in offsets.items():
-                pending[(t, int(p))] = [int(o), m or ""]
-            rows = [[t, p, o, m] for (t, p), (o, m) in sorted(pending.items())]
-            return {**current, "groups": {**current["groups"], group: rows}}
-
-        self._change(tid, change)
+        raise AssertionError("unreachable")
 
     # -- produce verification ------------------------------------------------------
     def _transactional_id_of(self, image: MetadataImage, producer_id: int) -> str | None:
@@ -612,10 +657,12 @@ class TransactionCoordinator:
                 end_transactions(self.broker, topic, {p: marker for p in parts})
             except UnknownTopicOrPartitionError:
                 continue  # deleted meanwhile: nothing left to mark
-        if commit:
-            for group, rows in current["groups"].items():
-                if rows:
-                    self._commit_offsets(group, rows)
+        for group, rows in current["groups"].items():
+            if commit and rows:  # held in the state by a broker before groups held them
+                self._commit_offsets(group, rows)
+            self.broker.root.groups.end_transaction(
+                group, int(current["pid"]), int(current["n"]), commit=commit
+            )
         if later:
             with self._lock:
                 self._ended[tid] = int(current["n"])
@@ -649,15 +696,20 @@ class TransactionCoordinator:
         root = self.broker.root
         offsets = {TopicPartition(str(t), int(p)): int(o) for t, p, o, _m in rows}
         metadata = str(rows[-1][3] or "")
-        topic_ids = {}
-        for topic in {t for t, *_ in rows}:
-            try:
-                topic_ids[topic] = root.describe_topic(topic).topic_id
-            except SparklogError:
-                topic_ids[topic] = ""
+        topic_ids = self._topic_ids({str(t) for t, *_ in rows})
         # straight to the group's log (no member or generation: the producer is not one);
         # OffsetFetch reads the log, so the offsets are visible from here on
         root.groups.commit(group, offsets, metadata=metadata, topic_ids=topic_ids)
+
+    def _topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """Each topic's id now ('' for one that does not exist)."""
+        found = {}
+        for topic in topics:
+            try:
+                found[topic] = self.broker.root.describe_topic(topic).topic_id
+            except SparklogError:
+                found[topic] = ""
+        return found
 
     # -- operators ------------------------------------------------------------------
     def abort(self, tid: str) -> None:

@@ -1005,6 +1005,15 @@ class GroupCoordinator:
     def fetch_offsets(self, group: str) -> dict[TopicPartition, int]:
         return {tp: offset for tp, (offset, _) in self.fetch_committed(group).items()}
 
+    def fetch_offsets_and_unstable(
+        self, group: str
+    ) -> tuple[dict[TopicPartition, int], frozenset[TopicPartition]]:
+        """The group's committed offsets, and the partitions an open transaction holds
+        offsets of (OffsetFetch's ``require_stable``: KIP-447)."""
+        self.state_doc(group)
+        found, unstable = self.root.groups.fetch_with_pending(group)
+        return {tp: c.offset for tp, c in found.items()}, unstable
+
     def fetch_committed(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed ``(offset, metadata)`` per partition (OffsetFetch's answer)."""
         self.state_doc(group)

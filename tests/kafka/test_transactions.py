@@ -541,10 +541,22 @@ def test_aiokafka_transactional_producer_commits_and_aborts(brokers: Cluster) ->
 
 
 def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(brokers: Cluster) -> None:
+    """TxnOffsetCommit's offsets are held in the group's log (a journal step of its
+    coordinator, no metadata-log record: the one record is AddOffsetsToTxn's) until
+    the transaction ends; meanwhile OffsetFetch with ``require_stable`` (KIP-447)
+    answers UNSTABLE_OFFSET_COMMIT for their partitions, and without it the offset
+    before."""
     bootstrap = brokers.kafka_bootstrap
-    create(bootstrap, "src", 1)
+    create(bootstrap, "src", 2)
     create(bootstrap, "dst", 1)
-    group = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-offsets"})
+    # read_uncommitted: librdkafka's OffsetFetch then does not require stable offsets
+    group = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-offsets",
+            "isolation.level": "read_uncommitted",
+        }
+    )
     metadata = group.consumer_group_metadata()
     tp = TopicPartition("src", 0)
 
@@ -555,15 +567,21 @@ def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(brokers: Clust
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce("dst", value=b"x")
+    producer.flush(30)  # its AddPartitionsToTxn record is written
+    before = _metadata_files(brokers)
     producer.send_offsets_to_transaction([TopicPartition("src", 0, 5)], metadata, 30)
-    assert committed() < 0  # pending: not visible while the transaction is open
+    assert _naming(_metadata_files(brokers) - before, b"t-offsets") == 1  # AddOffsetsToTxn's
+    assert committed() < 0  # held: not visible while the transaction is open
+    assert _stable_fetch(brokers, "txn-offsets", "src", [0, 1]) == {0: (-1, 88), 1: (-1, 0)}
     producer.abort_transaction(30)
     assert committed() < 0  # aborted: never visible
+    assert _stable_fetch(brokers, "txn-offsets", "src", [0, 1]) == {0: (-1, 0), 1: (-1, 0)}
     producer.begin_transaction()
     producer.produce("dst", value=b"y")
     producer.send_offsets_to_transaction([TopicPartition("src", 0, 7)], metadata, 30)
     producer.commit_transaction(30)
     assert committed() == 7
+    assert _stable_fetch(brokers, "txn-offsets", "src", [0]) == {0: (7, 0)}
     # a fenced producer's offset commit is refused
     newer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-offsets"})
     newer.init_transactions(30)
@@ -573,7 +591,45 @@ def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(brokers: Clust
         producer.send_offsets_to_transaction([TopicPartition("src", 0, 9)], metadata, 30)
         producer.commit_transaction(30)
     assert committed() == 7
+    assert _stable_fetch(brokers, "txn-offsets", "src", [0]) == {0: (7, 0)}
     group.close()
+
+
+def _metadata_files(cluster: Cluster) -> set[pathlib.Path]:
+    folder = pathlib.Path(cluster.root.removeprefix("file://")) / "cluster/metadata/log"
+    return set(folder.glob("*.json"))
+
+
+def _naming(files: set[pathlib.Path], text: bytes) -> int:
+    """How many of the metadata log's ``files`` mention ``text``."""
+    return sum(text in path.read_bytes() for path in files)
+
+
+def _stable_fetch(
+    cluster: Cluster, group: str, topic: str, partitions: list[int]
+) -> dict[int, tuple[int, int]]:
+    """OffsetFetch v7 with ``require_stable``: {partition: (offset, error code)}."""
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+
+    from tests.kafka.wire import Connection
+
+    connection = Connection(cluster.kafka_bootstrap)
+    try:
+        answer = connection.call(
+            OffsetFetchRequest(
+                group_id=group,
+                topics=(OffsetFetchRequestTopic(name=topic, partition_indexes=tuple(partitions)),),
+                require_stable=True,
+            )
+        )
+    finally:
+        connection.close()
+    assert answer.error_code == 0
+    return {
+        int(p.partition_index): (int(p.committed_offset), int(p.error_code))
+        for t in answer.topics
+        for p in t.partitions
+    }
 
 
 def test_the_surviving_broker_aborts_a_dead_coordinators_open_transaction(

@@ -594,6 +594,44 @@ def test_a_new_coordinator_seals_the_old_journal_and_nothing_acknowledged_is_los
     assert _offsets(reader, "g") == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
 
 
+@pytest.mark.parametrize("journalled", [False, True], ids=["log", "journal"])
+def test_a_transactions_offsets_are_held_until_its_end(root, journalled):
+    """TxnOffsetCommit's offsets are the group's only when their transaction commits;
+    until it ends they are held (OffsetFetch's "unstable" partitions), an abort drops
+    them, and the end of a later transaction drops an earlier one's left behind."""
+    if journalled:
+        writer = _journalled(root)
+    groups = root.groups
+    groups.commit("g", {("t", 0): 1})
+    groups.commit_transactional("g", 7, 0, 1, {("t", 0): (5, "m"), ("t", 1): (6, "")})
+    groups.commit_transactional("g", 7, 0, 1, {("t", 1): (8, "")})  # the same transaction
+    groups.commit_transactional("g", 9, 2, 4, {("t", 2): (3, "")})  # another producer's
+    reader = open_root(root.url, root.store.storage_options).groups  # another process
+    for view in (groups, reader):
+        offsets, held = view.fetch_with_pending("g")
+        assert {(tp.topic, tp.partition): c.offset for tp, c in offsets.items()} == {("t", 0): 1}
+        assert held == {("t", 0), ("t", 1), ("t", 2)}
+    assert groups.end_transaction("g", 7, 1, commit=True)
+    assert not groups.end_transaction("g", 7, 1, commit=True)  # a repeated end: no write
+    assert groups.end_transaction("g", 9, 4, commit=False)
+    for view in (groups, reader):
+        offsets, held = view.fetch_with_pending("g")
+        assert held == frozenset()
+        assert _offsets(view, "g") == {("t", 0): 5, ("t", 1): 8}
+        assert offsets[("t", 0)].metadata == "m"
+    groups.commit_transactional("g", 7, 0, 2, {("t", 0): (50, "")})  # left behind
+    assert groups.end_transaction("g", 7, 3, commit=True)  # a later one ends: dropped
+    assert _offsets(reader, "g") == {("t", 0): 5, ("t", 1): 8}
+    groups.commit_transactional("g", 7, 0, 4, {("t", 3): (1, "")})
+    if journalled:
+        assert groups.fold_due(0, everything=True) == 1
+        assert writer.commits >= 6
+    # a fresh process reads the held offsets back from the log's snapshot or commits
+    assert open_root(root.url, root.store.storage_options).groups.fetch_with_pending("g")[1] == {
+        ("t", 3)
+    }
+
+
 def test_a_rotated_journal_is_deleted_and_every_group_stays_readable(root):
     writer = _journalled(root)
     idle = writer.ref
