@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sparklog.client import handover
 from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
@@ -249,7 +250,9 @@ class Mirror:
             return
         planned = self._copy_shared_segments(src, dst, planned)
         self._copy_objects(src, dst, planned, report)
-        results = dst.append_mirrored(planned, link=self.link.name, expected=expected)
+        results = handover.commit_mirrored(
+            self.dest, dst, planned, link=self.link.name, expected=expected
+        )
         for p, result in results.items():
             if not result.duplicate:
                 report.records += sum(s.record_count for s in planned[p])
