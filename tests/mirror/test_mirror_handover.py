@@ -78,12 +78,14 @@ def test_a_fail_back_copy_into_a_leased_shard_is_journalled_by_its_leader(
         epochs = {key: shard.log.leader_epoch for key, shard in shards.items()}
         assert revokes(east_folder) == 0
 
+        assert state.journal is not None
+        journal_commits = state.journal.commits
         back = Mirror(east, get_link(east, "dr-back"))
         report = back.step()
 
         assert report.records == 6
+        assert state.journal.commits == journal_commits + 1  # both shards: one journal commit
         assert revokes(east_folder) == 0  # the lease stays: nothing revoked the shards
-        assert state.journal is not None
         for key, shard in shards.items():
             assert shard.log.leader_epoch == epochs[key]  # never leased again
             lease = open_root(east_url).topic("orders").shard(key[2]).refresh().journal
