@@ -40,7 +40,10 @@ import pyarrow.flight as flight
 from sparklog.broker_lite import flight_acls
 from sparklog.broker_lite.config import BrokerConfig, load_config
 from sparklog.broker_lite.damage import report_damage
-from sparklog.broker_lite.handed_commits import commit_handed_over
+from sparklog.broker_lite.handed_commits import (
+    commit_handed_over,
+    commit_mirrored_handed_over,
+)
 from sparklog.broker_lite.logs import fields, setup_logging
 from sparklog.broker_lite.security_warnings import warn_at_start
 from sparklog.broker_lite.service import Broker
@@ -251,6 +254,9 @@ class FlightBroker(flight.FlightServerBase):
             ),
             "commit_staged": lambda topic, topic_id, appends, producers, txn: commit_handed_over(
                 broker.state, topic, topic_id, appends, producers, txn
+            ),
+            "commit_mirrored": lambda topic, topic_id, appends, link, expected: (
+                commit_mirrored_handed_over(broker.state, topic, topic_id, appends, link, expected)
             ),
             "abort_transaction": lambda transactional_id: broker.transactions.abort(
                 transactional_id

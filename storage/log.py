@@ -652,6 +652,34 @@ class ShardLog(MetaLog[ShardState]):
         nothing live precedes the gap, the log start offset moves to it.  The
         commit names ``link``: the position and the data are one create.
         """
+        build, finish = self._mirrored_plan(appends, link=link, expected=expected)
+        return finish(self.commit(build))
+
+    def stage_append_mirrored(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        link: str,
+        expected: Mapping[int, int],
+    ) -> tuple[Commit | None, Callable[[Commit | None], dict[int, AppendResult]]]:
+        """:meth:`append_mirrored`'s body against this leader's view, not yet written, and
+        what turns the journalled body (:meth:`journalled`) into its results: a mirror
+        copier's commit handed to the shard's leader is one step of its journal, with
+        the same position check (:class:`MirrorPositionMovedError`, or ``duplicate``)."""
+        build, finish = self._mirrored_plan(appends, link=link, expected=expected)
+        return self.stage(build), finish
+
+    def _mirrored_plan(
+        self,
+        appends: Mapping[int, Sequence[Segment]],
+        *,
+        link: str,
+        expected: Mapping[int, int],
+    ) -> tuple[
+        Callable[[ShardState], Commit | None],
+        Callable[[Commit | None], dict[int, AppendResult]],
+    ]:
+        """The build of a mirrored append's commit and the results of the one that landed."""
         outcome: dict[int, AppendResult] = {}
 
         def build(state: ShardState) -> Commit | None:
@@ -708,12 +736,16 @@ class ShardLog(MetaLog[ShardState]):
                 "mirror": mirror,
             }
 
-        commit = self.commit(build)
-        if commit is not None:
-            for key in commit["parts"]:
-                done = outcome[int(key)]
-                outcome[int(key)] = AppendResult(done.base_offset, done.record_count, commit["v"])
-        return outcome
+        def finish(commit: Commit | None) -> dict[int, AppendResult]:
+            if commit is not None:
+                for key in commit["parts"]:
+                    done = outcome[int(key)]
+                    outcome[int(key)] = AppendResult(
+                        done.base_offset, done.record_count, commit["v"]
+                    )
+            return outcome
+
+        return build, finish
 
     def replace_segments(
         self,

@@ -8,7 +8,10 @@ hands the commit, marker and producer batches included, to the lease's broker (F
 ``commit_staged``), which journals it like its own flushes.  Where no lease names a
 journal, or its broker is not registered, cannot be reached or refuses, the writer
 commits directly as it always did: the log's optimistic concurrency keeps that right
-(docs/architecture.md, "Brokerless writers hand their commits to the leader").
+(docs/architecture.md, "Brokerless writers hand their commits to the leader").  A
+mirror link's copier does the same with its copies (:func:`commit_mirrored`, Flight
+``commit_mirrored``): segments at the source's offsets, each partition's planned end
+checked by the leader as the direct commit checks it.
 
 A handed commit whose answer is lost is followed by the direct commit: a Spark batch's
 ``(app id, version)`` marker and an idempotent producer's sequences make that land once;
@@ -24,17 +27,18 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow.flight as flight
 
+from sparklog.errors import CorruptRecordError, SparklogError
 from sparklog.protocol import actions
 from sparklog.protocol import flight as wire
 from sparklog.storage import Segment, Topic
 from sparklog.storage.catalog import LogRoot
 from sparklog.storage.journal import JournalRef
-from sparklog.storage.log import AppendResult, ProducerBatch
+from sparklog.storage.log import AppendResult, MirrorPositionMovedError, ProducerBatch
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +80,79 @@ def hand_over(
     txn: tuple[str, int] | None = None,
 ) -> tuple[dict[int, AppendResult], dict[int, Sequence[Segment]]]:
     """Hand the shards of ``staged`` that a broker's journal leases to that broker (one
-    call, one journal commit, for all of a broker's shards); (the handed partitions'
-    results, the partitions the caller is to commit directly).  A shard its leaser did
-    not take is tried once more after re-reading its log (the lease may have moved).
-    The caller holds the shards' handles (their views are read and refreshed)."""
+    ``commit_staged`` call, one journal commit, for all of a broker's shards); (the
+    handed partitions' results, the partitions the caller is to commit directly).  The
+    caller holds the shards' handles (their views are read and refreshed)."""
+    batches = producers or {}
+
+    def send(location: str, appends: Mapping[int, Sequence[Segment]]) -> Handed:
+        return _hand_over(
+            location,
+            actions.COMMIT_STAGED,
+            topic,
+            appends,
+            producers={
+                str(p): [b.producer_id, b.producer_epoch, b.first_sequence, b.record_count]
+                for p, b in batches.items()
+                if p in appends
+            },
+            txn=list(txn) if txn is not None else None,
+        )
+
+    return _route(root, topic, staged, send)
+
+
+def commit_mirrored(
+    root: LogRoot,
+    topic: Topic,
+    appends: Mapping[int, Sequence[Segment]],
+    *,
+    link: str,
+    expected: Mapping[int, int],
+) -> dict[int, AppendResult]:
+    """:meth:`Topic.append_mirrored` of a mirror link's copy (segments at the source's
+    offsets, each partition's commit landing only while its end is still ``expected``),
+    the shards a broker's journal leases handed to that broker (``commit_mirrored``),
+    the others committed directly.  A moved end comes back as the direct commit's
+    :class:`MirrorPositionMovedError` (an overlap as its ``CorruptRecordError``), not
+    retried directly; a handed copy whose answer was lost is found in place by the
+    direct commit that follows (``duplicate``)."""
+
+    def send(location: str, parts: Mapping[int, Sequence[Segment]]) -> Handed:
+        return _hand_over(
+            location,
+            actions.COMMIT_MIRRORED,
+            topic,
+            parts,
+            verdicts=(MirrorPositionMovedError, CorruptRecordError),
+            link=link,
+            expected={str(p): expected[p] for p in parts},
+        )
+
+    out, left = _route(root, topic, appends, send)
+    if left:
+        out.update(topic.append_mirrored(left, link=link, expected={p: expected[p] for p in left}))
+    return out
+
+
+#: what a broker made of a handed commit: its partitions' results; None: it did not
+#: take it (unreachable, refused, no longer leading, or the answer was lost)
+Handed = dict[int, AppendResult] | None
+
+
+def _route(
+    root: LogRoot,
+    topic: Topic,
+    appends: Mapping[int, Segment | Sequence[Segment]],
+    send: Callable[[str, Mapping[int, Sequence[Segment]]], Handed],
+) -> tuple[dict[int, AppendResult], dict[int, Sequence[Segment]]]:
+    """Send the shards of ``appends`` that a broker's journal leases to that broker, one
+    ``send`` per broker for all its shards; (the handed partitions' results, the
+    partitions left to commit directly).  A shard its leaser did not take is tried once
+    more after re-reading its log (the lease may have moved; a commit that landed though
+    its answer was lost is in the view the caller's direct commit is built on)."""
     by_shard: dict[int, dict[int, Sequence[Segment]]] = {}
-    for p, segments in staged.items():
+    for p, segments in appends.items():
         listed = [segments] if isinstance(segments, Segment) else segments
         by_shard.setdefault(topic.info.shard_of(p), {})[p] = listed
     out: dict[int, AppendResult] = {}
@@ -97,8 +168,7 @@ def hand_over(
                 by_location.setdefault(location, []).append(shard)
         left = []
         for location, shards in sorted(by_location.items()):
-            appends = {p: segs for s in shards for p, segs in by_shard[s].items()}
-            handed = _hand_over(location, topic, appends, producers or {}, txn)
+            handed = send(location, {p: segs for s in shards for p, segs in by_shard[s].items()})
             if handed is None:
                 tried.update(dict.fromkeys(shards, location))
                 left.extend(shards)
@@ -108,7 +178,7 @@ def hand_over(
                     del by_shard[s]
         if not left:
             break
-    return out, {p: segs for appends in by_shard.values() for p, segs in appends.items()}
+    return out, {p: segs for parts in by_shard.values() for p, segs in parts.items()}
 
 
 def _location(root: LogRoot, ref: JournalRef | None) -> str | None:
@@ -127,27 +197,29 @@ def _location(root: LogRoot, ref: JournalRef | None) -> str | None:
 
 def _hand_over(
     location: str,
+    action: actions.Action[dict[str, Any]],
     topic: Topic,
     appends: Mapping[int, Sequence[Segment]],
-    producers: Mapping[int, ProducerBatch],
-    txn: tuple[str, int] | None,
-) -> dict[int, AppendResult] | None:
-    """The commit of ``appends`` as the broker at ``location`` made it; None: it did not
-    (unreachable, refused, no longer leading, or the answer was lost)."""
+    *,
+    verdicts: tuple[type[SparklogError], ...] = (),
+    **body: Any,
+) -> Handed:
+    """The commit of ``appends`` (``action``, with ``body``'s other fields) as the broker
+    at ``location`` made it; None: it did not.  A refusal of a class in ``verdicts`` is
+    the commit's own answer (a direct commit would be refused alike): raised as it is."""
     try:
         answer = _call(
             location,
+            action,
             topic=topic.name,
             topic_id=topic.info.topic_id,
             appends={str(p): [s.to_json() for s in segs] for p, segs in appends.items()},
-            producers={
-                str(p): [b.producer_id, b.producer_epoch, b.first_sequence, b.record_count]
-                for p, b in producers.items()
-                if p in appends
-            },
-            txn=list(txn) if txn is not None else None,
+            **body,
         )
     except Exception as exc:
+        refused = wire.decode(str(exc)) if isinstance(exc, flight.FlightError) else None
+        if isinstance(refused, verdicts):
+            raise refused from None
         log.info("commit of %s not handed to the broker at %s: %s", topic.name, location, exc)
         return None
     return {
@@ -156,9 +228,9 @@ def _hand_over(
     }
 
 
-def _call(location: str, **body: Any) -> dict[str, Any]:
+def _call(location: str, action: actions.Action[dict[str, Any]], **body: Any) -> dict[str, Any]:
     options = flight.FlightCallOptions(timeout=HAND_OVER_TIMEOUT_S)
-    request = flight.Action(actions.COMMIT_STAGED.name, actions.COMMIT_STAGED.build(**body))
+    request = flight.Action(action.name, action.build(**body))
     try:
         results = list(_client(location).do_action(request, options))
     except (
@@ -168,7 +240,7 @@ def _call(location: str, **body: Any) -> dict[str, Any]:
     ):
         _pause(location)
         raise
-    return actions.COMMIT_STAGED.result(wire.decode_result(results[0].body.to_pybytes()))
+    return action.result(wire.decode_result(results[0].body.to_pybytes()))
 
 
 def _client(location: str) -> flight.FlightClient:

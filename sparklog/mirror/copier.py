@@ -7,17 +7,19 @@ source:
    the destination (same partitions, configs, ``commit.shards`` and value
    schema; provenance in its document, so producers are refused); partitions
    added and configs changed at the source follow.
-2. **Data**: per destination shard, each partition's segments from its high
-   watermark (the link's position: offsets are the source's, so the position
-   *is* the destination's end) to the source's end are planned; their objects
-   are copied under the same object keys (server-side on one S3 endpoint, else
+2. **Data**: per topic, each partition's segments from its high watermark (the
+   link's position: offsets are the source's, so the position *is* the
+   destination's end) to the source's end are planned; their objects are
+   copied under the same object keys (server-side on one S3 endpoint, else
    one read and one write) and verified (every segment's checksum on the bytes
    read; a server-side copy's entity tag against the source's), and the
-   segments are committed with their source offsets by one shard commit naming
-   the link (:meth:`Topic.append_mirrored`).  A process
-   killed at any point leaves either nothing committed (its objects are
-   re-copied, the same bytes at the same keys, or collected as garbage) or the
-   whole step: never a duplicate, a hole or a reordering.
+   segments are committed with their source offsets by one commit per shard
+   naming the link (:meth:`Topic.append_mirrored`), or, where a broker's
+   journal leases the shards, by one journal commit of that broker for all of
+   them (:func:`sparklog.client.handover.commit_mirrored`).  A process
+   killed at any point leaves each shard's copy either uncommitted (its objects
+   are re-copied, the same bytes at the same keys, or collected as garbage) or
+   committed whole: never a duplicate, a hole or a reordering.
 3. **Groups** (``--groups``): committed offsets of the selected source groups
    are written to the destination's group logs for mirrored partitions, capped
    at what is mirrored, unless the group has ever joined on the destination.
@@ -38,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sparklog.client import handover
 from sparklog.clock import now_ms
 from sparklog.errors import (
     CorruptRecordError,
@@ -221,35 +224,38 @@ class Mirror:
             pair = self._pair(info, report)
             if pair is None:
                 continue
-            src, dst = pair
-            for shard in range(dst.shards):
-                self._copy_shard(src, dst, shard, report)
+            self._copy_topic(*pair, report)
         if groups and self.link.groups:
             report.groups_synced = self.sync_groups()
         return report
 
-    def _copy_shard(self, src: Topic, dst: Topic, shard: int, report: StepReport) -> None:
-        dst_state = dst.shard(shard).refresh()
-        src.shard(shard).refresh()
+    def _copy_topic(self, src: Topic, dst: Topic, report: StepReport) -> None:
+        """Plan every shard's copy from its end, copy the objects, and commit them all in
+        one call: a commit per shard directly, or one journal commit of the leader for
+        every shard it leases when handed over (:func:`handover.commit_mirrored`)."""
         planned: dict[int, list[Segment]] = {}
         expected: dict[int, int] = {}
-        for p in range(shard, src.partitions, src.shards):
-            if p >= dst.partitions:
-                continue
-            end = dst_state.parts[p].high_watermark if p in dst_state.parts else 0
-            source_log = src.partition(p)
-            state = source_log.state
-            segments = self._plan(src, dst, p, end, state.high_watermark)
-            lag_s = 0.0
-            if segments:
-                planned[p], expected[p] = segments, end
-                lag_s = max(0.0, time.time() - segments[0].min_timestamp_ms / 1000)
-            report.lag.append(PartitionLag(dst.name, p, state.high_watermark, end, lag_s))
+        for shard in range(dst.shards):
+            dst_state = dst.shard(shard).refresh()
+            src.shard(shard).refresh()
+            for p in range(shard, src.partitions, src.shards):
+                if p >= dst.partitions:
+                    continue
+                end = dst_state.parts[p].high_watermark if p in dst_state.parts else 0
+                state = src.partition(p).state
+                segments = self._plan(src, dst, p, end, state.high_watermark)
+                lag_s = 0.0
+                if segments:
+                    planned[p], expected[p] = segments, end
+                    lag_s = max(0.0, time.time() - segments[0].min_timestamp_ms / 1000)
+                report.lag.append(PartitionLag(dst.name, p, state.high_watermark, end, lag_s))
         if not planned:
             return
         planned = self._copy_shared_segments(src, dst, planned)
         self._copy_objects(src, dst, planned, report)
-        results = dst.append_mirrored(planned, link=self.link.name, expected=expected)
+        results = handover.commit_mirrored(
+            self.dest, dst, planned, link=self.link.name, expected=expected
+        )
         for p, result in results.items():
             if not result.duplicate:
                 report.records += sum(s.record_count for s in planned[p])

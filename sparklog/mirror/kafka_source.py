@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sparklog.client import handover
 from sparklog.errors import InvalidConfigurationError, SparklogError, UnknownTopicOrPartitionError
 from sparklog.mirror.copier import (
     PartitionLag,
@@ -329,7 +330,9 @@ class KafkaMirror:
             # re-created while it was fetched: what was read may be the new topic's; nothing
             # is committed (the objects written are garbage) and the next step says why
             return
-        results = dst.append_mirrored(planned, link=self.link.name, expected=ends)
+        results = handover.commit_mirrored(
+            self.dest, dst, planned, link=self.link.name, expected=ends
+        )
         for p, result in results.items():
             if not result.duplicate:
                 report.records += len(rows[p])

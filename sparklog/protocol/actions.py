@@ -322,6 +322,27 @@ COMMIT_STAGED = Action(
     retriable=False,
 )
 
+#: a mirror link's brokerless copy, its commit handed to the broker whose journal leases
+#: the destination's shard, as ``commit_staged`` is (docs/mirroring.md): ``appends``:
+#: {partition: [segment, ...]} placed at the source's offsets (``base_offset`` set) in
+#: objects already copied into the root, ``link``: the link's name, ``expected``:
+#: {partition: the end the copy was planned from}; journalled only while each end holds
+#: (else ``MirrorPositionMovedError``, or ``duplicate`` when the copy is in place); the
+#: result {partition: [base offset, records, version, duplicate]}
+COMMIT_MIRRORED = Action(
+    "commit_mirrored",
+    (
+        Field("topic", str),
+        Field("topic_id", str),
+        Field("appends", dict),
+        Field("link", str),
+        Field("expected", dict),
+    ),
+    _dict,
+    cluster("CLUSTER_ACTION"),
+    retriable=False,
+)
+
 # -- SCRAM users, as Kafka's AlterUserScramCredentials / DescribeUserScramCredentials -
 #: the client sends the salt and the salted password (base64), never the password; the
 #: broker derives the stored keys
@@ -416,6 +437,7 @@ ACTIONS: dict[str, Action[Any]] = {
         ABORT_TRANSACTION,
         WRITE_TXN_MARKERS,
         COMMIT_STAGED,
+        COMMIT_MIRRORED,
         SET_SCRAM_CREDENTIAL,
         DELETE_SCRAM_CREDENTIAL,
         LIST_USERS,

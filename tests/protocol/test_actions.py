@@ -99,6 +99,13 @@ WIRE: dict[str, list[tuple[str, str, Any]]] = {
         ("producers", "dict", {}),
         ("txn", "list", None),
     ],
+    "commit_mirrored": [
+        ("topic", "str", "REQUIRED"),
+        ("topic_id", "str", "REQUIRED"),
+        ("appends", "dict", "REQUIRED"),
+        ("link", "str", "REQUIRED"),
+        ("expected", "dict", "REQUIRED"),
+    ],
     "set_scram_credential": [
         ("user", "str", "REQUIRED"),
         ("mechanism", "str", "REQUIRED"),
