@@ -2,8 +2,11 @@
 
 :func:`track` wraps ``subprocess.Popen`` so every child the run starts is recorded;
 :func:`still_running` asks, per recorded pid, whether that child is alive
-(``waitpid(pid, WNOHANG)``: a child not yet reaped cannot have its pid reused, so
-the answer is about our process and no other); :func:`stop` ends them by pid.
+(``waitpid(pid, WNOHANG)``), and whether it is still the process recorded: a child
+reaped by ``Popen.wait`` frees its pid, and a later child of ours (the Spark session's
+JVM, which is not recorded) may be given it (pids wrap at ``pid_max``, 32,768 here, and
+threads draw from the same numbers), so the start time ``/proc`` gives at launch must
+match; :func:`stop` ends them by pid.
 Grandchildren (a daemon a child forks off) are not seen: fixtures that start such
 trees stop them themselves.
 """
@@ -19,6 +22,8 @@ import time
 
 #: pid -> the command line (shortened), for every child started through subprocess.Popen
 _started: dict[int, str] = {}
+#: pid -> the child's start time (clock ticks since boot, /proc/PID/stat) at launch
+_start_ticks: dict[int, int | None] = {}
 _original_init = subprocess.Popen.__init__
 
 
@@ -34,6 +39,7 @@ def track() -> None:
         command = args[0] if args else kwargs.get("args")
         text = " ".join(map(str, command)) if isinstance(command, list | tuple) else str(command)
         _started[self.pid] = text[:200]
+        _start_ticks[self.pid] = _start_time(self.pid)
 
     init._sparklog_tracked = True  # type: ignore[attr-defined]
     subprocess.Popen.__init__ = init  # type: ignore[method-assign]
@@ -51,12 +57,24 @@ def _started_by_pyspark_gateway() -> bool:
     return False
 
 
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return False  # already reaped (by Popen.wait/poll): it has ended
-    return done == 0
+    if done != 0:
+        return False
+    recorded = _start_ticks.get(pid)
+    return recorded is None or _start_time(pid) == recorded  # else: its pid, reused
 
 
 def still_running() -> dict[int, str]:
