@@ -17,6 +17,7 @@ from typing import Any
 from sparklog.errors import CorruptRecordError, SparklogError
 from sparklog.storage.catalog import LogRoot
 from sparklog.storage.documents import version_key
+from sparklog.storage.log import ShardLog
 from sparklog.storage.metalog import (
     INDEXED_SNAPSHOT_MAGIC,
     IndexedSnapshot,
@@ -24,6 +25,7 @@ from sparklog.storage.metalog import (
     decode_commit,
     decode_snapshot,
 )
+from sparklog.storage.shard_codec import ShardState
 from sparklog.storage.topics import Topic
 
 
@@ -148,16 +150,8 @@ def check_topic(topic: Topic) -> tuple[list[Finding], int, int]:
         checked += read
         if found:
             continue  # its state cannot be trusted to name its objects
-        try:
-            state = shard.refresh()  # the log, then a leased journal's tail
-        except CorruptRecordError as exc:  # a damaged journal version: named by check_journals
-            leased = MetaLog._load(shard).journal  # the log alone names the journal
-            problem = problem_of(exc)
-            if leased is not None:
-                problem = (
-                    f"its leased journal is damaged ({problem}); repair it with "
-                    f"`sparklog log recover --journal {leased.broker}/{leased.journal}`"
-                )
+        state, problem, _ = read_shard(shard)
+        if state is None:  # a damaged journal version: named by check_journals too
             findings.append(Finding(name, shard.where(shard.prefix), problem))
             continue
         for part in state.parts.values():
@@ -172,6 +166,26 @@ def check_topic(topic: Topic) -> tuple[list[Finding], int, int]:
                     Finding(name, f"{store.url}/{where}", "missing: a live segment's object")
                 )
     return findings, checked, topic.shards
+
+
+def read_shard(shard: ShardLog) -> tuple[ShardState | None, str, str | None]:
+    """A sound shard log's state (the log, then a leased journal's tail), or None, why it
+    cannot be read and the leased journal to repair (``BROKER/ID``) if the damage is there
+    (the problem then names `log recover --journal`)."""
+    try:
+        return shard.refresh(), "", None
+    except CorruptRecordError as exc:
+        leased = MetaLog._load(shard).journal  # the log alone names the journal
+        problem = problem_of(exc)
+        if leased is None:
+            return None, problem, None
+        journal = f"{leased.broker}/{leased.journal}"
+        return (
+            None,
+            f"its leased journal is damaged ({problem}); repair it with "
+            f"`sparklog log recover --journal {journal}`",
+            journal,
+        )
 
 
 def check_root(root: LogRoot, topics: list[str] | None = None) -> CheckReport:

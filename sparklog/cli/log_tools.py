@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -99,6 +100,7 @@ def recover(
     """
     from sparklog.cli.tools import _root
     from sparklog.errors import InvalidConfigurationError
+    from sparklog.storage.log_check import read_shard
     from sparklog.storage.log_recover import (
         execute_journal_recovery,
         execute_recovery,
@@ -139,20 +141,28 @@ def recover(
     else:
         jobs.append((root.metadata.log, metadata_repair_change))
     plans = []
+    damaged_journals: list[str] = []
     for log, change in jobs:
         plan = plan_recovery(log, change)
         if execute and plan.needed:
             execute_recovery(log, plan)
         plans.append(plan)
-    _report(st, plans, execute)
+        if topic is not None and not plan.needed:
+            # a sound shard log may lease a journal with a damaged version: its repair
+            # is the journal's (`log check` names it too)
+            _, _, leased = read_shard(log)
+            if leased is not None and leased not in damaged_journals:
+                damaged_journals.append(leased)
+    _report(st, plans, execute, damaged_journals)
 
 
-def _report(st: Any, plans: list[Any], execute: bool) -> None:
+def _report(st: Any, plans: list[Any], execute: bool, damaged_journals: Sequence[str] = ()) -> None:
     needed = [p for p in plans if p.needed]
     if st.json:
         print_json(
             {
                 "executed": execute and bool(needed),
+                "damaged_journals": list(damaged_journals),
                 "logs": [
                     {
                         "log": p.log,
@@ -182,7 +192,14 @@ def _report(st: Any, plans: list[Any], execute: bool) -> None:
         for partition, ranges in sorted(plan.given_up.items()):
             spans = ", ".join(f"[{a}, {b})" for a, b in ranges)
             say(f"partition {partition}: offsets {spans} given up (never given out again)")
-    if not needed:
+    for journal in damaged_journals:
+        say(
+            f"journal {journal}, which the topic's shards lease, has a damaged version: "
+            f"repair it with `sparklog log recover --journal {journal}`"
+        )
+    if not needed and damaged_journals:
+        say(f"the {plural(len(plans), 'shard log')} need no repair of their own")
+    elif not needed:
         say(f"nothing to repair in {plural(len(plans), 'log')}")
     elif execute:
         say(f"repaired {plural(len(needed), 'log')}")

@@ -241,6 +241,13 @@ def test_a_damaged_journal_version_is_repaired_and_a_new_leader_goes_on(
     # and the shard that reads it, with the command that repairs it
     assert any(f"log recover --journal {name}`" in f.problem for f in found), found
     before = _tree(tmp_path / "root")
+    # the topic's recovery finds its shard logs sound and names the journal to repair
+    by_topic = _recover(url, "t")
+    assert by_topic.returncode == 0, by_topic.stderr
+    assert "nothing to repair" not in by_topic.stdout
+    assert f"sparklog log recover --journal {name}" in by_topic.stdout
+    assert _plan(url, "t")["damaged_journals"] == [name]
+    assert _tree(tmp_path / "root") == before
 
     plan = _plan(url, "--journal", name)  # a dry run: reads only
     assert _tree(tmp_path / "root") == before
