@@ -141,6 +141,35 @@ def fix_exactly_once() -> None:
     Recovery._resume_streams = streams_after_seek(  # type: ignore[method-assign]
         Recovery._resume_streams
     )
+    shorten_recovery_waits()
+
+
+#: the wait for a changelog record of Faust's recovery (5 s as released)
+RECOVERY_WAIT_S = 0.5
+
+
+def shorten_recovery_waits() -> None:
+    """Faust ends an exactly_once recovery whose changelog ends in a transaction marker
+    (the last stable offset minus one, which Faust takes as its last record, is the marker:
+    no record comes for it) only after two empty waits of 5 s for a record, when it looks
+    for an aborted transaction; here the wait is 0.5 s (a timing, not a behaviour: a test's
+    changelogs hold a few thousand records, read in well under that), which saves the
+    suite about 9 s per restart. The same happens against Kafka."""
+    import asyncio
+    import types
+
+    import faust.tables.recovery as recovery
+
+    class ShortWaits(types.ModuleType):
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(asyncio, name)
+
+    async def wait_for(awaitable, timeout):  # type: ignore[no-untyped-def]
+        return await asyncio.wait_for(awaitable, RECOVERY_WAIT_S if timeout == 5.0 else timeout)
+
+    short = ShortWaits("asyncio")
+    short.wait_for = wait_for  # type: ignore[attr-defined]
+    recovery.asyncio = short  # type: ignore[attr-defined]
 
 
 def seek_after_an_event(most_s: float) -> None:
