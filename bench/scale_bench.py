@@ -2,12 +2,15 @@
 
 Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,offsets,members]
                                              [--idle-topics 100] [--window-s 10]
+                                             [--cpu-topics 1000,5000] [--cpu-idle-s 30]
                                              [--idle-brokers 1,3,5] [--idle-data-topics 0]
                                              [--idle-parallel]
 
 Sections (each prints a table; ratios are against the section's first row,
 measured in the same run):
 
+* ``cpu`` (only when named): an idle broker's CPU and the CPU of one all-topics
+  Kafka Metadata request, by topics of 4 partitions (issue 37 item 6);
 * ``metadata``: Metadata latency through a broker process on a local root, by
   Kafka (confluent-kafka ``list_topics``) and by Flight (``BrokerClient.metadata``),
   for 10, 100, 1,000 topics of 4 partitions and one topic of 1, 64, 1,024, 4,096
@@ -102,6 +105,54 @@ def metadata_section() -> None:
         print(
             f"| {topics} x {partitions} | {kafka_s * 1000:.1f} | {flight_s * 1000:.1f} "
             f"| {per:.1f} |"
+        )
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system), from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_section(topic_counts: list[int], idle_s: float, requests: int) -> None:
+    """Issue 37 item 6's first half: an idle broker's CPU and the CPU of one all-topics
+    Kafka Metadata request, at several topic counts (4 partitions each): linear or better
+    in topics, Metadata of 5,000 x 4 within 5x the CPU of 1,000 x 4."""
+    from confluent_kafka.admin import AdminClient
+
+    print(f"\n## Broker CPU by topics (x 4 partitions; broker process, local root), load {load()}")
+    print("| topics | idle CPU % of a core | CPU ms per all-topics Metadata | ratio to the first |")
+    print("|---|---|---|---|")
+    first = None
+    for topics in topic_counts:
+        with tempfile.TemporaryDirectory() as work:
+            root_url = f"file://{work}/root"
+            root = open_root(root_url, create=True)
+            for i in range(topics):
+                root.create_topic(f"t{i}", 4)
+            cluster = Cluster(Path(work), root_url)
+            try:
+                broker = cluster.start(1, lease_timeout_ms=30_000)
+                cluster.wait_live(1)
+                assert broker.proc is not None
+                pid = broker.proc.pid
+                admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+                admin.list_topics(timeout=120)  # connect; leadership taken, handles opened
+                started, cpu_before = time.monotonic(), _cpu_s(pid)
+                time.sleep(idle_s)  # the measured window itself, not a synchronisation
+                idle = (_cpu_s(pid) - cpu_before) / (time.monotonic() - started)
+                cpu_before = _cpu_s(pid)
+                for _ in range(requests):
+                    admin.list_topics(timeout=120)
+                per_request = (_cpu_s(pid) - cpu_before) / requests
+            finally:
+                cluster.stop()
+        first = per_request if first is None else first
+        print(
+            f"| {topics:,} | {idle * 100:.1f} | {per_request * 1000:.0f} "
+            f"| {per_request / first:.2f}x |"
         )
 
 
@@ -326,6 +377,9 @@ def members_section(session_ms: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default="metadata,idle,groups,offsets,members")
+    parser.add_argument("--cpu-topics", default="1000,5000")
+    parser.add_argument("--cpu-idle-s", type=float, default=30.0)
+    parser.add_argument("--cpu-requests", type=int, default=10)
     parser.add_argument("--idle-topics", type=int, default=100)
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--idle-brokers", default="1,3,5")
@@ -338,6 +392,9 @@ def main() -> None:
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     print(f"# scale_bench (load at start {load()})")
+    if "cpu" in sections:
+        counts = [int(n) for n in args.cpu_topics.split(",")]
+        cpu_section(counts, args.cpu_idle_s, args.cpu_requests)
     if "metadata" in sections:
         metadata_section()
     moto = MotoS3.start() if sections & {"idle", "groups", "offsets"} else None

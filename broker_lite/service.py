@@ -160,6 +160,9 @@ class Broker:
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_metadata_refresh = 0.0
+        #: the image's topics section the last reload of the open topics read (see
+        #: _reload_topics)
+        self._topics_reloaded_from: object = None
 
     @property
     def cluster(self) -> Cluster | None:
@@ -424,7 +427,13 @@ class Broker:
             self.root.store.delete_prefix(writer.ref.prefix)
 
     def _reload_topics(self) -> None:
+        """Re-read the open topics' metadata, when the image's topics changed since the
+        last pass (the section is replaced by a change, never edited): an idle tick walks
+        no topic, and a changed one re-describes only the topics whose documents changed."""
         state = self.state
+        topics = state.root.metadata.image().topics
+        if topics is self._topics_reloaded_from:
+            return
         with state.lock:
             cached = dict(state.topic_handles)
         for name, topic in cached.items():
@@ -435,3 +444,4 @@ class Broker:
             except errors.CorruptRecordError as exc:
                 state.forget_topic(name)
                 state.report_damaged(name, exc)
+        self._topics_reloaded_from = topics

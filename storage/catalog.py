@@ -251,12 +251,25 @@ class LogRoot:
         return TopicInfo.from_doc(image.topics[name]["version"], image.topics[name])
 
     def describe_topic(self, name: str) -> TopicInfo:
+        """The topic as the metadata image holds it.  Its description is built once per
+        version of its document (an image replaces a document that changes, never edits
+        it): a broker's Metadata answer and its once-a-second reload of every open topic
+        described each topic afresh, CPU growing with topics (issue 37 item 6)."""
         doc = self.metadata.image().topics.get(name)
         if doc is None:
             doc = self.metadata.refresh_on_miss().topics.get(name)
+        infos: dict[str, tuple[Mapping[str, Any], TopicInfo]] = self.__dict__.setdefault(
+            "_topic_infos", {}
+        )
         if doc is None:
+            infos.pop(name, None)
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        return _topic_info(self.store.url, doc)
+        cached = infos.get(name)
+        if cached is not None and cached[0] is doc:
+            return cached[1]
+        info = _topic_info(self.store.url, doc)
+        infos[name] = (doc, info)
+        return info
 
     def topic(self, name: str) -> Topic:
         """A data handle on the topic (its shard and partition logs: loads pyarrow)."""

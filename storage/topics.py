@@ -99,6 +99,8 @@ class Topic:
     def reload(self) -> TopicInfo:
         """Re-read metadata (partitions added, config altered); fail if deleted."""
         info = self.root.describe_topic(self.name)
+        if info is self.info:
+            return info  # unchanged (the root describes each version of a topic once)
         if info.topic_id != self.info.topic_id:
             raise UnknownTopicOrPartitionError(
                 f"topic {self.name!r} (id {self.info.topic_id}) was deleted; a new topic of that "
