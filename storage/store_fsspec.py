@@ -111,7 +111,8 @@ class FsspecBackend:
 
     @property
     def direct_gets(self) -> bool:
-        """S3: read keys that may be missing with one GET each (fsspec's cat adds HEAD+LIST)."""
+        """S3: read keys that may be missing with one GET each (fsspec's cat adds HEAD+LIST)
+        and list a folder with one LIST a page, through s3fs's ``_call_s3``."""
         return self.protocol in ("s3", "s3a") and hasattr(self.fs, S3_CALL)
 
     # -- writes ------------------------------------------------------------
