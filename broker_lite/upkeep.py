@@ -4,12 +4,16 @@
 maintenance of the partitions this broker leads, through the cleaner's own topic
 handles; GC and pruning of a topic skipped while its shard logs are where the last
 pass left them (issue 37: a LIST per idle topic per pass was most of an idle
-cluster's bill); the cluster's shared upkeep (shared objects, the metadata log) by
-the live broker of lowest id; the group logs of the groups this broker coordinates.
+cluster's bill), and put off to the topic's slot of the daily full pass when first
+seen (a broker's start listed every topic); the cluster's shared upkeep (shared
+objects, the metadata log) by the live broker of lowest id; the group logs of the
+groups this broker coordinates.
 """
 
 from __future__ import annotations
 
+import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +29,8 @@ from sparklog.storage.topic_info import TopicInfo
 from sparklog.topic_partition import TopicPartition
 
 #: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
-#: writer's abandoned upload appears without a commit)
+#: writer's abandoned upload appears without a commit); a topic first seen waits for its
+#: slot of this interval (see _full_pass_offset_ms)
 UPKEEP_FULL_PASS_MS = 24 * 60 * 60 * 1000
 #: how often (at most) the objects shared by topics are listed for collection
 SHARED_GC_INTERVAL_MS = 60 * 60 * 1000
@@ -69,6 +74,9 @@ class Upkeep:
         #: topic -> its rules as the metadata image held them at this pass's first look
         #: (read once per topic per pass, not once per partition)
         self._pass_rules: dict[str, TopicInfo] = {}
+        #: topics whose maintenance changed a log this pass (their GC is not put off: the
+        #: objects it unreferenced are collected as at any other change)
+        self._changed_this_pass: set[str] = set()
         #: the metadata log version at the last pruning, and when the first file it left
         #: waiting out the log retention comes of age (None: none waited)
         self._metadata_pruned: tuple[int, int | None] | None = None
@@ -86,6 +94,7 @@ class Upkeep:
         for shard in [k for k in self._probed if k not in shards]:
             del self._probed[shard]
         self._pass_rules = {}
+        self._changed_this_pass = set()
         return led
 
     @property
@@ -137,15 +146,17 @@ class Upkeep:
             # first sight (a broker starting, a partition newly led): its log as the broker
             # holds it decides; the cleaner's own handle is opened only for work due
             with st.lock:
-                st.refresh()
+                checked_ms = _read_for_first_sight(st, now)
                 due = maintenance_due_ms(st.log.state, rules.effective_config, now)
             if due > now:
                 self._idle[(topic, partition)] = _Idle(
-                    _fingerprint(st, rules), due, now, now, st.shard.key
+                    _fingerprint(st, rules), due, checked_ms, now, st.shard.key
                 )
                 return None
         handle = self._maintenance_topic(topic)
         report = run_maintenance(handle, partition, leader_epoch=st.epoch)
+        if report.changed:
+            self._changed_this_pass.add(topic)
         with st.lock:
             st.refresh()
             self.state.cache.trim(st.key, st.log.log_start_offset)
@@ -181,13 +192,23 @@ class Upkeep:
         to remember after the pass.  Listing an idle topic's objects and logs every pass
         (a LIST each) was most of an idle cluster's bill (issue 37: 2.93 LIST/s at 1,000
         topics); objects appear only through commits, except a brokerless writer's
-        abandoned upload, which the daily full pass collects."""
+        abandoned upload, which the daily full pass collects.  A topic first seen (this
+        broker has no memory of collecting it) waits for its slot of that full pass
+        (:func:`_full_pass_offset_ms`) unless its logs change first."""
         topic = self.state.topic(name)
         versions = (
             topic.info.topic_id,
             tuple(_shard_version(topic, s) for s in range(topic.shards)),
         )
         seen = self._upkeep.get((name, job))
+        if seen is None and name not in self._changed_this_pass:
+            # first sight (a broker starting, a topic newly led): the topic is taken as
+            # collected at its slot of the full pass, one day apart and spread over the
+            # day by its name, instead of all of a broker's topics listed in its first
+            # pass (issue 37: two LISTs and a few GETs per topic, most of a start's
+            # bill); a change to its logs brings it back at once, as for any topic
+            full_pass_ms = now_ms() - UPKEEP_FULL_PASS_MS + _full_pass_offset_ms(name)
+            seen = self._upkeep[(name, job)] = (versions, full_pass_ms, None)
         unchanged = (
             seen is not None
             and seen[0] == versions
@@ -291,6 +312,29 @@ class Upkeep:
         report = prune_group_log(self.state.root, group, now=now_ms)
         self._upkeep[(group, "group-prune")] = (version, 0, report.waiting_until_ms)
         return len(report.deleted)
+
+
+def _full_pass_offset_ms(topic: str) -> int:
+    """When, after a broker first sees ``topic``, its first full GC and pruning pass falls
+    (ms): fixed by the topic's name and spread evenly over :data:`UPKEEP_FULL_PASS_MS`, so
+    a started broker lists its topics a few at a time over a day, not all in its first
+    pass."""
+    return zlib.crc32(topic.encode()) % UPKEEP_FULL_PASS_MS
+
+
+def _read_for_first_sight(st: PartitionState, now: int) -> int:
+    """Bring a partition first seen by the cleaner up to date (caller holds its lock):
+    no request if this broker read its shard log within :data:`UPKEEP_RECHECK_MS` (its
+    own writes and fetches load it, as does the first sight of the shard's other
+    partitions in this pass; the hourly recheck covers other writers' commits as for
+    any remembered partition); when the view was confirmed (ms, on ``now``'s clock)."""
+    shard = st.shard
+    if shard.log.loaded_state is not None and shard.refreshed:
+        age_ms = int((time.monotonic() - shard.refreshed) * 1000)
+        if age_ms < UPKEEP_RECHECK_MS:
+            return now - age_ms
+    shard.refresh()
+    return now
 
 
 def _not_due(waiting_until_ms: int | None, now_ms: int) -> bool:

@@ -5,8 +5,9 @@ callers on a local root.  Every call gets the store's overall deadline (s3fs run
 calls on its event loop; ``timeout`` cancels them there), so a connection that
 died silently fails the call instead of hanging its thread.  On S3, reads of keys
 that may be missing are one GET each through s3fs's ``_call_s3`` (fsspec's ``cat``
-adds a HEAD and a LIST); ``tests/storage/test_store_backends.py`` fails if that
-private name moves.
+adds a HEAD and a LIST), and a folder's listing is one LIST a page through it (s3fs's
+``ls`` lists the parent too when the folder is empty); ``tests/storage/test_store_backends.py``
+fails if that private name moves.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class FsspecBackend:
 
     @property
     def direct_gets(self) -> bool:
-        """S3: read keys that may be missing with one GET each (fsspec's cat adds HEAD+LIST)."""
+        """S3: read keys that may be missing with one GET each (fsspec's cat adds HEAD+LIST)
+        and list a folder with one LIST a page, through s3fs's ``_call_s3``."""
         return self.protocol in ("s3", "s3a") and hasattr(self.fs, S3_CALL)
 
     # -- writes ------------------------------------------------------------
@@ -252,7 +254,34 @@ class FsspecBackend:
         return sorted(out, key=lambda i: i.key)
 
     def list_names(self, path: str) -> list[str]:
+        if self.direct_gets:
+            return self._s3_list_names(path)
         return list(self._call("ls", path, detail=False))
+
+    def _s3_list_names(self, path: str) -> list[str]:
+        """The direct children of ``path`` on S3: one LIST a page of 1,000.  s3fs's ``ls``
+        lists the parent too when a folder is empty or absent, to see whether the path is
+        an object: two LISTs for every never-written log a broker opens (issue 37)."""
+        from fsspec.asyn import sync
+
+        fs: Any = self.fs
+        call = getattr(fs, S3_CALL)
+        bucket, key, _ = fs.split_path(path)
+        prefix = f"{key.rstrip('/')}/" if key else ""
+
+        async def pages() -> list[str]:
+            names: list[str] = []
+            asked: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+            while True:
+                page = await call("list_objects_v2", **asked)
+                names += [f"{bucket}/{p['Prefix']}" for p in page.get("CommonPrefixes", [])]
+                names += [f"{bucket}/{o['Key']}" for o in page.get("Contents", [])]
+                names = [n for n in names if n != f"{bucket}/{prefix}"]  # a folder marker
+                if not page.get("IsTruncated"):
+                    return names
+                asked["ContinuationToken"] = page["NextContinuationToken"]
+
+        return list(sync(fs.loop, pages, timeout=self.request_timeout_ms / 1000))
 
     def remove_stale_temp_files(self, path: str, older_than_ms: int, now_ms: int) -> list[str]:
         return []  # object stores write whole objects: no temp files

@@ -427,3 +427,54 @@ def test_damaged_topic_metadata_is_a_corrupt_record_error_naming_it(root, damage
     with pytest.raises(CorruptRecordError, match=f"{info.version:020d}.json") as err:
         fresh.topic("t")
     assert not err.value.retriable
+
+
+def _count_reads(store, asked: list[str]) -> None:
+    """Record on ``asked`` each key ``store`` reads or lists (``LIST <prefix>``)."""
+    for name in ("get_or_none", "get_tail", "get_many", "list_names"):
+        original = getattr(store, name)
+
+        def counted(*args, _name=name, _call=original, **kwargs):
+            if _name == "get_many":
+                args = (list(args[0]), *args[1:])
+                asked.extend(args[0])
+            else:
+                asked.append(f"LIST {args[0]}" if _name == "list_names" else args[0])
+            return _call(*args, **kwargs)
+
+        setattr(store, name, counted)
+
+
+def test_opening_a_never_written_log_reads_its_hint_and_one_listing(root):
+    """Issue 37: opening a shard log nothing was ever committed to read its hint, listed
+    its folder, then read its first five versions anyway: most of a broker's start on a
+    root of idle topics.  A listing that finds nothing at all is the log's state; a
+    commit made after it is found by the next probe."""
+    root.create_topic("t", 2)
+    reader = open_root(root.url, root.store.storage_options).topic("t")
+    asked: list[str] = []
+    _count_reads(reader.shard(0).store, asked)
+    assert reader.partition(0).high_watermark == 0
+    assert asked == ["shards/00000/log/_latest.json", "LIST shards/00000/log"], asked
+    root.topic("t").append(1, make_batch([b"x"]))
+    assert reader.partition(1).refresh().high_watermark == 1
+
+
+def test_a_log_of_four_commits_opens_with_five_reads_of_versions(s3_root_spec):
+    """Opening a log reads its first versions in a chunk of four and one ahead; the one
+    ahead was read again in a second chunk of seventeen when it was found, so a log of
+    exactly four commits cost 22 reads of versions instead of 5 (issue 37: every such
+    idle topic at a broker's start).  S3 only: a local root reads one version at a
+    time."""
+    root = open_root(*s3_root_spec, snapshot_interval=100)
+    root.create_topic("t", 4)
+    for p in range(4):
+        root.topic("t").append(p, make_batch([b"x"]))
+    reader = open_root(root.url, root.store.storage_options).topic("t")
+    asked: list[str] = []
+    _count_reads(reader.shard(0).store, asked)
+    assert [reader.partition(p).high_watermark for p in range(4)] == [1, 1, 1, 1]
+    versions = [k for k in asked if k.endswith(".json") and "_latest" not in k]
+    assert len(versions) == 5, asked
+    root.topic("t").append(0, make_batch([b"y"]))
+    assert reader.partition(0).refresh().high_watermark == 2

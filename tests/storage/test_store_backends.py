@@ -53,3 +53,25 @@ def test_s3fs_still_has_the_private_call_the_s3_backend_uses(s3_root_spec) -> No
     assert store.create("k", b"v")
     assert store.get_or_none("k") == b"v" and store.get_or_none("absent") is None
     assert store.get_tail("k", 10) == (b"v", 1)
+
+
+def test_listing_a_folder_on_s3_is_one_list_even_when_it_is_empty(moto_s3) -> None:
+    """s3fs's ``ls`` lists the parent folder too when it finds nothing (is the path an
+    object?): two LISTs for every never-written shard log a broker opened (issue 37).
+    The S3 backend lists once, through the same private call as its single-GET reads,
+    and names the folder's files and subfolders as before."""
+    from tests.support.counting_s3 import CountingProxy
+
+    proxy = CountingProxy(moto_s3.endpoint_url)
+    try:
+        store = ObjectStore(moto_s3.fresh_root(), proxy.storage_options())
+        store.put("log/00000000000000000000.json", b"{}")
+        store.put("log/sub/deeper.json", b"{}")
+        store.put("log/_latest.json", b"{}")
+        assert proxy.delta(lambda: store.list_names("absent")) == {"LIST": 1}
+        assert store.list_names("absent") == []
+        assert proxy.delta(lambda: store.list_names("log")) == {"LIST": 1}
+        assert store.list_names("log") == ["00000000000000000000.json", "_latest.json", "sub"]
+        assert store.list_names("log/sub") == ["deeper.json"]
+    finally:
+        proxy.close()
