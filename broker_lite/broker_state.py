@@ -164,9 +164,10 @@ class BrokerState:
         )
 
     def reload_topic(self, name: str) -> None:
-        """Re-read a cached topic's metadata after this broker changed it (config,
-        partitions), keeping its shard states: a second handle on a leased shard beside
-        one an in-flight flush still holds could give an offset twice."""
+        """Re-read a cached topic's metadata (config, partitions), keeping its shard
+        states: a second handle on a leased shard beside one an in-flight flush still
+        holds could give an offset twice.  A deleted topic is forgotten, a damaged one
+        forgotten and reported."""
         with self.lock:
             topic = self.topic_handles.get(name)
         if topic is None:
@@ -175,6 +176,9 @@ class BrokerState:
             topic.reload()
         except errors.UnknownTopicOrPartitionError:
             self.forget_topic(name)
+        except errors.CorruptRecordError as exc:
+            self.forget_topic(name)
+            self.report_damaged(name, exc)
 
     def forget_topic(self, name: str) -> None:
         """Drop a deleted (or unreadable) topic's handle, partition and shard states."""

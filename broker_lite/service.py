@@ -435,13 +435,7 @@ class Broker:
         if topics is self._topics_reloaded_from:
             return
         with state.lock:
-            cached = dict(state.topic_handles)
-        for name, topic in cached.items():
-            try:
-                topic.reload()
-            except errors.UnknownTopicOrPartitionError:
-                state.forget_topic(name)
-            except errors.CorruptRecordError as exc:
-                state.forget_topic(name)
-                state.report_damaged(name, exc)
+            cached = list(state.topic_handles)
+        for name in cached:
+            state.reload_topic(name)
         self._topics_reloaded_from = topics

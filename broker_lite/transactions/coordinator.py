@@ -97,6 +97,15 @@ class Producer:
     producer_epoch: int
 
 
+def _open_with(state: Mapping[str, Any], group: str, producer_id: int, epoch: int) -> bool:
+    """Whether ``state`` is the producer's ongoing transaction and names ``group``."""
+    return (
+        state["state"] == ONGOING
+        and group in state["groups"]
+        and (int(state["pid"]), int(state["epoch"])) == (producer_id, epoch)
+    )
+
+
 def _record(tid: str, value: dict[str, Any] | None) -> Record:
     return {"type": "transactional_id", "key": tid, "value": value}
 
@@ -438,14 +447,11 @@ class TransactionCoordinator:
             after = dict(found) if found is not None else None
             if after is not None and int(after["n"]) == txn and after["state"] == ONGOING:
                 return
-            newer = (
+            if (
                 after is not None
                 and int(after["n"]) > txn
-                and after["state"] == ONGOING
-                and group in after["groups"]
-                and (int(after["pid"]), int(after["epoch"])) == (producer_id, producer_epoch)
-            )
-            if newer and after is not None:
+                and _open_with(after, group, producer_id, producer_epoch)
+            ):
                 current = after
                 continue
             root.groups.end_transaction(group, producer_id, txn, commit=False)
@@ -459,23 +465,19 @@ class TransactionCoordinator:
     ) -> dict[str, Any]:
         """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as the
         image has it, or the metadata log's head if the image is behind; else raise."""
-        for fresh in (False, True):
-            found = self.image(fresh=fresh).transactional_ids.get(tid)
-            current = dict(found) if found is not None else None
-            try:
-                current = self._check_producer(tid, current, producer_id, producer_epoch)
-            except SparklogError:
-                if fresh:
-                    raise
-                continue
-            if current["state"] == ONGOING and group in current["groups"]:
-                return current
-            if fresh:
-                raise InvalidTxnStateError(
-                    f"transactional id {tid!r} has no ongoing transaction with group {group!r} "
-                    f"(state {current['state']}); call AddOffsetsToTxn first"
-                )
-        raise AssertionError("unreachable")
+        found = self.image().transactional_ids.get(tid)
+        if found is not None and _open_with(found, group, producer_id, producer_epoch):
+            return dict(found)
+        found = self.image(fresh=True).transactional_ids.get(tid)
+        current = self._check_producer(
+            tid, dict(found) if found is not None else None, producer_id, producer_epoch
+        )
+        if current["state"] != ONGOING or group not in current["groups"]:
+            raise InvalidTxnStateError(
+                f"transactional id {tid!r} has no ongoing transaction with group {group!r} "
+                f"(state {current['state']}); call AddOffsetsToTxn first"
+            )
+        return current
 
     # -- produce verification ------------------------------------------------------
     def _transactional_id_of(self, image: MetadataImage, producer_id: int) -> str | None:
