@@ -57,11 +57,11 @@ class Latch:
         self._left = count
         self.cond = threading.Condition(threading.Lock())
 
-    def arrive(self) -> None:
-        with self.cond:
-            self._left -= 1
-            if self._left <= 0:
-                self.cond.notify_all()
+    def arrived(self) -> None:
+        """One outcome is in; the caller holds ``cond`` (it set the outcome under it)."""
+        self._left -= 1
+        if self._left <= 0:
+            self.cond.notify_all()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait until every outcome is in (at most ``timeout_s``); whether they are."""
@@ -97,7 +97,7 @@ class Outcome:
                 raise InvalidStateError("a produce outcome is set once")
             self._value, self._error, self._done = value, error, True
             callbacks, self._callbacks = self._callbacks, []
-        self._latch.arrive()
+            self._latch.arrived()
         for callback in callbacks:
             callback(self)
 

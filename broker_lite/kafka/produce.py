@@ -68,13 +68,12 @@ class _Decoded:
 
 
 def _read_partition(
-    topic_obj: Any, topic: str, partition: int, records: bytes | None
+    limit: int, topic: str, partition: int, records: bytes | None
 ) -> tuple[list[memoryview], list[ReadBatch]]:
-    """Check and read one partition's record batches (CRC checked, decompressed)."""
+    """Check and read one partition's record batches (CRC checked, decompressed); ``limit``
+    is the topic's ``max.message.bytes`` (0: none)."""
     if not records:
         raise InvalidRecordError(f"{topic}-{partition}: a produce request without records")
-    config = topic_obj.info.effective_config
-    limit = int(config.get("max.message.bytes", 0) or 0)
     views = list(split_batches(records))
     for view in views:
         if limit and len(view) > limit:
@@ -99,9 +98,10 @@ def _decode_partitions(
     """Each partition's records decoded, or its error; the Arrow columns made once for all."""
     out: dict[int, _Decoded | BaseException] = {}
     read: dict[int, tuple[list[memoryview], list[ReadBatch]]] = {}
+    limit = int(topic_obj.info.effective_config.get("max.message.bytes", 0) or 0)
     for i, (partition, records) in enumerate(partitions):
         try:
-            read[i] = _read_partition(topic_obj, topic, partition, records)
+            read[i] = _read_partition(limit, topic, partition, records)
         except Exception as exc:  # this partition's answer, not the whole request's
             out[i] = exc
     if not read:
