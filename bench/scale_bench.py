@@ -165,10 +165,18 @@ def idle_section(
     data_topics: int = 0,
     parallel: bool = False,
     cleaner_interval_ms: int = 300_000,
+    first_pass_spread_ms: int | None = None,
 ) -> None:
     """Idle brokers' requests; ``data_topics`` of the topics hold records (so the cleaner
     has work: retention, GC, pruning); ``parallel`` measures every broker count at once
-    (request counts do not depend on load; a cleaner pass may take longer)."""
+    (request counts do not depend on load; a cleaner pass may take longer);
+    ``first_pass_spread_ms``: the brokers' ``cleaner_first_pass_spread_ms`` (None: their
+    default)."""
+    spread = (
+        {}
+        if first_pass_spread_ms is None
+        else {"cleaner_first_pass_spread_ms": first_pass_spread_ms}
+    )
     print(
         f"\n## Idle brokers on S3 (moto behind the counting proxy), {topics} topics x 4, "
         f"{data_topics} holding records, {window_s:.0f} s window, cleaner every "
@@ -203,6 +211,7 @@ def idle_section(
                         metadata_refresh_ms=1000,
                         fetch_refresh_ms=200,
                         cleaner_interval_ms=cleaner_interval_ms,
+                        **spread,
                     )
                 cluster.wait_live(brokers)
                 time.sleep(3)  # let start-up reads finish
@@ -386,6 +395,7 @@ def main() -> None:
     parser.add_argument("--idle-data-topics", type=int, default=0)
     parser.add_argument("--idle-parallel", action="store_true")
     parser.add_argument("--cleaner-interval-ms", type=int, default=300_000)
+    parser.add_argument("--cleaner-first-pass-spread-ms", type=int, default=None)
     parser.add_argument("--session-ms", type=int, default=10_000)
     parser.add_argument("--offset-rounds", type=int, default=3)
     parser.add_argument("--offsets-flush-interval-ms", type=int, default=50)
@@ -408,6 +418,7 @@ def main() -> None:
                 args.idle_data_topics,
                 args.idle_parallel,
                 args.cleaner_interval_ms,
+                args.cleaner_first_pass_spread_ms,
             )
         if moto is not None and "groups" in sections:
             groups_section(moto)

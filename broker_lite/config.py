@@ -409,6 +409,15 @@ class BrokerConfig:
         default=300_000,
         metadata=about("Period of retention, compaction and GC; 0 disables", integer(0)),
     )
+    cleaner_first_pass_spread_ms: int = field(
+        default=3_600_000,
+        metadata=about(
+            "Window over which the cleaner first reads the led logs no client has touched "
+            "since the broker started (or came to lead them), each at its topic's slot; "
+            "retention of such a log is late by up to this much; 0: all in the first pass",
+            integer(0, 86_400_000),
+        ),
+    )
     mirror_links: str = field(
         default="",
         metadata=about(

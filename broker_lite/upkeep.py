@@ -5,7 +5,10 @@ maintenance of the partitions this broker leads, through the cleaner's own topic
 handles; GC and pruning of a topic skipped while its shard logs are where the last
 pass left them (issue 37: a LIST per idle topic per pass was most of an idle
 cluster's bill), and put off to the topic's slot of the daily full pass when first
-seen (a broker's start listed every topic); the cluster's shared upkeep (shared
+seen (a broker's start listed every topic); the first read of a log no client has
+touched since the start spread over ``cleaner_first_pass_spread_ms`` by its topic's
+name (a start's first pass read every led log: the whole request budget of an idle
+cluster's first 30 minutes); the cluster's shared upkeep (shared
 objects, the metadata log) by the live broker of lowest id; the group logs of the
 groups this broker coordinates.
 """
@@ -64,6 +67,10 @@ class Upkeep:
         #: waiting falls due (ms; None: none waits)): what the cleaner's last GC or pruning
         #: of a topic (or group) saw (see _topic_unchanged)
         self._upkeep: dict[tuple[str, str], tuple[Any, int, int | None]] = {}
+        #: topic -> when the cleaner first reads its logs if no client touches them first
+        #: (ms: its first sight plus its slot of cleaner_first_pass_spread_ms; see
+        #: _first_read_waits)
+        self._first_read_ms: dict[str, int] = {}
         self._maintenance_topics: dict[str, Topic] = {}
         #: (topic, partition) -> the partition as its last maintenance left it (see
         #: maintain_partition)
@@ -91,6 +98,9 @@ class Upkeep:
         for key in [k for k in self._idle if k not in led]:
             del self._idle[key]  # led elsewhere now, or deleted: read afresh if it comes back
         shards = {idle.shard for idle in self._idle.values()}
+        led_topics = {name for name, _ in led}
+        for name in [t for t in self._first_read_ms if t not in led_topics]:
+            del self._first_read_ms[name]  # its slot is counted afresh if it is led again
         for shard in [k for k in self._probed if k not in shards]:
             del self._probed[shard]
         self._pass_rules = {}
@@ -143,6 +153,8 @@ class Upkeep:
                 idle.checked_ms = now
                 return None
         if idle is None:
+            if st.shard.log.loaded_state is None and self._first_read_waits(topic, now):
+                return None  # no client touched it since the start: read at its slot
             # first sight (a broker starting, a partition newly led): its log as the broker
             # holds it decides; the cleaner's own handle is opened only for work due
             with st.lock:
@@ -167,6 +179,23 @@ class Upkeep:
                 _fingerprint(st, rules), due, now, now, st.shard.key
             )
         return report
+
+    def _first_read_waits(self, topic: str, now: int) -> bool:
+        """Whether the cleaner's first read of ``topic``'s logs, which no client has touched
+        since this broker started leading them, still waits for the topic's slot: its
+        first sight by a pass plus :func:`_first_read_offset_ms` of
+        ``cleaner_first_pass_spread_ms``.  Reading every led log in a start's first pass
+        (a hint GET and a LIST for a never-written log) was 1,800 of the 1,800 requests
+        above the leases' own that an idle cluster of 1,000 topics on 3 brokers may make
+        in its first 30 minutes (issue 37); a log a client produces to or fetches from is
+        read by the broker anyway and joins the passes at once."""
+        first_read_ms = self._first_read_ms.get(topic)
+        if first_read_ms is None:
+            spread_ms = self.state.config.cleaner_first_pass_spread_ms
+            first_read_ms = self._first_read_ms[topic] = now + _first_read_offset_ms(
+                topic, spread_ms
+            )
+        return now < first_read_ms
 
     def _maintenance_topic(self, name: str) -> Topic:
         """The cleaner's own handle on a topic (its own log objects, apart from the produce
@@ -196,6 +225,10 @@ class Upkeep:
         broker has no memory of collecting it) waits for its slot of that full pass
         (:func:`_full_pass_offset_ms`) unless its logs change first."""
         topic = self.state.topic(name)
+        if any(
+            topic.shard(s).loaded_state is None for s in range(topic.shards)
+        ) and self._first_read_waits(name, now):
+            return True, None  # its logs are not read yet: nothing to compare (see above)
         versions = (
             topic.info.topic_id,
             tuple(_shard_version(topic, s) for s in range(topic.shards)),
@@ -320,6 +353,13 @@ def _full_pass_offset_ms(topic: str) -> int:
     a started broker lists its topics a few at a time over a day, not all in its first
     pass."""
     return zlib.crc32(topic.encode()) % UPKEEP_FULL_PASS_MS
+
+
+def _first_read_offset_ms(topic: str, spread_ms: int) -> int:
+    """How long after the cleaner first sees ``topic`` it reads the topic's logs if no
+    client does first (ms): fixed by the name and spread evenly over ``spread_ms``, so a
+    started broker reads its idle logs a few at a time, not all in its first pass."""
+    return zlib.crc32(b"first read " + topic.encode()) % spread_ms if spread_ms > 0 else 0
 
 
 def _read_for_first_sight(st: PartitionState, now: int) -> int:

@@ -71,6 +71,10 @@ def test_storage_options_have_one_spelling_everywhere(tmp_path, monkeypatch):
         ("lingerms = 1", "unknown config key 'lingerms'.*accepted: root"),
         ("lease_timeout_ms = 10\nlease_interval_ms = 20", "lease_timeout_ms"),
         ("linger_ms = ", "not valid TOML"),
+        (
+            "cleaner_first_pass_spread_ms = 90000000",
+            r"'cleaner_first_pass_spread_ms'=90000000 .*accepted: an integer >= 0 and <= 86400000",
+        ),
     ],
 )
 def test_bad_values_name_key_and_accepted_values(tmp_path, text, message):

@@ -11,6 +11,10 @@ from sparklog.broker_lite.cleaner import Cleaner
 from sparklog.storage import make_batch, open_root
 from tests.chaos.inproc import inproc_broker
 
+#: a broker whose cleaner reads every led log in its first pass (the tests of what that
+#: read costs and finds; the first read's spread is tested apart)
+FIRST_READ_AT_ONCE = {"cleaner_first_pass_spread_ms": 0}
+
 
 def test_an_idle_tick_walks_no_topic(tmp_path, monkeypatch):
     """Issue 37: the control loop walked every topic and partition each tick, so idle CPU
@@ -67,7 +71,7 @@ def test_a_cleaner_pass_over_idle_topics_lists_and_writes_nothing(tmp_path, monk
             return _call(store, *args, **kwargs)
 
         monkeypatch.setattr(ObjectStore, name, counted)
-    with inproc_broker(url) as (server, _):
+    with inproc_broker(url, **FIRST_READ_AT_ONCE) as (server, _):
         broker = server.broker
         cleaner = Cleaner(broker.upkeep, 60_000)
         cleaner.run_once()
@@ -129,7 +133,9 @@ def test_a_cleaner_pass_over_idle_partitions_makes_no_request(tmp_path, monkeypa
     monkeypatch.setattr(upkeep, "SHARED_GC_INTERVAL_MS", 1 << 50)  # another job, counted apart
     # so are the topics' GC and pruning, whose first full pass may fall within the hour
     monkeypatch.setattr(upkeep, "_full_pass_offset_ms", lambda topic: 1 << 40)
-    with inproc_broker(url, metadata_refresh_ms=600_000, gc_grace_ms=1 << 40) as (server, _):
+    with inproc_broker(
+        url, **FIRST_READ_AT_ONCE, metadata_refresh_ms=600_000, gc_grace_ms=1 << 40
+    ) as (server, _):
         broker = server.broker
         cleaner = Cleaner(broker.upkeep, 60_000)
         cleaner.run_once()
@@ -184,7 +190,7 @@ def test_a_brokers_first_pass_reads_each_idle_log_once(tmp_path, monkeypatch):
     monkeypatch.setattr(
         Upkeep, "_maintenance_topic", lambda self, name: opened.append(name) or original(self, name)
     )
-    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+    with inproc_broker(url, **FIRST_READ_AT_ONCE, metadata_refresh_ms=600_000) as (server, _):
         counts.clear()
         summary = Cleaner(server.broker.upkeep, 60_000).run_once()
     assert summary["partitions"] == 20 and summary["errors"] == 0
@@ -298,7 +304,7 @@ def _two_topics_rechecked(tmp_path, monkeypatch, asked: list[str]):
         root.create_topic(name, 4, {"commit.shards": 2})
     clock = [upkeep.now_ms()]
     monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
-    with inproc_broker(url, metadata_refresh_ms=600_000) as (server, _):
+    with inproc_broker(url, **FIRST_READ_AT_ONCE, metadata_refresh_ms=600_000) as (server, _):
         broker = server.broker
         describe = broker.root.describe_topic  # the real root, counted
         monkeypatch.setattr(
@@ -371,7 +377,11 @@ def test_a_broker_start_and_its_first_cleaner_pass_cost_about_a_request_per_topi
         per_topic.clear()
         intervals = {"lease_interval_ms": 600_000, "lease_timeout_ms": 1_800_000}
         with inproc_broker(
-            url, storage_options=options, metadata_refresh_ms=600_000, **intervals
+            url,
+            storage_options=options,
+            metadata_refresh_ms=600_000,
+            **intervals,
+            **FIRST_READ_AT_ONCE,
         ) as (server, _):
             started = proxy.snapshot()
             summary = Cleaner(server.broker.upkeep, 60_000).run_once()
@@ -413,7 +423,10 @@ def test_garbage_a_started_broker_puts_off_is_collected_at_the_topics_full_pass(
     monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
     monkeypatch.setattr(maintenance, "now_ms", lambda: clock[0])
     monkeypatch.setattr(upkeep, "UPKEEP_FULL_PASS_MS", 600_000)
-    with inproc_broker(url, metadata_refresh_ms=600_000, gc_grace_ms=0) as (server, _):
+    with inproc_broker(url, **FIRST_READ_AT_ONCE, metadata_refresh_ms=600_000, gc_grace_ms=0) as (
+        server,
+        _,
+    ):
         cleaner = Cleaner(server.broker.upkeep, 60_000)
         for _ in range(2):  # marked, then deleted (no grace)
             assert cleaner.run_once()["errors"] == 0
@@ -423,3 +436,115 @@ def test_garbage_a_started_broker_puts_off_is_collected_at_the_topics_full_pass(
         for _ in range(2):
             cleaner.run_once()
         assert not root.store.exists(abandoned)
+
+
+def topics_read(monkeypatch) -> set[str]:
+    """The topics under whose folders any store request (a read or a listing) is made."""
+    from sparklog.storage.objectstore import ObjectStore
+
+    read: set[str] = set()
+    for name in (*READS, "list_objects", "list_names"):
+        original = getattr(ObjectStore, name)
+
+        def counted(store, key, *args, _call=original, **kwargs):
+            keys = [key] if isinstance(key, str) else list(key)
+            for k in keys:
+                found = re.search(r"/topics/([^/]+)/", f"{store.url}/{k}")
+                if found:
+                    read.add(found.group(1))
+            return _call(store, key if isinstance(key, str) else keys, *args, **kwargs)
+
+        monkeypatch.setattr(ObjectStore, name, counted)
+    return read
+
+
+def test_a_started_broker_reads_no_idle_log_before_its_topics_slot(tmp_path, monkeypatch):
+    """Issue 37: a started broker's first cleaner pass read every led log (a hint GET and
+    a LIST for each never-written one): 1,800 requests for 1,000 idle topics on three
+    brokers, the whole budget of their first 30 minutes at 10 requests/s.  The first
+    read of a log no client has touched waits for its topic's slot of
+    ``cleaner_first_pass_spread_ms``: the first pass reads no topic's folder, each later
+    pass those whose slot came, each once (requests counted per topic, on a clock the
+    test moves)."""
+    from sparklog.broker_lite import upkeep
+    from sparklog.storage import maintenance
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    topics = [f"idle{i}" for i in range(20)]
+    for name in topics:
+        root.create_topic(name, 4, {"commit.shards": 1})
+    for name in topics[:2]:  # records from before the start, by a brokerless writer
+        for p in range(4):
+            root.topic(name).append(p, make_batch([b"x"] * 10))
+    clock = [upkeep.now_ms()]
+    monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(maintenance, "now_ms", lambda: clock[0])
+    spread_ms = 600_000
+    read = topics_read(monkeypatch)
+    with inproc_broker(
+        url, metadata_refresh_ms=600_000, cleaner_first_pass_spread_ms=spread_ms
+    ) as (server, _):
+        cleaner = Cleaner(server.broker.upkeep, 60_000)
+        read.clear()
+        summary = cleaner.run_once()
+        assert summary["partitions"] == 4 * len(topics) and summary["errors"] == 0
+        assert read == set()  # every topic before: 2 requests each, 7 with records
+        slots_ms = {name: upkeep._first_read_offset_ms(name, spread_ms) for name in topics}
+        clock[0] += spread_ms // 2
+        cleaner.run_once()
+        due = {name for name, slot_ms in slots_ms.items() if slot_ms <= spread_ms // 2}
+        assert read == due and 0 < len(due) < len(topics), slots_ms
+        read.clear()
+        clock[0] += spread_ms - spread_ms // 2
+        cleaner.run_once()
+        assert read == set(topics) - due  # all by the end of the spread, each once
+        read.clear()
+        cleaner.run_once()
+        assert read == set()  # then from memory, as any idle partition
+
+
+def test_records_past_retention_wait_at_most_the_spread_or_none_once_a_client_touches_them(
+    tmp_path, monkeypatch
+):
+    """The bound of the spread: records written before a broker's start and past their
+    topic's retention are deleted by the first pass at or after the topic's slot, which
+    is within ``cleaner_first_pass_spread_ms`` of the pass that first saw the topic,
+    not before it; a log a client produces to joins the passes at once (its retention
+    runs at the next pass).  The clock is the test's."""
+    from sparklog.broker_lite import upkeep
+    from sparklog.storage import maintenance
+
+    url = f"file://{tmp_path}/root"
+    root = open_root(url)
+    old_ms = upkeep.now_ms() - 3_600_000
+    for name in ("untouched", "touched"):
+        root.create_topic(name, 1, {"retention.ms": 60_000})
+        root.topic(name).produce({0: make_batch([b"old"], timestamps_ms=[old_ms])})
+
+    def log_start(name: str) -> int:
+        return root.topic(name).partition(0).refresh().log_start_offset
+
+    clock = [upkeep.now_ms()]
+    monkeypatch.setattr(upkeep, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(maintenance, "now_ms", lambda: clock[0])
+    spread_ms = 600_000
+    slot_ms = upkeep._first_read_offset_ms("untouched", spread_ms)
+    assert 0 < slot_ms < spread_ms
+    with inproc_broker(
+        url, metadata_refresh_ms=600_000, cleaner_first_pass_spread_ms=spread_ms
+    ) as (server, _):
+        broker = server.broker
+        cleaner = Cleaner(broker.upkeep, 60_000)
+        first_seen_ms = clock[0]
+        assert cleaner.run_once()["errors"] == 0
+        assert log_start("untouched") == log_start("touched") == 0  # both wait
+        broker.produce("touched", [(0, make_batch([b"new"]))])  # a client touches it
+        cleaner.run_once()
+        assert log_start("touched") == 1  # at the next pass
+        clock[0] = first_seen_ms + slot_ms - 1
+        cleaner.run_once()
+        assert log_start("untouched") == 0  # its slot has not come
+        clock[0] = first_seen_ms + slot_ms
+        cleaner.run_once()
+        assert log_start("untouched") == 1
