@@ -382,6 +382,11 @@ class JournalledLogs(Generic[S]):
                     del self._pending[key]
                     self._pending_since.pop(key, None)
 
+    def unfolded_steps(self, key: str) -> int:
+        """How many journal steps of ``key`` this process wrote and has not folded."""
+        with self._lock:
+            return len(self._pending.get(key, ()))
+
     def pending_keys(self) -> int:
         """Keys with journalled steps not yet folded."""
         with self._lock:

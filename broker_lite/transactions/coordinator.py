@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -68,7 +69,14 @@ from sparklog.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.protocol import actions
 from sparklog.storage.cluster_metadata import MetadataImage, Record
+from sparklog.storage.transactions import (
+    TransactionStore,
+    registered_state,
+    registry_record,
+    transaction_states,
+)
 from sparklog.storage.txn_markers import Marker
 from sparklog.topic_partition import TopicPartition
 
@@ -87,6 +95,11 @@ DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 15 * 60 * 1000
 MAX_EPOCH = 32767
 #: how long a Prepare state may wait for its coordinator before any broker finishes it
 ORPHAN_GRACE_MS = 2_000
+#: verified (producer, epoch, partition) answers kept (all dropped past it)
+VERIFIED_KEPT = 65_536
+#: how often the tick re-reads an id it coordinates that has no transaction open and
+#: whose log another broker (or nobody) leases: the other ids' states are in memory
+QUIET_RECHECK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,14 @@ class TransactionCoordinator:
         self._ended: dict[str, int] = {}
         # transactional id -> its AddPartitionsToTxn record being appended in the background
         self._adding: dict[str, Future[Any]] = {}
+        # (producer id, epoch, topic, partition) -> the number of the transaction the
+        # partition was verified in (see :meth:`verify`)
+        self._verified: dict[tuple[int, int, str, int], int] = {}
+        #: verifications answered by the id's coordinator (for tests and metrics)
+        self.asked = 0
+        # transactional id -> monotonic time its state, last seen with no transaction
+        # open and its log not leased to us, is read again by the tick
+        self._quiet_until: dict[str, float] = {}
         self._adder = ThreadPoolExecutor(4, thread_name_prefix="txn-add")
 
     def close(self) -> None:
@@ -150,26 +171,73 @@ class TransactionCoordinator:
     def image(self, fresh: bool = False) -> MetadataImage:
         return self.metadata.refresh_on_miss() if fresh else self.metadata.image()
 
-    def state(self, tid: str) -> dict[str, Any] | None:
-        found = self.image().transactional_ids.get(tid)
-        return dict(found) if found is not None else None
+    @property
+    def transactions(self) -> TransactionStore:
+        """The transactional ids' logs (their state; the metadata log registers the ids)."""
+        return self.broker.root.transactions
+
+    def state(self, tid: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """``tid``'s state: from memory where its log is leased to our journal (unless
+        ``fresh``), else its log and journal now (one probe), else what its registry
+        record gives (an id an older broker wrote holds its state there)."""
+        if not fresh:
+            held = self.transactions.held_state(tid)
+            if held is not None:
+                return held
+        found = self.transactions.state(tid)
+        if found is not None:
+            return found
+        image = self.image(fresh)
+        return registered_state(image.transactional_ids.get(tid))
 
     def _change(self, tid: str, change: Any) -> dict[str, Any] | None:
-        """Append ``change(current state) -> new state`` (None: no change); the state after."""
+        """Write ``change(current state) -> new state`` (None: no change) into ``tid``'s
+        log (a journal step where this broker coordinates the id); the state after.
+
+        An id's first state comes from its registry record when its log has none (an
+        older broker's record: the change moves the state into the log).  The registry
+        record is written after, when the producer id or epoch changed
+        (InitProducerId, an abort's fencing) or the record is an older broker's.
+        """
         after: list[dict[str, Any] | None] = [None]
 
-        def build(image: MetadataImage) -> list[Record] | None:
-            current = image.transactional_ids.get(tid)
+        def build(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            if current is None:
+                current = registered_state(self.image(fresh=True).transactional_ids.get(tid))
             new = change(dict(current) if current is not None else None)
             if new is None:
                 after[0] = dict(current) if current is not None else None
                 return None
             new = {**new, "updated_ms": now_ms()}
             after[0] = new
-            return [_record(tid, new)]
+            return new
+
+        self.transactions.write(tid, build)
+        if after[0] is not None:
+            self._register(tid, after[0])
+        return after[0]
+
+    def _register(self, tid: str, state: dict[str, Any]) -> None:
+        """Record ``tid``'s producer id and epoch in the registry if they are newer than
+        its record there (or the record is an older broker's whole state)."""
+        wanted = registry_record(state)
+
+        def stale(record: dict[str, Any] | None) -> bool:
+            if record is None or "state" in record:
+                return True
+            newer = (wanted["pid"], wanted["epoch"]) > (int(record["pid"]), int(record["epoch"]))
+            return newer or (
+                (wanted["pid"], wanted["epoch"]) == (int(record["pid"]), int(record["epoch"]))
+                and wanted["timeout_ms"] != int(record.get("timeout_ms", -1))
+            )
+
+        if not stale(self.image().transactional_ids.get(tid)):
+            return
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            return [_record(tid, wanted)] if stale(image.transactional_ids.get(tid)) else None
 
         self.metadata.append(build)
-        return after[0]
 
     # -- checks -------------------------------------------------------------
     @staticmethod
@@ -439,12 +507,11 @@ class TransactionCoordinator:
             root.groups.commit_transactional(
                 group, producer_id, producer_epoch, txn, held, topic_ids=topic_ids
             )
-            # the image may have been behind (the producer's previous transaction still
-            # open in it), or an abort (the timeout) may have ended this one between the
-            # check and the step, its end finding nothing held: the metadata log's head
-            # decides, and a newer transaction's step replaces the one written
-            found = self.image(fresh=True).transactional_ids.get(tid)
-            after = dict(found) if found is not None else None
+            # the state read may have been behind (the producer's previous transaction
+            # still open in it), or an abort (the timeout) may have ended this one between
+            # the check and the step, its end finding nothing held: the id's log decides,
+            # and a newer transaction's step replaces the one written
+            after = self.state(tid, fresh=True)
             if after is not None and int(after["n"]) == txn and after["state"] == ONGOING:
                 return
             if (
@@ -463,14 +530,13 @@ class TransactionCoordinator:
     def _open_with_group(
         self, tid: str, group: str, producer_id: int, producer_epoch: int
     ) -> dict[str, Any]:
-        """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as the
-        image has it, or the metadata log's head if the image is behind; else raise."""
-        found = self.image().transactional_ids.get(tid)
+        """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as
+        this broker holds it, or as the id's log has it if that is behind; else raise."""
+        found = self.state(tid)
         if found is not None and _open_with(found, group, producer_id, producer_epoch):
-            return dict(found)
-        found = self.image(fresh=True).transactional_ids.get(tid)
+            return found
         current = self._check_producer(
-            tid, dict(found) if found is not None else None, producer_id, producer_epoch
+            tid, self.state(tid, fresh=True), producer_id, producer_epoch
         )
         if current["state"] != ONGOING or group not in current["groups"]:
             raise InvalidTxnStateError(
@@ -501,17 +567,32 @@ class TransactionCoordinator:
         The partition must have been added to the producer's ongoing
         transaction (KIP-890); an older epoch is a zombie's.  ``ended`` is the
         number of the producer's last transaction the partition has a marker
-        for: an image still showing that one ongoing is older than the
-        transaction (its coordinator may be another broker), so the metadata
-        log is re-read before anything is refused.
+        for: a state still showing that one ongoing is older than the
+        transaction (its coordinator may be another broker), so it is read
+        again before anything is refused.
+
+        A broker that does not coordinate the id keeps the answer per (producer,
+        epoch, partition) until the partition has the marker of its transaction
+        (``ended`` reaches it; the produce path asks again with it): a
+        transaction's batches after its first are verified without a request.  The producer id's
+        transactional id comes from the registry (the metadata image); the state
+        from this broker's memory when it coordinates the id, else from the
+        coordinator (:meth:`_state_for_verify`).
         """
+        key = (producer_id, producer_epoch, topic, partition)
         for fresh in (False, True):
             image = self.image(fresh)
             tid = self._transactional_id_of(image, producer_id)
-            if tid is not None and tid in self._adding:
+            if tid is None:
+                continue
+            if tid in self._adding:
                 self._await_added(tid)  # its records wait for the add's append
-                image = self.image()
-            state = image.transactional_ids.get(tid) if tid is not None else None
+            if not fresh and not self.transactions.coordinates(tid):
+                with self._lock:
+                    known = self._verified.get(key)
+                if known is not None and known > ended:
+                    return known
+            state = self._state_for_verify(tid, fresh=fresh)
             if state is None or int(state["n"]) <= ended:
                 continue
             if producer_epoch < int(state["epoch"]):
@@ -525,12 +606,44 @@ class TransactionCoordinator:
                 and producer_epoch == int(state["epoch"])
                 and [topic, partition] in state["partitions"]
             ):
+                with self._lock:
+                    if len(self._verified) >= VERIFIED_KEPT:
+                        self._verified.clear()
+                    self._verified[key] = int(state["n"])
                 return int(state["n"])
         self._refused(tid, topic, partition, "not in an ongoing transaction of the producer")
         raise InvalidTxnStateError(
             f"producer {producer_id}: {topic}-{partition} is not in an ongoing transaction of "
             "this producer (AddPartitionsToTxn first)"
         )
+
+    def _state_for_verify(self, tid: str, *, fresh: bool) -> dict[str, Any] | None:
+        """``tid``'s state for a partition's verification: this broker's memory when it
+        coordinates the id (unless ``fresh``), else the coordinator's answer (Flight
+        ``transaction_state``, as markers go the other way), else (the coordinator
+        cannot be reached or refused) the id's log and journal tail read here."""
+        cluster = self.broker.cluster
+        coordinator = cluster.transaction_coordinator(tid) if cluster is not None else None
+        if (
+            coordinator is None
+            or coordinator.broker_id == self.broker.config.broker_id
+            or not self.broker.peers.can_log_in
+        ):
+            return self.state(tid, fresh=fresh)
+        try:
+            answer = self.broker.peers.call(
+                coordinator.location, actions.TRANSACTION_STATE, transactional_id=tid
+            )
+        except Exception as exc:  # unreachable, refused, stopping: read the id's log here
+            log.info(
+                "transaction state read from the id's log",
+                extra=fields(
+                    transactional_id=tid, coordinator=coordinator.broker_id, error=str(exc)
+                ),
+            )
+            return self.state(tid, fresh=True)
+        self.asked += 1
+        return dict(answer) if answer is not None else None
 
     @staticmethod
     def _refused(tid: str | None, topic: str, partition: int, reason: str) -> None:
@@ -726,20 +839,41 @@ class TransactionCoordinator:
             self.complete(tid)
 
     def list(self) -> dict[str, dict[str, Any]]:
-        """Every transactional id's state, as the log's head has it (any broker may be asked,
-        and the ids' coordinators may be others: one probe of the log, never a stale image)."""
-        return {k: dict(v) for k, v in self.image(fresh=True).transactional_ids.items()}
+        """Every registered transactional id's state, as its log has it (any broker may be
+        asked, and the ids' coordinators may be others: a probe of the metadata log and of
+        each id's log, never a stale image)."""
+        return transaction_states(self.image(fresh=True).transactional_ids, self.transactions)
 
     # -- the background pass ---------------------------------------------------------
+    def _tick_state(self, tid: str) -> dict[str, Any] | None:
+        """The state the tick looks at: from memory when ``tid``'s log is leased to our
+        journal; else read, and for an id with no transaction open, read again only
+        every :data:`QUIET_RECHECK_S` (None until then)."""
+        held = self.transactions.held_state(tid)
+        if held is not None:
+            return held
+        clock = time.monotonic()
+        with self._lock:
+            if self._quiet_until.get(tid, 0.0) > clock:
+                return None
+        state = self.state(tid, fresh=True)
+        if state is not None and state["state"] in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            with self._lock:
+                self._quiet_until[tid] = clock + QUIET_RECHECK_S
+        return state
+
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
         write the Complete records this broker left for later and nothing superseded."""
         self._complete_left_for_later()
         now = now_ms()
-        for tid, state in list(self.image().transactional_ids.items()):
+        for tid in list(self.image().transactional_ids):
             if not mine(tid):
                 continue
             try:
+                state = self._tick_state(tid)
+                if state is None:
+                    continue
                 if state["state"] == ONGOING:
                     if now - int(state["started_ms"]) > int(state["timeout_ms"]):
                         log.info(

@@ -1,6 +1,8 @@
-"""Metadata-log appends the transaction coordinator answers before or leaves for later.
+"""Transaction-state writes the coordinator answers before or leaves for later (each a
+step of the transactional id's log, journalled by its coordinator; none is a
+metadata-log append).
 
-* EndTxn answers once the markers and offsets are written; the Complete record
+* EndTxn answers once the markers and offsets are written; the Complete step
   is left to the broker's transactions pass (its tick), and a transaction the
   producer begins before then replaces the ended one's Prepare state at once:
   the next AddPartitionsToTxn neither waits for the record nor refuses with
@@ -66,12 +68,14 @@ def test_the_next_transaction_begins_over_the_previous_prepare_state(
     coordinator.end("tx", pid, epoch, commit=True)  # answers; the Complete record waits
     assert coordinator.state("tx")["state"] == "PrepareCommit"  # type: ignore[index]
     version = broker.root.metadata.image().version
-    # the next transaction, over the Prepare state: one record, no Complete before it
+    steps = broker.root.transactions.unfolded_steps("tx")
+    # the next transaction, over the Prepare state: one step, no Complete before it
     assert coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == {("t", 0): None}
-    assert coordinator.verify(pid, epoch, "t", 0) == 2  # (waits for the add's record)
+    assert coordinator.verify(pid, epoch, "t", 0) == 2  # (waits for the add's step)
     state = coordinator.state("tx")
     assert state is not None and state["state"] == "Ongoing" and state["n"] == 2
-    assert broker.root.metadata.image().version == version + 1
+    assert broker.root.transactions.unfolded_steps("tx") == steps + 1
+    assert broker.root.metadata.image().version == version  # no metadata-log append
     tick(coordinator, lambda tid: False)  # nothing left to complete: the record is replaced
     assert coordinator.state("tx") == state
     coordinator.end("tx", pid, epoch, commit=False)
