@@ -1,15 +1,25 @@
-"""The transaction coordinator: Kafka's transactional ids, their state in the metadata log.
+"""The transaction coordinator: Kafka's transactional ids, each id's state in a log of its own.
 
 Every state change a transaction must survive the coordinator's death with is
-one ``transactional_id`` record of the cluster metadata log (key = the
-transactional id; value = the state below), written with the log's optimistic
-concurrency, so any broker may serve any call and complete what another began::
+one change of the id's log (:mod:`sparklog.storage.transactions`,
+``transactions/<id>/log``) holding the whole new state below: a step of the
+broker's journal where this broker coordinates the id (FindCoordinator's
+answer), riding its flushes and folded later; from any other broker a commit of
+the id's log with its optimistic concurrency, after the journal's steps. So
+any broker may serve any call and complete what another began::
 
     {"pid": producer id, "epoch": producer epoch, "state": one of STATES,
      "n": the transaction's number (one more for each transaction begun),
      "timeout_ms": transaction.timeout.ms, "started_ms": when the transaction began,
      "updated_ms": the last change, "partitions": [[topic, partition], ...],
      "groups": {group: [[topic, partition, offset, metadata], ...]}}
+
+The cluster metadata log registers the ids only (``transactional_id`` records:
+``pid``, ``epoch``, ``timeout_ms``), written after a change of the producer id or
+epoch (InitProducerId, an abort's fencing): what the producer-id-to-id lookup,
+ListTransactions and DescribeTransactions start from.  A record an older broker
+wrote holds the whole state: it is the id's state until the id's next change
+moves it into the log.
 
 Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
 decision), then, once every partition has its marker (control record) and a
@@ -25,13 +35,13 @@ append less each.  A Prepare state this broker did not finish still refuses a
 new transaction (CONCURRENT_TRANSACTIONS) until it is completed.
 
 AddPartitionsToTxn for partitions this broker leads answers once the request
-is checked against the image, and appends its record in the background: the
-partitions' records wait for that append (:meth:`TransactionCoordinator.verify`)
-before they are queued, so no record is committed to a partition its
-transaction's state does not list, and an append that failed fails them with
-its error.  The append then runs while the Produce request is on its way and
-being decoded, instead of before it.  Partitions led elsewhere are added
-before the answer (their leader reads the image, not this broker's memory).
+is checked against the state this broker holds, and writes its step in the
+background: the partitions' records wait for that step
+(:meth:`TransactionCoordinator.verify`) before they are queued, so no record is
+committed to a partition its transaction's state does not list, and a step that
+failed fails them with its error.  The step then runs while the Produce request
+is on its way and being decoded, instead of before it.  Partitions led
+elsewhere are added before the answer (their leader asks this broker).
 
 A broker finding a Prepare state left behind (its coordinator died) finishes
 it; an ``Ongoing`` transaction older than its timeout is aborted with the epoch
