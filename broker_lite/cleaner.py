@@ -77,6 +77,14 @@ class MaintenanceHost(Protocol):
         """Delete the group's commit files and snapshots below its retention; how many."""
         ...
 
+    def owned_transactional_ids(self) -> Iterable[str]:
+        """The transactional ids whose logs this host prunes."""
+        ...
+
+    def prune_transaction_log(self, transactional_id: str, now_ms: int) -> int:
+        """Delete the id's commit files and snapshots below its retention; how many."""
+        ...
+
 
 class Cleaner:
     """Scheduled maintenance of the partitions one host leads."""
@@ -147,6 +155,16 @@ class Cleaner:
             except Exception as exc:  # one group's failure must not stop the pass
                 summary["errors"] += 1
                 log.warning("group log pruning failed", extra=fields(group=group, error=str(exc)))
+        for tid in host.owned_transactional_ids():
+            try:
+                pruned = host.prune_transaction_log(tid, self.clock_ms())
+                summary["pruned_files"] = summary.get("pruned_files", 0) + pruned
+            except Exception as exc:  # one id's failure must not stop the pass
+                summary["errors"] += 1
+                log.warning(
+                    "transaction log pruning failed",
+                    extra=fields(transactional_id=tid, error=str(exc)),
+                )
         log.info(
             "cleaner pass",
             extra=fields(**summary, seconds=round(time.perf_counter() - started, 3)),

@@ -130,7 +130,7 @@ class Broker:
             max_timeout_ms=config.transaction_max_timeout_ms,
         )
         self.produce_path = ProducePath(state, self.transactions)
-        self.upkeep = Upkeep(state, self.group_role.owned_groups)
+        self.upkeep = Upkeep(state, self.group_role.owned_groups, self.coordinates_transaction)
         # -- the broker's calls, each its role's --------------------------------------
         self.produce = self.produce_path.produce
         self.produce_each = self.produce_path.produce_each

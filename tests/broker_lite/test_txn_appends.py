@@ -191,3 +191,34 @@ def test_a_failed_add_record_fails_the_batch_and_the_transaction_can_be_aborted(
         coordinator.verify(pid, epoch, "t", 0)
     coordinator.end("tx", pid, epoch, commit=False)  # the client aborts: nothing to end
     assert coordinator.state("tx")["state"] == "Empty"  # type: ignore[index]
+
+
+def test_the_cleaner_prunes_the_logs_of_the_ids_the_broker_coordinates(tmp_path) -> None:
+    """An id's log gains a fold commit per fold interval while it is busy: the broker's
+    cleaner pass prunes it as it prunes its groups' logs."""
+    from sparklog.broker_lite.cleaner import Cleaner
+    from sparklog.clock import now_ms
+
+    made = Broker(
+        BrokerConfig(root=f"file://{tmp_path}/root", cleaner_interval_ms=0, snapshot_interval=4)
+    )
+    made.start("127.0.0.1:1")
+    try:
+        coordinator, pid, epoch = _producer(made, 1)
+        txns = made.root.transactions
+        for _ in range(12):  # each transaction's steps folded: a commit of the id's log
+            coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+            coordinator.end("tx", pid, epoch, commit=False)
+            txns.fold_due(0, everything=True)
+        prefix = txns.log("tx")[0].prefix
+        before = len(made.root.store.list_names(prefix))
+        cleaner = Cleaner(made.upkeep, 60_000)
+        cleaner.clock_ms = lambda: now_ms() + 24 * 3_600_000
+        assert (
+            cleaner.run_once()["pruned_files"]
+            >= before - len(made.root.store.list_names(prefix))
+            > 5
+        )
+        assert coordinator.state("tx", fresh=True)["n"] == 12  # type: ignore[index]
+    finally:
+        made.close()

@@ -730,6 +730,23 @@ def test_a_new_coordinator_of_a_transactional_id_seals_the_old_journal(root):
     assert reader.state("t")["state"] == "PrepareAbort"
 
 
+def test_a_transactional_ids_log_is_pruned_behind_its_newest_snapshot(root):
+    """A busy id folds once per fold interval: its log is pruned like a group's (the
+    broker's cleaner prunes the ids it coordinates), and reads the same afterwards."""
+    from sparklog.clock import now_ms
+    from sparklog.storage.maintenance import prune_transaction_log
+
+    writer_root = open_root(root.url, root.store.storage_options, snapshot_interval=4)
+    for n in range(1, 20):
+        writer_root.transactions.write("t", _begin(n))
+    prefix = writer_root.transactions.log("t")[0].prefix
+    before = len(root.store.list_names(prefix))
+    assert prune_transaction_log(root, "t", now=now_ms()).deleted == []  # inside the window
+    pruned = prune_transaction_log(root, "t", now=now_ms() + 24 * 3_600_000)
+    assert len(pruned.deleted) == before - len(root.store.list_names(prefix)) > 10
+    assert open_root(root.url, root.store.storage_options).transactions.state("t")["n"] == 19
+
+
 # -- format 3: a shard's records through the broker journal (issue 37 items 1-3) --
 
 
