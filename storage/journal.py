@@ -246,16 +246,19 @@ class JournalWriter:
             return self._next
 
     def write_step(
-        self, section: Literal["groups", "txns"], key: str, change: Commit
+        self, section: Literal["groups", "txns"], key: str, change: Commit, *, urgent: bool = False
     ) -> tuple[JournalRef, int]:
         """Journal one change of ``key`` (a group, a transactional id) in ``section``;
-        (journal, version) once it is committed."""
+        (journal, version) once it is committed.  ``urgent``: the flush holding it
+        starts at once (with every step gathered meanwhile) instead of waiting out
+        ``flush_interval_ms``, as a flush of records does."""
         with self._cond:
             if self._closed:
                 raise JournalSealedError("the broker's journal is closed (stopping)")
             pending = self._pending
             ref = self.journal.ref
             pending.keyed.setdefault(section, {}).setdefault(key, []).append(change)
+            pending.urgent = pending.urgent or urgent
         self._flush_when_due(pending)
         pending.done.wait()
         if pending.error is not None:

@@ -102,7 +102,10 @@ class JournalledLogs(Generic[S]):
     process made since is under the change's check (transaction state, where a stale
     check would undo it); without, the change is checked against the log as this
     process last read it (offset commits: their checks are generation numbers only the
-    coordinator writes).
+    coordinator writes).  With ``urgent_steps`` a step's journal commit starts at once
+    (gathering whatever else is pending) rather than up to the journal's flush interval
+    later: a transaction waits for each of its steps in turn, a consumer's offset commit
+    for one.
     """
 
     def __init__(
@@ -112,11 +115,13 @@ class JournalledLogs(Generic[S]):
         open_log: Callable[[str], MetaLog[S]],
         *,
         probe_before_step: bool = False,
+        urgent_steps: bool = False,
     ) -> None:
         self.store = store
         self.section: KeyedSection = section
         self._open_log = open_log
         self._probe_before_step = probe_before_step
+        self._urgent_steps = urgent_steps
         self._lock = threading.Lock()
         self._logs: dict[str, tuple[MetaLog[S], threading.Lock]] = {}
         self._writer: JournalWriter | None = None
@@ -281,7 +286,9 @@ class JournalledLogs(Generic[S]):
             change = build(self._overlaid(state, self._pending_steps(key, state)))
             if change is None:
                 return None
-            ref, version = self._writer.write_step(self.section, key, change)
+            ref, version = self._writer.write_step(
+                self.section, key, change, urgent=self._urgent_steps
+            )
             if ref != state.journal:
                 # the journal was sealed and restarted between our lease and this step:
                 # the step is in a journal the log does not name, so it is not committed

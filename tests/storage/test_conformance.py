@@ -730,6 +730,29 @@ def test_a_new_coordinator_of_a_transactional_id_seals_the_old_journal(root):
     assert reader.state("t")["state"] == "PrepareAbort"
 
 
+def test_a_transactions_steps_do_not_wait_out_the_journals_flush_interval(root):
+    """A transaction waits for its steps one after another: each starts a journal commit
+    at once (as a flush of records does), where an offset commit waits for the next
+    flush, at most the flush interval (here an hour) after the previous one."""
+    from sparklog.storage.journal import JournalWriter
+
+    writer = JournalWriter(root.store, 1, flush_interval_ms=3_600_000)
+    root.groups.use_journal(writer, lambda group: True)
+    root.transactions.use_journal(writer, lambda tid: True)
+    done: list[int] = []
+
+    def steps() -> None:
+        for n in range(1, 4):  # the first flushes an idle journal; the others follow it
+            done.append(root.transactions.write("t", _begin(n))["n"])
+
+    thread = threading.Thread(target=steps, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert done == [1, 2, 3] and writer.commits == 3
+    root.transactions.use_journal(writer, lambda tid: False)  # nothing left waiting on it
+    writer.close()
+
+
 def test_a_transactional_ids_log_is_pruned_behind_its_newest_snapshot(root):
     """A busy id folds once per fold interval: its log is pruned like a group's (the
     broker's cleaner prunes the ids it coordinates), and reads the same afterwards."""
