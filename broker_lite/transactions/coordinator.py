@@ -222,9 +222,9 @@ class TransactionCoordinator:
             after[0] = new
             return new
 
-        self.transactions.write(tid, build)
-        if after[0] is not None:
-            self._register(tid, after[0])
+        written = self.transactions.write(tid, build)
+        if written is not None:  # (a record an older broker wrote stays until a change)
+            self._register(tid, written)
         return after[0]
 
     def _register(self, tid: str, state: dict[str, Any]) -> None:

@@ -222,3 +222,39 @@ def test_the_cleaner_prunes_the_logs_of_the_ids_the_broker_coordinates(tmp_path)
         assert coordinator.state("tx", fresh=True)["n"] == 12  # type: ignore[index]
     finally:
         made.close()
+
+
+def test_an_older_brokers_open_transaction_survives_a_call_that_changes_nothing(
+    broker: Broker,
+) -> None:
+    """Upgrade: an id whose whole state an older broker wrote into the metadata log keeps
+    it there until a change moves it into the id's log; a call that changes nothing (an
+    AddOffsetsToTxn repeated) leaves the record as it is, the transaction open."""
+    from sparklog.clock import now_ms
+
+    broker.create_topic("t", 1)
+    old_form = {
+        "pid": 900_000,
+        "epoch": 1,
+        "state": "Ongoing",
+        "n": 5,
+        "timeout_ms": 60_000,
+        "started_ms": now_ms(),
+        "updated_ms": now_ms(),
+        "partitions": [["t", 0]],
+        "groups": {"g": []},
+    }
+    record = {"type": "transactional_id", "key": "tx-old", "value": old_form}
+    broker.root.metadata.append(lambda image: [record])
+    coordinator = broker.transactions
+    coordinator.add_offsets("tx-old", 900_000, 1, "g")  # the group is in it already
+    assert broker.root.metadata.refresh().transactional_ids["tx-old"] == old_form
+    assert coordinator.verify(900_000, 1, "t", 0) == 5
+    coordinator.end("tx-old", 900_000, 1, commit=True)  # a change: moved into the id's log
+    registry = broker.root.metadata.refresh().transactional_ids["tx-old"]
+    assert registry == {"pid": 900_000, "epoch": 1, "timeout_ms": 60_000}
+    state = broker.root.transactions.state("tx-old")
+    assert state is not None and (state["state"], state["n"]) in (
+        ("PrepareCommit", 5),
+        ("CompleteCommit", 5),
+    )
