@@ -200,6 +200,14 @@ class TransactionCoordinator:
         image = self.image(fresh)
         return registered_state(image.transactional_ids.get(tid))
 
+    def state_for_leader(self, tid: str) -> dict[str, Any] | None:
+        """``tid``'s state as a partition leader asks it (Flight ``transaction_state``):
+        after this broker's AddPartitionsToTxn step in flight for it, if any, so that a
+        leader never sees the transaction without partitions the client was told are in
+        it."""
+        self._await_added(tid, errors=False)
+        return self.state(tid)
+
     def _change(self, tid: str, change: Any) -> dict[str, Any] | None:
         """Write ``change(current state) -> new state`` (None: no change) into ``tid``'s
         log (a journal step where this broker coordinates the id); the state after.
