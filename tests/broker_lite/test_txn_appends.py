@@ -258,3 +258,55 @@ def test_an_older_brokers_open_transaction_survives_a_call_that_changes_nothing(
         ("PrepareCommit", 5),
         ("CompleteCommit", 5),
     )
+
+
+def test_the_pass_reads_the_ids_it_coordinates_from_memory(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transactions pass walks the registered ids this broker coordinates: an id
+    whose log names this broker's journal is looked at in memory (no request); another
+    (its state written by another process) is read, and with no transaction open not
+    again before :data:`QUIET_RECHECK_S`."""
+    from sparklog.storage import open_root
+    from tests.support.counting_store import KINDS
+
+    tick = TransactionCoordinator.tick
+    monkeypatch.setattr(TransactionCoordinator, "tick", lambda self, mine: None)
+    coordinator, pid, epoch = _producer(broker, 1)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    coordinator.end("tx", pid, epoch, commit=True)
+    elsewhere = open_root(broker.config.root)
+    elsewhere.transactions.write(
+        "tx-elsewhere",
+        lambda state: {"pid": 77, "epoch": 0, "state": "CompleteAbort", "n": 3},
+    )
+    registered = {"pid": 77, "epoch": 0, "timeout_ms": 60_000}
+    record = {"type": "transactional_id", "key": "tx-elsewhere", "value": registered}
+    elsewhere.metadata.append(lambda image: [record])
+    broker.root.metadata.refresh()
+    reads: list[str] = []
+    store = broker.root.store
+    for name in KINDS:
+        call = getattr(store, name)
+
+        def counted(key: Any, *args: Any, _call: Any = call, **kwargs: Any) -> Any:
+            if str(key).startswith("transactions/"):
+                reads.append(str(key))
+            return _call(key, *args, **kwargs)
+
+        monkeypatch.setattr(store, name, counted)
+    get_many = store.get_many
+
+    def counted_many(keys: Any) -> Any:
+        keys = list(keys)
+        reads.extend(str(key) for key in keys if str(key).startswith("transactions/"))
+        return get_many(keys)
+
+    monkeypatch.setattr(store, "get_many", counted_many)
+    tick(coordinator, lambda tid: True)  # writes tx's Complete step (which probes its log)
+    assert any(key.startswith("transactions/tx-elsewhere/") for key in reads)
+    reads.clear()
+    for _ in range(3):
+        tick(coordinator, lambda tid: True)
+    assert reads == []  # tx from memory; tx-elsewhere quiet since the first pass
+    assert coordinator.state("tx")["state"] == "CompleteCommit"  # type: ignore[index]
