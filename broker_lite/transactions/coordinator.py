@@ -21,18 +21,18 @@ ListTransactions and DescribeTransactions start from.  A record an older broker
 wrote holds the whole state: it is the id's state until the id's next change
 moves it into the log.
 
-Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
+Ending a transaction is two changes: ``PrepareCommit``/``PrepareAbort`` (the
 decision), then, once every partition has its marker (control record) and a
 committed transaction's offsets are in their groups' logs,
 ``CompleteCommit``/``CompleteAbort``.  EndTxn answers once the markers and
-offsets are written (what readers see is final then).  The Complete record is
+offsets are written (what readers see is final then).  The Complete change is
 left for later: the producer's next transaction, begun on the broker that
-wrote the markers, replaces the Prepare state in the record that begins it, and
-only a Prepare state nothing replaced gets its Complete record, at the broker's
+wrote the markers, replaces the Prepare state in the change that begins it, and
+only a Prepare state nothing replaced gets its Complete change, at the broker's
 next transactions pass (or before its InitProducerId, EndTxn or abort, or when
-the broker stops).  Back-to-back transactions thus cost one metadata-log
-append less each.  A Prepare state this broker did not finish still refuses a
-new transaction (CONCURRENT_TRANSACTIONS) until it is completed.
+the broker stops).  Back-to-back transactions thus cost one step less each.  A
+Prepare state this broker did not finish still refuses a new transaction
+(CONCURRENT_TRANSACTIONS) until it is completed.
 
 AddPartitionsToTxn for partitions this broker leads answers once the request
 is checked against the state this broker holds, and writes its step in the
@@ -154,9 +154,9 @@ class TransactionCoordinator:
         self._by_pid: dict[int, str] = {}
         self._lock = threading.Lock()
         # transactional id -> the number of its transaction whose markers and offsets this
-        # broker wrote and whose Complete record is left for later (see the module doc)
+        # broker wrote and whose Complete change is left for later (see the module doc)
         self._ended: dict[str, int] = {}
-        # transactional id -> its AddPartitionsToTxn record being appended in the background
+        # transactional id -> its AddPartitionsToTxn change being written in the background
         self._adding: dict[str, Future[Any]] = {}
         # (producer id, epoch, topic, partition) -> the number of the transaction the
         # partition was verified in (see :meth:`verify`)
@@ -169,11 +169,11 @@ class TransactionCoordinator:
         self._adder = ThreadPoolExecutor(4, thread_name_prefix="txn-add")
 
     def close(self) -> None:
-        """Write the records in flight and the Complete records left for later."""
+        """Write the changes in flight and the Complete changes left for later."""
         self._adder.shutdown(wait=True)
         self._complete_left_for_later()
 
-    # -- the metadata log ----------------------------------------------------
+    # -- the state: the ids' logs, the metadata log's registry --------------------
     @property
     def metadata(self) -> Any:
         return self.broker.root.metadata
@@ -380,8 +380,8 @@ class TransactionCoordinator:
         """Begin a transaction (if none is ongoing) or extend it; the state after.
 
         A previous transaction whose markers and offsets this broker wrote is
-        over even while its Complete record is pending: the new state replaces
-        it (the Complete record then finds nothing to do).
+        over even while its Complete change is pending: the new state replaces
+        it (the Complete change then finds nothing to do).
         """
 
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -441,10 +441,10 @@ class TransactionCoordinator:
     def _add_in_background(
         self, tid: str, producer_id: int, producer_epoch: int, partitions: Sequence[tuple[str, int]]
     ) -> None:
-        """Check the request against the image now, append its record in the background.
+        """Check the request against the state now, write its change in the background.
 
-        The checks are those the append repeats (an answer here is what the
-        append will do unless another broker changed ``tid`` meanwhile, and
+        The checks are those the step repeats (an answer here is what the
+        step will do unless another broker changed ``tid`` meanwhile, and
         then the partitions' records are refused with that change's error).
         """
         current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
@@ -458,7 +458,7 @@ class TransactionCoordinator:
                 added = self._adder.submit(
                     self._begin_or_extend, tid, producer_id, producer_epoch, partitions
                 )
-            except RuntimeError:  # the broker is stopping: appended here instead
+            except RuntimeError:  # the broker is stopping: written here instead
                 added = None
             if added is not None:
                 self._adding[tid] = added
@@ -511,8 +511,8 @@ class TransactionCoordinator:
     ) -> None:
         """Hold ``offsets`` in the group's log for the producer's open transaction: they
         become the group's at its commit.  A journal step of the group's coordinator
-        (Kafka keeps them in ``__consumer_offsets`` the same way), not a record of the
-        metadata log: the transaction's state already names the group (AddOffsetsToTxn)."""
+        (Kafka keeps them in ``__consumer_offsets`` the same way), not a change of the
+        id's log: the transaction's state already names the group (AddOffsetsToTxn)."""
         self._await_added(tid)
         current = self._open_with_group(tid, group, producer_id, producer_epoch)
         root = self.broker.root
@@ -604,7 +604,7 @@ class TransactionCoordinator:
             if tid is None:
                 continue
             if tid in self._adding:
-                self._await_added(tid)  # its records wait for the add's append
+                self._await_added(tid)  # its records wait for the add's step
             if not fresh and not self.transactions.coordinates(tid):
                 with self._lock:
                     known = self._verified.get(key)
@@ -703,7 +703,7 @@ class TransactionCoordinator:
         """Write the decision (Prepare*), then complete it; ``bump`` fences the producer.
 
         ``complete_later`` returns once the markers and offsets are written and
-        leaves the Complete record to the background (EndTxn's answer).
+        leaves the Complete change to the background (EndTxn's answer).
         """
         wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
 
@@ -719,7 +719,7 @@ class TransactionCoordinator:
         self.complete(tid, later=complete_later)
 
     def _await_complete(self, tid: str) -> None:
-        """Write ``tid``'s Complete record now if this broker left it for later.
+        """Write ``tid``'s Complete change now if this broker left it for later.
 
         The note of it stays until a pass finds the Prepare state gone (see
         :meth:`_complete_left_for_later`): a transaction beginning meanwhile may
@@ -731,7 +731,7 @@ class TransactionCoordinator:
 
     def _complete_left_for_later(self) -> None:
         """Drop the notes whose Prepare state is gone (a note only ever matches its own
-        transaction's Prepare state: numbers only grow), write the Complete records of
+        transaction's Prepare state: numbers only grow), write the Complete changes of
         the others; a failure is left to the orphan sweep."""
         for tid, n in list(self._ended.items()):
             current = self.state(tid)
@@ -744,13 +744,13 @@ class TransactionCoordinator:
                 self._write_complete(tid, current)
             except SparklogError as exc:
                 log.warning(
-                    "writing a transaction's Complete record failed",
+                    "writing a transaction's Complete change failed",
                     extra=fields(transactional_id=tid, error=str(exc)),
                 )
 
     def _ended_here(self, tid: str, state: dict[str, Any]) -> bool:
         """Whether ``state`` is a Prepare state whose markers and offsets this broker wrote
-        (only its Complete record is left): the next transaction may begin over it."""
+        (only its Complete change is left): the next transaction may begin over it."""
         with self._lock:
             n = self._ended.get(tid)
         prepared = state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
@@ -775,7 +775,7 @@ class TransactionCoordinator:
     def complete(self, tid: str, *, later: bool = False) -> None:
         """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete.
 
-        ``later``: the Complete record is written in the background (see the module doc).
+        ``later``: the Complete change is written in the background (see the module doc).
         """
         current = self.state(tid)
         if current is None or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT):
@@ -882,7 +882,7 @@ class TransactionCoordinator:
 
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
-        write the Complete records this broker left for later and nothing superseded."""
+        write the Complete changes this broker left for later and nothing superseded."""
         self._complete_left_for_later()
         now = now_ms()
         for tid in list(self.image().transactional_ids):
