@@ -123,6 +123,13 @@ def test_back_to_back_transactions_over_partitions_of_several_leaders_all_commit
         and line.get("transactional_id") == "t-spread"
     ]
     assert refusals == []
+    # a leader that is not the id's coordinator asked it (Flight transaction_state), and
+    # never had to read the id's log itself
+    messages = [
+        line.get("msg") for broker in brokers.brokers.values() for line in broker.log_lines()
+    ]
+    assert "transaction ended" in messages  # (INFO lines are logged)
+    assert "transaction state read from the id's log" not in messages
     # each leader wrote its partitions' markers through its journal (Kafka's WriteTxnMarkers
     # to the leader): the coordinator revoked no shard of another broker's journal (before,
     # each transaction revoked the other leaders' shards, which then leased them again)
