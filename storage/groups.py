@@ -379,7 +379,7 @@ class GroupStore(JournalledLogs[GroupLogState]):
                 "offsets": entries,
             },
         }
-        self._change_if(group, change, lambda state: True)
+        self._change_if(group, change, lambda state: True, urgent=True)
 
     def end_transaction(self, group: str, producer_id: int, txn: int, *, commit: bool) -> bool:
         """The end of producer ``producer_id``'s transaction number ``txn`` in the group:
@@ -397,15 +397,23 @@ class GroupStore(JournalledLogs[GroupLogState]):
             held[0] = pending is not None and pending["txn"] <= txn
             return held[0]
 
-        self._change_if(group, change, needed)
+        self._change_if(group, change, needed, urgent=True)
         return held[0]
 
     def _change_if(
-        self, group: str, change: Commit, needed: Callable[[GroupLogState], bool]
+        self,
+        group: str,
+        change: Commit,
+        needed: Callable[[GroupLogState], bool],
+        *,
+        urgent: bool = False,
     ) -> None:
         """``change``, if ``needed`` by the group's state: journalled where this process
-        coordinates the group, else committed to its log."""
-        self._change(group, lambda state: dict(change) if needed(state) else None)
+        coordinates the group, else committed to its log.  ``urgent`` (a transaction's
+        offsets and its end, which the transaction waits for in turn, as for its own
+        steps): the journal commit starts at once instead of up to the journal's flush
+        interval later; an offset commit waits for the next flush."""
+        self._change(group, lambda state: dict(change) if needed(state) else None, urgent=urgent)
 
     def set_generation(self, group: str, generation: int) -> None:
         """Record that ``generation`` started: commits of older generations are refused."""

@@ -273,8 +273,11 @@ class JournalledLogs(Generic[S]):
             self._pending.pop(key, None)
             self._pending_since.pop(key, None)
 
-    def _journalled_commit(self, key: str, build: Callable[[S], Commit | None]) -> Commit | None:
-        """Journal ``build(the key's state)`` (None: nothing to write); the step written."""
+    def _journalled_commit(
+        self, key: str, build: Callable[[S], Commit | None], *, urgent: bool = False
+    ) -> Commit | None:
+        """Journal ``build(the key's state)`` (None: nothing to write); the step written.
+        ``urgent`` (or ``urgent_steps``): its journal commit starts at once."""
         assert self._writer is not None
         log, lock = self.log(key)
         with lock:
@@ -287,7 +290,7 @@ class JournalledLogs(Generic[S]):
             if change is None:
                 return None
             ref, version = self._writer.write_step(
-                self.section, key, change, urgent=self._urgent_steps
+                self.section, key, change, urgent=urgent or self._urgent_steps
             )
             if ref != state.journal:
                 # the journal was sealed and restarted between our lease and this step:
@@ -321,11 +324,14 @@ class JournalledLogs(Generic[S]):
                 self._drop_folded(key, log.state)
         return commit
 
-    def _change(self, key: str, build: Callable[[S], Commit | None]) -> Commit | None:
+    def _change(
+        self, key: str, build: Callable[[S], Commit | None], *, urgent: bool = False
+    ) -> Commit | None:
         """``build(the key's state)`` (None: no change): journalled where this process
-        coordinates the key, else committed to its log; the change written."""
+        coordinates the key (``urgent``: its journal commit starts at once), else
+        committed to its log; the change written."""
         if self.coordinates(key):
-            return self._journalled_commit(key, build)
+            return self._journalled_commit(key, build, urgent=urgent)
         return self._direct_commit(key, build)
 
     def _drop_folded(self, key: str, state: S) -> None:

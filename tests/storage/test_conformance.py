@@ -732,8 +732,9 @@ def test_a_new_coordinator_of_a_transactional_id_seals_the_old_journal(root):
 
 def test_a_transactions_steps_do_not_wait_out_the_journals_flush_interval(root):
     """A transaction waits for its steps one after another: each starts a journal commit
-    at once (as a flush of records does), where an offset commit waits for the next
-    flush, at most the flush interval (here an hour) after the previous one."""
+    at once (as a flush of records does), its offsets' and its end's in the group's log
+    too, where an offset commit waits for the next flush, at most the flush interval
+    (here an hour) after the previous one."""
     from sparklog.storage.journal import JournalWriter
 
     writer = JournalWriter(root.store, 1, flush_interval_ms=3_600_000)
@@ -745,11 +746,15 @@ def test_a_transactions_steps_do_not_wait_out_the_journals_flush_interval(root):
         for n in range(1, 4):  # the first flushes an idle journal; the others follow it
             done.append(root.transactions.write("t", _begin(n))["n"])
 
-    thread = threading.Thread(target=steps, daemon=True)
+    def group_steps() -> None:  # a transaction's offsets and its end in a group
+        root.groups.commit_transactional("g", 7, 0, 3, {("a", 0): (5, "")})
+        done.append(root.groups.end_transaction("g", 7, 3, commit=True))
+
+    thread = threading.Thread(target=lambda: (steps(), group_steps()), daemon=True)
     thread.start()
     thread.join(60)
-    assert done == [1, 2, 3] and writer.commits == 3
-    root.transactions.use_journal(writer, lambda tid: False)  # nothing left waiting on it
+    assert done == [1, 2, 3, True] and writer.commits == 5
+    assert _offsets(root.groups, "g") == {("a", 0): 5}
     writer.close()
 
 
