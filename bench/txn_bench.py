@@ -16,6 +16,10 @@ what the transaction waits for, one round trip at a time.
 ``--brokers`` runs the same on clusters of that many brokers on one root (issue 36:
 no refusal on a healthy cluster; the topics' shards spread over every broker, so
 most of a transaction's partitions are led by brokers other than its coordinator).
+
+Also printed: the cluster metadata log's versions written per transaction of the
+transactional run (a request count, whatever the machine's load: each is a PUT every
+broker then reads; issue 37 item 4b took a transaction's state out of that log).
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ def _api_seconds_of(urls: list[str]) -> dict[str, tuple[float, float]]:
     return total
 
 
+def _metadata_versions(root: Path) -> int:
+    """How many versions the root's cluster metadata log holds (a local root)."""
+    return len(list((root / "cluster/metadata/log").glob("*.json")))
+
+
 def run(
     linger_ms: int, records: int, txn_size: int, warm_up: int, brokers: int = 1
 ) -> dict[str, float]:
@@ -99,16 +108,22 @@ def run(
         kafka_produce_transactional(bootstrap, "bench-txn-warm-up", warm_up, txn_size)
         idempotent = kafka_produce_idempotent(bootstrap, "bench-idempotent", records)
         before = _api_seconds_of(urls)
+        versions = _metadata_versions(work / "root")
         transactional = kafka_produce_transactional(
             bootstrap, "bench-transactional", records, txn_size
         )
+        appends = _metadata_versions(work / "root") - versions
         after = _api_seconds_of(urls)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
             proc.wait(timeout=60)
-    result = {"idempotent": idempotent, "transactional": transactional}
+    result = {
+        "idempotent": idempotent,
+        "transactional": transactional,
+        "metadata appends/txn": appends / (records / txn_size),
+    }
     for api in APIS:
         n = after.get(api, (0, 0))[0] - before.get(api, (0, 0))[0]
         s = after.get(api, (0, 0))[1] - before.get(api, (0, 0))[1]
@@ -134,7 +149,12 @@ def main() -> None:
     header = (
         f"{'linger_ms':>9} {'idempotent/s':>13} {'txn/s':>10} {'ratio':>6} {'ms/txn extra':>13}"
     )
-    print(f"{'brokers':>7} " + header + "".join(f" {api + ' ms':>22}" for api in APIS))
+    print(
+        f"{'brokers':>7} "
+        + header
+        + "".join(f" {api + ' ms':>22}" for api in APIS)
+        + f" {'metadata appends/txn':>21}"
+    )
     for brokers, linger_ms in (
         (int(b), int(v)) for b in args.brokers.split(",") for v in args.linger_ms.split(",")
     ):
@@ -145,7 +165,7 @@ def main() -> None:
             f" {r['transactional'] / r['idempotent']:>5.2f}x {extra_ms / transactions:>13.2f}"
         )
         line += "".join(f" {r[api + ' ms']:>12.2f} ({r[api + ' requests']:>5.0f})" for api in APIS)
-        print(line)
+        print(line + f" {r['metadata appends/txn']:>21.2f}")
 
 
 if __name__ == "__main__":

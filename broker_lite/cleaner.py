@@ -77,6 +77,14 @@ class MaintenanceHost(Protocol):
         """Delete the group's commit files and snapshots below its retention; how many."""
         ...
 
+    def owned_transactional_ids(self) -> Iterable[str]:
+        """The transactional ids whose logs this host prunes."""
+        ...
+
+    def prune_transaction_log(self, transactional_id: str, now_ms: int) -> int:
+        """Delete the id's commit files and snapshots below its retention; how many."""
+        ...
+
 
 class Cleaner:
     """Scheduled maintenance of the partitions one host leads."""
@@ -140,13 +148,27 @@ class Cleaner:
         except Exception as exc:  # litter must not stop the pass
             summary["errors"] += 1
             log.warning("temp file sweep failed", extra=fields(error=str(exc)))
-        for group in host.owned_groups():
-            try:
-                pruned = host.prune_group_log(group, self.clock_ms())
-                summary["pruned_files"] = summary.get("pruned_files", 0) + pruned
-            except Exception as exc:  # one group's failure must not stop the pass
-                summary["errors"] += 1
-                log.warning("group log pruning failed", extra=fields(group=group, error=str(exc)))
+        # (what, its log field, the keys this host prunes, how): one failure stops nothing
+        small_logs: list[tuple[str, str, Iterable[str], Callable[[str, int], int]]] = [
+            ("group", "group", host.owned_groups(), host.prune_group_log),
+            (
+                "transaction",
+                "transactional_id",
+                host.owned_transactional_ids(),
+                host.prune_transaction_log,
+            ),
+        ]
+        for what, field_name, keys, prune in small_logs:
+            for key in keys:
+                try:
+                    pruned = prune(key, self.clock_ms())
+                    summary["pruned_files"] = summary.get("pruned_files", 0) + pruned
+                except Exception as exc:  # one log's failure must not stop the pass
+                    summary["errors"] += 1
+                    log.warning(
+                        f"{what} log pruning failed",
+                        extra=fields(**{field_name: key}, error=str(exc)),
+                    )
         log.info(
             "cleaner pass",
             extra=fields(**summary, seconds=round(time.perf_counter() - started, 3)),

@@ -424,6 +424,14 @@ class Cluster:
         )
         return [leader, *rest][: max(self.replication_factor, at_least)]
 
+    def transaction_coordinator(self, transactional_id: str) -> BrokerInfo | None:
+        """The live broker that coordinates ``transactional_id`` (as FindCoordinator
+        answers: the highest rendezvous weight), or None with no live broker."""
+        live = self.live()
+        if not live:
+            return None
+        return live[max(live, key=lambda b: rendezvous_weight(transactional_id, 0, int(b)))]
+
     def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()
         leader = self._shard_leader_id(topic, shard, live)

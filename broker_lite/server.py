@@ -249,6 +249,9 @@ class FlightBroker(flight.FlightServerBase):
             "describe_group": lambda group: groups.describe_group(group),
             "delete_group": lambda group: groups.delete_group(group),
             "list_transactions": lambda: broker.transactions.list(),
+            "transaction_state": lambda transactional_id: broker.transactions.state_for_leader(
+                transactional_id
+            ),
             "write_txn_markers": lambda topic, markers: write_led_markers(
                 broker.state, topic, markers
             ),

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from sparklog import errors
 from sparklog.broker_lite.admin_calls import AdminCalls
 from sparklog.broker_lite.broker_state import BrokerState
-from sparklog.broker_lite.cluster import Cluster, rendezvous_weight
+from sparklog.broker_lite.cluster import Cluster
 from sparklog.broker_lite.config import BrokerConfig
 from sparklog.broker_lite.fetch_path import FetchPath
 from sparklog.broker_lite.group_role import GroupRole
@@ -130,7 +130,7 @@ class Broker:
             max_timeout_ms=config.transaction_max_timeout_ms,
         )
         self.produce_path = ProducePath(state, self.transactions)
-        self.upkeep = Upkeep(state, self.group_role.owned_groups)
+        self.upkeep = Upkeep(state, self.group_role.owned_groups, self.coordinates_transaction)
         # -- the broker's calls, each its role's --------------------------------------
         self.produce = self.produce_path.produce
         self.produce_each = self.produce_path.produce_each
@@ -230,11 +230,12 @@ class Broker:
                 self.root.store,
                 self.config.broker_id,
                 flush_interval_ms=self.config.offsets_flush_interval_ms,
-                on_sealed=self.root.groups.retire_journal,
+                on_sealed=self._journal_sealed,
             )
             self.state.journal = self._journal
             if self.config.journal_offset_commits:
                 self.root.groups.use_journal(self._journal, self.coordinates)
+                self.root.transactions.use_journal(self._journal, self.coordinates_transaction)
         # the first renewal also opens the store's connections: give it a few tries
         storage_call(lambda: retrying(cluster.renew, deadline_ms=self.config.retry_timeout_ms))
         self.leadership.update_leadership()
@@ -317,6 +318,9 @@ class Broker:
         for thread in self._threads:
             thread.join(timeout=10)
         self.coordinator.close()  # the deadline thread of parked joins and syncs
+        # the Complete states left for later are journal steps: written before the journal
+        # is folded and closed
+        self.transactions.close()
         if self._journal is not None:
             try:
                 self._close_journal()
@@ -325,7 +329,6 @@ class Broker:
         if state.cluster is not None:
             state.cluster.resign()
         self.produce_path.shutdown_commits()
-        self.transactions.close()
         state.peers.close()
         log.info("broker stopped", extra=fields(broker=self.config.broker_id))
 
@@ -376,11 +379,8 @@ class Broker:
     def coordinates_transaction(self, transactional_id: str) -> bool:
         """Whether this broker is ``transactional_id``'s coordinator (as FindCoordinator says)."""
         assert self.cluster is not None
-        live = list(self.cluster.live())
-        if not live:
-            return False
-        chosen = max(live, key=lambda b: rendezvous_weight(transactional_id, 0, int(b)))
-        return int(chosen) == self.config.broker_id
+        chosen = self.cluster.transaction_coordinator(transactional_id)
+        return chosen is not None and chosen.broker_id == self.config.broker_id
 
     def coordinates(self, group: str) -> bool:
         """Whether this broker coordinates ``group`` (its offset commits are journalled)."""
@@ -389,6 +389,11 @@ class Broker:
         except NotCoordinatorError:
             return False
         return True
+
+    def _journal_sealed(self, ref: JournalRef) -> None:
+        """Our journal ``ref`` was sealed by another process: its sealers fold its steps."""
+        self.root.groups.retire_journal(ref)
+        self.root.transactions.retire_journal(ref)
 
     def _fold_journal(self) -> None:
         """Fold the groups' journalled commits that waited ``fold_interval_ms``; replace the
@@ -401,13 +406,20 @@ class Broker:
         if (time.monotonic() - writer.started) * 1000 < rotate_ms:
             if self.config.journal_offset_commits:
                 self.root.groups.fold_due(interval_ms)
+                self.root.transactions.fold_due(interval_ms)
             self.produce_path.fold_shards(interval_ms)
         elif self.config.journal_offset_commits:
-            self.root.groups.rotate_journal(also_folded=self._shards_folded)
+            self.root.groups.rotate_journal(also_folded=self._txns_and_shards_folded)
         elif writer.next_version > 0:  # nothing written: nothing to replace (no LIST)
             old = writer.rotate()
             if self._shards_folded(old):
                 self.root.store.delete_prefix(old.prefix)
+
+    def _txns_and_shards_folded(self, ref: JournalRef) -> bool:
+        """Fold the transactional ids' and the shards' journalled steps; whether journal
+        ``ref`` holds no more of them."""
+        txns_done = self.root.transactions.fold_all(ref)
+        return self._shards_folded(ref) and txns_done
 
     def _shards_folded(self, ref: JournalRef) -> bool:
         """Fold every shard's journalled records; whether journal ``ref`` holds no more."""
@@ -420,7 +432,7 @@ class Broker:
         writer = self._journal
         assert writer is not None
         if self.config.journal_offset_commits:
-            self.root.groups.close_journal(also_folded=self._shards_folded)
+            self.root.groups.close_journal(also_folded=self._txns_and_shards_folded)
             return
         writer.close()
         if self._shards_folded(writer.ref) and writer.next_version > 0:

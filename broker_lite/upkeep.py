@@ -19,7 +19,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker_lite.broker_state import BrokerState
 from sparklog.broker_lite.partition_state import PartitionState
@@ -30,6 +30,10 @@ from sparklog.storage.log import ShardLog
 from sparklog.storage.shared_objects import SharedSection
 from sparklog.storage.topic_info import TopicInfo
 from sparklog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from sparklog.storage.journalled_logs import JournalledLogs
+    from sparklog.storage.maintenance import PruneReport
 
 #: how often the cleaner lists an unchanged topic's objects and logs anyway (a brokerless
 #: writer's abandoned upload appears without a commit); a topic first seen waits for its
@@ -60,9 +64,15 @@ class Upkeep:
     """The cleaner's view of the broker; ``owned_groups()``: the groups it coordinates
     (all of the root's, listed at most daily, and those served since)."""
 
-    def __init__(self, state: BrokerState, owned_groups: Callable[[], list[str]]) -> None:
+    def __init__(
+        self,
+        state: BrokerState,
+        owned_groups: Callable[[], list[str]],
+        coordinates_transaction: Callable[[str], bool] = lambda tid: False,
+    ) -> None:
         self.state = state
         self._owned_groups = owned_groups
+        self._coordinates_transaction = coordinates_transaction
         #: (topic, job) -> (topic id and shard versions, last full pass ms, when work
         #: waiting falls due (ms; None: none waits)): what the cleaner's last GC or pruning
         #: of a topic (or group) saw (see _topic_unchanged)
@@ -113,6 +123,11 @@ class Upkeep:
 
     def owned_groups(self) -> list[str]:
         return self._owned_groups()
+
+    def owned_transactional_ids(self) -> list[str]:
+        """The registered transactional ids this broker coordinates (their logs it prunes)."""
+        registry = self.state.root.metadata.image().transactional_ids
+        return [tid for tid in registry if self._coordinates_transaction(tid)]
 
     def wait_stopping(self, timeout_s: float) -> bool:
         return self.state.stop_requested.wait(timeout_s)
@@ -336,14 +351,39 @@ class Upkeep:
     def prune_group_log(self, group: str, now_ms: int) -> int:
         from sparklog.storage.maintenance import prune_group_log
 
-        group_log, lock = self.state.root.groups.log(group)
+        return self._prune_keyed(
+            self.state.root.groups, group, "group-prune", now_ms, prune_group_log
+        )
+
+    def prune_transaction_log(self, transactional_id: str, now_ms: int) -> int:
+        from sparklog.storage.maintenance import prune_transaction_log
+
+        return self._prune_keyed(
+            self.state.root.transactions,
+            transactional_id,
+            "txn-prune",
+            now_ms,
+            prune_transaction_log,
+        )
+
+    def _prune_keyed(
+        self,
+        logs: JournalledLogs[Any],
+        key: str,
+        job: str,
+        now_ms: int,
+        prune: Callable[..., PruneReport],
+    ) -> int:
+        """Prune one group's or transactional id's log, unless nothing was committed to
+        it and nothing waiting came of age since its last pruning (no request then)."""
+        keyed_log, lock = logs.log(key)
         with lock:
-            version = group_log.refresh().version
-        seen = self._upkeep.get((group, "group-prune"))
+            version = keyed_log.refresh().version
+        seen = self._upkeep.get((key, job))
         if seen is not None and seen[0] == version and _not_due(seen[2], now_ms):
-            return 0  # nothing committed, and nothing waiting come of age, since its last pruning
-        report = prune_group_log(self.state.root, group, now=now_ms)
-        self._upkeep[(group, "group-prune")] = (version, 0, report.waiting_until_ms)
+            return 0
+        report = prune(self.state.root, key, now=now_ms)
+        self._upkeep[(key, job)] = (version, 0, report.waiting_until_ms)
         return len(report.deleted)
 
 

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from sparklog.storage.groups import GroupStore
     from sparklog.storage.topics import Topic
+    from sparklog.storage.transactions import TransactionStore
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
@@ -147,6 +148,17 @@ class LogRoot:
 
             found = GroupStore(self.store, snapshot_interval=self.snapshot_interval)
             self.__dict__["_groups"] = found
+        return found
+
+    @property
+    def transactions(self) -> TransactionStore:
+        """The transactional ids' state (their logs; the metadata log registers the ids)."""
+        found: TransactionStore | None = self.__dict__.get("_transactions")
+        if found is None:
+            from sparklog.storage.transactions import TransactionStore
+
+            found = TransactionStore(self.store, snapshot_interval=self.snapshot_interval)
+            self.__dict__["_transactions"] = found
         return found
 
     @property

@@ -29,7 +29,10 @@ A commit holds one or more records, applied together.  The record types
 ``scram_credential``      keyed: ``key`` = ``user/mechanism``, ``value`` = salted hashes or null
 ``acl``                   keyed: ``key`` = the binding, ``value`` = the binding or null
 ``client_quota``          keyed: ``key`` = the entity, ``value`` = its quotas or null
-``transactional_id``      keyed: ``key`` = the transactional id, ``value`` = its state or null
+``transactional_id``      keyed: ``key`` = the transactional id, ``value`` = its producer id,
+                          epoch and timeout (its state is in its own log,
+                          :mod:`sparklog.storage.transactions`; an older broker wrote
+                          the whole state here) or null
 ``mirror_link``           keyed: ``key`` = the link's name, ``value`` = its definition or null
 ========================  ===============================================================
 

@@ -20,22 +20,20 @@ import hashlib
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, cast
 
 from sparklog.clock import now_ms
 from sparklog.errors import CorruptRecordError, IllegalGenerationError, InvalidGroupIdError
-from sparklog.storage.journal import (
-    Journal,
-    JournalRef,
-    JournalSealedError,
-    JournalWriter,
-    journal_steps,
-    read_versions,
+from sparklog.storage.journal import JournalRef
+from sparklog.storage.journalled_logs import (
+    JournalledLogs,
+    LeasedState,
+    apply_journal_steps,
+    apply_leased_commit,
 )
-from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, LogStateBase, MetaLog
+from sparklog.storage.metalog import DEFAULT_SNAPSHOT_INTERVAL, Commit, MetaLog
 from sparklog.storage.objectstore import ObjectStore
 from sparklog.topic_partition import TopicPartition
 
@@ -137,7 +135,7 @@ class PendingTxnOffsets(TypedDict):
 
 
 @dataclass
-class GroupLogState(LogStateBase):
+class GroupLogState(LeasedState):
     """A group log at one version: the newest generation and the committed offsets.
 
     Under a journal lease (format 3), ``journal`` names the broker journal that holds
@@ -198,14 +196,7 @@ def apply_steps(
 ) -> None:
     """Journal ``steps`` (``[version, change]``, in order) of the lease's journal that
     are past ``state.folded``; a fold repeated (a lost answer, the next leader) is a no-op."""
-    if journal is None or journal != state.journal:
-        return
-    through = state.folded
-    for version, change in steps:
-        if int(version) > state.folded:
-            apply_change(state, change)
-            through = max(through, int(version))
-    state.folded = through
+    apply_journal_steps(state, journal, steps, apply_change)
 
 
 def _partition_of(key: str) -> TopicPartition:
@@ -221,13 +212,7 @@ class GroupCodec:
         return GroupLogState()
 
     def apply(self, state: GroupLogState, commit: Commit) -> None:
-        fold = commit.get("fold")
-        if fold:  # the journal's changes up to here come first
-            apply_steps(state, JournalRef.from_json(fold["journal"]), fold["steps"])
-        if commit.get("kind") == "lease":
-            state.journal = JournalRef.from_json(commit["journal"])
-            state.folded = int(commit["from"]) - 1
-        apply_change(state, commit)
+        apply_leased_commit(state, commit, apply_change)
 
     def snapshot(self, state: GroupLogState) -> bytes:
         doc: dict[str, Any] = {
@@ -273,277 +258,40 @@ class GroupLog(MetaLog[GroupLogState]):
         self.group = group
 
 
-#: journal steps of one group held in memory by the journal's writer: (journal, version,
-#: change), oldest first
-PendingSteps = list[tuple[JournalRef, int, Commit]]
-
-
-class GroupStore:
+class GroupStore(JournalledLogs[GroupLogState]):
     """Committed offsets of every consumer group under one root (thread-safe).
 
     In a broker with a journal (:meth:`use_journal`), the offset commits of the groups
     it coordinates are journal steps (format 3: one journal commit per flush, whatever
     the number of groups), folded into each group's log every ``fold_interval_ms``
     (:meth:`fold_due`); readers anywhere read the log and then the journal its lease
-    names (docs/architecture.md, "Storage format 3").
+    names (docs/architecture.md, "Storage format 3";
+    :class:`~sparklog.storage.journalled_logs.JournalledLogs` is the machine).
     """
 
     def __init__(
         self, store: ObjectStore, *, snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
     ) -> None:
-        self.store = store
+        super().__init__(store, "groups", self._open_group_log)
         self.snapshot_interval = snapshot_interval
-        self._lock = threading.Lock()
-        self._logs: dict[str, tuple[GroupLog, threading.Lock]] = {}
-        self._writer: JournalWriter | None = None
-        self._coordinates: Callable[[str], bool] = lambda group: False
-        #: journalled steps not yet folded, per group (the writer's memory)
-        self._pending: dict[str, PendingSteps] = {}
-        #: monotonic time of each group's oldest unfolded step
-        self._pending_since: dict[str, float] = {}
-        #: this process's own journals that are retired: everything in them is folded
-        self._retired: set[JournalRef] = set()
-        self._journal_started = time.monotonic()
-        #: fold commits written (for tests and metrics)
-        self.folds = 0
 
-    # -- the journal (format 3) ---------------------------------------------------------
-
-    def use_journal(self, writer: JournalWriter, coordinates: Callable[[str], bool]) -> None:
-        """Journal the commits of the groups ``coordinates`` says this process leads."""
-        self._writer = writer
-        self._coordinates = coordinates
-        self._journal_started = time.monotonic()
-
-    def _pending_steps(self, group: str, state: GroupLogState) -> list[list[Any]]:
-        """The group's steps after the log's folded position, from memory (our journal)
-        or read from the journal the log's lease names (another broker's)."""
-        ref = state.journal
-        if ref is None or ref in self._retired:
-            return []
-        with self._lock:
-            mine: list[list[Any]] = [[v, c] for r, v, c in self._pending.get(group, ()) if r == ref]
-        if mine or (self._writer is not None and ref == self._writer.ref):
-            return [step for step in mine if step[0] > state.folded]
-        return self._read_tail(ref, state.folded + 1, group)
-
-    def _read_tail(self, ref: JournalRef, first: int, group: str) -> list[list[Any]]:
-        """``group``'s steps in journal ``ref`` from version ``first`` to its end."""
-        return journal_steps(read_versions(self.store, ref, first), "groups", group)
-
-    def _view(self, group: str) -> GroupLogState:
-        """The group's state now: its log (one probe) and the journal after it.
-
-        A journal is deleted once everything in it is folded, so a reader that finds
-        nothing after its folded position reads the log once more: a fold and the
-        deletion may both have happened since its first read.
-        """
-        log, lock = self.log(group)
-        with lock:
-            state = log.refresh()
-            steps = self._pending_steps(group, state)
-            if not steps and state.journal is not None and not self._is_mine(state.journal):
-                before = (state.journal, state.folded)
-                state = log.refresh()
-                if (state.journal, state.folded) != before:
-                    steps = self._pending_steps(group, state)
-        return state.overlaid(steps) if steps else state
-
-    def _is_mine(self, ref: JournalRef) -> bool:
-        return ref in self._retired or (self._writer is not None and ref == self._writer.ref)
-
-    def rotate_journal(self, also_folded: Callable[[JournalRef], bool] | None = None) -> None:
-        """Start a fresh journal, fold every step of the old one, then delete it (so a
-        journal's versions never outlive the steps they hold).  ``also_folded(old)``
-        folds what else the journal holds (shards' records) and says whether all of it
-        is folded."""
-        assert self._writer is not None
-        if self._writer.next_version == 0:  # nothing written: nothing to replace (no LIST)
-            return
-        old = self._writer.rotate()
-        self.fold_due(0, everything=True)
-        with self._lock:
-            left = any(r == old for steps in self._pending.values() for r, _, _ in steps)
-        if also_folded is not None and not also_folded(old):
-            left = True
-        if left:  # a fold failed: the next rotation tries again
-            return
-        self._retired.add(old)
-        self.store.delete_prefix(old.prefix)
-
-    def close_journal(self, also_folded: Callable[[JournalRef], bool] | None = None) -> None:
-        """A graceful stop: fold everything journalled, then delete the journal."""
-        if self._writer is None:
-            return
-        self._writer.close()
-        ref = self._writer.ref
-        self.fold_due(0, everything=True)
-        done = also_folded is None or also_folded(ref)
-        if done and not self.pending_groups() and self._writer.next_version > 0:
-            self._retired.add(ref)
-            self.store.delete_prefix(ref.prefix)
-
-    def _lease(self, log: GroupLog, group: str) -> None:
-        """Name our journal in the group's log (with the lock held), folding first what
-        the previous journal holds for the group: a journal of another broker (or an
-        older one of ours) is sealed, so nothing more is acknowledged from it."""
-        assert self._writer is not None
-        writer = self._writer
-
-        def build(state: GroupLogState) -> Commit | None:
-            if state.journal == writer.ref:
-                return None
-            commit = writer.lease()
-            old = state.journal
-            if old is not None and old not in self._retired:
-                with self._lock:
-                    mine: list[list[Any]] = [
-                        [v, c] for r, v, c in self._pending.get(group, ()) if r == old
-                    ]
-                if not mine:
-                    read, _ = Journal(self.store, old).seal(
-                        state.folded + 1, by=f"broker {writer.broker_id}"
-                    )
-                    mine = journal_steps(read, "groups", group)
-                steps = [step for step in mine if step[0] > state.folded]
-                if steps:
-                    commit["fold"] = {"journal": old.to_json(), "steps": steps}
-            return commit
-
-        log.commit(build)
-        with self._lock:
-            self._pending.pop(group, None)
-            self._pending_since.pop(group, None)
-
-    def _journalled_commit(
-        self, group: str, change: Commit, check: Callable[[GroupLogState], bool]
-    ) -> None:
-        """Journal ``change`` (if ``check`` of the group's state says it is needed)."""
-        assert self._writer is not None
-        log, lock = self.log(group)
-        with lock:
-            state = log.loaded_state or log.refresh()
-            if state.journal != self._writer.ref:
-                self._lease(log, group)
-                state = log.state
-            steps = self._pending_steps(group, state)
-            if not check(state.overlaid(steps) if steps else state):
-                return
-            ref, version = self._writer.write_group(group, change)
-            if ref != state.journal:
-                # the journal was sealed and restarted between our lease and this step:
-                # the step is in a journal the log does not name, so it is not committed
-                raise JournalSealedError(
-                    f"group {group!r}: the broker's journal changed; commit again"
-                )
-            with self._lock:
-                self._pending.setdefault(group, []).append((ref, version, change))
-                self._pending_since.setdefault(group, time.monotonic())
-
-    def _direct_commit(
-        self, group: str, build: Callable[[GroupLogState], Commit | None]
-    ) -> Commit | None:
-        """Commit to the group's log, folding first the journal steps after its folded
-        position (so a change made here lands after every step acknowledged before it)."""
-        log, lock = self.log(group)
-        folded_ref: list[JournalRef | None] = [None]
-
-        def with_fold(state: GroupLogState) -> Commit | None:
-            steps = self._pending_steps(group, state)
-            commit = build(state.overlaid(steps) if steps else state)
-            folded_ref[0] = None
-            if commit is not None and steps and state.journal is not None:
-                commit["fold"] = {"journal": state.journal.to_json(), "steps": steps}
-                folded_ref[0] = state.journal
-            return commit
-
-        with lock:
-            commit = log.commit(with_fold)
-            if folded_ref[0] is not None:
-                self._drop_folded(group, log.state)
-        return commit
-
-    def _drop_folded(self, group: str, state: GroupLogState) -> None:
-        with self._lock:
-            left = [
-                (r, v, c)
-                for r, v, c in self._pending.get(group, ())
-                if r == state.journal and v > state.folded
-            ]
-            if left:
-                self._pending[group] = left
-            else:
-                self._pending.pop(group, None)
-                self._pending_since.pop(group, None)
-
-    def fold_due(self, fold_interval_ms: int, *, everything: bool = False) -> int:
-        """Fold the groups whose oldest journalled step is ``fold_interval_ms`` old
-        (every group with steps if ``everything``); the number of folds written."""
-        now = time.monotonic()
-        with self._lock:
-            due = [
-                group
-                for group, since in self._pending_since.items()
-                if everything or (now - since) * 1000 >= fold_interval_ms
-            ]
-        written = 0
-        for group in due:
-            if self._fold(group):
-                written += 1
-        return written
-
-    def _fold(self, group: str) -> bool:
-        log, lock = self.log(group)
-
-        def build(state: GroupLogState) -> Commit | None:
-            with self._lock:
-                ours = any(r == state.journal for r, _, _ in self._pending.get(group, ()))
-            if not ours or state.journal is None:  # leased since by another journal
-                return None
-            steps = self._pending_steps(group, state)
-            if not steps:
-                return None
-            return {"kind": "fold", "fold": {"journal": state.journal.to_json(), "steps": steps}}
-
-        with lock:
-            commit = log.commit(build)
-            self._drop_folded(group, log.state)
-        if commit is not None:
-            self.folds += 1
-        return commit is not None
-
-    def retire_journal(self, ref: JournalRef) -> None:
-        """Forget a journal of ours that was sealed or replaced: its steps are folded by
-        whoever leases each group next (a sealer, or us again)."""
-        with self._lock:
-            for group in list(self._pending):
-                left = [step for step in self._pending[group] if step[0] != ref]
-                if left:
-                    self._pending[group] = left
-                else:
-                    del self._pending[group]
-                    self._pending_since.pop(group, None)
+    def _open_group_log(self, group: str) -> MetaLog[GroupLogState]:
+        key_name = group_key_name(group)
+        if key_name.startswith(_HASHED_PREFIX):
+            # a hashed name cannot be decoded: listings read the id from here
+            self.store.create(f"groups/{key_name}/{GROUP_ID_OBJECT}", group.encode())
+        return GroupLog(self.store, group, self.snapshot_interval)
 
     def pending_groups(self) -> int:
         """Groups with journalled steps not yet folded."""
-        with self._lock:
-            return len(self._pending)
+        return self.pending_keys()
 
     # -- groups -------------------------------------------------------------------------
 
-    def log(self, group: str) -> tuple[GroupLog, threading.Lock]:
+    def log(self, group: str) -> tuple[MetaLog[GroupLogState], threading.Lock]:
         """The group's (cached) log and the lock to hold while using it."""
         validate_group_name(group)
-        with self._lock:
-            found = self._logs.get(group)
-            if found is None:
-                key_name = group_key_name(group)
-                if key_name.startswith(_HASHED_PREFIX):
-                    # a hashed name cannot be decoded: listings read the id from here
-                    self.store.create(f"groups/{key_name}/{GROUP_ID_OBJECT}", group.encode())
-                found = (GroupLog(self.store, group, self.snapshot_interval), threading.Lock())
-                self._logs[group] = found
-            return found
+        return super().log(group)
 
     def commit(
         self,
@@ -594,7 +342,7 @@ class GroupStore:
         if checked:
             change["generation"] = generation
             change["member"] = member_id
-        self._change(group, change, needed)
+        self._change_if(group, change, needed)
 
     def commit_transactional(
         self,
@@ -631,7 +379,7 @@ class GroupStore:
                 "offsets": entries,
             },
         }
-        self._change(group, change, lambda state: True)
+        self._change_if(group, change, lambda state: True, urgent=True)
 
     def end_transaction(self, group: str, producer_id: int, txn: int, *, commit: bool) -> bool:
         """The end of producer ``producer_id``'s transaction number ``txn`` in the group:
@@ -649,16 +397,23 @@ class GroupStore:
             held[0] = pending is not None and pending["txn"] <= txn
             return held[0]
 
-        self._change(group, change, needed)
+        self._change_if(group, change, needed, urgent=True)
         return held[0]
 
-    def _change(self, group: str, change: Commit, needed: Callable[[GroupLogState], bool]) -> None:
+    def _change_if(
+        self,
+        group: str,
+        change: Commit,
+        needed: Callable[[GroupLogState], bool],
+        *,
+        urgent: bool = False,
+    ) -> None:
         """``change``, if ``needed`` by the group's state: journalled where this process
-        coordinates the group, else committed to its log."""
-        if self._writer is not None and self._coordinates(group):
-            self._journalled_commit(group, change, needed)
-            return
-        self._direct_commit(group, lambda state: dict(change) if needed(state) else None)
+        coordinates the group, else committed to its log.  ``urgent`` (a transaction's
+        offsets and its end, which the transaction waits for in turn, as for its own
+        steps): the journal commit starts at once instead of up to the journal's flush
+        interval later; an offset commit waits for the next flush."""
+        self._change(group, lambda state: dict(change) if needed(state) else None, urgent=urgent)
 
     def set_generation(self, group: str, generation: int) -> None:
         """Record that ``generation`` started: commits of older generations are refused."""
@@ -748,8 +503,5 @@ class GroupStore:
 
     def delete(self, group: str) -> None:
         validate_group_name(group)
-        with self._lock:
-            self._logs.pop(group, None)
-            self._pending.pop(group, None)
-            self._pending_since.pop(group, None)
+        self._forget(group)
         self.store.delete_prefix(group_key(group))

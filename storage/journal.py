@@ -5,9 +5,10 @@ broker and journal id, one commit per flush, whatever it holds.
 commits in the envelope every log commit shares (:func:`metalog.encode_commit`), read
 one version at a time: a journal has no snapshots and no listing; a reader knows where
 to start (a log's folded position) and probes the next version.  Kinds: ``flush``
-(``{"groups": {group: [change, ...]}, "shards": {shard key: [change, ...]}}``: the
-steps a flush journalled, in order; a shard's change is exactly the body a format-2
-shard commit would have had),
+(``{"groups": {group: [change, ...]}, "txns": {transactional id: [change, ...]},
+"shards": {shard key: [change, ...]}}``: the steps a flush journalled, in order; a
+shard's change is exactly the body a format-2 shard commit would have had; ``txns`` only
+when it holds any),
 ``seal`` (written by another process taking over what the journal leased: nothing
 follows it, and the writer stops at once) and ``close`` (a graceful stop).
 
@@ -167,7 +168,8 @@ def _revokes(commit: Commit, shards: list[str] | None) -> bool:
 class _Pending:
     """One flush's worth of steps being gathered, and who waits for it."""
 
-    groups: dict[str, list[Commit]] = field(default_factory=dict)
+    #: section ("groups", "txns") -> key -> the key's changes
+    keyed: dict[str, dict[str, list[Commit]]] = field(default_factory=dict)
     shards: dict[str, list[Commit]] = field(default_factory=dict)
     #: a writer waits for this flush at once (records: the produce path lingered already)
     urgent: bool = False
@@ -189,7 +191,7 @@ class JournalCommit(NamedTuple):
 class JournalWriter:
     """A broker's journal writer: steps from many threads, one journal commit per flush.
 
-    ``write_group(group, change)`` blocks until the flush holding it is committed (the
+    ``write_step(section, key, change)`` blocks until the flush holding it is committed (the
     acknowledgement point) and returns that version.  A flush happens at once when the
     journal was idle for ``flush_interval_ms``, else at most ``flush_interval_ms``
     after the previous one, gathering every step submitted meanwhile.  A flush that
@@ -243,14 +245,20 @@ class JournalWriter:
         with self._cond:
             return self._next
 
-    def write_group(self, group: str, change: Commit) -> tuple[JournalRef, int]:
-        """Journal one change of ``group``; (journal, version) once it is committed."""
+    def write_step(
+        self, section: Literal["groups", "txns"], key: str, change: Commit, *, urgent: bool = False
+    ) -> tuple[JournalRef, int]:
+        """Journal one change of ``key`` (a group, a transactional id) in ``section``;
+        (journal, version) once it is committed.  ``urgent``: the flush holding it
+        starts at once (with every step gathered meanwhile) instead of waiting out
+        ``flush_interval_ms``, as a flush of records does."""
         with self._cond:
             if self._closed:
                 raise JournalSealedError("the broker's journal is closed (stopping)")
             pending = self._pending
             ref = self.journal.ref
-            pending.groups.setdefault(group, []).append(change)
+            pending.keyed.setdefault(section, {}).setdefault(key, []).append(change)
+            pending.urgent = pending.urgent or urgent
         self._flush_when_due(pending)
         pending.done.wait()
         if pending.error is not None:
@@ -336,7 +344,8 @@ class JournalWriter:
             version = self._next
             journal = self.journal
         try:
-            body: Commit = {"kind": "flush", "ts": now_ms(), "groups": pending.groups}
+            body: Commit = {"kind": "flush", "ts": now_ms(), "groups": {}}
+            body.update(pending.keyed)
             if pending.shards:
                 body["shards"] = pending.shards
             body["id"] = uuid.uuid4().hex
@@ -351,7 +360,7 @@ class JournalWriter:
                     )
                 self._note_revoke(journal.ref, found, pending, body)
                 version += 1  # the revoke's shards left out, the rest goes on
-                if not body.get("shards") and not body.get("groups"):
+                if not any(body.get(s) for s in ("shards", "groups", "txns")):
                     written = False  # nothing left to write: the version stays free
                     break
             pending.version = version
@@ -534,10 +543,10 @@ def read_versions(store: ObjectStore, ref: JournalRef, first: int) -> list[tuple
 
 def journal_steps(
     versions: Iterator[tuple[int, Commit]] | list[tuple[int, Commit]],
-    section: Literal["groups", "shards"],
+    section: Literal["groups", "txns", "shards"],
     key: str,
 ) -> list[list[Any]]:
-    """``[[version, change], ...]``: the changes of group or shard ``key`` among
+    """``[[version, change], ...]``: the changes of group, transactional id or shard ``key`` among
     journal ``versions``, up to a revoke of the shard (the journal holds none of its
     changes after one, until a lease names the journal again)."""
     out: list[list[Any]] = []

@@ -1,9 +1,12 @@
-"""The transaction coordinator: Kafka's transactional ids, their state in the metadata log.
+"""The transaction coordinator: Kafka's transactional ids, each id's state in a log of its own.
 
 Every state change a transaction must survive the coordinator's death with is
-one ``transactional_id`` record of the cluster metadata log (key = the
-transactional id; value = the state below), written with the log's optimistic
-concurrency, so any broker may serve any call and complete what another began::
+one change of the id's log (:mod:`sparklog.storage.transactions`,
+``transactions/<id>/log``) holding the whole new state below: a step of the
+broker's journal where this broker coordinates the id (FindCoordinator's
+answer), riding its flushes and folded later; from any other broker a commit of
+the id's log with its optimistic concurrency, after the journal's steps. So
+any broker may serve any call and complete what another began::
 
     {"pid": producer id, "epoch": producer epoch, "state": one of STATES,
      "n": the transaction's number (one more for each transaction begun),
@@ -11,27 +14,34 @@ concurrency, so any broker may serve any call and complete what another began::
      "updated_ms": the last change, "partitions": [[topic, partition], ...],
      "groups": {group: [[topic, partition, offset, metadata], ...]}}
 
-Ending a transaction is two records: ``PrepareCommit``/``PrepareAbort`` (the
+The cluster metadata log registers the ids only (``transactional_id`` records:
+``pid``, ``epoch``, ``timeout_ms``), written after a change of the producer id or
+epoch (InitProducerId, an abort's fencing): what the producer-id-to-id lookup,
+ListTransactions and DescribeTransactions start from.  A record an older broker
+wrote holds the whole state: it is the id's state until the id's next change
+moves it into the log.
+
+Ending a transaction is two changes: ``PrepareCommit``/``PrepareAbort`` (the
 decision), then, once every partition has its marker (control record) and a
 committed transaction's offsets are in their groups' logs,
 ``CompleteCommit``/``CompleteAbort``.  EndTxn answers once the markers and
-offsets are written (what readers see is final then).  The Complete record is
+offsets are written (what readers see is final then).  The Complete change is
 left for later: the producer's next transaction, begun on the broker that
-wrote the markers, replaces the Prepare state in the record that begins it, and
-only a Prepare state nothing replaced gets its Complete record, at the broker's
+wrote the markers, replaces the Prepare state in the change that begins it, and
+only a Prepare state nothing replaced gets its Complete change, at the broker's
 next transactions pass (or before its InitProducerId, EndTxn or abort, or when
-the broker stops).  Back-to-back transactions thus cost one metadata-log
-append less each.  A Prepare state this broker did not finish still refuses a
-new transaction (CONCURRENT_TRANSACTIONS) until it is completed.
+the broker stops).  Back-to-back transactions thus cost one step less each.  A
+Prepare state this broker did not finish still refuses a new transaction
+(CONCURRENT_TRANSACTIONS) until it is completed.
 
 AddPartitionsToTxn for partitions this broker leads answers once the request
-is checked against the image, and appends its record in the background: the
-partitions' records wait for that append (:meth:`TransactionCoordinator.verify`)
-before they are queued, so no record is committed to a partition its
-transaction's state does not list, and an append that failed fails them with
-its error.  The append then runs while the Produce request is on its way and
-being decoded, instead of before it.  Partitions led elsewhere are added
-before the answer (their leader reads the image, not this broker's memory).
+is checked against the state this broker holds, and writes its step in the
+background: the partitions' records wait for that step
+(:meth:`TransactionCoordinator.verify`) before they are queued, so no record is
+committed to a partition its transaction's state does not list, and a step that
+failed fails them with its error.  The step then runs while the Produce request
+is on its way and being decoded, instead of before it.  Partitions led
+elsewhere are added before the answer (their leader asks this broker).
 
 A broker finding a Prepare state left behind (its coordinator died) finishes
 it; an ``Ongoing`` transaction older than its timeout is aborted with the epoch
@@ -48,6 +58,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -68,7 +79,14 @@ from sparklog.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.protocol import actions
 from sparklog.storage.cluster_metadata import MetadataImage, Record
+from sparklog.storage.transactions import (
+    TransactionStore,
+    registered_state,
+    registry_record,
+    transaction_states,
+)
 from sparklog.storage.txn_markers import Marker
 from sparklog.topic_partition import TopicPartition
 
@@ -87,6 +105,11 @@ DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 15 * 60 * 1000
 MAX_EPOCH = 32767
 #: how long a Prepare state may wait for its coordinator before any broker finishes it
 ORPHAN_GRACE_MS = 2_000
+#: verified (producer, epoch, partition) answers kept (all dropped past it)
+VERIFIED_KEPT = 65_536
+#: how often the tick re-reads an id it coordinates that has no transaction open and
+#: whose log another broker (or nobody) leases: the other ids' states are in memory
+QUIET_RECHECK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -131,18 +154,26 @@ class TransactionCoordinator:
         self._by_pid: dict[int, str] = {}
         self._lock = threading.Lock()
         # transactional id -> the number of its transaction whose markers and offsets this
-        # broker wrote and whose Complete record is left for later (see the module doc)
+        # broker wrote and whose Complete change is left for later (see the module doc)
         self._ended: dict[str, int] = {}
-        # transactional id -> its AddPartitionsToTxn record being appended in the background
+        # transactional id -> its AddPartitionsToTxn change being written in the background
         self._adding: dict[str, Future[Any]] = {}
+        # (producer id, epoch, topic, partition) -> the number of the transaction the
+        # partition was verified in (see :meth:`verify`)
+        self._verified: dict[tuple[int, int, str, int], int] = {}
+        #: verifications answered by the id's coordinator (for tests and metrics)
+        self.asked = 0
+        # transactional id -> monotonic time its state, last seen with no transaction
+        # open and its log not leased to us, is read again by the tick
+        self._quiet_until: dict[str, float] = {}
         self._adder = ThreadPoolExecutor(4, thread_name_prefix="txn-add")
 
     def close(self) -> None:
-        """Write the records in flight and the Complete records left for later."""
+        """Write the changes in flight and the Complete changes left for later."""
         self._adder.shutdown(wait=True)
         self._complete_left_for_later()
 
-    # -- the metadata log ----------------------------------------------------
+    # -- the state: the ids' logs, the metadata log's registry --------------------
     @property
     def metadata(self) -> Any:
         return self.broker.root.metadata
@@ -150,26 +181,81 @@ class TransactionCoordinator:
     def image(self, fresh: bool = False) -> MetadataImage:
         return self.metadata.refresh_on_miss() if fresh else self.metadata.image()
 
-    def state(self, tid: str) -> dict[str, Any] | None:
-        found = self.image().transactional_ids.get(tid)
-        return dict(found) if found is not None else None
+    @property
+    def transactions(self) -> TransactionStore:
+        """The transactional ids' logs (their state; the metadata log registers the ids)."""
+        return self.broker.root.transactions
+
+    def state(self, tid: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """``tid``'s state: from memory where its log is leased to our journal (unless
+        ``fresh``), else its log and journal now (one probe), else what its registry
+        record gives (an id an older broker wrote holds its state there)."""
+        if not fresh:
+            held = self.transactions.held_state(tid)
+            if held is not None:
+                return held
+        found = self.transactions.state(tid)
+        if found is not None:
+            return found
+        image = self.image(fresh)
+        return registered_state(image.transactional_ids.get(tid))
+
+    def state_for_leader(self, tid: str) -> dict[str, Any] | None:
+        """``tid``'s state as a partition leader asks it (Flight ``transaction_state``):
+        after this broker's AddPartitionsToTxn step in flight for it, if any, so that a
+        leader never sees the transaction without partitions the client was told are in
+        it."""
+        self._await_added(tid, errors=False)
+        return self.state(tid)
 
     def _change(self, tid: str, change: Any) -> dict[str, Any] | None:
-        """Append ``change(current state) -> new state`` (None: no change); the state after."""
+        """Write ``change(current state) -> new state`` (None: no change) into ``tid``'s
+        log (a journal step where this broker coordinates the id); the state after.
+
+        An id's first state comes from its registry record when its log has none (an
+        older broker's record: the change moves the state into the log).  The registry
+        record is written after, when the producer id or epoch changed
+        (InitProducerId, an abort's fencing) or the record is an older broker's.
+        """
         after: list[dict[str, Any] | None] = [None]
 
-        def build(image: MetadataImage) -> list[Record] | None:
-            current = image.transactional_ids.get(tid)
+        def build(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            if current is None:
+                current = registered_state(self.image(fresh=True).transactional_ids.get(tid))
             new = change(dict(current) if current is not None else None)
             if new is None:
                 after[0] = dict(current) if current is not None else None
                 return None
             new = {**new, "updated_ms": now_ms()}
             after[0] = new
-            return [_record(tid, new)]
+            return new
+
+        written = self.transactions.write(tid, build)
+        if written is not None:  # (a record an older broker wrote stays until a change)
+            self._register(tid, written)
+        return after[0]
+
+    def _register(self, tid: str, state: dict[str, Any]) -> None:
+        """Record ``tid``'s producer id and epoch in the registry if they are newer than
+        its record there (or the record is an older broker's whole state)."""
+        wanted = registry_record(state)
+
+        def stale(record: dict[str, Any] | None) -> bool:
+            if record is None or "state" in record:
+                return True
+            newer = (wanted["pid"], wanted["epoch"]) > (int(record["pid"]), int(record["epoch"]))
+            return newer or (
+                (wanted["pid"], wanted["epoch"]) == (int(record["pid"]), int(record["epoch"]))
+                and wanted["timeout_ms"] != int(record.get("timeout_ms", -1))
+            )
+
+        if not stale(self.image().transactional_ids.get(tid)):
+            return
+
+        def build(image: MetadataImage) -> list[Record] | None:
+            return [_record(tid, wanted)] if stale(image.transactional_ids.get(tid)) else None
 
         self.metadata.append(build)
-        return after[0]
 
     # -- checks -------------------------------------------------------------
     @staticmethod
@@ -294,8 +380,8 @@ class TransactionCoordinator:
         """Begin a transaction (if none is ongoing) or extend it; the state after.
 
         A previous transaction whose markers and offsets this broker wrote is
-        over even while its Complete record is pending: the new state replaces
-        it (the Complete record then finds nothing to do).
+        over even while its Complete change is pending: the new state replaces
+        it (the Complete change then finds nothing to do).
         """
 
         def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -355,10 +441,10 @@ class TransactionCoordinator:
     def _add_in_background(
         self, tid: str, producer_id: int, producer_epoch: int, partitions: Sequence[tuple[str, int]]
     ) -> None:
-        """Check the request against the image now, append its record in the background.
+        """Check the request against the state now, write its change in the background.
 
-        The checks are those the append repeats (an answer here is what the
-        append will do unless another broker changed ``tid`` meanwhile, and
+        The checks are those the step repeats (an answer here is what the
+        step will do unless another broker changed ``tid`` meanwhile, and
         then the partitions' records are refused with that change's error).
         """
         current = self._check_producer(tid, self.state(tid), producer_id, producer_epoch)
@@ -372,7 +458,7 @@ class TransactionCoordinator:
                 added = self._adder.submit(
                     self._begin_or_extend, tid, producer_id, producer_epoch, partitions
                 )
-            except RuntimeError:  # the broker is stopping: appended here instead
+            except RuntimeError:  # the broker is stopping: written here instead
                 added = None
             if added is not None:
                 self._adding[tid] = added
@@ -425,8 +511,8 @@ class TransactionCoordinator:
     ) -> None:
         """Hold ``offsets`` in the group's log for the producer's open transaction: they
         become the group's at its commit.  A journal step of the group's coordinator
-        (Kafka keeps them in ``__consumer_offsets`` the same way), not a record of the
-        metadata log: the transaction's state already names the group (AddOffsetsToTxn)."""
+        (Kafka keeps them in ``__consumer_offsets`` the same way), not a change of the
+        id's log: the transaction's state already names the group (AddOffsetsToTxn)."""
         self._await_added(tid)
         current = self._open_with_group(tid, group, producer_id, producer_epoch)
         root = self.broker.root
@@ -439,12 +525,11 @@ class TransactionCoordinator:
             root.groups.commit_transactional(
                 group, producer_id, producer_epoch, txn, held, topic_ids=topic_ids
             )
-            # the image may have been behind (the producer's previous transaction still
-            # open in it), or an abort (the timeout) may have ended this one between the
-            # check and the step, its end finding nothing held: the metadata log's head
-            # decides, and a newer transaction's step replaces the one written
-            found = self.image(fresh=True).transactional_ids.get(tid)
-            after = dict(found) if found is not None else None
+            # the state read may have been behind (the producer's previous transaction
+            # still open in it), or an abort (the timeout) may have ended this one between
+            # the check and the step, its end finding nothing held: the id's log decides,
+            # and a newer transaction's step replaces the one written
+            after = self.state(tid, fresh=True)
             if after is not None and int(after["n"]) == txn and after["state"] == ONGOING:
                 return
             if (
@@ -463,14 +548,13 @@ class TransactionCoordinator:
     def _open_with_group(
         self, tid: str, group: str, producer_id: int, producer_epoch: int
     ) -> dict[str, Any]:
-        """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as the
-        image has it, or the metadata log's head if the image is behind; else raise."""
-        found = self.image().transactional_ids.get(tid)
+        """The producer's ongoing transaction that names ``group`` (AddOffsetsToTxn), as
+        this broker holds it, or as the id's log has it if that is behind; else raise."""
+        found = self.state(tid)
         if found is not None and _open_with(found, group, producer_id, producer_epoch):
-            return dict(found)
-        found = self.image(fresh=True).transactional_ids.get(tid)
+            return found
         current = self._check_producer(
-            tid, dict(found) if found is not None else None, producer_id, producer_epoch
+            tid, self.state(tid, fresh=True), producer_id, producer_epoch
         )
         if current["state"] != ONGOING or group not in current["groups"]:
             raise InvalidTxnStateError(
@@ -501,17 +585,32 @@ class TransactionCoordinator:
         The partition must have been added to the producer's ongoing
         transaction (KIP-890); an older epoch is a zombie's.  ``ended`` is the
         number of the producer's last transaction the partition has a marker
-        for: an image still showing that one ongoing is older than the
-        transaction (its coordinator may be another broker), so the metadata
-        log is re-read before anything is refused.
+        for: a state still showing that one ongoing is older than the
+        transaction (its coordinator may be another broker), so it is read
+        again before anything is refused.
+
+        A broker that does not coordinate the id keeps the answer per (producer,
+        epoch, partition) until the partition has the marker of its transaction
+        (``ended`` reaches it; the produce path asks again with it): a
+        transaction's batches after its first are verified without a request.  The producer id's
+        transactional id comes from the registry (the metadata image); the state
+        from this broker's memory when it coordinates the id, else from the
+        coordinator (:meth:`_state_for_verify`).
         """
+        key = (producer_id, producer_epoch, topic, partition)
         for fresh in (False, True):
             image = self.image(fresh)
             tid = self._transactional_id_of(image, producer_id)
-            if tid is not None and tid in self._adding:
-                self._await_added(tid)  # its records wait for the add's append
-                image = self.image()
-            state = image.transactional_ids.get(tid) if tid is not None else None
+            if tid is None:
+                continue
+            if tid in self._adding:
+                self._await_added(tid)  # its records wait for the add's step
+            if not fresh and not self.transactions.coordinates(tid):
+                with self._lock:
+                    known = self._verified.get(key)
+                if known is not None and known > ended:
+                    return known
+            state = self._state_for_verify(tid, fresh=fresh)
             if state is None or int(state["n"]) <= ended:
                 continue
             if producer_epoch < int(state["epoch"]):
@@ -525,12 +624,44 @@ class TransactionCoordinator:
                 and producer_epoch == int(state["epoch"])
                 and [topic, partition] in state["partitions"]
             ):
+                with self._lock:
+                    if len(self._verified) >= VERIFIED_KEPT:
+                        self._verified.clear()
+                    self._verified[key] = int(state["n"])
                 return int(state["n"])
         self._refused(tid, topic, partition, "not in an ongoing transaction of the producer")
         raise InvalidTxnStateError(
             f"producer {producer_id}: {topic}-{partition} is not in an ongoing transaction of "
             "this producer (AddPartitionsToTxn first)"
         )
+
+    def _state_for_verify(self, tid: str, *, fresh: bool) -> dict[str, Any] | None:
+        """``tid``'s state for a partition's verification: this broker's memory when it
+        coordinates the id (unless ``fresh``), else the coordinator's answer (Flight
+        ``transaction_state``, as markers go the other way), else (the coordinator
+        cannot be reached or refused) the id's log and journal tail read here."""
+        cluster = self.broker.cluster
+        coordinator = cluster.transaction_coordinator(tid) if cluster is not None else None
+        if (
+            coordinator is None
+            or coordinator.broker_id == self.broker.config.broker_id
+            or not self.broker.peers.can_log_in
+        ):
+            return self.state(tid, fresh=fresh)
+        try:
+            answer = self.broker.peers.call(
+                coordinator.location, actions.TRANSACTION_STATE, transactional_id=tid
+            )
+        except Exception as exc:  # unreachable, refused, stopping: read the id's log here
+            log.info(
+                "transaction state read from the id's log",
+                extra=fields(
+                    transactional_id=tid, coordinator=coordinator.broker_id, error=str(exc)
+                ),
+            )
+            return self.state(tid, fresh=True)
+        self.asked += 1
+        return dict(answer) if answer is not None else None
 
     @staticmethod
     def _refused(tid: str | None, topic: str, partition: int, reason: str) -> None:
@@ -572,7 +703,7 @@ class TransactionCoordinator:
         """Write the decision (Prepare*), then complete it; ``bump`` fences the producer.
 
         ``complete_later`` returns once the markers and offsets are written and
-        leaves the Complete record to the background (EndTxn's answer).
+        leaves the Complete change to the background (EndTxn's answer).
         """
         wanted = PREPARE_COMMIT if commit else PREPARE_ABORT
 
@@ -588,7 +719,7 @@ class TransactionCoordinator:
         self.complete(tid, later=complete_later)
 
     def _await_complete(self, tid: str) -> None:
-        """Write ``tid``'s Complete record now if this broker left it for later.
+        """Write ``tid``'s Complete change now if this broker left it for later.
 
         The note of it stays until a pass finds the Prepare state gone (see
         :meth:`_complete_left_for_later`): a transaction beginning meanwhile may
@@ -600,7 +731,7 @@ class TransactionCoordinator:
 
     def _complete_left_for_later(self) -> None:
         """Drop the notes whose Prepare state is gone (a note only ever matches its own
-        transaction's Prepare state: numbers only grow), write the Complete records of
+        transaction's Prepare state: numbers only grow), write the Complete changes of
         the others; a failure is left to the orphan sweep."""
         for tid, n in list(self._ended.items()):
             current = self.state(tid)
@@ -613,13 +744,13 @@ class TransactionCoordinator:
                 self._write_complete(tid, current)
             except SparklogError as exc:
                 log.warning(
-                    "writing a transaction's Complete record failed",
+                    "writing a transaction's Complete change failed",
                     extra=fields(transactional_id=tid, error=str(exc)),
                 )
 
     def _ended_here(self, tid: str, state: dict[str, Any]) -> bool:
         """Whether ``state`` is a Prepare state whose markers and offsets this broker wrote
-        (only its Complete record is left): the next transaction may begin over it."""
+        (only its Complete change is left): the next transaction may begin over it."""
         with self._lock:
             n = self._ended.get(tid)
         prepared = state["state"] in (PREPARE_COMMIT, PREPARE_ABORT)
@@ -644,7 +775,7 @@ class TransactionCoordinator:
     def complete(self, tid: str, *, later: bool = False) -> None:
         """Finish a PrepareCommit/PrepareAbort: markers to every partition, offsets, Complete.
 
-        ``later``: the Complete record is written in the background (see the module doc).
+        ``later``: the Complete change is written in the background (see the module doc).
         """
         current = self.state(tid)
         if current is None or current["state"] not in (PREPARE_COMMIT, PREPARE_ABORT):
@@ -726,20 +857,41 @@ class TransactionCoordinator:
             self.complete(tid)
 
     def list(self) -> dict[str, dict[str, Any]]:
-        """Every transactional id's state, as the log's head has it (any broker may be asked,
-        and the ids' coordinators may be others: one probe of the log, never a stale image)."""
-        return {k: dict(v) for k, v in self.image(fresh=True).transactional_ids.items()}
+        """Every registered transactional id's state, as its log has it (any broker may be
+        asked, and the ids' coordinators may be others: a probe of the metadata log and of
+        each id's log, never a stale image)."""
+        return transaction_states(self.image(fresh=True).transactional_ids, self.transactions)
 
     # -- the background pass ---------------------------------------------------------
+    def _tick_state(self, tid: str) -> dict[str, Any] | None:
+        """The state the tick looks at: from memory when ``tid``'s log is leased to our
+        journal; else read, and for an id with no transaction open, read again only
+        every :data:`QUIET_RECHECK_S` (None until then)."""
+        held = self.transactions.held_state(tid)
+        if held is not None:
+            return held
+        clock = time.monotonic()
+        with self._lock:
+            if self._quiet_until.get(tid, 0.0) > clock:
+                return None
+        state = self.state(tid, fresh=True)
+        if state is not None and state["state"] in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            with self._lock:
+                self._quiet_until[tid] = clock + QUIET_RECHECK_S
+        return state
+
     def tick(self, mine: Any) -> None:
         """Abort timed-out transactions and finish orphaned ones, of the ids ``mine(tid)``;
-        write the Complete records this broker left for later and nothing superseded."""
+        write the Complete changes this broker left for later and nothing superseded."""
         self._complete_left_for_later()
         now = now_ms()
-        for tid, state in list(self.image().transactional_ids.items()):
+        for tid in list(self.image().transactional_ids):
             if not mine(tid):
                 continue
             try:
+                state = self._tick_state(tid)
+                if state is None:
+                    continue
                 if state["state"] == ONGOING:
                     if now - int(state["started_ms"]) > int(state["timeout_ms"]):
                         log.info(

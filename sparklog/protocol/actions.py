@@ -279,12 +279,22 @@ DELETE_OFFSETS = Action(
     route="group",
 )
 
-# -- transactions (Kafka's transactional ids; state in the metadata log) ------------
+# -- transactions (Kafka's transactional ids; registered in the metadata log) ------
 #: result: {transactional id: state (see broker_lite.transactions.coordinator)}
 LIST_TRANSACTIONS = Action("list_transactions", (), _transactions, LISTING, idempotent=True)
 #: Kafka's kafka-transactions abort writes markers (WriteTxnMarkers): a cluster action
 ABORT_TRANSACTION = Action(
     "abort_transaction", (Field("transactional_id", str),), _none, cluster("ALTER")
+)
+#: a partition leader's question to a transactional id's coordinator (KIP-890's
+#: verification, an inter-broker request): the id's state as the coordinator holds it
+#: (see broker_lite.transactions.coordinator; None: no state)
+TRANSACTION_STATE = Action(
+    "transaction_state",
+    (Field("transactional_id", str),),
+    _raw,
+    cluster("CLUSTER_ACTION"),
+    idempotent=True,
 )
 #: Kafka's WriteTxnMarkers, from a transaction's coordinator to the leader of partitions of
 #: one shard of ``topic`` (Kafka's inter-broker request): ``markers`` are [partition,
@@ -436,6 +446,7 @@ ACTIONS: dict[str, Action[Any]] = {
         LIST_TRANSACTIONS,
         ABORT_TRANSACTION,
         WRITE_TXN_MARKERS,
+        TRANSACTION_STATE,
         COMMIT_STAGED,
         COMMIT_MIRRORED,
         SET_SCRAM_CREDENTIAL,

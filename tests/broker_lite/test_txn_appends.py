@@ -1,6 +1,8 @@
-"""Metadata-log appends the transaction coordinator answers before or leaves for later.
+"""Transaction-state writes the coordinator answers before or leaves for later (each a
+step of the transactional id's log, journalled by its coordinator; none is a
+metadata-log append).
 
-* EndTxn answers once the markers and offsets are written; the Complete record
+* EndTxn answers once the markers and offsets are written; the Complete step
   is left to the broker's transactions pass (its tick), and a transaction the
   producer begins before then replaces the ended one's Prepare state at once:
   the next AddPartitionsToTxn neither waits for the record nor refuses with
@@ -66,12 +68,14 @@ def test_the_next_transaction_begins_over_the_previous_prepare_state(
     coordinator.end("tx", pid, epoch, commit=True)  # answers; the Complete record waits
     assert coordinator.state("tx")["state"] == "PrepareCommit"  # type: ignore[index]
     version = broker.root.metadata.image().version
-    # the next transaction, over the Prepare state: one record, no Complete before it
+    steps = broker.root.transactions.unfolded_steps("tx")
+    # the next transaction, over the Prepare state: one step, no Complete before it
     assert coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == {("t", 0): None}
-    assert coordinator.verify(pid, epoch, "t", 0) == 2  # (waits for the add's record)
+    assert coordinator.verify(pid, epoch, "t", 0) == 2  # (waits for the add's step)
     state = coordinator.state("tx")
     assert state is not None and state["state"] == "Ongoing" and state["n"] == 2
-    assert broker.root.metadata.image().version == version + 1
+    assert broker.root.transactions.unfolded_steps("tx") == steps + 1
+    assert broker.root.metadata.image().version == version  # no metadata-log append
     tick(coordinator, lambda tid: False)  # nothing left to complete: the record is replaced
     assert coordinator.state("tx") == state
     coordinator.end("tx", pid, epoch, commit=False)
@@ -187,3 +191,122 @@ def test_a_failed_add_record_fails_the_batch_and_the_transaction_can_be_aborted(
         coordinator.verify(pid, epoch, "t", 0)
     coordinator.end("tx", pid, epoch, commit=False)  # the client aborts: nothing to end
     assert coordinator.state("tx")["state"] == "Empty"  # type: ignore[index]
+
+
+def test_the_cleaner_prunes_the_logs_of_the_ids_the_broker_coordinates(tmp_path) -> None:
+    """An id's log gains a fold commit per fold interval while it is busy: the broker's
+    cleaner pass prunes it as it prunes its groups' logs."""
+    from sparklog.broker_lite.cleaner import Cleaner
+    from sparklog.clock import now_ms
+
+    made = Broker(
+        BrokerConfig(root=f"file://{tmp_path}/root", cleaner_interval_ms=0, snapshot_interval=4)
+    )
+    made.start("127.0.0.1:1")
+    try:
+        coordinator, pid, epoch = _producer(made, 1)
+        txns = made.root.transactions
+        for _ in range(12):  # each transaction's steps folded: a commit of the id's log
+            coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+            coordinator.end("tx", pid, epoch, commit=False)
+            txns.fold_due(0, everything=True)
+        prefix = txns.log("tx")[0].prefix
+        before = len(made.root.store.list_names(prefix))
+        cleaner = Cleaner(made.upkeep, 60_000)
+        cleaner.clock_ms = lambda: now_ms() + 24 * 3_600_000
+        assert (
+            cleaner.run_once()["pruned_files"]
+            >= before - len(made.root.store.list_names(prefix))
+            > 5
+        )
+        assert coordinator.state("tx", fresh=True)["n"] == 12  # type: ignore[index]
+    finally:
+        made.close()
+
+
+def test_an_older_brokers_open_transaction_survives_a_call_that_changes_nothing(
+    broker: Broker,
+) -> None:
+    """Upgrade: an id whose whole state an older broker wrote into the metadata log keeps
+    it there until a change moves it into the id's log; a call that changes nothing (an
+    AddOffsetsToTxn repeated) leaves the record as it is, the transaction open."""
+    from sparklog.clock import now_ms
+
+    broker.create_topic("t", 1)
+    old_form = {
+        "pid": 900_000,
+        "epoch": 1,
+        "state": "Ongoing",
+        "n": 5,
+        "timeout_ms": 60_000,
+        "started_ms": now_ms(),
+        "updated_ms": now_ms(),
+        "partitions": [["t", 0]],
+        "groups": {"g": []},
+    }
+    record = {"type": "transactional_id", "key": "tx-old", "value": old_form}
+    broker.root.metadata.append(lambda image: [record])
+    coordinator = broker.transactions
+    coordinator.add_offsets("tx-old", 900_000, 1, "g")  # the group is in it already
+    assert broker.root.metadata.refresh().transactional_ids["tx-old"] == old_form
+    assert coordinator.verify(900_000, 1, "t", 0) == 5
+    coordinator.end("tx-old", 900_000, 1, commit=True)  # a change: moved into the id's log
+    registry = broker.root.metadata.refresh().transactional_ids["tx-old"]
+    assert registry == {"pid": 900_000, "epoch": 1, "timeout_ms": 60_000}
+    state = broker.root.transactions.state("tx-old")
+    assert state is not None and (state["state"], state["n"]) in (
+        ("PrepareCommit", 5),
+        ("CompleteCommit", 5),
+    )
+
+
+def test_the_pass_reads_the_ids_it_coordinates_from_memory(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transactions pass walks the registered ids this broker coordinates: an id
+    whose log names this broker's journal is looked at in memory (no request); another
+    (its state written by another process) is read, and with no transaction open not
+    again before :data:`QUIET_RECHECK_S`."""
+    from sparklog.storage import open_root
+    from tests.support.counting_store import KINDS
+
+    tick = TransactionCoordinator.tick
+    monkeypatch.setattr(TransactionCoordinator, "tick", lambda self, mine: None)
+    coordinator, pid, epoch = _producer(broker, 1)
+    coordinator.add_partitions("tx", pid, epoch, [("t", 0)])
+    coordinator.end("tx", pid, epoch, commit=True)
+    elsewhere = open_root(broker.config.root)
+    elsewhere.transactions.write(
+        "tx-elsewhere",
+        lambda state: {"pid": 77, "epoch": 0, "state": "CompleteAbort", "n": 3},
+    )
+    registered = {"pid": 77, "epoch": 0, "timeout_ms": 60_000}
+    record = {"type": "transactional_id", "key": "tx-elsewhere", "value": registered}
+    elsewhere.metadata.append(lambda image: [record])
+    broker.root.metadata.refresh()
+    reads: list[str] = []
+    store = broker.root.store
+    for name in KINDS:
+        call = getattr(store, name)
+
+        def counted(key: Any, *args: Any, _call: Any = call, **kwargs: Any) -> Any:
+            if str(key).startswith("transactions/"):
+                reads.append(str(key))
+            return _call(key, *args, **kwargs)
+
+        monkeypatch.setattr(store, name, counted)
+    get_many = store.get_many
+
+    def counted_many(keys: Any) -> Any:
+        keys = list(keys)
+        reads.extend(str(key) for key in keys if str(key).startswith("transactions/"))
+        return get_many(keys)
+
+    monkeypatch.setattr(store, "get_many", counted_many)
+    tick(coordinator, lambda tid: True)  # writes tx's Complete step (which probes its log)
+    assert any(key.startswith("transactions/tx-elsewhere/") for key in reads)
+    reads.clear()
+    for _ in range(3):
+        tick(coordinator, lambda tid: True)
+    assert reads == []  # tx from memory; tx-elsewhere quiet since the first pass
+    assert coordinator.state("tx")["state"] == "CompleteCommit"  # type: ignore[index]

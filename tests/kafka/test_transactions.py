@@ -123,6 +123,13 @@ def test_back_to_back_transactions_over_partitions_of_several_leaders_all_commit
         and line.get("transactional_id") == "t-spread"
     ]
     assert refusals == []
+    # a leader that is not the id's coordinator asked it (Flight transaction_state), and
+    # never had to read the id's log itself
+    messages = [
+        line.get("msg") for broker in brokers.brokers.values() for line in broker.log_lines()
+    ]
+    assert "transaction ended" in messages  # (INFO lines are logged)
+    assert "transaction state read from the id's log" not in messages
     # each leader wrote its partitions' markers through its journal (Kafka's WriteTxnMarkers
     # to the leader): the coordinator revoked no shard of another broker's journal (before,
     # each transaction revoked the other leaders' shards, which then leased them again)
@@ -138,24 +145,19 @@ def _revokes(cluster: Cluster) -> int:
     )
 
 
-def _metadata_versions(cluster: Cluster) -> int:
-    """How many versions the root's cluster metadata log holds (a file root)."""
-    folder = pathlib.Path(cluster.root.removeprefix("file://")) / "cluster/metadata/log"
-    return len(list(folder.glob("*.json")))
-
-
-def test_back_to_back_transactions_cost_two_metadata_appends_each(
+def test_back_to_back_transactions_cost_no_metadata_append(
     brokers: Cluster,
 ) -> None:
-    """EndTxn answers before its Complete record (left for later); the producer's
+    """EndTxn answers before its Complete step (left for later); the producer's
     next transaction, begun at once, replaces the ended one's Prepare state instead
-    of failing or joining it: two metadata-log appends per transaction (begin and
-    decision), not three."""
+    of failing or joining it.  Every step is one of the id's log (a journal step of
+    its coordinator): no metadata-log append (before: two per transaction, begin and
+    decision)."""
     bootstrap = brokers.kafka_bootstrap
     create(bootstrap, "rapid", 1)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-rapid"})
     producer.init_transactions(30)
-    versions = _metadata_versions(brokers)
+    before = _metadata_files(brokers)
     kept = []
     for i in range(30):
         producer.begin_transaction()
@@ -166,14 +168,58 @@ def test_back_to_back_transactions_cost_two_metadata_appends_each(
         else:
             producer.commit_transaction(30)
             kept.append(b"%d" % i)
-    # (a Complete record is written by the brokers' pass, once a second, where the next
-    # transaction had not begun yet, the last one's and the module's earlier tests' among
-    # them: a few; three appends per transaction would be 90)
-    assert _metadata_versions(brokers) - versions <= 2 * 30 + 10
+    # (versions of anything else, a broker's fencing on a loaded machine, are not counted)
+    assert _naming(_metadata_files(brokers) - before, b"transactional_id") == 0
     values, positions = read_all(bootstrap, "rapid", 1, "read_committed")
     assert values == kept and positions == [60]  # 30 records, 30 markers
     address = ["--address", brokers.address, "--output", "json"]
     assert _described_state(address, "t-rapid") in ("CompleteAbort", "PrepareAbort")
+
+
+def test_an_exactly_once_loop_adds_no_metadata_record_after_its_first_transaction(
+    brokers: Cluster,
+) -> None:
+    """Consume, transform, produce and commit the offsets in one transaction, N times
+    (confluent-kafka): the id's begin, AddPartitionsToTxn, AddOffsetsToTxn, decision and
+    Complete are steps of its own log, journalled by its coordinator; the metadata log
+    registers the id once (InitProducerId).  Before: about three appends per transaction."""
+    bootstrap = brokers.kafka_bootstrap
+    create(bootstrap, "eos-in", 2)
+    create(bootstrap, "eos-out", 2)
+    feeder = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        feeder.produce("eos-in", value=b"%d" % i, partition=i % 2)
+    feeder.flush(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "eos-loop",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition("eos-in", p) for p in range(2)])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-eos-loop"})
+    producer.init_transactions(30)
+    before: set[pathlib.Path] = set()
+    for t in range(10):
+        message = None
+        while message is None or message.error():
+            message = consumer.poll(1)
+        producer.begin_transaction()
+        producer.produce("eos-out", value=message.value().upper(), partition=message.partition())
+        offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        if t == 0:
+            before = _metadata_files(brokers)
+    assert _naming(_metadata_files(brokers) - before, b"transactional_id") == 0
+    consumer.close()
+    values, _ = read_all(bootstrap, "eos-out", 2, "read_committed")
+    assert sorted(values) == sorted(b"%d" % i for i in range(10))
+    address = ["--address", brokers.address, "--output", "json"]
+    assert _described_state(address, "t-eos-loop") in ("CompleteCommit", "PrepareCommit")
 
 
 def _described_state(address: list[str], tid: str) -> str:
@@ -464,21 +510,15 @@ def test_a_restarted_broker_completes_a_decided_transaction_and_aborts_a_timed_o
         producer.produce("crash", value=value)
         producer.flush(30)
     kafka_cluster.kill(0)
-    # the coordinator died right after writing its decision about t-decided
-    metadata = open_root(kafka_cluster.root).metadata
+    # the coordinator died right after writing its decision about t-decided (a step of
+    # the id's log: written here directly, which folds the dead broker's journal steps)
+    root = open_root(kafka_cluster.root)
 
-    def decide(image):
-        state = dict(image.transactional_ids["t-decided"])
+    def decide(state):
         assert state["state"] == "Ongoing"
-        return [
-            {
-                "type": "transactional_id",
-                "key": "t-decided",
-                "value": {**state, "state": decision},
-            }
-        ]
+        return {**state, "state": decision}
 
-    metadata.append(decide)
+    root.transactions.write("t-decided", decide)
     kafka_cluster.restart(0)
     deadline = time.monotonic() + 60
     values: list[bytes] = []
@@ -487,12 +527,83 @@ def test_a_restarted_broker_completes_a_decided_transaction_and_aborts_a_timed_o
         if positions == [4]:  # both ended: two records, two markers
             break
     assert values == ([b"decided"] if decision == "PrepareCommit" else [])
-    states = {
-        k: v["state"]
-        for k, v in open_root(kafka_cluster.root).metadata.image().transactional_ids.items()
-    }
     done = "CompleteCommit" if decision == "PrepareCommit" else "CompleteAbort"
-    assert states == {"t-decided": done, "t-pending": "CompleteAbort"}
+    assert _states(kafka_cluster) == {"t-decided": done, "t-pending": "CompleteAbort"}
+
+
+def _states(cluster: Cluster) -> dict[str, str]:
+    """Each registered transactional id's state, read from the root (a fresh reader)."""
+    from sparklog.storage import open_root
+    from sparklog.storage.transactions import transaction_states
+
+    root = open_root(cluster.root)
+    found = transaction_states(root.metadata.refresh().transactional_ids, root.transactions)
+    return {tid: state["state"] for tid, state in found.items()}
+
+
+def test_ids_whose_state_an_older_broker_wrote_in_the_metadata_log_keep_working(
+    kafka_cluster: Cluster,
+) -> None:
+    """Upgrade: a ``transactional_id`` record holding the whole state (an older broker's
+    form) is the id's state until the id's own log has one.  A finished id's next
+    InitProducerId and transaction move it into its log (the registry record becomes
+    pid and epoch only); a decided transaction left there is finished as before."""
+    from sparklog.storage import open_root
+
+    root = open_root(kafka_cluster.root, create=True)
+    root.create_topic("legacy", 1)
+    old_form = {
+        "pid": 900_000,
+        "epoch": 2,
+        "n": 3,
+        "timeout_ms": 60_000,
+        "started_ms": 1,
+        "updated_ms": 1,
+        "partitions": [],
+        "groups": {},
+    }
+    records = [
+        {
+            "type": "transactional_id",
+            "key": "t-legacy",
+            "value": {**old_form, "state": "CompleteCommit"},
+        },
+        {
+            "type": "transactional_id",
+            "key": "t-legacy-decided",
+            "value": {
+                **old_form,
+                "pid": 900_001,
+                "state": "PrepareAbort",
+                "partitions": [["legacy", 0]],
+            },
+        },
+    ]
+    root.metadata.append(lambda image: records)
+    kafka_cluster.start(0)
+    bootstrap = kafka_cluster.kafka_bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-legacy"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("legacy", value=b"after the upgrade")
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _states(kafka_cluster)["t-legacy-decided"] != (
+        "CompleteAbort"
+    ):
+        pass
+    assert _states(kafka_cluster) == {
+        "t-legacy": "CompleteCommit",
+        "t-legacy-decided": "CompleteAbort",
+    }
+    fresh = open_root(kafka_cluster.root)
+    registry = fresh.metadata.refresh().transactional_ids
+    assert registry["t-legacy"] == {"pid": 900_000, "epoch": 3, "timeout_ms": 60_000}
+    moved = fresh.transactions.state("t-legacy")
+    assert moved is not None and (moved["pid"], moved["epoch"], moved["n"]) == (900_000, 3, 4)
+    # the new transaction's record and marker (the decided one held no record there)
+    values, positions = read_all(bootstrap, "legacy", 1, "read_committed")
+    assert values == [b"after the upgrade"] and positions == [2]
 
 
 async def _aiokafka_transactions(bootstrap: str) -> tuple[list[bytes], list[bytes]]:
@@ -542,7 +653,7 @@ def test_aiokafka_transactional_producer_commits_and_aborts(brokers: Cluster) ->
 
 def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(brokers: Cluster) -> None:
     """TxnOffsetCommit's offsets are held in the group's log (a journal step of its
-    coordinator, no metadata-log record: the one record is AddOffsetsToTxn's) until
+    coordinator, no metadata-log record; AddOffsetsToTxn's is a step of the id's log) until
     the transaction ends; meanwhile OffsetFetch with ``require_stable`` (KIP-447)
     answers UNSTABLE_OFFSET_COMMIT for their partitions, and without it the offset
     before."""
@@ -567,10 +678,11 @@ def test_offsets_sent_in_a_transaction_are_visible_only_at_commit(brokers: Clust
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce("dst", value=b"x")
-    producer.flush(30)  # its AddPartitionsToTxn record is written
+    producer.flush(30)  # its AddPartitionsToTxn step is written
     before = _metadata_files(brokers)
     producer.send_offsets_to_transaction([TopicPartition("src", 0, 5)], metadata, 30)
-    assert _naming(_metadata_files(brokers) - before, b"t-offsets") == 1  # AddOffsetsToTxn's
+    # AddOffsetsToTxn is a step of the id's log, TxnOffsetCommit one of the group's
+    assert _naming(_metadata_files(brokers) - before, b"t-offsets") == 0
     assert committed() < 0  # held: not visible while the transaction is open
     assert _stable_fetch(brokers, "txn-offsets", "src", [0, 1]) == {0: (-1, 88), 1: (-1, 0)}
     producer.abort_transaction(30)

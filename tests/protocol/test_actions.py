@@ -92,6 +92,7 @@ WIRE: dict[str, list[tuple[str, str, Any]]] = {
     "list_transactions": [],
     "abort_transaction": [("transactional_id", "str", "REQUIRED")],
     "write_txn_markers": [("topic", "str", "REQUIRED"), ("markers", "list", "REQUIRED")],
+    "transaction_state": [("transactional_id", "str", "REQUIRED")],
     "commit_staged": [
         ("topic", "str", "REQUIRED"),
         ("topic_id", "str", "REQUIRED"),

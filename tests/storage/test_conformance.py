@@ -651,6 +651,130 @@ def test_a_rotated_journal_is_deleted_and_every_group_stays_readable(root):
     assert _offsets(open_root(root.url, root.store.storage_options).groups, "g") == {("t", 0): 2}
 
 
+# -- format 3: a transactional id's state through the broker journal (issue 37 item 4b) --
+
+
+def _txn_journalled(root, broker_id: int = 1):
+    """``root``'s transactional ids journalled as their coordinator's (every id), beside
+    its groups in the same journal."""
+    from sparklog.storage.journal import JournalWriter
+
+    writer = JournalWriter(root.store, broker_id, flush_interval_ms=0)
+    root.groups.use_journal(writer, lambda group: True)
+    root.transactions.use_journal(writer, lambda tid: True)
+
+    def sealed(ref):
+        root.groups.retire_journal(ref)
+        root.transactions.retire_journal(ref)
+
+    writer.on_sealed = sealed
+    return writer
+
+
+def _begin(n: int, partitions=()):
+    """A state change: the transaction number ``n`` ongoing over ``partitions``."""
+
+    def change(state):
+        return {
+            **(state or {"pid": 7, "epoch": 0}),
+            "state": "Ongoing",
+            "n": n,
+            "partitions": [list(p) for p in partitions],
+        }
+
+    return change
+
+
+def test_a_transactional_ids_steps_ride_the_journal_and_fold_into_its_log(root):
+    """An id's changes are journal steps of its coordinator (the log holds only the
+    lease until the fold), read by another process through the journal's tail; a
+    direct commit elsewhere lands after them; the fold and a rotation keep the state."""
+    writer = _txn_journalled(root)
+    txns = root.transactions
+    assert txns.write("t", _begin(1))["n"] == 1
+    assert txns.write("t", _begin(1, [("a", 0)]))["partitions"] == [["a", 0]]
+    root.groups.commit("g", {("a", 0): 3})  # the same flushes carry a group's steps
+    assert txns.write("t", lambda state: None) is None  # no change: nothing written
+    reader = open_root(root.url, root.store.storage_options).transactions  # another process
+    assert reader.state("t")["partitions"] == [["a", 0]]
+    log_only = open_root(root.url, root.store.storage_options).transactions
+    logged = log_only.log("t")[0].refresh()
+    assert logged.txn is None and logged.journal == writer.ref  # in the journal only
+    assert txns.held_state("t")["n"] == 1 and reader.held_state("t") is None
+    reader.write("t", _begin(2, [("b", 1)]))  # a direct commit: folds the journal's steps
+    assert txns.write("t", lambda state: {**state, "state": "PrepareCommit"})["n"] == 2
+    assert reader.state("t") == {**txns.state("t"), "state": "PrepareCommit"}
+    root.groups.rotate_journal(also_folded=txns.fold_all)
+    assert root.store.list_names(writer.ref.prefix) == []
+    fresh = open_root(root.url, root.store.storage_options).transactions
+    state = fresh.log("t")[0].refresh().txn
+    assert (state["state"], state["n"], state["partitions"]) == ("PrepareCommit", 2, [["b", 1]])
+    assert _offsets(open_root(root.url, root.store.storage_options).groups, "g") == {("a", 0): 3}
+
+
+def test_a_new_coordinator_of_a_transactional_id_seals_the_old_journal(root):
+    """Taking over an id (its next step on another broker) seals the old coordinator's
+    journal and folds the id's steps acknowledged there; the old one's next step fails
+    retriably."""
+    from sparklog.errors import NotCoordinatorError
+
+    _txn_journalled(root, 1)
+    root.transactions.write("t", _begin(1, [("a", 0)]))
+    successor = open_root(root.url, root.store.storage_options)
+    _txn_journalled(successor, 2)
+    after = successor.transactions.write("t", lambda s: {**s, "state": "PrepareAbort"})
+    assert (after["n"], after["partitions"]) == (1, [["a", 0]])
+    with pytest.raises(NotCoordinatorError, match="sealed"):
+        root.transactions.write("t", _begin(2))
+    reader = open_root(root.url, root.store.storage_options).transactions
+    assert reader.state("t")["state"] == "PrepareAbort"
+
+
+def test_a_transactions_steps_do_not_wait_out_the_journals_flush_interval(root):
+    """A transaction waits for its steps one after another: each starts a journal commit
+    at once (as a flush of records does), its offsets' and its end's in the group's log
+    too, where an offset commit waits for the next flush, at most the flush interval
+    (here an hour) after the previous one."""
+    from sparklog.storage.journal import JournalWriter
+
+    writer = JournalWriter(root.store, 1, flush_interval_ms=3_600_000)
+    root.groups.use_journal(writer, lambda group: True)
+    root.transactions.use_journal(writer, lambda tid: True)
+    done: list[int] = []
+
+    def steps() -> None:
+        for n in range(1, 4):  # the first flushes an idle journal; the others follow it
+            done.append(root.transactions.write("t", _begin(n))["n"])
+
+    def group_steps() -> None:  # a transaction's offsets and its end in a group
+        root.groups.commit_transactional("g", 7, 0, 3, {("a", 0): (5, "")})
+        done.append(root.groups.end_transaction("g", 7, 3, commit=True))
+
+    thread = threading.Thread(target=lambda: (steps(), group_steps()), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert done == [1, 2, 3, True] and writer.commits == 5
+    assert _offsets(root.groups, "g") == {("a", 0): 5}
+    writer.close()
+
+
+def test_a_transactional_ids_log_is_pruned_behind_its_newest_snapshot(root):
+    """A busy id folds once per fold interval: its log is pruned like a group's (the
+    broker's cleaner prunes the ids it coordinates), and reads the same afterwards."""
+    from sparklog.clock import now_ms
+    from sparklog.storage.maintenance import prune_transaction_log
+
+    writer_root = open_root(root.url, root.store.storage_options, snapshot_interval=4)
+    for n in range(1, 20):
+        writer_root.transactions.write("t", _begin(n))
+    prefix = writer_root.transactions.log("t")[0].prefix
+    before = len(root.store.list_names(prefix))
+    assert prune_transaction_log(root, "t", now=now_ms()).deleted == []  # inside the window
+    pruned = prune_transaction_log(root, "t", now=now_ms() + 24 * 3_600_000)
+    assert len(pruned.deleted) == before - len(root.store.list_names(prefix)) > 10
+    assert open_root(root.url, root.store.storage_options).transactions.state("t")["n"] == 19
+
+
 # -- format 3: a shard's records through the broker journal (issue 37 items 1-3) --
 
 

@@ -316,7 +316,7 @@ class EmbeddedBackend(TopicCalls, GroupCalls):
             actions.LIST_GROUPS.name: lambda: self.groups.list_groups(),
             actions.DESCRIBE_GROUP.name: lambda group: self.groups.describe_group(group),
             actions.DELETE_GROUP.name: lambda group: self.groups.delete_group(group),
-            actions.LIST_TRANSACTIONS.name: lambda: metadata.image().transactional_ids,
+            actions.LIST_TRANSACTIONS.name: lambda: _transaction_states(self.root),
             actions.ABORT_TRANSACTION.name: _abort_needs_a_broker,
             actions.SET_SCRAM_CREDENTIAL.name: lambda user, mechanism, **salted: users.set_salted(
                 metadata, user, mechanism, **salted
@@ -385,3 +385,11 @@ def _abort_needs_a_broker(transactional_id: str) -> None:
 def _read_below(log: Any, stop: int, max_bytes: int, start: int) -> list[pa.RecordBatch]:
     """Raw batches of ``log`` from ``start`` below ``stop`` (a read_committed reader's step)."""
     return list(log.iter_batches(start, stop, max_bytes=max_bytes))
+
+
+def _transaction_states(root: LogRoot) -> dict[str, dict[str, Any]]:
+    """Every registered transactional id's state: the metadata log registers the ids,
+    each id's log holds its state (:mod:`sparklog.storage.transactions`)."""
+    from sparklog.storage.transactions import transaction_states
+
+    return transaction_states(root.metadata.refresh().transactional_ids, root.transactions)
