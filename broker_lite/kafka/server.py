@@ -163,7 +163,7 @@ class KafkaListener:
         self.tls = tls.server_context(config)
         self.quotas = quotas.QuotaManager()
         #: each topic's Metadata answer entry, encoded once (kept while it holds)
-        self.metadata_entries = metadata.TopicEntries()
+        self.metadata_entries = metadata.topic_entries()
         #: each open connection's mute (throttled connections read nothing until it ends)
         self._mutes: set[quotas.Mute] = set()
         self._mutes_lock = threading.Lock()

@@ -25,7 +25,8 @@ from kio.serial import entity_reader, entity_writer
 from sparklog.broker_lite.config import load_config
 from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import make, nested
-from sparklog.broker_lite.kafka.metadata import TopicEntries
+from sparklog.broker_lite.kafka.metadata import entries_view, kafka_brokers
+from sparklog.broker_lite.kafka.metadata_entries import TopicEntries
 from sparklog.broker_lite.kafka.versions import API_TABLE
 from sparklog.broker_lite.server import start_broker, stop_broker
 from tests.kafka.wire import Connection
@@ -121,8 +122,8 @@ def test_the_spliced_answer_is_kios_encoding_byte_for_byte(broker: Any, version:
         assert {"orders", "audit", consumer_offsets.TOPIC} <= names
     cls = type(response)
     entries = server.kafka.metadata_entries
-    view = entries.view(broker[1], _brokers(broker))
-    kept, built = entries.find(cls, broker[1], view, ["orders"])
+    view = entries.view(entries_view(broker[1], _brokers(broker)))
+    kept, built = entries.find(cls, broker[1].root.metadata.image().topics, view, ["orders"])
     assert "orders" in kept and not built  # the answer came from kept entries
     whole = entries.whole(cls, broker[1].root.metadata.image().topics, view)
     assert whole is not None and len(whole) == len(response.topics)  # and was kept whole
@@ -145,8 +146,6 @@ def test_the_spliced_answer_is_kios_encoding_byte_for_byte(broker: Any, version:
 
 
 def _brokers(broker: Any) -> dict[int, tuple[str, int]]:
-    from sparklog.broker_lite.kafka.metadata import kafka_brokers
-
     return kafka_brokers(broker[1])
 
 
