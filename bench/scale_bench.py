@@ -3,6 +3,7 @@
 Run:  .venv/bin/python bench/scale_bench.py [--sections metadata,idle,groups,offsets,members]
                                              [--idle-topics 100] [--window-s 10]
                                              [--cpu-topics 1000,5000] [--cpu-idle-s 30]
+                                             [--cpu-requests 100]
                                              [--idle-brokers 1,3,5] [--idle-data-topics 0]
                                              [--idle-parallel]
 
@@ -151,7 +152,7 @@ def cpu_section(topic_counts: list[int], idle_s: float, requests: int) -> None:
                 cluster.stop()
         first = per_request if first is None else first
         print(
-            f"| {topics:,} | {idle * 100:.1f} | {per_request * 1000:.0f} "
+            f"| {topics:,} | {idle * 100:.1f} | {per_request * 1000:.1f} "
             f"| {per_request / first:.2f}x |"
         )
 
@@ -388,7 +389,7 @@ def main() -> None:
     parser.add_argument("--sections", default="metadata,idle,groups,offsets,members")
     parser.add_argument("--cpu-topics", default="1000,5000")
     parser.add_argument("--cpu-idle-s", type=float, default=30.0)
-    parser.add_argument("--cpu-requests", type=int, default=10)
+    parser.add_argument("--cpu-requests", type=int, default=100)
     parser.add_argument("--idle-topics", type=int, default=100)
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--idle-brokers", default="1,3,5")

@@ -163,6 +163,8 @@ class Cluster:
         self._lock = threading.Lock()
         self._live: dict[int, BrokerInfo] = {}
         self._shards: dict[str, int] = {}  # topic -> commit.shards
+        #: changes of a count :meth:`_shard_count` answered (leadership_inputs)
+        self._shards_changes = 0
         self._seen: dict[int, _Seen] = {}
         self._gone: dict[tuple[str, int], bool] = {}  # lease token -> its holder is dead
         self._fencing: set[str] = set()  # incarnations whose fence record is being written
@@ -386,16 +388,18 @@ class Cluster:
     def note_shards(self, topic: str, shards: int) -> None:
         """Remember how many shards ``topic`` has (fixed at creation)."""
         with self._lock:
+            if self._shards.get(topic, shards) != shards:
+                self._shards_changes += 1  # (a first note is what the topic's document says)
             self._shards[topic] = shards
 
     def forget_topic(self, topic: str) -> None:
         with self._lock:
-            self._shards.pop(topic, None)
+            if self._shards.pop(topic, None) is not None:
+                self._shards_changes += 1
 
     def _shard_count(self, topic: str) -> int | None:
         """``commit.shards`` of the topic (None if unknown)."""
-        with self._lock:
-            shards = self._shards.get(topic)
+        shards = self._shards.get(topic)  # (one read of a dict: its writers hold the lock)
         if shards is None:
             try:
                 shards = self.root.describe_topic(topic).shards
@@ -431,6 +435,22 @@ class Cluster:
         if not live:
             return None
         return live[max(live, key=lambda b: rendezvous_weight(transactional_id, 0, int(b)))]
+
+    def leadership_inputs(self, live: tuple[int, ...]) -> tuple[object, ...]:
+        """What :meth:`shard_leader` and :meth:`shard_replicas` answer from besides the
+        topic's name and document, given ``live`` (the sorted ids of :meth:`live`): equal
+        inputs and documents, the same leaders and replicas.  A topic's shard count is
+        its document's unless another was noted, and every change of a noted count is
+        counted here.  Defined beside the functions it stands for, so a new input of
+        leadership is added to both (the Kafka Metadata answer keeps each topic's encoded
+        entry while they hold: ``broker_lite/kafka/metadata.py``, issue 37 item 6)."""
+        return (
+            live,
+            self.replication_factor,
+            self.force_leader,
+            self.broker_id,
+            self._shards_changes,
+        )
 
     def shard_leader(self, topic: str, shard: int) -> BrokerInfo | None:
         live = self.live()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sparklog.broker_lite.config import BrokerConfig
     from sparklog.broker_lite.group_routing import CoordinatedGroups
     from sparklog.broker_lite.kafka.fetch_waits import FetchPurgatory
+    from sparklog.broker_lite.kafka.metadata_entries import TopicEntries
     from sparklog.broker_lite.kafka.producer_ids import ProducerIdAllocator
     from sparklog.broker_lite.kafka.session import Session
     from sparklog.broker_lite.partition_state import PartitionState
@@ -176,6 +177,11 @@ class ListenerView(Protocol):
     @property
     def pool(self) -> ThreadPoolExecutor:
         """Threads for a request's own work (a Produce's topics at once)."""
+        ...
+
+    @property
+    def metadata_entries(self) -> TopicEntries:
+        """Each topic's Metadata answer entry, built and encoded once while it holds."""
         ...
 
     @property

@@ -41,7 +41,7 @@ from typing import IO, Any, cast
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.broker_lite.kafka import authorize, limits, quotas, sasl, tls
+from sparklog.broker_lite.kafka import authorize, limits, metadata, quotas, sasl, tls
 from sparklog.broker_lite.kafka.fetch_waits import FetchPurgatory
 from sparklog.broker_lite.kafka.legacy import LEGACY, Legacy, LegacyDecodeError, decode_header
 from sparklog.broker_lite.kafka.parking import chain
@@ -162,6 +162,8 @@ class KafkaListener:
         self.security_protocol = str(config.kafka_security_protocol)
         self.tls = tls.server_context(config)
         self.quotas = quotas.QuotaManager()
+        #: each topic's Metadata answer entry, encoded once (kept while it holds)
+        self.metadata_entries = metadata.topic_entries()
         #: each open connection's mute (throttled connections read nothing until it ends)
         self._mutes: set[quotas.Mute] = set()
         self._mutes_lock = threading.Lock()
@@ -714,7 +716,10 @@ class KafkaListener:
         parts = _Parts()
         out = cast(IO[bytes], parts)  # kio only calls write()
         entity_writer(header_cls)(out, header_cls(correlation_id=correlation_id))
-        entity_writer(type(response))(out, response)
+        if response.__api_key__ == metadata.API_KEY:  # its topics' entries kept encoded
+            self.metadata_entries.write(out, response)
+        else:
+            entity_writer(type(response))(out, response)
         return parts.frame()
 
 

@@ -253,17 +253,7 @@ class Mirror:
             return
         planned = self._copy_shared_segments(src, dst, planned)
         self._copy_objects(src, dst, planned, report)
-        results = handover.commit_mirrored(
-            self.dest, dst, planned, link=self.link.name, expected=expected
-        )
-        for p, result in results.items():
-            if not result.duplicate:
-                report.records += sum(s.record_count for s in planned[p])
-                report.segments += len(planned[p])
-        for lag in report.lag:
-            if lag.topic == dst.name and lag.partition in results:
-                lag.mirror_end = planned[lag.partition][-1].end_offset
-                lag.lag_seconds = 0.0 if lag.lag_records == 0 else lag.lag_seconds
+        commit_copy(self.dest, dst, planned, link=self.link, expected=expected, report=report)
 
     def _plan(self, src: Topic, dst: Topic, p: int, end: int, source_end: int) -> list[Segment]:
         """Segments of ``[end, source_end)`` to copy, at most :data:`STEP_MAX_BYTES`."""
@@ -383,6 +373,32 @@ class Mirror:
             }
             changed += sync_group(self.dest, self.link, group, committed, mirrored)
         return changed
+
+
+def commit_copy(
+    dest: LogRoot,
+    dst: Topic,
+    planned: Mapping[int, list[Segment]],
+    *,
+    link: MirrorLink,
+    expected: Mapping[int, int],
+    report: StepReport,
+) -> None:
+    """Commit one topic's copy, every shard of it in ONE call (the copier of roots and of
+    Kafka-protocol sources alike): :func:`handover.commit_mirrored` hands the shards a
+    broker's journal leases to that broker (one journal commit for all of them, no
+    revoke of its lease) and commits the others directly, each partition landing only
+    while its end is still ``expected``; the records and segments that landed (not
+    duplicates) are counted in ``report`` and its lag entries moved to the new ends."""
+    results = handover.commit_mirrored(dest, dst, planned, link=link.name, expected=expected)
+    for p, result in results.items():
+        if not result.duplicate:
+            report.records += sum(s.record_count for s in planned[p])
+            report.segments += len(planned[p])
+    for lag in report.lag:
+        if lag.topic == dst.name and lag.partition in results:
+            lag.mirror_end = planned[lag.partition][-1].end_offset
+            lag.lag_seconds = 0.0 if lag.lag_records == 0 else lag.lag_seconds
 
 
 def mirrored_topics(dest: LogRoot, link: MirrorLink, sources: Iterable[str]) -> dict[str, Topic]:

@@ -2,12 +2,15 @@
 
 Records are fetched with confluent-kafka (librdkafka; ``pip install
 'sparklog[mirror]'``) from the destination's end of each partition and written
-with their offsets: one object per destination shard and step, its segments
-carrying an ``offset`` column (as compaction's objects do), so holes in the
-source's offsets (compaction, transaction markers) stay holes and every offset
-is the source's.  A source whose log start is past the destination's end
-(retention) is committed with the range recorded as a gap.  The position is the
-destination's end, committed with the data: restarts neither skip nor repeat.
+with their offsets: one object per partition and step, its segment carrying an
+``offset`` column (as compaction's objects do), so holes in the source's offsets
+(compaction, transaction markers) stay holes and every offset is the source's.
+A source whose log start is past the destination's end (retention) is committed
+with the range recorded as a gap.  The position is the destination's end,
+committed with the data: restarts neither skip nor repeat.  A topic's copy is
+committed in one call for all its shards, as the root copier's
+(:func:`sparklog.mirror.copier.commit_copy`): the shards a destination broker's
+journal leases are handed to it, one journal commit, and its lease stays.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sparklog.client import handover
 from sparklog.errors import InvalidConfigurationError, SparklogError, UnknownTopicOrPartitionError
 from sparklog.mirror.copier import (
     PartitionLag,
     StepReport,
+    commit_copy,
     mirrored_topics,
     sync_group,
     write_with_offsets,
@@ -31,7 +34,7 @@ from sparklog.mirror.links import MirrorLink
 if TYPE_CHECKING:
     from sparklog.storage import LogRoot, Segment, Topic, TopicInfo
 
-#: A step fetches at most this many records per shard.
+#: A step fetches at most this many records per topic (all its shards, committed in one call).
 STEP_MAX_RECORDS = 50_000
 #: The source topic configs a mirror topic follows (where sparklog knows them).
 FOLLOWED_CONFIGS = ("cleanup.policy", "retention.ms", "message.timestamp.type", "max.message.bytes")
@@ -197,8 +200,7 @@ class KafkaMirror:
             dst = self._ensure_topic(name, partitions, ids.get(name), report)
             if dst is None:
                 continue
-            for shard in range(dst.shards):
-                self._copy_shard(name, dst, shard, ids[name], report)
+            self._copy_topic(name, dst, ids[name], report)
         if groups and self.link.groups:
             report.groups_synced = self.sync_groups()
         return report
@@ -254,26 +256,31 @@ class KafkaMirror:
             changed += sync_group(self.dest, self.link, group, committed, mirrored)
         return changed
 
-    def _copy_shard(
-        self, source: str, dst: Topic, shard: int, source_id: str | None, report: StepReport
+    def _copy_topic(
+        self, source: str, dst: Topic, source_id: str | None, report: StepReport
     ) -> None:
+        """Fetch what the source has past each destination partition's end (every shard
+        of the topic at once, :data:`STEP_MAX_RECORDS` at most), write it as objects that
+        keep the source's offsets, and commit them all in one call (:func:`commit_copy`:
+        one journal commit of the leader for the shards it leases, as the root copier)."""
         import pyarrow as pa
         from confluent_kafka import TopicPartition
 
-        state = dst.shard(shard).refresh()
         ends: dict[int, int] = {}
         highs: dict[int, int] = {}
-        for p in range(shard, dst.partitions, dst.shards):
-            end = state.parts[p].high_watermark if p in state.parts else 0
-            _low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(source, p), timeout=10, cached=False
-            )
-            report.lag.append(PartitionLag(dst.name, p, high, end, 0.0))
-            if high > end:
-                ends[p], highs[p] = end, high
+        for shard in range(dst.shards):
+            state = dst.shard(shard).refresh()
+            for p in range(shard, dst.partitions, dst.shards):
+                end = state.parts[p].high_watermark if p in state.parts else 0
+                _low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(source, p), timeout=10, cached=False
+                )
+                report.lag.append(PartitionLag(dst.name, p, high, end, 0.0))
+                if high > end:
+                    ends[p], highs[p] = end, high
         if not ends:
             return
-        self.consumer.assign([TopicPartition(source, p, max(ends[p], 0)) for p in ends])
+        self.consumer.assign([TopicPartition(source, p, max(ends[p], 0)) for p in sorted(ends)])
         rows: dict[int, list[Any]] = {p: [] for p in ends}
         done: set[int] = set()
         fetched = 0
@@ -330,13 +337,11 @@ class KafkaMirror:
             # re-created while it was fetched: what was read may be the new topic's; nothing
             # is committed (the objects written are garbage) and the next step says why
             return
-        results = handover.commit_mirrored(
-            self.dest, dst, planned, link=self.link.name, expected=ends
+        commit_copy(
+            self.dest,
+            dst,
+            planned,
+            link=self.link,
+            expected={p: ends[p] for p in planned},
+            report=report,
         )
-        for p, result in results.items():
-            if not result.duplicate:
-                report.records += len(rows[p])
-                report.segments += 1
-        for lag in report.lag:
-            if lag.topic == dst.name and lag.partition in results:
-                lag.mirror_end = planned[lag.partition][-1].end_offset

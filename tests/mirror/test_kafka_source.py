@@ -228,3 +228,69 @@ def test_a_source_topic_deleted_and_re_created_is_not_mixed_into_its_mirror(brok
         again.close()
     assert assert_same(source, dest, "orders") == 30
     assert dest.describe_topic("orders").mirror["source_topic_id"] != first_id
+
+
+def test_a_kafka_source_copy_into_leased_shards_is_one_journal_commit_of_their_leader(
+    broker, tmp_path
+):
+    """The Kafka-protocol source hands a topic's copy to the destination broker whose
+    journal leases its shards in ONE call, as the root copier does (issue 37 item 3):
+    one journal commit for both shards (two before: a call per shard), nothing revoked,
+    the leader epochs and the lease kept, every record at the source's offsets (the
+    source's retention gap included), through the broker and without one."""
+    from tests.broker_lite.test_handed_commits import revokes
+    from tests.chaos.inproc import inproc_broker
+    from tests.mirror.test_mirror_handover import through_broker, without_broker
+
+    source = open_root(broker.root, {})
+    source.create_topic("orders", partitions=2)
+    produce(source, "orders", 2, rounds=2)  # 10 a partition
+    delete_records(source.topic("orders").partition(0), 3)  # retention at the source
+    folder = tmp_path / "dest"
+    url = f"file://{folder}"
+    dest = open_root(url, {}, create=True)
+    link = create_link(dest, "migrate", source=f"kafka://{broker.kafka_bootstrap}", topics="orders")
+    mirror = KafkaMirror(dest, get_link(dest, "migrate"))
+    try:
+        with inproc_broker(url) as (server, location):
+            # the link's mirror topic, of two shards (one a partition), made beforehand
+            dest.create_topic(
+                "orders",
+                partitions=2,
+                config={"commit.shards": 2},
+                mirror={
+                    "link": link.name,
+                    "source": link.source,
+                    "source_topic": "orders",
+                    "source_topic_id": mirror.topic_ids(["orders"])["orders"],
+                    "state": "mirroring",
+                },
+            )
+            state = server.broker.state
+            topic = state.topic("orders")
+            shards = [state.partition_state(topic, p).shard for p in range(2)]
+            assert len({shard.key for shard in shards}) == 2
+            for shard in shards:  # the destination's broker leases both shards
+                shard.epoch = shard.log.bump_epoch()
+            epochs = [shard.log.leader_epoch for shard in shards]
+            assert state.journal is not None
+            journal_commits = state.journal.commits
+
+            report = mirror.step()
+
+            assert report.records == 20 - 3
+            assert state.journal.commits == journal_commits + 1  # both shards: one commit
+            assert revokes(folder) == 0  # the lease stays: nothing revoked the shards
+            for shard, epoch in zip(shards, epochs, strict=True):
+                assert shard.log.leader_epoch == epoch  # never leased again
+                lease = open_root(url).topic("orders").shard(shard.key[2]).refresh().journal
+                assert lease == state.journal.ref
+            assert assert_same(source, dest, "orders") == 20 - 3  # at the source's offsets
+            assert open_root(url).topic("orders").partition(0).refresh().mirror_gaps == [(0, 3)]
+            for p, start in ((0, 3), (1, 0)):
+                fetched = through_broker(location, "orders", p, start)
+                assert fetched == without_broker(dest, "orders", p, start)
+                assert fetched[0][0] == start
+            assert mirror.step().records == 0
+    finally:
+        mirror.close()

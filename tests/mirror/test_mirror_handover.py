@@ -32,22 +32,27 @@ from tests.chaos.inproc import inproc_broker
 from tests.mirror.support import assert_same, records
 
 
-def through_broker(location: str, topic: str, partition: int) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every record of the partition, fetched from the broker."""
+def through_broker(
+    location: str, topic: str, partition: int, start: int = 0
+) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record of the partition from offset ``start`` (its log
+    start), fetched from the broker."""
     out: list[tuple[int, bytes | None]] = []
     with BrokerClient(location) as client:
         while True:
-            got = client.fetch(topic, partition, out[-1][0] + 1 if out else 0, max_wait_ms=0)
+            got = client.fetch(topic, partition, out[-1][0] + 1 if out else start, max_wait_ms=0)
             rows = [row for batch in got.batches for row in batch.to_pylist()]
             out += [(int(row["offset"]), row["value"]) for row in rows]
             if not rows or out[-1][0] + 1 >= got.high_watermark:
                 return out
 
 
-def without_broker(root: LogRoot, topic: str, partition: int) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every record of the partition, read from the root (the shard log,
-    then the leased journal's tail)."""
-    table = open_root(root.url).topic(topic).partition(partition).read(0)
+def without_broker(
+    root: LogRoot, topic: str, partition: int, start: int = 0
+) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record of the partition from offset ``start`` (its log
+    start), read from the root (the shard log, then the leased journal's tail)."""
+    table = open_root(root.url).topic(topic).partition(partition).read(start)
     offsets, values = table.column("offset").to_pylist(), table.column("value").to_pylist()
     return list(zip(offsets, values, strict=True))
 
