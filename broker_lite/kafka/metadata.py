@@ -26,7 +26,12 @@ from sparklog.broker_lite.kafka import acl, auto_create, consumer_offsets, topic
 from sparklog.broker_lite.kafka.messages import errno_of, make, nested
 from sparklog.broker_lite.kafka.metadata_entries import TopicEntries
 from sparklog.broker_lite.kafka.topic_ids import topic_uuid
-from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownTopicIdError
+from sparklog.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    SparklogError,
+    UnknownTopicIdError,
+)
 from sparklog.storage.catalog import validate_topic_name
 
 if TYPE_CHECKING:
@@ -77,8 +82,38 @@ def _named_by_id(broker: BrokerView, topics: Any) -> tuple[list[str], list[uuid.
     return names, unknown
 
 
+def _refused_by_id(cls: type, request: MetadataRequest) -> MetadataResponse:
+    """Kafka's answer to a Metadata v10-v11 request naming a topic by id: those versions
+    carry the field but answer only names, so the request is INVALID_REQUEST on each
+    topic it asks for (a missing name answered as "", as Kafka's error answer does)."""
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    return make(
+        cls,
+        throttle_time=0,
+        brokers=(),
+        cluster_id=None,
+        controller_id=-1,
+        topics=tuple(
+            make(
+                topic_cls,
+                error_code=InvalidRequestError.errno,
+                name=t.name if t.name is not None else "",
+                topic_id=getattr(t, "topic_id", None) or uuid.UUID(int=0),
+                is_internal=False,
+                partitions=(),
+            )
+            for t in request.topics or ()
+        ),
+    )
+
+
 def handle_metadata(ctx: HandlerContext, request: MetadataRequest) -> MetadataResponse:
     cls = load_response_schema(API_KEY, ctx.api_version)
+    if 10 <= ctx.api_version < 12 and any(
+        t.name is None or (getattr(t, "topic_id", None) or uuid.UUID(int=0)).int
+        for t in request.topics or ()
+    ):
+        return _refused_by_id(cls, request)
     broker_cls = nested(cls, "MetadataResponseBroker")
     broker = ctx.broker
     brokers = kafka_brokers(broker)

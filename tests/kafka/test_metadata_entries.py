@@ -27,6 +27,7 @@ from sparklog.broker_lite.kafka import consumer_offsets
 from sparklog.broker_lite.kafka.messages import make, nested
 from sparklog.broker_lite.kafka.metadata import entries_view, kafka_brokers
 from sparklog.broker_lite.kafka.metadata_entries import TopicEntries
+from sparklog.broker_lite.kafka.topic_ids import topic_uuid
 from sparklog.broker_lite.kafka.versions import API_TABLE
 from sparklog.broker_lite.server import start_broker, stop_broker
 from tests.kafka.wire import Connection
@@ -287,3 +288,23 @@ def test_a_kept_entry_follows_leadership_to_a_broker_that_joins_and_back(
         what="leadership to come back when the broker left",
     )
     assert back[0] == _encoded(type(back[1]), back[1])
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_a_topic_asked_by_id_before_v12_is_an_invalid_request(broker: Any, version: int) -> None:
+    """Metadata v10-v11 carry a topic id field but cannot answer a topic without a name:
+    Kafka refuses such a request (INVALID_REQUEST on each topic asked, a null name
+    answered as ""); the broker answered nothing and dropped the connection."""
+    server, inner = broker
+    known = topic_uuid(inner.topic("orders").info.topic_id)
+    for ids in ((uuid.uuid4(),), (known,)):
+        body, response = _answer(server, _request(version, ["orders"], ids))
+        assert body == _encoded(type(response), response)
+        assert [(t.name, int(t.error_code)) for t in response.topics] == [
+            ("orders", 42),
+            ("", 42),
+        ]
+        assert not any(t.partitions for t in response.topics)
+    # and a request the version can answer is answered as before
+    body, response = _answer(server, _request(version, ["orders"]))
+    assert [(t.name, int(t.error_code)) for t in response.topics] == [("orders", 0)]
